@@ -1,0 +1,42 @@
+# bext-scheduler. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+PKG := github.com/bext-dev/bext-scheduler
+BIN := bin/bext-scheduler
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+TEST_TIMEOUT ?= 20m
+BENCH_COUNT ?= 5
+
+.PHONY: help build test test-services bench lint fuzz run-example clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build bin/bext-scheduler
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bext-scheduler
+
+test-services: ## make sure the test Redis and Postgres answer (starts them if needed)
+	@scripts/test-services
+
+test: test-services ## the whole suite, with -race, against the real Redis and Postgres
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench: test-services ## the benchmarks (several counts; feed to benchstat)
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./...
+
+lint: ## gofmt, go vet (and staticcheck when installed)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
+
+fuzz: ## fuzz the config loader for a minute
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config/
+
+run-example: build ## run one node on examples/bext.config.toml (memory backend)
+	$(BIN) run --config examples/bext.config.toml
+
+clean:
+	rm -rf bin

@@ -1,0 +1,196 @@
+// Package proctest runs the real bext-scheduler binary in tests: it builds
+// it once, starts node processes, and lets a test wait on what a node
+// prints instead of sleeping.
+package proctest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Build compiles ./cmd/bext-scheduler into dir and returns the binary's path.
+func Build(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(dir, "bext-scheduler")
+	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/bext-scheduler")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building bext-scheduler: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Result is how a finished command ended.
+type Result struct {
+	Code           int
+	Stdout, Stderr string
+}
+
+// Run runs the binary to completion with a deadline.
+func Run(t testing.TB, bin string, env []string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("running %s %v: %v", bin, args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return Result{Code: code, Stdout: out.String(), Stderr: errb.String()}
+}
+
+// Node is a running bext-scheduler process whose stderr (the log) is read
+// line by line, so tests wait for log lines rather than for time.
+type Node struct {
+	t    testing.TB
+	Cmd  *exec.Cmd
+	mu   sync.Mutex
+	cond *sync.Cond
+	log  []string
+	eof  bool
+	done chan struct{}
+	err  error // Wait's result, valid after done
+}
+
+// Start starts the binary with args; the process is killed in t.Cleanup if
+// the test has not stopped it.
+func Start(t testing.TB, bin string, env []string, args ...string) *Node {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	n := &Node{t: t, Cmd: cmd, done: make(chan struct{})}
+	n.cond = sync.NewCond(&n.mu)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			n.mu.Lock()
+			n.log = append(n.log, sc.Text())
+			n.cond.Broadcast()
+			n.mu.Unlock()
+		}
+		n.err = cmd.Wait()
+		n.mu.Lock()
+		n.eof = true
+		n.cond.Broadcast()
+		n.mu.Unlock()
+		close(n.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-n.done:
+		default:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-n.done
+		}
+		if t.Failed() {
+			t.Logf("log of pid %d:\n%s", cmd.Process.Pid, n.Log())
+		}
+	})
+	return n
+}
+
+// Log returns everything the node has logged so far.
+func (n *Node) Log() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return strings.Join(n.log, "\n")
+}
+
+// WaitLog waits until a log line matches re, returning its submatches. It
+// fails the test if the process exits first or timeout passes.
+func (n *Node) WaitLog(re *regexp.Regexp, timeout time.Duration) []string {
+	n.t.Helper()
+	return n.WaitLogN(re, 1, timeout)
+}
+
+// WaitLogN waits until count log lines match re and returns the last one's
+// submatches.
+func (n *Node) WaitLogN(re *regexp.Regexp, count int, timeout time.Duration) []string {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() { // wakes the waiter below
+		n.mu.Lock()
+		n.cond.Broadcast()
+		n.mu.Unlock()
+	})
+	defer timer.Stop()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for {
+		var last []string
+		seen := 0
+		for _, l := range n.log {
+			if m := re.FindStringSubmatch(l); m != nil {
+				seen++
+				last = m
+			}
+		}
+		if seen >= count {
+			return last
+		}
+		if n.eof {
+			n.t.Fatalf("process exited before logging %d lines matching %q; log:\n%s", count, re, strings.Join(n.log, "\n"))
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("no %d log lines matching %q within %v; log:\n%s", count, re, timeout, strings.Join(n.log, "\n"))
+		}
+		n.cond.Wait()
+	}
+}
+
+// Signal sends sig to the node process.
+func (n *Node) Signal(sig syscall.Signal) {
+	n.t.Helper()
+	if err := n.Cmd.Process.Signal(sig); err != nil {
+		n.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// Wait waits up to timeout for the process to exit and returns its exit code.
+func (n *Node) Wait(timeout time.Duration) int {
+	n.t.Helper()
+	select {
+	case <-n.done:
+	case <-time.After(timeout):
+		n.t.Fatalf("process did not exit within %v; log:\n%s", timeout, n.Log())
+	}
+	if n.err == nil {
+		return 0
+	}
+	if ee, ok := n.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	n.t.Fatalf("waiting for process: %v", n.err)
+	return -1
+}
