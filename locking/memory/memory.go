@@ -1,0 +1,251 @@
+// Package memory is the in-process lock backend: a lock table in this
+// process's memory, guarded by mutexes.
+//
+// It locks only this process. Two bext-scheduler nodes each using memory
+// locks exclude nothing from each other, so it is never a backend for
+// multi-node traffic; it is the correct fallback for a single-node
+// deployment and for development, where it gives the same contract (three
+// answers from TryLock, TTLs, fencing tokens, stale handles refused) as the
+// Redis and Postgres backends.
+//
+// Expiry is lazy: nothing runs in the background. An expired lock is
+// replaced by the next TryLock on its key, and each shard of the table sweeps
+// all its expired entries whenever it has doubled in size since its last
+// sweep, so a dead holder never wedges a key and the table stays within a
+// small factor of the number of live locks.
+//
+// Fencing tokens come from one counter per shard of the table. A key always
+// lives in the same shard, so its tokens strictly increase across release
+// and expiry, and the memory this costs is fixed (no per-key history).
+package memory
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Locker is an in-process lock backend. It implements locking.Locker and
+// locking.Pinger, and is safe for concurrent use.
+type Locker struct {
+	tab    *table
+	holder string
+	closed atomic.Bool
+}
+
+var (
+	_ locking.Locker = (*Locker)(nil)
+	_ locking.Pinger = (*Locker)(nil)
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	now    func() time.Time
+	holder string
+}
+
+// WithClock makes the Locker read time from now instead of time.Now, so
+// tests can expire locks by moving a fake clock instead of sleeping.
+// A nil now means time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// WithHolder names the holder (node id, component) that List reports for
+// locks this Locker holds. The default is "".
+func WithHolder(holder string) Option {
+	return func(c *config) { c.holder = holder }
+}
+
+// New returns a Locker with its own, empty lock table.
+func New(opts ...Option) *Locker {
+	c := config{now: time.Now}
+	for _, o := range opts {
+		o(&c)
+	}
+	return &Locker{tab: newTable(c.now), holder: c.holder}
+}
+
+// Peer returns a new Locker that shares l's lock table and clock but holds
+// its own locks: the two exclude each other on every key, handles from one
+// are refused by the other, and closing one releases only its own locks.
+// It is how several components of one process (or the nodes of a
+// conformance test) share a namespace. Peer works on a closed l.
+func (l *Locker) Peer(holder string) *Locker {
+	return &Locker{tab: l.tab, holder: holder}
+}
+
+// TryLock takes key for ttl if no one holds it. It returns (nil, nil) when
+// another holder (this Locker included) has it and its TTL has not run out.
+func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
+	}
+	if l.closed.Load() {
+		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
+	}
+	if err := locking.CheckTryLock(key, ttl); err != nil {
+		return nil, fmt.Errorf("memory: try-lock: %w", err)
+	}
+	s := l.tab.shardFor(key)
+	s.mu.Lock()
+	// Checked again under the shard lock: Close marks the Locker closed
+	// before it sweeps each shard under the same lock, so an entry is either
+	// inserted before Close sweeps this shard (and removed by it) or never.
+	if l.closed.Load() {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
+	}
+	now := l.tab.now()
+	if cur, ok := s.m[key]; ok && now.Before(cur.expires) {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	s.fence++
+	e := &entry{owner: l, expires: now.Add(ttl), fence: s.fence}
+	s.m[key] = e // replaces an expired entry, if any
+	s.sweepIfGrown(now)
+	s.mu.Unlock()
+
+	// The token is made outside the shard lock, and only for a win: memory
+	// recognises its entries by identity, so the token serves the caller
+	// (logs, job environment), not the table.
+	token, err := locking.NewToken()
+	if err != nil {
+		s.mu.Lock()
+		if s.m[key] == e {
+			delete(s.m, key)
+		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
+	}
+	return locking.NewHandle(l, key, token, e.fence, ttl, e), nil
+}
+
+// Renew extends the lock by its TTL from now. It returns an error wrapping
+// locking.ErrLockLost when the lock expired, was released, or is now held
+// under another acquisition, which it leaves untouched.
+func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
+	e, err := l.check(ctx, "renew", h)
+	if err != nil {
+		return err
+	}
+	s := l.tab.shardFor(h.Key())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := l.tab.now()
+	if err := s.own(h.Key(), e, now); err != nil {
+		return fmt.Errorf("memory: renew %v: %w", h, err)
+	}
+	e.expires = now.Add(h.TTL())
+	return nil
+}
+
+// Release gives the lock back. It returns an error wrapping
+// locking.ErrLockLost when the handle no longer holds the lock (expired,
+// released already, or re-acquired by another holder, which keeps it).
+func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
+	e, err := l.check(ctx, "release", h)
+	if err != nil {
+		return err
+	}
+	s := l.tab.shardFor(h.Key())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.own(h.Key(), e, l.tab.now()); err != nil {
+		return fmt.Errorf("memory: release %v: %w", h, err)
+	}
+	delete(s.m, h.Key())
+	return nil
+}
+
+// Close releases every lock this Locker holds; peers sharing its table keep
+// theirs. Afterwards every method returns locking.ErrClosed. Closing twice
+// is not an error. Close never blocks on I/O, so it ignores ctx: shutdown
+// must release locks even when its context is already cancelled.
+func (l *Locker) Close(ctx context.Context) error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	for i := range l.tab.shards {
+		s := &l.tab.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			if e.owner == l {
+				delete(s.m, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Ping reports whether the Locker can be used: nil unless it is closed
+// (an in-process table is always reachable).
+func (l *Locker) Ping(ctx context.Context) error {
+	if l.closed.Load() {
+		return fmt.Errorf("memory: ping: %w", locking.ErrClosed)
+	}
+	return nil
+}
+
+// List returns the unexpired locks in the table (this Locker's and its
+// peers'), sorted by key, each with the time left on it and its holder's
+// name (WithHolder). Expired entries it meets are swept.
+func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: list: %w", err)
+	}
+	if l.closed.Load() {
+		return nil, fmt.Errorf("memory: list: %w", locking.ErrClosed)
+	}
+	var out []locking.LockInfo
+	for i := range l.tab.shards {
+		s := &l.tab.shards[i]
+		s.mu.Lock()
+		now := l.tab.now()
+		s.sweep(now)
+		for k, e := range s.m {
+			out = append(out, locking.LockInfo{
+				Key:     k,
+				Fence:   e.fence,
+				TTLLeft: e.expires.Sub(now),
+				Holder:  e.owner.holder,
+			})
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b locking.LockInfo) int { return cmp.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// check does what Renew and Release share before touching the table:
+// context, closed Locker, and a handle this Locker issued.
+func (l *Locker) check(ctx context.Context, op string, h *locking.Handle) (*entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: %s %v: %w", op, h, err)
+	}
+	if l.closed.Load() {
+		return nil, fmt.Errorf("memory: %s %v: %w", op, h, locking.ErrClosed)
+	}
+	state, err := locking.HandleState(h, l)
+	if err != nil {
+		return nil, fmt.Errorf("memory: %s: %w", op, err)
+	}
+	e, ok := state.(*entry)
+	if !ok {
+		return nil, fmt.Errorf("memory: %s %v: %w: handle carries no memory lock", op, h, locking.ErrInvalid)
+	}
+	return e, nil
+}
