@@ -1,0 +1,246 @@
+// Package config owns bext-scheduler's TOML configuration: the types that
+// mirror the file, loading (includes, ${VAR} expansion, defaults) and
+// validation that reports every problem with the file and line it comes from.
+//
+// It checks the file only: nothing here connects to a lock backend or runs a
+// job. URLs are secrets (they carry passwords), so no Problem, error or
+// Redacted copy ever shows one unredacted.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// ErrInvalid is matched (errors.Is) by every error Load, Parse and Validate
+// return, so the CLI can exit 2 for any configuration problem.
+var ErrInvalid = errors.New("config: invalid")
+
+// MaxFileSize bounds a configuration file (and each included file). Larger
+// files are refused before they are read whole.
+const MaxFileSize = 4 << 20
+
+// Config mirrors the TOML file. Load fills defaults and resolves every
+// schedule; a Config built by hand should be checked with Validate.
+type Config struct {
+	NodeID        string   `toml:"node_id"`        // default: os.Hostname()
+	ShutdownGrace Duration `toml:"shutdown_grace"` // default 30s
+	// Include holds globs, relative to this file's directory, naming more
+	// files that hold only [[scheduled]] tables.
+	Include   []string   `toml:"include"`
+	HTTP      HTTP       `toml:"http"`
+	Log       Log        `toml:"log"`
+	Locking   Locking    `toml:"locking"`
+	Scheduled []Schedule `toml:"scheduled"`
+
+	// Path is the absolute path of the main file, set by Load and Parse.
+	Path string `toml:"-"`
+
+	file string     // the main file's name as given, for messages
+	at   *positions // dotted key path → line in the main file
+}
+
+// HTTP is the [http] table: the /metrics, /healthz and /readyz listener.
+type HTTP struct {
+	// Listen is host:port; "" or "off" disables the listener.
+	// Default "127.0.0.1:9464".
+	Listen string `toml:"listen"`
+}
+
+// Enabled reports whether the HTTP listener should run.
+func (h HTTP) Enabled() bool { return h.Listen != "" && h.Listen != "off" }
+
+// Log is the [log] table.
+type Log struct {
+	Level  string `toml:"level"`  // debug | info | warn | error; default info
+	Format string `toml:"format"` // text | json; default text
+}
+
+// Backend names, as spelled in [locking] backend.
+const (
+	BackendNone   = ""
+	BackendMemory = "memory"
+	BackendRedis  = "redis"
+	BackendPG     = "pg"
+)
+
+// Locking is the [locking] table.
+type Locking struct {
+	Backend      string   `toml:"backend"`        // "" (none) | memory | redis | pg
+	SafetyMargin Duration `toml:"safety_margin"`  // added to every TTL; default 5s
+	MaxClockSkew Duration `toml:"max_clock_skew"` // tick claim after release; default 1s
+	Redis        Redis    `toml:"redis"`
+	PG           PG       `toml:"pg"`
+}
+
+// HintBackend says what kind of backend Backend names, for hints.Resolve.
+// An unknown backend reports hints.None.
+func (l Locking) HintBackend() hints.Backend {
+	switch l.Backend {
+	case BackendMemory:
+		return hints.Local
+	case BackendRedis, BackendPG:
+		return hints.Distributed
+	}
+	return hints.None
+}
+
+// Redis is [locking.redis].
+type Redis struct {
+	URL       string   `toml:"url"`        // required when backend = "redis"
+	KeyPrefix string   `toml:"key_prefix"` // default "bext:lock:"
+	OpTimeout Duration `toml:"op_timeout"` // default 2s
+}
+
+// String shows the settings with the URL redacted, so logging the struct
+// cannot leak its password.
+func (r Redis) String() string {
+	return fmt.Sprintf("{url=%s key_prefix=%q op_timeout=%v}", RedactURL(r.URL), r.KeyPrefix, r.OpTimeout)
+}
+
+// PG is [locking.pg].
+type PG struct {
+	URL         string   `toml:"url"`          // required when backend = "pg"; URL or keyword DSN
+	Namespace   string   `toml:"namespace"`    // hashed into every advisory key; default "bext"
+	MaxSessions int      `toml:"max_sessions"` // sessions that may pin a lock; default 16
+	OpTimeout   Duration `toml:"op_timeout"`   // default 5s
+}
+
+// String shows the settings with the URL redacted.
+func (p PG) String() string {
+	return fmt.Sprintf("{url=%s namespace=%q max_sessions=%d op_timeout=%v}",
+		RedactURL(p.URL), p.Namespace, p.MaxSessions, p.OpTimeout)
+}
+
+// Overlap policies.
+const (
+	OverlapSkip  = "skip"  // skip a tick while this node still runs the previous one
+	OverlapAllow = "allow" // run ticks concurrently
+)
+
+// Schedule is one [[scheduled]] table. A schedule runs either Command or
+// HTTP, never both.
+type Schedule struct {
+	ID              string   `toml:"id"`               // unique; the lock key
+	Plugin          string   `toml:"plugin"`           // optional label, as in bext
+	Cron            string   `toml:"cron"`             // 5 or 6 fields, descriptors, CRON_TZ=
+	Timezone        string   `toml:"timezone"`         // IANA name; default UTC
+	Hint            string   `toml:"hint"`             // default prefer_global
+	ExpectedRuntime Duration `toml:"expected_runtime"` // default 1m
+	Jitter          Duration `toml:"jitter"`           // default 0
+	Timeout         Duration `toml:"timeout"`          // default none (0)
+	Overlap         string   `toml:"overlap"`          // skip | allow; default skip
+
+	// A command job: argv (no shell), working directory, extra environment.
+	Command []string          `toml:"command"`
+	Dir     string            `toml:"dir"`
+	Env     map[string]string `toml:"env"`
+
+	// An HTTP job.
+	HTTP *HTTPJob `toml:"http"`
+
+	File string `toml:"-"` // the file it was declared in, as named in messages
+	Line int    `toml:"-"` // the line of its [[scheduled]] header; 0 when unknown
+
+	// Resolved by Load and Validate.
+	Location  *time.Location `toml:"-"`
+	Spec      scheduler.Spec `toml:"-"`
+	HintValue hints.Hint     `toml:"-"`
+
+	at keyLines // lines of its keys ("cron", "http.url"), when loaded from a file
+}
+
+// HTTPJob is [scheduled.http]: an HTTP request as the job.
+type HTTPJob struct {
+	URL     string            `toml:"url"`
+	Method  string            `toml:"method"` // default GET, or POST when Body is set
+	Headers map[string]string `toml:"headers"`
+	Body    string            `toml:"body"`
+	Timeout Duration          `toml:"timeout"` // default 30s
+	// SuccessCodes lists the statuses that count as success; empty means
+	// any 2xx.
+	SuccessCodes []int `toml:"success_codes"`
+}
+
+// Duration is a time.Duration spelled in TOML as a Go duration string
+// ("30s", "2m", "1h30m"). Negative durations are rejected.
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a non-negative Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := parseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as Go spells it.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.Duration.String()), nil }
+
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q (want a Go duration such as \"30s\", \"2m\" or \"1h30m\")", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("negative duration %q", s)
+	}
+	return v, nil
+}
+
+// Problem is one thing wrong with the configuration.
+type Problem struct {
+	File string
+	Line int // 1-based; 0 when unknown
+	Msg  string
+}
+
+// String formats the problem as "file:line: msg" (or "file: msg").
+func (p Problem) String() string {
+	switch {
+	case p.File == "" && p.Line == 0:
+		return p.Msg
+	case p.Line == 0:
+		return p.File + ": " + p.Msg
+	}
+	return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg)
+}
+
+// where is "file:line" (or "file").
+func (p Problem) where() string {
+	if p.Line == 0 {
+		return p.File
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Line)
+}
+
+// Error holds every problem found. It matches ErrInvalid, and also the
+// cause of a file that could not be read (fs.ErrNotExist, fs.ErrPermission).
+type Error struct {
+	Problems []Problem
+
+	causes []error
+}
+
+// Error lists the problems, one per line.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the causes of unreadable files, so errors.Is(err,
+// fs.ErrNotExist) tells a missing file from a bad one.
+func (e *Error) Unwrap() []error { return e.causes }

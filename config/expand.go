@@ -1,0 +1,167 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// expandEnv replaces ${NAME} and ${NAME:-default} in s from the environment.
+// The default applies when NAME is unset or empty, as in the shell. Anything
+// else is left as written: "$$", a lone "$", "$NAME" without braces, and a
+// "${" that does not start a valid name (so a shell's ${#arr[@]} passes
+// through). A "${NAME" with no closing brace is an error, as is an unset
+// variable without a default.
+func expandEnv(s string, lookup func(string) (string, bool)) (string, []string) {
+	if !strings.Contains(s, "${") {
+		return s, nil
+	}
+	var b strings.Builder
+	var errs []string
+	for i := 0; i < len(s); {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		if strings.HasPrefix(s[i:], "$$") {
+			b.WriteString("$$")
+			i += 2
+			continue
+		}
+		if !strings.HasPrefix(s[i:], "${") {
+			b.WriteByte('$')
+			i++
+			continue
+		}
+		n := nameLen(s[i+2:])
+		if n == 0 { // not a variable: keep "${" literally
+			b.WriteString("${")
+			i += 2
+			continue
+		}
+		name := s[i+2 : i+2+n]
+		rest := s[i+2+n:]
+		var def string
+		hasDef := false
+		switch {
+		case strings.HasPrefix(rest, "}"):
+			rest = rest[1:]
+		case strings.HasPrefix(rest, ":-"):
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
+				errs = append(errs, fmt.Sprintf("unterminated ${%s:-...}: missing \"}\"", name))
+				b.WriteString(s[i:])
+				return b.String(), errs
+			}
+			def, hasDef = rest[2:end], true
+			rest = rest[end+1:]
+		case rest == "":
+			errs = append(errs, fmt.Sprintf("unterminated ${%s: missing \"}\"", name))
+			b.WriteString(s[i:])
+			return b.String(), errs
+		default: // ${NAME followed by something else: not ours
+			b.WriteString("${")
+			i += 2
+			continue
+		}
+		v, ok := lookup(name)
+		switch {
+		case hasDef && v == "":
+			v = def
+		case !ok:
+			errs = append(errs, fmt.Sprintf("environment variable %s is not set (use ${%s:-default} for a fallback)", name, name))
+		}
+		b.WriteString(v)
+		i = len(s) - len(rest)
+	}
+	return b.String(), errs
+}
+
+// nameLen is the length of the variable name at the start of s.
+func nameLen(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c == '_' || (c|0x20) >= 'a' && (c|0x20) <= 'z'
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// expandAll expands every string value reachable from v (a pointer to a
+// decoded document): string fields, string elements of slices, string values
+// of maps, and strings held in interface fields (durations before parsing).
+// Map keys are never expanded. path is the dotted TOML path for messages.
+func (b *builder) expandAll(v reflect.Value, path string, at *positions) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return
+		}
+		if v.Kind() == reflect.Interface {
+			if s, ok := v.Interface().(string); ok && v.CanSet() {
+				v.Set(reflect.ValueOf(b.expand(s, path, at)))
+			}
+			return
+		}
+		b.expandAll(v.Elem(), path, at)
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(b.expand(v.String(), path, at))
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			b.expandAll(v.Index(i), join(path, strconv.Itoa(i)), at)
+		}
+	case reflect.Map:
+		if v.Type().Elem().Kind() != reflect.String {
+			return
+		}
+		iter := v.MapRange()
+		for iter.Next() {
+			s := iter.Value().String()
+			k := iter.Key().String()
+			if e := b.expand(s, join(path, k), at); e != s {
+				v.SetMapIndex(iter.Key(), reflect.ValueOf(e).Convert(v.Type().Elem()))
+			}
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := f.Tag.Get("toml")
+			if !f.IsExported() || tag == "-" {
+				continue
+			}
+			p := path
+			if !f.Anonymous {
+				name, _, _ := strings.Cut(tag, ",")
+				p = join(path, name)
+			}
+			b.expandAll(v.Field(i), p, at)
+		}
+	}
+}
+
+// expand expands one value, reporting problems at the line of path.
+func (b *builder) expand(s, path string, at *positions) string {
+	out, errs := expandEnv(s, os.LookupEnv)
+	if len(errs) == 0 {
+		return out
+	}
+	line := at.line(path)
+	for _, e := range errs {
+		b.add(line, "%s: %s", path, e)
+	}
+	if line > 0 {
+		if b.unexpanded == nil {
+			b.unexpanded = map[fileLine]bool{}
+		}
+		b.unexpanded[fileLine{b.file, line}] = true
+	}
+	return s // as written, so later checks see what the file says
+}

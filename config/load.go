@@ -1,0 +1,407 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// Load reads the file at path and any files its include globs match,
+// expands ${VAR}, fills defaults and validates. When anything is wrong the
+// error is an *Error listing every problem; it matches ErrInvalid, and
+// fs.ErrNotExist when the file is missing.
+func Load(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, &Error{Problems: []Problem{{File: path, Msg: err.Error()}}, causes: []error{err}}
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load on the main file's bytes; path names the file in messages
+// and include globs are resolved relative to its directory.
+func Parse(data []byte, path string) (*Config, error) {
+	b := &builder{}
+	c := b.parseMain(data, path)
+	if c != nil {
+		for _, p := range c.validate() {
+			// A value whose ${VAR} failed is reported once, for the variable.
+			if !b.unexpanded[fileLine{p.File, p.Line}] {
+				b.problems = append(b.problems, p)
+			}
+		}
+	}
+	if err := b.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// builder collects the problems of one Load.
+type builder struct {
+	file     string // the file being read, as named in messages
+	problems []Problem
+	causes   []error
+	// unexpanded holds the lines whose ${VAR} could not be expanded.
+	unexpanded map[fileLine]bool
+}
+
+type fileLine struct {
+	file string
+	line int
+}
+
+func (b *builder) add(line int, format string, args ...any) {
+	b.problems = append(b.problems, Problem{File: b.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (b *builder) err() error {
+	if len(b.problems) == 0 {
+		return nil
+	}
+	// Files in the order they were read (the main file first), lines in order.
+	rank := map[string]int{}
+	for _, p := range b.problems {
+		if _, ok := rank[p.File]; !ok {
+			rank[p.File] = len(rank)
+		}
+	}
+	sort.SliceStable(b.problems, func(i, j int) bool {
+		pi, pj := b.problems[i], b.problems[j]
+		if pi.File != pj.File {
+			return rank[pi.File] < rank[pj.File]
+		}
+		return pi.Line < pj.Line
+	})
+	return &Error{Problems: b.problems, causes: b.causes}
+}
+
+// The documents as decoded. Each embeds the public type and shadows its
+// Duration fields with `any`: a bad duration must be one more problem with a
+// line, not an error that stops the decoder (and a duration may be written
+// as "${VAR}", which only parses after expansion).
+type (
+	mainDoc struct {
+		Config
+		ShutdownGrace any        `toml:"shutdown_grace"`
+		Locking       lockingDoc `toml:"locking"`
+		Scheduled     []schedDoc `toml:"scheduled"`
+	}
+	lockingDoc struct {
+		Locking
+		SafetyMargin any      `toml:"safety_margin"`
+		MaxClockSkew any      `toml:"max_clock_skew"`
+		Redis        redisDoc `toml:"redis"`
+		PG           pgDoc    `toml:"pg"`
+	}
+	redisDoc struct {
+		Redis
+		OpTimeout any `toml:"op_timeout"`
+	}
+	pgDoc struct {
+		PG
+		OpTimeout any `toml:"op_timeout"`
+	}
+	schedDoc struct {
+		Schedule
+		ExpectedRuntime any      `toml:"expected_runtime"`
+		Jitter          any      `toml:"jitter"`
+		Timeout         any      `toml:"timeout"`
+		HTTP            *httpDoc `toml:"http"`
+	}
+	httpDoc struct {
+		HTTPJob
+		Timeout any `toml:"timeout"`
+	}
+	// includeDoc is an included file: [[scheduled]] tables only.
+	includeDoc struct {
+		Scheduled []schedDoc `toml:"scheduled"`
+	}
+)
+
+// parseMain decodes the main file and its includes into a Config with
+// defaults filled. It returns nil when the main file cannot be decoded.
+func (b *builder) parseMain(data []byte, path string) *Config {
+	b.file = path
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	def := defaultConfig()
+	doc := mainDoc{Config: def}
+	// The shadowing structs are what the decoder fills: they need the
+	// defaults too (their Duration fields keep them, being shadowed).
+	doc.Locking.Locking = def.Locking
+	doc.Locking.Redis.Redis = def.Locking.Redis
+	doc.Locking.PG.PG = def.Locking.PG
+	at, ok := b.decode(data, &doc, false)
+	if !ok {
+		return nil
+	}
+	b.expandAll(reflect.ValueOf(&doc), "", at)
+
+	c := doc.Config
+	c.Path, c.file, c.at = abs, path, at
+	c.Locking = doc.Locking.Locking
+	c.Locking.Redis = doc.Locking.Redis.Redis
+	c.Locking.PG = doc.Locking.PG.PG
+	b.duration(&c.ShutdownGrace, doc.ShutdownGrace, "shutdown_grace", at.line("shutdown_grace"), false)
+	b.duration(&c.Locking.SafetyMargin, doc.Locking.SafetyMargin, "locking.safety_margin", at.line("locking.safety_margin"), false)
+	b.duration(&c.Locking.MaxClockSkew, doc.Locking.MaxClockSkew, "locking.max_clock_skew", at.line("locking.max_clock_skew"), false)
+	b.duration(&c.Locking.Redis.OpTimeout, doc.Locking.Redis.OpTimeout, "locking.redis.op_timeout", at.line("locking.redis.op_timeout"), true)
+	b.duration(&c.Locking.PG.OpTimeout, doc.Locking.PG.OpTimeout, "locking.pg.op_timeout", at.line("locking.pg.op_timeout"), true)
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname() // validate reports it if still empty
+	}
+	c.Scheduled = b.schedules(doc.Scheduled, at)
+	c.Scheduled = append(c.Scheduled, b.includes(&c)...)
+	return &c
+}
+
+// decode strictly decodes data into doc, recording syntax errors and
+// unknown keys. ok is false when nothing useful was decoded.
+func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok bool) {
+	if len(data) > MaxFileSize {
+		b.add(0, "file is %d bytes, over the %d byte limit", len(data), MaxFileSize)
+		return nil, false
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		b.add(1+bytes.Count(data[:i], []byte("\n")), "file contains a NUL byte (not a text file?)")
+		return nil, false
+	}
+	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(doc)
+	var strict *toml.StrictMissingError
+	var de *toml.DecodeError
+	switch {
+	case errors.As(err, &strict):
+		for i := range strict.Errors {
+			e := &strict.Errors[i]
+			line, _ := e.Position()
+			key := strings.Join(e.Key(), ".")
+			switch {
+			case include && (len(e.Key()) == 0 || e.Key()[0] != "scheduled"):
+				b.add(line, "%q: an included file may hold only [[scheduled]] tables", key)
+			case strings.Contains(e.Error(), "table"):
+				b.add(line, "unknown table [%s]", key)
+			default:
+				b.add(line, "unknown key %q", key)
+			}
+		}
+	case errors.As(err, &de):
+		line, col := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := typeMismatch.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("wrong type: got a TOML %s, want %s", m[1], goTypeInTOML(m[2]))
+		} else {
+			msg = "syntax error: " + msg
+		}
+		if k := de.Key(); len(k) > 0 {
+			msg = fmt.Sprintf("%s: %s", strings.Join(k, "."), msg)
+		}
+		b.add(line, "%s (column %d)", msg, col)
+		return nil, false
+	case err != nil:
+		b.add(0, "cannot decode: %v", err)
+		return nil, false
+	}
+	return indexLines(data), true
+}
+
+// typeMismatch matches go-toml's message for a value of the wrong type,
+// which names our internal Go types; goTypeInTOML says it in TOML words.
+var typeMismatch = regexp.MustCompile(`^cannot decode TOML (\w+) into .* of type (.+)$`)
+
+func goTypeInTOML(t string) string {
+	switch t {
+	case "string":
+		return "a string"
+	case "int", "int64":
+		return "an integer"
+	case "bool":
+		return "a boolean"
+	case "[]string":
+		return "an array of strings"
+	case "[]int":
+		return "an array of integers"
+	case "map[string]string":
+		return "a table of strings"
+	}
+	if strings.HasPrefix(t, "config.") || strings.HasPrefix(t, "*config.") || strings.HasPrefix(t, "[]config.") {
+		return "a table"
+	}
+	return t
+}
+
+// schedules turns decoded [[scheduled]] tables into Schedules with their
+// defaults, file and lines.
+func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
+	out := make([]Schedule, 0, len(docs))
+	for i := range docs {
+		d := &docs[i]
+		s := d.Schedule
+		s.File = b.file
+		s.at = keyLines{pos: at, prefix: fmt.Sprintf("scheduled.%d", i)}
+		s.Line = s.at.line("")
+		dur := func(dst *Duration, v any, key string, positive bool) {
+			label := fmt.Sprintf("schedule %q: %s", s.ID, key)
+			if s.ID == "" {
+				label = s.at.prefix + "." + key
+			}
+			b.duration(dst, v, label, s.at.line(key), positive)
+		}
+		dur(&s.ExpectedRuntime, d.ExpectedRuntime, "expected_runtime", true)
+		dur(&s.Jitter, d.Jitter, "jitter", false)
+		dur(&s.Timeout, d.Timeout, "timeout", false)
+		if d.HTTP != nil {
+			h := d.HTTP.HTTPJob
+			dur(&h.Timeout, d.HTTP.Timeout, "http.timeout", true)
+			s.HTTP = &h
+		}
+		s.setDefaults()
+		out = append(out, s)
+	}
+	return out
+}
+
+// duration parses a decoded duration value into dst. A nil value (the key
+// is absent) leaves dst, and so its default, alone. positive rejects an
+// explicit zero where zero means nothing sensible (a timeout of no time).
+// label names the key in messages.
+func (b *builder) duration(dst *Duration, v any, label string, line int, positive bool) {
+	if v == nil {
+		return
+	}
+	path := label
+	s, ok := v.(string)
+	if !ok {
+		b.add(line, "%s: want a duration string such as \"30s\", got %s", path, tomlKind(v))
+		return
+	}
+	d, err := parseDuration(s)
+	switch {
+	case err != nil:
+		b.add(line, "%s: %v", path, err)
+	case positive && d == 0:
+		b.add(line, "%s: must be more than zero", path)
+	default:
+		dst.Duration = d
+	}
+}
+
+func tomlKind(v any) string {
+	switch v.(type) {
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case time.Time, toml.LocalDate, toml.LocalTime, toml.LocalDateTime:
+		return "a date/time"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// includes reads the files c.Include matches, relative to the main file's
+// directory, each once, never the main file itself.
+func (b *builder) includes(c *Config) []Schedule {
+	main := b.file
+	dir := filepath.Dir(main)
+	seen := map[string]bool{c.Path: true}
+	var out []Schedule
+	for i, glob := range c.Include {
+		b.file = main
+		line := c.at.line(fmt.Sprintf("include.%d", i))
+		pattern := glob
+		if !filepath.IsAbs(pattern) {
+			pattern = filepath.Join(dir, pattern)
+		}
+		matches, err := filepath.Glob(pattern)
+		if err != nil {
+			b.add(line, "include %q: bad glob: %v", glob, err)
+			continue
+		}
+		for _, m := range matches { // a glob matching nothing is fine
+			abs, err := filepath.Abs(m)
+			if err != nil {
+				abs = m
+			}
+			if seen[abs] {
+				continue
+			}
+			seen[abs] = true
+			b.file = m
+			data, err := readFile(m)
+			if err != nil {
+				b.add(0, "included by %s:%d: %v", main, line, err)
+				b.causes = append(b.causes, err)
+				continue
+			}
+			var doc includeDoc
+			at, ok := b.decode(data, &doc, true)
+			if !ok {
+				continue
+			}
+			b.expandAll(reflect.ValueOf(&doc), "", at)
+			out = append(out, b.schedules(doc.Scheduled, at)...)
+		}
+	}
+	b.file = main
+	return out
+}
+
+// readFile reads a regular file of at most MaxFileSize bytes. Its errors
+// keep their fs cause and never repeat the path (messages already name it).
+func readFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config: %w", unwrapPath(err))
+	}
+	switch {
+	case st.IsDir():
+		return nil, errors.New("cannot read config: is a directory, not a file")
+	case !st.Mode().IsRegular():
+		return nil, errors.New("cannot read config: not a regular file")
+	case st.Size() > MaxFileSize:
+		return nil, fmt.Errorf("cannot read config: file is %d bytes, over the %d byte limit", st.Size(), MaxFileSize)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config: %w", unwrapPath(err))
+	}
+	defer f.Close()
+	// The file may have grown since Stat: never read more than the limit.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config: %w", unwrapPath(err))
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("cannot read config: file is over the %d byte limit", MaxFileSize)
+	}
+	return data, nil
+}
+
+// unwrapPath drops the *fs.PathError wrapper (its message repeats the path)
+// but keeps the cause, so errors.Is(err, fs.ErrNotExist) still holds.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Validate checks c and resolves each schedule's Location, Spec and
+// HintValue. It reports every problem it finds, as an *Error, not just the
+// first. Load and Parse call it; call it yourself on a Config built by hand.
+func (c *Config) Validate() error {
+	b := &builder{problems: c.validate()}
+	return b.err()
+}
+
+// validate returns c's problems, resolving schedules as it goes.
+func (c *Config) validate() []Problem {
+	v := validator{file: c.file}
+	if v.file == "" {
+		v.file = c.Path
+	}
+	at := c.at.line
+
+	if err := locking.CheckKey(c.NodeID); err != nil {
+		v.add(at("node_id"), "node_id: %s", keyProblem(err, "the host name is unknown; set node_id"))
+	}
+	v.nonNegative(c.ShutdownGrace, "shutdown_grace", at("shutdown_grace"))
+	if c.HTTP.Enabled() {
+		if err := checkListen(c.HTTP.Listen); err != nil {
+			v.add(at("http.listen"), "http.listen %q: %v (or \"off\" to disable)", c.HTTP.Listen, err)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add(at("log.level"), "log.level: unknown level %q (want debug, info, warn or error)", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
+	}
+	v.locking(&c.Locking, at)
+
+	first := map[string]*Schedule{}
+	for i := range c.Scheduled {
+		s := &c.Scheduled[i]
+		v.schedule(s, c.Locking)
+		if s.ID == "" {
+			continue
+		}
+		if f, dup := first[s.ID]; dup {
+			v.atSchedule(s, "id", "duplicate id %q: also declared at %s", s.ID, Problem{File: f.File, Line: f.at.lineOr("id", f.Line)}.where())
+			continue
+		}
+		first[s.ID] = s
+	}
+	return v.problems
+}
+
+// validator collects problems; file names the main file.
+type validator struct {
+	file     string
+	problems []Problem
+}
+
+func (v *validator) add(line int, format string, args ...any) {
+	v.problems = append(v.problems, Problem{File: v.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+// atSchedule reports a problem with key of s, at the key's line when known.
+func (v *validator) atSchedule(s *Schedule, key, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if s.ID != "" && key != "id" {
+		msg = fmt.Sprintf("schedule %q: %s", s.ID, msg)
+	}
+	file := s.File
+	if file == "" {
+		file = v.file
+	}
+	v.problems = append(v.problems, Problem{File: file, Line: s.at.lineOr(key, s.Line), Msg: msg})
+}
+
+func (v *validator) nonNegative(d Duration, name string, line int) {
+	if d.Duration < 0 {
+		v.add(line, "%s: negative duration %v", name, d.Duration)
+	}
+}
+
+func (v *validator) locking(l *Locking, at func(string) int) {
+	v.nonNegative(l.SafetyMargin, "locking.safety_margin", at("locking.safety_margin"))
+	v.nonNegative(l.MaxClockSkew, "locking.max_clock_skew", at("locking.max_clock_skew"))
+	backendLine := at("locking.backend")
+	switch l.Backend {
+	case BackendNone, BackendMemory:
+	case BackendRedis:
+		r := l.Redis
+		switch {
+		case r.URL == "":
+			v.add(backendLine, "locking.backend = \"redis\" needs locking.redis.url")
+		default:
+			if err := checkRedisURL(r.URL); err != nil {
+				v.add(at("locking.redis.url"), "locking.redis.url %s: %v", RedactURL(r.URL), err)
+			}
+		}
+		if r.OpTimeout.Duration <= 0 {
+			v.add(at("locking.redis.op_timeout"), "locking.redis.op_timeout must be more than zero")
+		}
+	case BackendPG:
+		p := l.PG
+		switch {
+		case p.URL == "":
+			v.add(backendLine, "locking.backend = \"pg\" needs locking.pg.url")
+		default:
+			if err := checkPGURL(p.URL); err != nil {
+				v.add(at("locking.pg.url"), "locking.pg.url %s: %v", RedactURL(p.URL), err)
+			}
+		}
+		if p.Namespace == "" {
+			v.add(at("locking.pg.namespace"), "locking.pg.namespace is empty")
+		}
+		if p.MaxSessions < 1 {
+			v.add(at("locking.pg.max_sessions"), "locking.pg.max_sessions is %d; it must be at least 1", p.MaxSessions)
+		}
+		if p.OpTimeout.Duration <= 0 {
+			v.add(at("locking.pg.op_timeout"), "locking.pg.op_timeout must be more than zero")
+		}
+	default:
+		v.add(backendLine, "locking.backend: unknown backend %q (want memory, redis or pg, or leave it out)", l.Backend)
+	}
+}
+
+// schedule checks one schedule and resolves its Location, Spec and HintValue.
+func (v *validator) schedule(s *Schedule, l Locking) {
+	if err := locking.CheckKey(s.ID); err != nil {
+		v.atSchedule(s, "id", "schedule id: %s", keyProblem(err, "empty id: every schedule needs a unique id (it is the lock key)"))
+	}
+
+	s.Location = time.UTC
+	if s.Timezone != "" {
+		loc, err := time.LoadLocation(s.Timezone)
+		if err != nil {
+			v.atSchedule(s, "timezone", "unknown timezone %q (want an IANA name such as \"Europe/Paris\")", s.Timezone)
+		} else {
+			s.Location = loc
+		}
+	}
+	s.Spec = nil
+	if s.Cron == "" {
+		v.atSchedule(s, "cron", "cron is missing")
+	} else if spec, err := scheduler.ParseSpec(s.Cron, s.Location); err != nil {
+		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(err.Error(), "scheduler: "))
+	} else {
+		s.Spec = spec
+	}
+
+	s.HintValue = ""
+	if h, err := hints.Parse(s.Hint); err != nil {
+		v.atSchedule(s, "hint", "unknown hint %q (want node_local, require_global or prefer_global)", s.Hint)
+	} else {
+		s.HintValue = h
+		known := l.Backend == BackendNone || l.HintBackend() != hints.None
+		if _, err := hints.Resolve(h, l.HintBackend()); known && errors.Is(err, hints.ErrNoBackend) {
+			v.atSchedule(s, "hint", "hint %q needs a lock backend: set [locking] backend (memory, redis or pg)", h)
+		}
+	}
+	switch s.Overlap {
+	case "", OverlapSkip, OverlapAllow:
+	default:
+		v.atSchedule(s, "overlap", "unknown overlap %q (want skip or allow)", s.Overlap)
+	}
+	for _, d := range []struct {
+		key string
+		d   Duration
+	}{{"expected_runtime", s.ExpectedRuntime}, {"jitter", s.Jitter}, {"timeout", s.Timeout}} {
+		if d.d.Duration < 0 {
+			v.atSchedule(s, d.key, "%s: negative duration %v", d.key, d.d.Duration)
+		}
+	}
+
+	switch {
+	case s.Command == nil && s.HTTP == nil:
+		v.atSchedule(s, "", "no job: set command = [...] or a [scheduled.http] table")
+	case s.Command != nil && s.HTTP != nil:
+		v.atSchedule(s, "command", "both command and [scheduled.http] are set; a schedule runs one job")
+	case s.Command != nil:
+		v.command(s)
+	default:
+		v.httpJob(s)
+	}
+}
+
+func (v *validator) command(s *Schedule) {
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		v.atSchedule(s, "command", "empty command: the first element must name the program to run")
+	}
+	for k, val := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.atSchedule(s, "env."+k, "env: bad variable name %q", k)
+		} else if strings.ContainsRune(val, 0) {
+			v.atSchedule(s, "env."+k, "env: value of %s contains a NUL byte", k)
+		}
+	}
+}
+
+func (v *validator) httpJob(s *Schedule) {
+	h := s.HTTP
+	if err := checkHTTPURL(h.URL); err != nil {
+		v.atSchedule(s, "http.url", "http.url %s: %v", RedactURL(h.URL), err)
+	}
+	switch strings.ToUpper(h.Method) {
+	case "", http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+	default:
+		v.atSchedule(s, "http.method", "http.method: unknown method %q (want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS)", h.Method)
+	}
+	for name, val := range h.Headers {
+		if !isToken(name) {
+			v.atSchedule(s, "http.headers."+name, "http.headers: bad header name %q", name)
+		} else if strings.ContainsAny(val, "\r\n\x00") {
+			v.atSchedule(s, "http.headers."+name, "http.headers: value of %q contains a line break", name)
+		}
+	}
+	if h.Timeout.Duration < 0 {
+		v.atSchedule(s, "http.timeout", "http.timeout: negative duration %v", h.Timeout.Duration)
+	}
+	for i, code := range h.SuccessCodes {
+		if code < 100 || code > 599 {
+			v.atSchedule(s, "http.success_codes."+strconv.Itoa(i), "http.success_codes: %d is not an HTTP status", code)
+		}
+	}
+}
+
+// keyProblem words a locking.CheckKey error; empty explains an empty key.
+func keyProblem(err error, empty string) string {
+	msg := strings.TrimPrefix(err.Error(), locking.ErrInvalid.Error()+": ")
+	if msg == "empty key" {
+		return empty
+	}
+	return msg
+}
+
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// The URL checks never quote the URL or url.Parse's error (both can hold
+// the password): callers print RedactURL(raw).
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return errors.New("no host")
+		}
+	case "unix":
+		if u.Path == "" {
+			return errors.New("no socket path")
+		}
+	default:
+		return errors.New("want a redis://, rediss:// or unix:// URL")
+	}
+	return nil
+}
+
+func checkPGURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		if !strings.Contains(raw, "=") {
+			return errors.New("want a postgres:// URL or a keyword DSN (host=... dbname=...)")
+		}
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return errors.New("want a postgres:// or postgresql:// URL")
+	}
+	return nil
+}
+
+func checkHTTPURL(raw string) error {
+	if raw == "" {
+		return errors.New("is missing")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("want an http:// or https:// URL")
+	}
+	if u.Host == "" {
+		return errors.New("no host")
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as header names are.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
