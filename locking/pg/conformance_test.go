@@ -1,0 +1,55 @@
+package pg
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/lockertest"
+)
+
+// suiteSessions is MaxSessions for the conformance suite: enough to hold
+// many keys, well under the test server's max_connections (100) even with
+// a second Locker of the same test connected.
+const suiteSessions = 40
+
+func TestConformance(t *testing.T) {
+	lockertest.Run(t, lockertest.Backend{
+		New: func(t testing.TB) locking.Locker {
+			// One cluster per suite case: its lockers share a namespace.
+			return clusterOf(t).open(Options{MaxSessions: suiteSessions})
+		},
+		Expire:    func(t testing.TB, key string) { clusterOf(t).kill(key) },
+		TTLExpiry: false,
+		MaxHeld:   suiteSessions,
+	})
+}
+
+// clusters maps each suite case (TestConformance/<case>) to its cluster, so
+// New and Expire of one case, and of its subtests, share a namespace.
+var (
+	clustersMu sync.Mutex
+	clusters   = map[string]*cluster{}
+)
+
+func clusterOf(t testing.TB) *cluster {
+	t.Helper()
+	name := t.Name()
+	if parts := strings.SplitN(name, "/", 3); len(parts) >= 2 {
+		name = parts[0] + "/" + parts[1]
+	}
+	clustersMu.Lock()
+	defer clustersMu.Unlock()
+	if c, ok := clusters[name]; ok {
+		return c
+	}
+	c := newCluster(t)
+	clusters[name] = c
+	t.Cleanup(func() {
+		clustersMu.Lock()
+		delete(clusters, name)
+		clustersMu.Unlock()
+	})
+	return c
+}

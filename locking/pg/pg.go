@@ -1,0 +1,467 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Sentinel errors of this backend. Both are also matched by the locking
+// sentinels they wrap (see each).
+var (
+	// ErrNoSession: every one of Options.MaxSessions sessions is in use, so
+	// TryLock cannot ask Postgres. It comes wrapped with locking.ErrUnavailable:
+	// like an unreachable backend, the answer is "cannot tell now", never
+	// "contended". Raise MaxSessions (and Postgres's max_connections) or hold
+	// fewer locks at once.
+	ErrNoSession = errors.New("pg: all sessions in use")
+
+	// ErrTransactionPooler: the sessions do not stay on one Postgres backend,
+	// so advisory locks would not exclude anything. Not wrapped with
+	// ErrUnavailable: it is a configuration mistake, not a passing outage.
+	ErrTransactionPooler = errors.New("pg: session advisory locks do not work behind a transaction-pooling PgBouncer: point [locking.pg] url at Postgres or a session-pooling pool")
+)
+
+// Defaults for Options fields left zero.
+const (
+	DefaultNamespace   = "bext"
+	DefaultMaxSessions = 16
+	DefaultOpTimeout   = 5 * time.Second
+)
+
+// Options configure a Locker. Zero fields take the defaults above.
+type Options struct {
+	// URL is a postgres:// URL or a keyword/value DSN, as pgx.ParseConfig
+	// reads it (sslmode, connect_timeout, options=... and so on).
+	URL string
+	// Namespace separates clusters sharing one database: keys of different
+	// namespaces never contend (beyond a 2^-64 id collision). Default "bext".
+	Namespace string
+	// MaxSessions bounds the connections this Locker opens, and so the locks
+	// it can hold at once. Default 16.
+	MaxSessions int
+	// OpTimeout bounds every query and every new connection. Default 5s.
+	OpTimeout time.Duration
+	// Holder is recorded with each acquisition for `bext-scheduler locks`
+	// (node id and pid). Default "<hostname>/<pid>".
+	Holder string
+}
+
+// Locker is the Postgres lock backend. It implements locking.Locker and
+// locking.Pinger, and lists held locks with List. Safe for concurrent use.
+type Locker struct {
+	opts Options
+	cfg  *pgx.ConnConfig
+
+	mu     sync.Mutex
+	closed bool
+	idle   []*session       // open sessions holding no lock, most recent last
+	open   int              // sessions idle, pinned or being connected
+	held   map[int64]*lease // lock id → its lease; nil while a TryLock is asking
+	ops    sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
+
+	schemaMu sync.Mutex
+	schemaOK atomic.Bool
+}
+
+// lease is a held lock: the handle's private state. mu serialises Renew,
+// Release and Close on its session (a pgx.Conn is not safe for concurrent
+// use); done means the session no longer belongs to this lease.
+type lease struct {
+	mu   sync.Mutex
+	id   int64
+	key  string
+	sess *session
+	done bool
+
+	fenceVal int64 // the fencing token of this acquisition
+}
+
+var (
+	_ locking.Locker = (*Locker)(nil)
+	_ locking.Pinger = (*Locker)(nil)
+)
+
+// Open checks opts and parses the URL, without connecting: a node must start
+// while Postgres is down and recover by itself when it returns. A bad URL
+// gives an error wrapping locking.ErrInvalid, with any password redacted.
+func Open(ctx context.Context, opts Options) (*Locker, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.OpTimeout == 0 {
+		opts.OpTimeout = DefaultOpTimeout
+	}
+	if opts.Holder == "" {
+		host, _ := os.Hostname()
+		opts.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	var problems []error
+	if opts.MaxSessions < 0 {
+		problems = append(problems, fmt.Errorf("%w: pg: max sessions %d is negative", locking.ErrInvalid, opts.MaxSessions))
+	}
+	if opts.OpTimeout < 0 {
+		problems = append(problems, fmt.Errorf("%w: pg: op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout))
+	}
+	if opts.URL == "" {
+		problems = append(problems, fmt.Errorf("%w: pg: empty url", locking.ErrInvalid))
+	}
+	var cfg *pgx.ConnConfig
+	if opts.URL != "" {
+		var err error
+		if cfg, err = pgx.ParseConfig(opts.URL); err != nil {
+			// Not %w: pgx's error keeps the raw string, password included.
+			problems = append(problems, fmt.Errorf("%w: pg: cannot parse url %s: %s",
+				locking.ErrInvalid, redactURL(opts.URL), scrubSecrets(err.Error(), opts.URL)))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	configureSessions(cfg, opts.OpTimeout)
+	return &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease)}, nil
+}
+
+// TryLock takes key if it is free. ttl is only the caller's lease: advisory
+// locks last until Release or until their session dies. A key this Locker
+// already holds answers contended without asking Postgres.
+func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	if err := locking.CheckTryLock(key, ttl); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
+	}
+	id := lockID(l.opts.Namespace, key)
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, locking.ErrClosed
+		}
+		mine, found := l.held[id]
+		if !found {
+			l.held[id] = nil // claim the id: racing TryLocks of ours see it
+			l.ops.Add(1)
+			l.mu.Unlock()
+			break
+		}
+		l.mu.Unlock()
+		// Held (or being asked for) by this Locker. Asking Postgres from the
+		// holding session would wrongly succeed (re-entrancy), so answer
+		// contended, unless the holding session has died unnoticed (its
+		// handle abandoned): then forget it and ask Postgres.
+		if mine == nil || l.stillHeld(ctx, mine) {
+			return nil, nil
+		}
+	}
+	defer l.ops.Done()
+
+	ls, err := l.tryLock(ctx, id, key)
+	l.mu.Lock()
+	if ls == nil {
+		delete(l.held, id)
+		l.mu.Unlock()
+		return nil, err
+	}
+	if l.closed {
+		// Close ran while we asked and could not see this lock: end it here
+		// by closing its session.
+		delete(l.held, id)
+		l.mu.Unlock()
+		l.discard(ctx, ls.sess)
+		return nil, locking.ErrClosed
+	}
+	l.held[id] = ls
+	l.mu.Unlock()
+	tok, err := locking.NewToken()
+	if err != nil {
+		ls.mu.Lock()
+		l.end(ctx, ls, false) // closing the session ends the lock
+		ls.mu.Unlock()
+		return nil, err
+	}
+	return locking.NewHandle(l, key, tok, ls.fenceVal, ttl, ls), nil
+}
+
+// tryLock asks Postgres once, retrying once on a fresh connection when a
+// reused idle session turns out dead (Postgres restarted since). Retrying is
+// safe: the dead session is closed, so any lock it might have taken ends.
+func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		s, reused, err := l.acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
+		}
+		if err := l.ensureSchema(ctx, s); err != nil {
+			l.discard(ctx, s)
+			return nil, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
+		}
+		var (
+			ok    bool
+			fence *int64
+			pid   uint32
+		)
+		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &fence, &pid)
+		if err != nil {
+			// The statement may have taken the lock before failing: closing
+			// the session is what guarantees it ends.
+			l.discard(ctx, s)
+			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+				continue
+			}
+			return nil, fmt.Errorf("%w: pg: try-lock %q: %w", locking.ErrUnavailable, key, err)
+		}
+		if pid != s.pid {
+			l.discard(ctx, s)
+			return nil, fmt.Errorf("%w: try-lock %q ran on backend %d, the session's is %d", ErrTransactionPooler, key, pid, s.pid)
+		}
+		if !ok {
+			l.putIdle(s)
+			return nil, nil
+		}
+		if fence == nil {
+			l.discard(ctx, s)
+			return nil, fmt.Errorf("%w: pg: try-lock %q: won the lock but got no fencing token", locking.ErrUnavailable, key)
+		}
+		return &lease{id: id, key: key, sess: s, fenceVal: *fence}, nil
+	}
+}
+
+// Renew proves the handle's session is alive and still holds its lock. It
+// does not extend anything (advisory locks have no TTL). Any failure ends
+// the lock: the session is closed and the error wraps locking.ErrLockLost.
+func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
+	ls, err := l.leaseOf(h)
+	if err != nil {
+		return err
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.done {
+		return l.doneErr(ls)
+	}
+	if err := ctx.Err(); err != nil {
+		// Not asked: the session is not in doubt and keeps the lock, but the
+		// caller must act as if it were lost.
+		return fmt.Errorf("pg: renew %q: %w", ls.key, err)
+	}
+	return l.check(ctx, ls)
+}
+
+// check asks whether ls's session still holds its lock; on any failure it
+// ends ls (closing the session) and returns an error wrapping ErrLockLost.
+// ls.mu must be held and ls not done.
+func (l *Locker) check(ctx context.Context, ls *lease) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	defer cancel()
+	hi, lo := splitID(ls.id)
+	var (
+		pid   uint32
+		holds bool
+	)
+	err := ls.sess.conn.QueryRow(ctx, renewSQL, hi, lo).Scan(&pid, &holds)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: pg: renew %q: %w", locking.ErrLockLost, ls.key, err)
+	case pid != ls.sess.pid:
+		err = fmt.Errorf("%w: pg: renew %q: %w: backend %d, the session's is %d", locking.ErrLockLost, ls.key, ErrTransactionPooler, pid, ls.sess.pid)
+	case !holds:
+		err = fmt.Errorf("%w: pg: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
+	default:
+		return nil
+	}
+	l.end(ctx, ls, false)
+	return err
+}
+
+// stillHeld answers a TryLock for a key this Locker holds: true (contended)
+// unless the holding session is found dead or without the lock, in which
+// case the lease is ended. A lease busy in another call counts as held.
+func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
+	if !ls.mu.TryLock() {
+		return true
+	}
+	defer ls.mu.Unlock()
+	if ls.done {
+		return false
+	}
+	err := l.check(ctx, ls)
+	return err == nil || ctx.Err() != nil
+}
+
+// Release unlocks and returns the session to the idle list. A lock that is
+// no longer held, or any failure, gives an error wrapping
+// locking.ErrLockLost; the session is then closed, which ends the lock.
+func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
+	ls, err := l.leaseOf(h)
+	if err != nil {
+		return err
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.done {
+		return l.doneErr(ls)
+	}
+	if err := ctx.Err(); err != nil {
+		// Not asked: the lock stays held and the session usable.
+		return fmt.Errorf("pg: release %q: %w", ls.key, err)
+	}
+	return l.unlock(ctx, ls)
+}
+
+// unlock runs pg_advisory_unlock on ls's session; ls.mu must be held.
+func (l *Locker) unlock(ctx context.Context, ls *lease) error {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	defer cancel()
+	var unlocked bool
+	err := ls.sess.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: pg: release %q: %w", locking.ErrLockLost, ls.key, err)
+	case !unlocked:
+		err = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
+	}
+	l.end(ctx, ls, err == nil)
+	return err
+}
+
+// end forgets ls and either returns its session to idle (clean, after a
+// successful unlock) or closes it (in doubt). ls.mu must be held.
+func (l *Locker) end(ctx context.Context, ls *lease, clean bool) {
+	ls.done = true
+	l.mu.Lock()
+	if l.held[ls.id] == ls {
+		delete(l.held, ls.id)
+	}
+	l.mu.Unlock()
+	if clean {
+		l.putIdle(ls.sess)
+	} else {
+		l.discard(ctx, ls.sess)
+	}
+}
+
+// leaseOf checks h and the Locker's state and returns h's lease.
+func (l *Locker) leaseOf(h *locking.Handle) (*lease, error) {
+	st, err := locking.HandleState(h, l)
+	if err != nil {
+		return nil, err
+	}
+	ls, ok := st.(*lease)
+	if !ok {
+		return nil, fmt.Errorf("%w: pg: %v carries no pg lease", locking.ErrInvalid, h)
+	}
+	if l.isClosed() {
+		return nil, locking.ErrClosed
+	}
+	return ls, nil
+}
+
+func (l *Locker) doneErr(ls *lease) error {
+	if l.isClosed() {
+		return locking.ErrClosed
+	}
+	return fmt.Errorf("%w: pg: %q was already released or lost", locking.ErrLockLost, ls.key)
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Close releases every lock this Locker holds and closes all its sessions,
+// under a fresh context (ctx's values, not its cancellation, plus
+// OpTimeout per step) so shutdown works even with ctx already cancelled.
+// It waits for TryLock, Ping and List calls in flight. Later calls return
+// locking.ErrClosed, except Close, which is safe to call twice.
+func (l *Locker) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	leases := make([]*lease, 0, len(l.held))
+	for _, ls := range l.held {
+		if ls != nil {
+			leases = append(leases, ls)
+		}
+	}
+	l.mu.Unlock()
+
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	for _, ls := range leases {
+		ls.mu.Lock()
+		if !ls.done {
+			// putIdle closes the session, as the Locker is closed.
+			if err := l.unlock(ctx, ls); err != nil && !errors.Is(err, locking.ErrLockLost) {
+				errs = append(errs, err)
+			}
+		}
+		ls.mu.Unlock()
+	}
+	l.ops.Wait()
+	l.mu.Lock()
+	idle := l.idle
+	l.idle = nil
+	l.mu.Unlock()
+	for _, s := range idle {
+		l.discard(ctx, s)
+	}
+	return errors.Join(errs...)
+}
+
+// Ping runs a short query on an idle session, or on a fresh connection when
+// none is idle. Errors wrap locking.ErrUnavailable.
+func (l *Locker) Ping(ctx context.Context) error {
+	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, ";")
+		return err
+	})
+}
+
+// List returns the locks held now in this Locker's namespace, by any node:
+// the granted advisory locks joined with their fence rows. TTLLeft is 0
+// (advisory locks have none). Errors wrap locking.ErrUnavailable.
+func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
+	var out []locking.LockInfo
+	err := l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		out = out[:0]
+		if !l.schemaOK.Load() {
+			var exists bool
+			if err := conn.QueryRow(ctx, tableExistsSQL).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return nil // nothing was ever locked here
+			}
+		}
+		rows, err := conn.Query(ctx, listSQL, l.opts.Namespace)
+		if err != nil {
+			return err
+		}
+		var li locking.LockInfo
+		_, err = pgx.ForEachRow(rows, []any{&li.Key, &li.Fence, &li.Holder}, func() error {
+			out = append(out, li)
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
