@@ -1,0 +1,131 @@
+package redis
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// scanCount is the COUNT hint per SCAN call: large enough to list
+// thousands of locks in a few round trips, small enough that each call
+// stays short on a busy server.
+const scanCount = 500
+
+// List returns the locks currently held under the key prefix, for the
+// `locks` command: key, fence, time left and holder, never the token. It
+// walks the keyspace with SCAN (never KEYS, which blocks the server), on
+// every master of a Cluster. Each round trip is bounded by OpTimeout.
+// The listing is a snapshot: locks may come and go while it runs.
+func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
+	if err := l.checkOpen(); err != nil {
+		return nil, err
+	}
+	// Lock keys end with '}' (prefix + "{" + key + "}"); fence keys end
+	// with ":fence", so this pattern never matches them.
+	match := globEscape(l.prefix) + `\{*}`
+
+	var (
+		mu  sync.Mutex
+		out []locking.LockInfo
+	)
+	scan := func(ctx context.Context, c goredis.Cmdable) error {
+		infos, err := l.scanNode(ctx, c, match)
+		mu.Lock()
+		out = append(out, infos...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cc, ok := l.client.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.client)
+	}
+	if err != nil {
+		return nil, l.opError(ctx, "list", "", err)
+	}
+	return out, nil
+}
+
+// scanNode lists the locks on one server: SCAN for lock keys, then one
+// pipelined round trip per batch for their values, PTTLs and fences.
+func (l *Locker) scanNode(ctx context.Context, c goredis.Cmdable, match string) ([]locking.LockInfo, error) {
+	var out []locking.LockInfo
+	var cursor uint64
+	for {
+		opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+		keys, next, err := c.Scan(opCtx, cursor, match, scanCount).Result()
+		cancel()
+		if err != nil {
+			return out, err
+		}
+		if len(keys) > 0 {
+			infos, err := l.describe(ctx, c, keys)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, infos...)
+		}
+		if next == 0 {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string) ([]locking.LockInfo, error) {
+	type cmds struct {
+		value *goredis.StringCmd
+		pttl  *goredis.DurationCmd
+		fence *goredis.StringCmd
+	}
+	all := make([]cmds, len(keys))
+	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	defer cancel()
+	_, err := c.Pipelined(opCtx, func(p goredis.Pipeliner) error {
+		for i, k := range keys {
+			all[i] = cmds{p.Get(opCtx, k), p.PTTL(opCtx, k), p.Get(opCtx, k+":fence")}
+		}
+		return nil
+	})
+	if err != nil && err != goredis.Nil { // Nil: a lock or fence vanished meanwhile
+		return nil, err
+	}
+	out := make([]locking.LockInfo, 0, len(keys))
+	for i, k := range keys {
+		v, err := all[i].value.Result()
+		if err != nil {
+			continue // released between SCAN and GET
+		}
+		ttl := all[i].pttl.Val()
+		if ttl < 0 {
+			ttl = 0 // -1 no expiry (never set by us), -2 gone
+		}
+		fence, _ := all[i].fence.Int64()
+		out = append(out, locking.LockInfo{
+			Key:     strings.TrimSuffix(strings.TrimPrefix(k, l.prefix+"{"), "}"),
+			Fence:   fence,
+			TTLLeft: ttl.Round(time.Millisecond),
+			Holder:  splitValue(v),
+		})
+	}
+	return out, nil
+}
+
+// globEscape quotes the characters SCAN MATCH treats as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\', '{', '}', '^', '-':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,214 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// newClient builds the client a URL names (see the package doc for the
+// forms accepted), with every network timeout capped at opTimeout so a
+// hung server turns into an error in bounded time. It does not connect:
+// go-redis dials lazily, so a node can start while Redis is down.
+func newClient(raw string, opTimeout time.Duration) (c goredis.UniversalClient, err error) {
+	if strings.TrimSpace(raw) == "" {
+		return nil, fmt.Errorf("%w: Redis URL is empty", locking.ErrInvalid)
+	}
+	u, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	// go-redis reports some option conflicts by panicking while it builds
+	// the pools; bad configuration must come back as an error instead.
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, invalidURL(raw, fmt.Errorf("%v", r))
+		}
+	}()
+
+	q := u.Query()
+	switch {
+	case q.Get("master_name") != "":
+		o, err := goredis.ParseFailoverURL(u.String())
+		if err != nil {
+			return nil, invalidURL(raw, err)
+		}
+		if o.RouteByLatency || o.RouteRandomly {
+			return nil, invalidURL(raw, errors.New("route_by_latency and route_randomly need a replica-reading client; a lock must be taken on the master"))
+		}
+		o.ContextTimeoutEnabled = true
+		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+		return goredis.NewFailoverClient(o), nil
+
+	case len(q["addr"]) > 0:
+		// Several seed addresses and no master name: Redis Cluster, which has
+		// only database 0, so a path naming another is a mistake to report.
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return nil, invalidURL(raw, fmt.Errorf("Redis Cluster has only database 0, the URL names %q", db))
+		}
+		u.Path, u.RawPath = "", ""
+		o, err := goredis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, invalidURL(raw, err)
+		}
+		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			return nil, invalidURL(raw, errors.New("read_only, route_by_latency and route_randomly read from replicas; a lock must be read on the master"))
+		}
+		o.ContextTimeoutEnabled = true
+		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+		return goredis.NewClusterClient(o), nil
+
+	default:
+		o, err := goredis.ParseURL(u.String())
+		if err != nil {
+			return nil, invalidURL(raw, err)
+		}
+		o.ContextTimeoutEnabled = true
+		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
+		return goredis.NewClient(o), nil
+	}
+}
+
+// parseURL parses raw, turning a comma-separated host list
+// (redis://h1:6379,h2:6379/0) into go-redis's form: the first host in the
+// authority and the others as addr= query parameters.
+func parseURL(raw string) (*url.URL, error) {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return nil, invalidURL(raw, errors.New("missing scheme: want redis://, rediss:// or unix://"))
+	}
+	scheme := raw[:i]
+	switch scheme {
+	case "redis", "rediss", "unix":
+	default:
+		return nil, invalidURL(raw, fmt.Errorf("scheme %q: want redis://, rediss:// or unix://", scheme))
+	}
+	var extra []string
+	if scheme != "unix" {
+		rest := raw[i+3:]
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		at := strings.LastIndex(auth, "@") + 1
+		hosts := strings.Split(auth[at:], ",")
+		for _, h := range hosts[1:] {
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				return nil, invalidURL(raw, fmt.Errorf("address %q in the host list: want host:port", h))
+			}
+		}
+		if len(hosts) > 1 {
+			extra = hosts[1:]
+			raw = raw[:i+3] + auth[:at] + hosts[0] + rest[end:]
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the whole URL, password included: keep only
+		// its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, invalidURL(raw, err)
+	}
+	if len(extra) > 0 {
+		q := u.Query()
+		for _, h := range extra {
+			q.Add("addr", h)
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u, nil
+}
+
+// capTimeouts sets each timeout that is unset, disabled or longer than
+// limit to limit: a per-operation deadline is only as good as the
+// socket deadlines under it.
+func capTimeouts(limit time.Duration, ds ...*time.Duration) {
+	for _, d := range ds {
+		if *d <= 0 || *d > limit {
+			*d = limit
+		}
+	}
+}
+
+// invalidURL reports a bad URL without ever showing its password: the
+// URL is redacted and the cause's text is scrubbed of the secrets too
+// (the cause itself is not wrapped, because its message may quote them).
+func invalidURL(raw string, cause error) error {
+	msg := cause.Error()
+	for _, s := range secrets(raw) {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return fmt.Errorf("%w: Redis URL %s: %s", locking.ErrInvalid, RedactURL(raw), msg)
+}
+
+// passwordParam matches query parameters that carry a password
+// (Sentinel URLs take the master's password as password=).
+var passwordParam = regexp.MustCompile(`(?i)([?&](?:sentinel_)?password=)[^&#]*`)
+
+// RedactURL returns raw with its password (in the user info or in a
+// password= query parameter) replaced by "xxxxx", for logs and errors.
+// It works on malformed URLs too, since those are the ones that end up in
+// error messages.
+func RedactURL(raw string) string {
+	s := raw
+	if i := strings.Index(s, "://"); i >= 0 {
+		rest := s[i+3:]
+		// The user info ends at the last '@' before any query or fragment:
+		// a malformed password may itself contain '/' or '@'.
+		end := strings.IndexAny(rest, "?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+			user := rest[:at]
+			if c := strings.Index(user, ":"); c >= 0 {
+				user = user[:c+1] + "xxxxx"
+			}
+			s = s[:i+3] + user + rest[at:]
+		}
+	}
+	return passwordParam.ReplaceAllString(s, "${1}xxxxx")
+}
+
+// secrets lists the password strings in raw (raw and unescaped), so error
+// text from a parser can be scrubbed of them.
+func secrets(raw string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if un, err := url.PathUnescape(s); err == nil && un != s {
+			out = append(out, un)
+		}
+	}
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest := raw[i+3:]
+		end := strings.IndexAny(rest, "?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+			if c := strings.Index(rest[:at], ":"); c >= 0 {
+				add(rest[c+1 : at])
+			}
+		}
+	}
+	for _, m := range passwordParam.FindAllString(raw, -1) {
+		add(m[strings.Index(m, "=")+1:])
+	}
+	return out
+}
