@@ -1,0 +1,332 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Defaults for Command's zero-valued fields.
+const (
+	DefaultKillGrace      = 10 * time.Second
+	DefaultMaxLineBytes   = 4096
+	DefaultMaxOutputBytes = 1 << 20
+)
+
+// ErrInvalid marks a job that cannot run as declared (an empty argv, a bad
+// environment variable name, a bad URL). Match it with errors.Is.
+var ErrInvalid = errors.New("jobs: invalid job")
+
+// Command runs an argv as a child process in its own process group. No
+// shell is involved unless the operator writes one (["/bin/sh", "-c", ...]).
+//
+// The child's environment is this process's environment, then Env, then the
+// tick's variables (which win): BEXT_SCHEDULE_ID, BEXT_TICK_TIME (RFC 3339,
+// the scheduled time), BEXT_NODE_ID and, when the tick runs under a lock,
+// BEXT_LOCK_KEY and BEXT_FENCING_TOKEN. Inherited BEXT_* tick variables are
+// dropped, so a node-local run never sees a stale lock key.
+//
+// When ctx ends (timeout, lost lock, shutdown) the whole process group gets
+// SIGTERM, and SIGKILL once KillGrace has passed if anything of it still
+// runs. When the leader exits, whatever it left behind in its group is
+// killed: nothing of a run outlives Run.
+//
+// stdout and stderr are logged line by line, one record per line tagged with
+// the schedule id, the tick and the stream, within per-line and per-run
+// size limits. The pipes are always drained, so a chatty child never blocks.
+type Command struct {
+	Argv []string          // argv[0] is looked up in PATH when it has no slash
+	Dir  string            // working directory; "" = this process's
+	Env  map[string]string // extra environment variables
+	// Logger receives the output records; nil means slog.Default().
+	Logger *slog.Logger
+	// KillGrace is how long the group has between SIGTERM and SIGKILL, and
+	// how long Run waits for the output pipes once the group is gone (a
+	// process that left the group may still hold them). Default 10s.
+	KillGrace time.Duration
+	// MaxLineBytes bounds one logged line; longer lines are cut and marked
+	// truncated=true. Default 4096.
+	MaxLineBytes int
+	// MaxOutputBytes bounds the output logged per run (both streams
+	// together); the rest is dropped after one "output truncated" record.
+	// Default 1 MiB.
+	MaxOutputBytes int64
+}
+
+// Environment variable names a command job receives (a contract).
+const (
+	EnvScheduleID   = "BEXT_SCHEDULE_ID"
+	EnvTickTime     = "BEXT_TICK_TIME"
+	EnvNodeID       = "BEXT_NODE_ID"
+	EnvLockKey      = "BEXT_LOCK_KEY"
+	EnvFencingToken = "BEXT_FENCING_TOKEN"
+)
+
+var tickVars = []string{EnvScheduleID, EnvTickTime, EnvNodeID, EnvLockKey, EnvFencingToken}
+
+// ExitError reports a command that did not exit with code 0, or that was
+// stopped because its run's context ended.
+type ExitError struct {
+	Name   string         // argv[0]
+	Code   int            // exit code; -1 when killed by a signal
+	Signal syscall.Signal // the signal that killed it; 0 when it exited
+	// Cause is why the run was cancelled (context.Cause of its context), nil
+	// when the command ended by itself. Unwrap returns it, so
+	// errors.Is(err, context.DeadlineExceeded) works.
+	Cause error
+}
+
+// Error says how the command ended, naming only argv[0]: arguments may hold
+// secrets.
+func (e *ExitError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "jobs: command %q ", e.Name)
+	if e.Signal != 0 {
+		fmt.Fprintf(&b, "killed by signal %s", signalName(e.Signal))
+	} else {
+		fmt.Fprintf(&b, "exited with code %d", e.Code)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, " after its run was cancelled: %v", e.Cause)
+	}
+	return b.String()
+}
+
+// ExitCode is the command's exit code, -1 when a signal killed it.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// Unwrap returns the cancellation cause, if any.
+func (e *ExitError) Unwrap() error { return e.Cause }
+
+// Run starts the command for tick t and waits until it and its process
+// group are gone. It returns nil only for exit code 0 without cancellation.
+func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
+	if len(c.Argv) == 0 || c.Argv[0] == "" {
+		return fmt.Errorf("%w: command of schedule %q has an empty argv", ErrInvalid, t.ScheduleID)
+	}
+	name := c.Argv[0]
+	env, err := c.environ(t)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("jobs: command %q not started: %w", name, context.Cause(ctx))
+	}
+
+	// Our own pipes rather than exec's copying goroutines: Run decides when
+	// to stop reading, so a stray holder of the write end cannot block it.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("jobs: command %q: creating stdout pipe: %w", name, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return fmt.Errorf("jobs: command %q: creating stderr pipe: %w", name, err)
+	}
+	cmd := exec.Command(name, c.Argv[1:]...)
+	cmd.Dir = c.Dir
+	cmd.Env = env
+	cmd.Stdout = outW
+	cmd.Stderr = errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // pgid = the child's pid
+	err = cmd.Start()
+	// The child has its own copies; ours would keep the pipes open forever.
+	closeAll(outW, errW)
+	if err != nil {
+		closeAll(outR, errR)
+		return fmt.Errorf("jobs: starting command %q: %w", name, err)
+	}
+	pid := cmd.Process.Pid
+
+	out := newOutput(c.logger(), t, c.maxLineBytes(), c.maxOutputBytes())
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		readBoth(out, outR, errR)
+	}()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		waitExited(pid)
+	}()
+
+	cancelled := c.supervise(ctx, pid, exited, outDone)
+	<-exited
+	// The leader is a zombie until cmd.Wait reaps it, so its pid (our pgid)
+	// cannot have been reused: this kill reaches only what is left of the
+	// run (children of a leader that exited, or ones that ignored SIGTERM).
+	signalGroup(pid, syscall.SIGKILL)
+	waitErr := cmd.Wait()
+
+	// Output still open now is held by a process that left the group; give
+	// it the grace period, then stop reading.
+	drain := time.NewTimer(c.killGrace())
+	select {
+	case <-outDone:
+	case <-drain.C:
+	}
+	drain.Stop()
+	closeAll(outR, errR)
+	<-outDone
+
+	return exitResult(ctx, name, waitErr, cancelled)
+}
+
+// supervise waits for the leader to exit by itself (false), or for ctx to
+// end: then the group gets SIGTERM, and SIGKILL unless both the leader and
+// every holder of the output pipes are gone within KillGrace (true).
+func (c *Command) supervise(ctx context.Context, pid int, exited, outDone <-chan struct{}) bool {
+	select {
+	case <-exited:
+		return false
+	case <-ctx.Done():
+	}
+	signalGroup(pid, syscall.SIGTERM)
+	grace := time.NewTimer(c.killGrace())
+	defer grace.Stop()
+	for exited != nil || outDone != nil {
+		select {
+		case <-exited:
+			exited = nil
+		case <-outDone:
+			outDone = nil
+		case <-grace.C:
+			signalGroup(pid, syscall.SIGKILL)
+			// The leader too, in case it moved itself to another group.
+			_ = unix.Kill(pid, unix.SIGKILL)
+			return true
+		}
+	}
+	return true
+}
+
+func exitResult(ctx context.Context, name string, waitErr error, cancelled bool) error {
+	var cause error
+	if cancelled {
+		cause = context.Cause(ctx)
+	}
+	if waitErr == nil {
+		if cause == nil {
+			return nil
+		}
+		return &ExitError{Name: name, Code: 0, Cause: cause}
+	}
+	var ee *exec.ExitError
+	if !errors.As(waitErr, &ee) {
+		return fmt.Errorf("jobs: waiting for command %q: %w", name, waitErr)
+	}
+	e := &ExitError{Name: name, Code: ee.ExitCode(), Cause: cause}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		e.Signal = ws.Signal()
+		e.Code = -1
+	}
+	return e
+}
+
+// environ builds the child's environment; see Command.
+func (c *Command) environ(t scheduler.Tick) ([]string, error) {
+	base := os.Environ()
+	env := make([]string, 0, len(base)+len(c.Env)+len(tickVars))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(tickVars, k) {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+		v := c.Env[k]
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: schedule %q: environment variable name %q is empty or contains '=' or NUL", ErrInvalid, t.ScheduleID, k)
+		}
+		if strings.ContainsRune(v, 0) {
+			// The value is not quoted: it may be a secret.
+			return nil, fmt.Errorf("%w: schedule %q: environment variable %s contains a NUL byte", ErrInvalid, t.ScheduleID, k)
+		}
+		env = append(env, k+"="+v)
+	}
+	// Appended last: exec keeps the last value of a duplicated name.
+	env = append(env,
+		EnvScheduleID+"="+t.ScheduleID,
+		EnvTickTime+"="+t.Time.Format(time.RFC3339),
+		EnvNodeID+"="+t.NodeID)
+	if t.Locked() {
+		env = append(env,
+			EnvLockKey+"="+t.LockKey,
+			EnvFencingToken+"="+strconv.FormatInt(t.FencingToken, 10))
+	}
+	return env, nil
+}
+
+func (c *Command) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+func (c *Command) killGrace() time.Duration {
+	if c.KillGrace > 0 {
+		return c.KillGrace
+	}
+	return DefaultKillGrace
+}
+
+func (c *Command) maxLineBytes() int {
+	if c.MaxLineBytes > 0 {
+		return c.MaxLineBytes
+	}
+	return DefaultMaxLineBytes
+}
+
+func (c *Command) maxOutputBytes() int64 {
+	if c.MaxOutputBytes > 0 {
+		return c.MaxOutputBytes
+	}
+	return DefaultMaxOutputBytes
+}
+
+// waitExited blocks until process pid has exited, without reaping it
+// (WNOWAIT): cmd.Wait reaps it later, after the group kill.
+func waitExited(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			// On any other error cmd.Wait still blocks until the exit.
+			return
+		}
+	}
+}
+
+// signalGroup sends sig to process group pgid. ESRCH (the group is gone)
+// is the expected outcome once a run has ended, so errors are ignored.
+func signalGroup(pgid int, sig syscall.Signal) {
+	_ = unix.Kill(-pgid, sig)
+}
+
+func signalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return strconv.Itoa(int(sig))
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close() // read ends closed twice or pipes already gone: nothing to report
+	}
+}

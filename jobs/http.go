@@ -1,0 +1,170 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// DefaultHTTPTimeout bounds an HTTP job whose Timeout is zero.
+const DefaultHTTPTimeout = 30 * time.Second
+
+// maxDrain bounds how much of a response body is read (and discarded) so the
+// connection can be reused without a huge body holding the run.
+const maxDrain = 64 << 10
+
+// Request headers an HTTP job sends (a contract).
+const (
+	HeaderScheduleID   = "X-Bext-Schedule-Id"
+	HeaderTickTime     = "X-Bext-Tick-Time"
+	HeaderNodeID       = "X-Bext-Node-Id"
+	HeaderFencingToken = "X-Bext-Fencing-Token"
+)
+
+// HTTP calls a URL as the job. The request carries the tick in headers
+// (X-Bext-Schedule-Id, X-Bext-Tick-Time, X-Bext-Node-Id, and
+// X-Bext-Fencing-Token when locked). Errors name the method, the URL without
+// its userinfo and query, and the status, never header values: URLs and
+// headers often carry credentials.
+type HTTP struct {
+	URL     string
+	Method  string            // default GET, or POST when Body is set
+	Headers map[string]string // a "Host" entry sets the request's Host
+	Body    string
+	// Timeout bounds the whole call, body drain included. Default 30s.
+	Timeout time.Duration
+	// SuccessCodes lists the statuses that count as success; empty means
+	// any 2xx.
+	SuccessCodes []int
+	// Client sends the request; nil means http.DefaultClient.
+	Client *http.Client
+}
+
+// StatusError reports a response whose status is not a success.
+type StatusError struct {
+	Method string
+	URL    string // redacted: no userinfo, no query
+	Status int
+}
+
+// Error names the request and the status it got.
+func (e *StatusError) Error() string {
+	return strings.TrimSpace(fmt.Sprintf("jobs: %s %s answered %d %s", e.Method, e.URL, e.Status, http.StatusText(e.Status)))
+}
+
+// Run sends the request for tick t and reports whether it succeeded.
+func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		// url.Parse's error quotes the whole URL, password included: keep
+		// only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%w: schedule %q: bad URL: %v", ErrInvalid, t.ScheduleID, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%w: schedule %q: URL %s must be absolute http or https", ErrInvalid, t.ScheduleID, redact(u))
+	}
+	method := h.method()
+	shown := redact(u)
+
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHTTPTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var body io.Reader
+	if h.Body != "" {
+		body = strings.NewReader(h.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return fmt.Errorf("%w: schedule %q: %s %s: %v", ErrInvalid, t.ScheduleID, method, shown, unwrapURLError(err))
+	}
+	for k, v := range h.Headers {
+		if strings.EqualFold(k, "Host") {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	req.Header.Set(HeaderScheduleID, t.ScheduleID)
+	req.Header.Set(HeaderTickTime, t.Time.Format(time.RFC3339))
+	req.Header.Set(HeaderNodeID, t.NodeID)
+	if t.Locked() {
+		req.Header.Set(HeaderFencingToken, strconv.FormatInt(t.FencingToken, 10))
+	}
+
+	client := h.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// The client's *url.Error quotes the URL (query included): replace
+		// it with the redacted form, keeping the cause for errors.Is.
+		return fmt.Errorf("jobs: %s %s: %w", method, shown, unwrapURLError(err))
+	}
+	_, drainErr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	_ = resp.Body.Close() // a close error after a read cannot change the outcome
+	if !h.success(resp.StatusCode) {
+		return &StatusError{Method: method, URL: shown, Status: resp.StatusCode}
+	}
+	if drainErr != nil && ctx.Err() != nil {
+		// The endpoint answered in time but the body did not finish: the
+		// job did not complete within its timeout.
+		return fmt.Errorf("jobs: %s %s: reading the response: %w", method, shown, context.Cause(ctx))
+	}
+	return nil
+}
+
+func (h *HTTP) method() string {
+	switch {
+	case h.Method != "":
+		return strings.ToUpper(h.Method)
+	case h.Body != "":
+		return http.MethodPost
+	default:
+		return http.MethodGet
+	}
+}
+
+func (h *HTTP) success(code int) bool {
+	if len(h.SuccessCodes) == 0 {
+		return code >= 200 && code < 300
+	}
+	return slices.Contains(h.SuccessCodes, code)
+}
+
+// redact renders u without userinfo or query, the usual homes of secrets.
+func redact(u *url.URL) string {
+	r := *u
+	r.User = nil
+	r.Fragment, r.RawFragment = "", ""
+	if r.RawQuery != "" || r.ForceQuery {
+		r.RawQuery, r.ForceQuery = "", false
+		return r.String() + "?…"
+	}
+	return r.String()
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
