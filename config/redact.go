@@ -2,7 +2,6 @@ package config
 
 import (
 	"maps"
-	"net/url"
 	"regexp"
 	"strings"
 )
@@ -13,30 +12,20 @@ const redacted = "xxxxx"
 // passwordParam matches a password in a query string or a keyword DSN:
 // password=, passwd=, pass= and names ending in them (sslpassword=), with
 // a quoted or bare value.
-var passwordParam = regexp.MustCompile(`(?i)((?:^|[?&;\s])[a-z_]*(?:password|passwd|pass)=)('(?:[^'\\]|\\.)*'?|[^&;\s]*)`)
+var passwordParam = regexp.MustCompile(`(?i)((?:^|[?&;\s])[a-z_]*(?:password|passwd|pass)\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&;\s]*)`)
 
 // RedactURL hides the secrets in a URL or DSN so it can be logged:
 // user:password@ becomes user:xxxxx@, and password= (also passwd=, pass=)
-// in keyword DSNs and query strings gets the value xxxxx. A string that
-// does not parse as a URL is redacted by the same rules on its raw text.
+// in keyword DSNs and query strings gets the value xxxxx. It works on the
+// raw text, so a URL that does not parse is redacted too.
 func RedactURL(raw string) string {
-	if raw == "" {
-		return raw
-	}
-	s := raw
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			s = u.Redacted()
-		}
-	} else if err != nil {
-		s = redactUserinfo(raw)
-	}
-	return passwordParam.ReplaceAllString(s, "${1}"+redacted)
+	return passwordParam.ReplaceAllString(redactUserinfo(raw), "${1}"+redacted)
 }
 
-// redactUserinfo hides the password of a URL url.Parse rejects (a bad
-// escape in the password, say). It cuts at the last '@' after "://", so a
-// password holding '@' or '/' is hidden whole; at worst it hides too much.
+// redactUserinfo hides the password of user:password@ in a URL. It cuts at
+// the last '@' after "://" rather than parsing: a password holding an
+// unescaped '@', '/' or '?' (which url.Parse misreads as part of the host or
+// path) is then hidden whole. At worst it hides too much (an '@' in a query).
 func redactUserinfo(raw string) string {
 	i := strings.Index(raw, "://")
 	if i < 0 {
