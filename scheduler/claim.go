@@ -1,0 +1,70 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// The clock-skew claim (DESIGN.md, step 7).
+//
+// Nodes fire tick T when their own clocks say T, and those clocks disagree
+// by up to MaxClockSkew. If the winner released its lock the moment a short
+// job ended, a node whose clock runs behind would fire T a moment later,
+// find the key free, and run T a second time. So a tick's lock is kept
+// until T + 2*MaxClockSkew by the holder's clock: any node fires T within
+// MaxClockSkew of the true T, and the holder's clock is itself off by at
+// most MaxClockSkew. The lock's TTL is at least 2*MaxClockSkew +
+// SafetyMargin from an acquisition made at or after T, so the lease always
+// outlasts the claim.
+//
+// The claim must never block the schedule's own next tick: when that tick
+// fires here while the claim still lingers, the loop hands the claim's
+// handle to the tick (popDueLocked), which renews it instead of calling
+// TryLock (that would answer "contended", against ourselves). A fast
+// schedule therefore stays with the node that holds its lock, ticks under
+// one handle share its fencing token, and the schedule still runs once per
+// tick. The end of a claim is an event in the loop's heap, not a goroutine
+// waiting per claim.
+
+// claim is a lock kept after its tick, until ev.at.
+type claim struct {
+	h    *locking.Handle
+	tick time.Time
+	ev   event // eventRelease in the loop's heap; ev.st is the schedule
+}
+
+// keepClaim files h as st's lingering claim for tick, until tick +
+// 2*MaxClockSkew. It returns false when the claim is not kept (its time
+// already passed, or the scheduler is stopping): the caller releases h now.
+func (s *Scheduler) keepClaim(st *schedState, h *locking.Handle, tick time.Time) bool {
+	until := tick.Add(2 * s.opts.MaxClockSkew)
+	s.mu.Lock()
+	if s.stopping || !s.clock.Now().Before(until) || st.claim != nil {
+		// st.claim is never set here in practice: a schedule's ticks hold
+		// one key, so only one of them can hold its lock at a time.
+		s.mu.Unlock()
+		return false
+	}
+	c := &claim{h: h, tick: tick}
+	c.ev = event{at: until.UnixNano(), kind: eventRelease, index: -1, st: st, claim: c}
+	st.claim = c
+	s.heap.push(&c.ev)
+	head := s.heap.head() == &c.ev
+	s.mu.Unlock()
+	if head {
+		s.poke()
+	}
+	return true
+}
+
+// endClaim releases a claim whose time is up (started by the loop).
+func (s *Scheduler) endClaim(c *claim) {
+	defer s.wg.Done()
+	s.release(c.ev.st.id, c.h, "claim ended")
+	s.mu.Lock()
+	s.inflight--
+	s.forgetIfDoneLocked(c.ev.st)
+	s.notifyLocked()
+	s.mu.Unlock()
+}

@@ -1,0 +1,15 @@
+// Package scheduler is bext-scheduler's tick engine: it turns cron specs
+// into fire times, fires them from one timer loop, and for every fired tick
+// decides whether and how the job runs on this node.
+//
+// Where to look:
+//
+//   - tick.go: a tick's life, steps 1 to 8 of DESIGN.md ("A tick's life"):
+//     overlap, hint, lock, jitter, run, claim, outcome. Start here.
+//   - run.go: running the job under its lock (renewal, timeout, overrun, panics).
+//   - claim.go: why and how a lock outlives its run by the clock-skew tolerance.
+//   - loop.go: Run, the firing loop over a heap of fire times, graceful stop.
+//   - scheduler.go: the API (Options, Schedule, New, Reload, Snapshot).
+//   - clock.go: the injected clock; scheduler/fakeclock drives it in tests.
+//   - spec.go: cron expressions (robfig/cron/v3), epoch-aligned @every.
+package scheduler

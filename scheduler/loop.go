@@ -1,0 +1,324 @@
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// releaseTimeout bounds one release at the end of a claim or at shutdown.
+const releaseTimeout = 5 * time.Second
+
+// Run fires the schedules until ctx ends, then stops gracefully: no new
+// ticks fire, jobs already running get ShutdownGrace to finish before
+// their contexts are cancelled, ticks not yet started (waiting on jitter)
+// are abandoned, and every lock this scheduler holds, lingering claims
+// included, is released with a fresh context. Run returns nil once none of
+// its goroutines remain. It may be called once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return ErrRunning
+	}
+	s.started = true
+	s.stopCh = make(chan struct{})
+	// Jobs and lock operations outlive ctx by the grace period, so they
+	// get a context of their own that only the end of the grace cancels.
+	s.jobCtx, s.cancelJobs = context.WithCancel(context.WithoutCancel(ctx))
+	now := s.clock.Now()
+	notes := make([]nextNote, 0, len(s.states))
+	for _, st := range s.states {
+		if !st.removed {
+			notes = append(notes, s.scheduleLocked(st, now))
+		}
+	}
+	s.mu.Unlock()
+	for _, n := range notes {
+		s.obs.NextTick(n.id, n.next)
+	}
+	notes = nil
+
+	s.loop(ctx)
+	s.shutdown()
+	return nil
+}
+
+// nextNote is a NextTick report, made under the lock and sent after it.
+type nextNote struct {
+	id   string
+	next time.Time
+}
+
+// action is what the loop decided for one due event; dispatch carries it
+// out after the lock is released.
+type action struct {
+	f       fired
+	skip    SkipReason // still_running: reported, not run
+	release *claim     // a claim whose time is up
+	next    nextNote
+}
+
+// loop is the firing loop: one timer, always armed to the heap's head.
+// Each wake pops what is due, in time order, and hands every tick to its
+// own goroutine, so a slow lock backend never delays another schedule.
+func (s *Scheduler) loop(ctx context.Context) {
+	var timer Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	var acts []action
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		acts = s.popDueLocked(s.clock.Now(), acts[:0])
+		s.mu.Unlock()
+		s.dispatch(acts)
+		clear(acts)
+
+		// The timer's duration comes from a fresh reading of the clock: one
+		// computed from the reading above could be stale and fire late.
+		s.mu.Lock()
+		now := s.clock.Now().UnixNano()
+		h := s.heap.head()
+		if h != nil && h.at <= now {
+			s.mu.Unlock()
+			continue
+		}
+		var fire <-chan time.Time
+		switch {
+		case h == nil && timer != nil:
+			timer.Stop()
+		case h != nil && timer == nil:
+			timer = s.clock.NewTimer(time.Duration(h.at - now))
+		case h != nil:
+			timer.Reset(time.Duration(h.at - now))
+		}
+		if h != nil {
+			fire = timer.C()
+		}
+		s.parked = true
+		s.notifyLocked()
+		s.mu.Unlock()
+
+		select {
+		case <-ctx.Done():
+		case <-fire:
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		s.parked = false
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+}
+
+// popDueLocked pops every event due at now and decides what each means.
+// For a schedule whose clock jumped past several of its ticks, only the
+// latest due tick fires (no burst of catch-up runs); its lateness says by
+// how much the others were missed.
+func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
+	for {
+		e := s.heap.head()
+		if e == nil || e.at > now.UnixNano() {
+			return acts
+		}
+		st := e.st
+		if e.kind == eventRelease {
+			s.heap.remove(e)
+			st.claim = nil
+			s.inflight++
+			s.wg.Add(1)
+			acts = append(acts, action{release: e.claim})
+			continue
+		}
+		spec := st.def.Spec
+		tick := st.next
+		next := spec.Next(tick)
+		for !next.IsZero() && !next.After(now) {
+			tick, next = next, spec.Next(next)
+		}
+		st.next = next
+		if next.IsZero() {
+			s.heap.remove(e)
+		} else {
+			e.at = next.UnixNano()
+			s.heap.fix(e.index)
+		}
+		a := action{
+			f:    fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick)},
+			next: nextNote{st.id, next},
+		}
+		if st.active > 0 && st.def.Overlap == OverlapSkip {
+			a.skip = SkipStillRunning
+			st.last.tick, st.last.skip = tick, SkipStillRunning
+		} else {
+			st.active++
+			s.inflight++
+			s.wg.Add(1)
+			if c := st.claim; c != nil { // step 7: reuse our lingering lock
+				s.heap.remove(&c.ev)
+				st.claim = nil
+				a.f.reuse = c.h
+			}
+		}
+		acts = append(acts, a)
+	}
+}
+
+// dispatch reports and starts what popDueLocked decided.
+func (s *Scheduler) dispatch(acts []action) {
+	for i := range acts {
+		a := &acts[i]
+		if a.release != nil {
+			go s.endClaim(a.release)
+			continue
+		}
+		s.obs.NextTick(a.next.id, a.next.next)
+		s.obs.TickFired(a.f.st.id, a.f.tick, a.f.lateness)
+		if a.skip != "" {
+			s.reportSkip(a.f, a.skip, 0)
+			continue
+		}
+		go s.handleTick(a.f)
+	}
+}
+
+// scheduleLocked computes st's next tick after now and files it in the heap.
+func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
+	st.next = st.def.Spec.Next(now)
+	switch {
+	case st.next.IsZero():
+		if st.fire.index >= 0 {
+			s.heap.remove(&st.fire)
+		}
+	case st.fire.index >= 0:
+		st.fire.at = st.next.UnixNano()
+		s.heap.fix(st.fire.index)
+	default:
+		st.fire.at = st.next.UnixNano()
+		s.heap.push(&st.fire)
+	}
+	return nextNote{st.id, st.next}
+}
+
+// poke wakes the loop so it re-arms its timer to a changed heap head.
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// shutdown runs after the loop stopped: it gives running jobs the grace,
+// then cancels them, waits for every goroutine, and releases the claims.
+func (s *Scheduler) shutdown() {
+	close(s.stopCh)
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	grace := s.clock.NewTimer(s.opts.ShutdownGrace)
+	s.mu.Lock()
+	running := s.inflight
+	s.mu.Unlock()
+	s.log.Info("shutting down", slog.Int("in_flight", running), slog.Duration("grace", s.opts.ShutdownGrace))
+	select {
+	case <-done:
+	case <-grace.C():
+		s.log.Warn("shutdown grace ran out: cancelling running jobs",
+			slog.Duration("grace", s.opts.ShutdownGrace))
+		s.cancelJobs()
+		<-done
+	}
+	grace.Stop()
+	s.cancelJobs()
+
+	s.mu.Lock()
+	var claims []*claim
+	for _, st := range s.states {
+		if c := st.claim; c != nil {
+			s.heap.remove(&c.ev)
+			st.claim = nil
+			claims = append(claims, c)
+		}
+		s.forgetIfDoneLocked(st)
+	}
+	s.mu.Unlock()
+	// Releases go in parallel, a few at a time: one slow answer must not
+	// hold every other lock for its timeout.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, c := range claims {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			s.release(c.ev.st.id, c.h, "shutdown")
+			<-sem
+		}()
+	}
+	wg.Wait()
+}
+
+// release gives h back with a fresh context: the one that got here may be
+// cancelled already (shutdown), and a lock must still be released then.
+func (s *Scheduler) release(id string, h *locking.Handle, why string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.jobCtx), releaseTimeout)
+	defer cancel()
+	if err := s.opts.Locker.Release(ctx, h); err != nil {
+		// The lock is not ours any more (expired, or the backend is down
+		// and will expire it): nothing to retry, but worth knowing.
+		s.log.Warn("releasing lock failed", slog.String("schedule", id),
+			slog.Int64("fence", h.Fence()), slog.String("when", why), slog.Any("error", err))
+		return
+	}
+	s.log.Debug("lock released", slog.String("schedule", id),
+		slog.Int64("fence", h.Fence()), slog.String("when", why))
+}
+
+// notifyLocked wakes WaitIdle callers (tests) to re-check their condition.
+func (s *Scheduler) notifyLocked() {
+	if s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// waitIdle waits until the loop has handled every event due by the
+// scheduler's clock and no tick or release goroutine is in flight. Tests
+// (through export_test.go) use it to step a fake clock deterministically.
+func (s *Scheduler) waitIdle(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.idleLocked() {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		ch := s.idle
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Scheduler) idleLocked() bool {
+	if s.inflight > 0 || !s.parked || len(s.wake) > 0 {
+		return false
+	}
+	h := s.heap.head()
+	return h == nil || h.at > s.clock.Now().UnixNano()
+}
