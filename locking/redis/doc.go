@@ -52,8 +52,8 @@
 // More addresses may also be given as addr=host:port options, as go-redis
 // does. The options are go-redis's (dial_timeout, pool_size, protocol,
 // skip_verify, ...); unknown ones are errors. Options that read locks from
-// replicas (read_only, route_by_latency, route_randomly) are refused: a
-// lock must be read where it is written. The dial, read, write and pool
+// replicas (read_only, replica_only, route_by_latency, route_randomly)
+// are refused: a lock must be read where it is written. The dial, read, write and pool
 // timeouts are capped at OpTimeout, so a hung server becomes an error in
 // bounded time. Open never connects: go-redis dials on first use, and a
 // node starts while Redis is down.

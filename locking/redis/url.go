@@ -14,15 +14,19 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
+// clientOptions is what a URL names: exactly one of the three kinds of
+// go-redis client, with its options.
+type clientOptions struct {
+	single   *goredis.Options
+	failover *goredis.FailoverOptions // Sentinel
+	cluster  *goredis.ClusterOptions
+}
+
 // newClient builds the client a URL names (see the package doc for the
-// forms accepted), with every network timeout capped at opTimeout so a
-// hung server turns into an error in bounded time. It does not connect:
-// go-redis dials lazily, so a node can start while Redis is down.
+// forms accepted). It does not connect: go-redis dials lazily, so a node
+// can start while Redis is down.
 func newClient(raw string, opTimeout time.Duration) (c goredis.UniversalClient, err error) {
-	if strings.TrimSpace(raw) == "" {
-		return nil, fmt.Errorf("%w: Redis URL is empty", locking.ErrInvalid)
-	}
-	u, err := parseURL(raw)
+	o, err := parseOptions(raw, opTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -33,47 +37,70 @@ func newClient(raw string, opTimeout time.Duration) (c goredis.UniversalClient, 
 			c, err = nil, invalidURL(raw, fmt.Errorf("%v", r))
 		}
 	}()
+	switch {
+	case o.failover != nil:
+		return goredis.NewFailoverClient(o.failover), nil
+	case o.cluster != nil:
+		return goredis.NewClusterClient(o.cluster), nil
+	default:
+		return goredis.NewClient(o.single), nil
+	}
+}
 
+// parseOptions parses raw into client options with every network timeout
+// capped at opTimeout, so a hung server turns into an error in bounded
+// time, and context deadlines honoured on the socket.
+func parseOptions(raw string, opTimeout time.Duration) (clientOptions, error) {
+	if strings.TrimSpace(raw) == "" {
+		return clientOptions{}, fmt.Errorf("%w: Redis URL is empty", locking.ErrInvalid)
+	}
+	u, err := parseURL(raw)
+	if err != nil {
+		return clientOptions{}, err
+	}
 	q := u.Query()
 	switch {
 	case q.Get("master_name") != "":
 		o, err := goredis.ParseFailoverURL(u.String())
 		if err != nil {
-			return nil, invalidURL(raw, err)
+			return clientOptions{}, invalidURL(raw, err)
 		}
-		if o.RouteByLatency || o.RouteRandomly {
-			return nil, invalidURL(raw, errors.New("route_by_latency and route_randomly need a replica-reading client; a lock must be taken on the master"))
+		if o.RouteByLatency || o.RouteRandomly || o.ReplicaOnly {
+			return clientOptions{}, invalidURL(raw, errors.New("replica_only, route_by_latency and route_randomly read from replicas; a lock must be read on the master"))
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = dialOnce(o.DialerRetries)
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
-		return goredis.NewFailoverClient(o), nil
+		return clientOptions{failover: o}, nil
 
 	case len(q["addr"]) > 0:
 		// Several seed addresses and no master name: Redis Cluster, which has
 		// only database 0, so a path naming another is a mistake to report.
 		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
-			return nil, invalidURL(raw, fmt.Errorf("Redis Cluster has only database 0, the URL names %q", db))
+			return clientOptions{}, invalidURL(raw, fmt.Errorf("Redis Cluster has only database 0, the URL names %q", db))
 		}
 		u.Path, u.RawPath = "", ""
 		o, err := goredis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, invalidURL(raw, err)
+			return clientOptions{}, invalidURL(raw, err)
 		}
 		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
-			return nil, invalidURL(raw, errors.New("read_only, route_by_latency and route_randomly read from replicas; a lock must be read on the master"))
+			return clientOptions{}, invalidURL(raw, errors.New("read_only, route_by_latency and route_randomly read from replicas; a lock must be read on the master"))
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = dialOnce(o.DialerRetries)
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
-		return goredis.NewClusterClient(o), nil
+		return clientOptions{cluster: o}, nil
 
 	default:
 		o, err := goredis.ParseURL(u.String())
 		if err != nil {
-			return nil, invalidURL(raw, err)
+			return clientOptions{}, invalidURL(raw, err)
 		}
 		o.ContextTimeoutEnabled = true
+		o.DialerRetries = dialOnce(o.DialerRetries)
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
-		return goredis.NewClient(o), nil
+		return clientOptions{single: o}, nil
 	}
 }
 
@@ -114,10 +141,14 @@ func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Error repeats the whole URL, password included: keep only
-		// its reason.
+		// its reason, and not even that when a password is present, since
+		// on a malformed URL the reason may quote a piece of it.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+		}
+		if len(secrets(raw)) > 0 {
+			err = errors.New("malformed (are special characters in the password percent-encoded?)")
 		}
 		return nil, invalidURL(raw, err)
 	}
@@ -129,6 +160,18 @@ func parseURL(raw string) (*url.URL, error) {
 		u.RawQuery = q.Encode()
 	}
 	return u, nil
+}
+
+// dialOnce makes each command attempt dial once, unless the URL set
+// dial retries itself. go-redis already retries a command whose dial
+// failed (max_retries); its default of five dials per attempt on top of
+// that spends the whole OpTimeout on a refused connection and reports a
+// bare "deadline exceeded" instead of the refusal.
+func dialOnce(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return n
 }
 
 // capTimeouts sets each timeout that is unset, disabled or longer than

@@ -1,0 +1,264 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// closedAddr returns an address nothing listens on: a port the kernel gave
+// us a moment ago, closed again.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func TestUnreachableAtTryLock(t *testing.T) {
+	const opTimeout = 500 * time.Millisecond
+	l := openLocker(t, Options{URL: "redis://" + closedAddr(t) + "/0", OpTimeout: opTimeout})
+	ctx := context.Background()
+
+	start := time.Now()
+	h, err := l.TryLock(ctx, "k", time.Minute)
+	elapsed := time.Since(start)
+	if h != nil || !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("TryLock with Redis down = %v, %v; want an error wrapping ErrUnavailable", h, err)
+	}
+	// A bound, not a speed test: a dead backend must answer within the
+	// operation timeout (plus scheduling slack), never hang a tick.
+	if elapsed >= 2*opTimeout {
+		t.Fatalf("TryLock with Redis down took %v, want < 2 × OpTimeout (%v)", elapsed, 2*opTimeout)
+	}
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) {
+		t.Errorf("error %v does not keep the network cause", err)
+	}
+	if err := l.Ping(ctx); !errors.Is(err, locking.ErrUnavailable) {
+		t.Errorf("Ping with Redis down = %v, want ErrUnavailable", err)
+	}
+}
+
+// privateRedis is a redis-server this test owns, without persistence, so a
+// restart loses every key, as an unpersisted production Redis does.
+type privateRedis struct {
+	t    *testing.T
+	port int
+	cmd  *exec.Cmd
+}
+
+func startPrivateRedis(t *testing.T) *privateRedis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("this test runs its own redis-server and cannot find one: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(closedAddr(t))
+	n, _ := strconv.Atoi(port)
+	r := &privateRedis{t: t, port: n}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *privateRedis) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
+
+func (r *privateRedis) start() {
+	r.t.Helper()
+	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatalf("starting redis-server: %v", err)
+	}
+	// Poll the server for readiness: asking it is how we are told.
+	c := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("private redis-server on port %d did not answer PING: %v", r.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop kills the server (no shutdown save) and waits for it to exit.
+func (r *privateRedis) stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
+
+func TestRedisRestartedWhileHeld(t *testing.T) {
+	srv := startPrivateRedis(t)
+	a := openLocker(t, Options{URL: srv.url(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "a"})
+	ctx := context.Background()
+
+	// A few acquisitions, so the fence is visibly past 1.
+	for range 2 {
+		if err := a.Release(ctx, mustLock(t, a, "job", time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := mustLock(t, a, "job", time.Minute)
+	if h.Fence() != 3 {
+		t.Fatalf("fence of the third acquisition = %d, want 3", h.Fence())
+	}
+
+	srv.stop()
+	srv.start() // same port, empty dataset
+
+	err := a.Renew(ctx, h)
+	if !errors.Is(err, locking.ErrLockLost) && !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("Renew after Redis lost its data = %v, want ErrLockLost or ErrUnavailable", err)
+	}
+	b := openLocker(t, Options{URL: srv.url(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "b"})
+	hb := mustLock(t, b, "job", time.Minute)
+	// The fencing counter went with the data: the new holder's fence is
+	// not above the old one's. This is what fencing cannot protect
+	// against, and why the package doc asks for persistence where it
+	// matters.
+	if hb.Fence() != 1 {
+		t.Fatalf("fence after the restart = %d; expected the counter to restart at 1 (data lost)", hb.Fence())
+	}
+	// The first Locker recovered by itself: it works again without a reopen.
+	if _, err := a.TryLock(ctx, "other", time.Minute); err != nil {
+		t.Fatalf("TryLock on the first Locker after the restart = %v, want it to recover", err)
+	}
+}
+
+func TestStalledConnectionRenewTimesOutBeforeLease(t *testing.T) {
+	const (
+		opTimeout = 300 * time.Millisecond
+		ttl       = 3 * time.Second // > 2 × opTimeout, with room for slow machines
+	)
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.Start(t, opt.Addr)
+	// Registered after the proxy, so its cleanup (Close) runs before the
+	// proxy stops.
+	l := openLocker(t, Options{
+		URL:       fmt.Sprintf("redis://%s/%d", proxy.Addr(), opt.DB),
+		KeyPrefix: testPrefix(t, admin),
+		OpTimeout: opTimeout,
+	})
+	ctx := context.Background()
+	h := mustLock(t, l, "job", ttl)
+
+	proxy.Blackhole()
+	start := time.Now()
+	err = l.Renew(ctx, h)
+	elapsed := time.Since(start)
+	if !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("Renew over a stalled link = %v, want ErrUnavailable", err)
+	}
+	if elapsed >= 2*opTimeout {
+		t.Fatalf("Renew over a stalled link took %v, want < 2 × OpTimeout (%v)", elapsed, 2*opTimeout)
+	}
+	// The error came back while the lease still runs on the server, so a
+	// scheduler cancels the job before another node can take the lock.
+	pttl, err := admin.PTTL(ctx, l.lockKey("job")).Result()
+	if err != nil || pttl <= 0 {
+		t.Fatalf("PTTL when Renew failed = %v, %v; want the lease still running", pttl, err)
+	}
+
+	// Once the link heals, the same Locker works again and Close gives the
+	// lock back.
+	proxy.Heal()
+	if err := l.Close(ctx); err != nil {
+		t.Fatalf("Close after Heal: %v", err)
+	}
+	if v := storedValue(t, admin, l, "job"); v != "" {
+		t.Fatalf("lock still on the server after Close: %q", v)
+	}
+}
+
+func TestExpiredUnderHolder(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	prefix := testPrefix(t, admin)
+	a := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "a"})
+	b := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "b"})
+	ctx := context.Background()
+
+	// Let the TTL really run out: PEXPIRE 1, then poll the server until the
+	// key is gone.
+	expire := func(key string) {
+		t.Helper()
+		lk := a.lockKey(key)
+		if err := admin.PExpire(ctx, lk, time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			n, err := admin.Exists(ctx, lk).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not expire", lk)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+
+	h := mustLock(t, a, "job", time.Minute)
+	expire("job")
+	if err := a.Renew(ctx, h); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Renew after expiry = %v, want ErrLockLost", err)
+	}
+	if err := a.Release(ctx, h); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Release after expiry = %v, want ErrLockLost", err)
+	}
+
+	stale := mustLock(t, a, "job", 10*time.Second)
+	expire("job")
+	const bTTL = time.Minute
+	hb := mustLock(t, b, "job", bTTL)
+	if err := a.Renew(ctx, stale); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("stale Renew = %v, want ErrLockLost", err)
+	}
+	if err := a.Release(ctx, stale); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("stale Release = %v, want ErrLockLost", err)
+	}
+	if got, want := storedValue(t, admin, b, "job"), hb.Token()+"|b"; got != want {
+		t.Fatalf("value on the server = %q, want the new holder's %q", got, want)
+	}
+	// The stale Renew (10s) must not have shortened B's one-minute lease.
+	if pttl := admin.PTTL(ctx, b.lockKey("job")).Val(); pttl <= 10*time.Second {
+		t.Fatalf("PTTL of the new holder's lock = %v: the stale handle touched it", pttl)
+	}
+	if hb.Fence() <= stale.Fence() {
+		t.Fatalf("new holder's fence %d not above the stale one's %d", hb.Fence(), stale.Fence())
+	}
+}
