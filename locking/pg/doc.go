@@ -42,6 +42,12 @@
 //	    PRIMARY KEY (namespace, key)
 //	);
 //
+// The fence update commits durably (synchronous_commit as the server has
+// it), which is most of a TryLock's cost on a disk with slow fsync. Setting
+// synchronous_commit=off in the URL makes TryLock several times faster, but
+// a Postgres crash may then forget the last fences handed out and give the
+// same fence to a later holder: do not, when fencing tokens guard writes.
+//
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //

@@ -49,6 +49,12 @@ func newCluster(t testing.TB) *cluster {
 // open returns a Locker in the cluster's namespace, closed at cleanup.
 func (c *cluster) open(opts Options) *Locker {
 	c.t.Helper()
+	return c.openFor(c.t, opts)
+}
+
+// openFor is open with the Locker closed when tb ends (a sub-benchmark).
+func (c *cluster) openFor(tb testing.TB, opts Options) *Locker {
+	tb.Helper()
 	if opts.URL == "" {
 		opts.URL = c.url
 	}
@@ -57,9 +63,9 @@ func (c *cluster) open(opts Options) *Locker {
 	}
 	l, err := Open(context.Background(), opts)
 	if err != nil {
-		c.t.Fatalf("Open: %v", err)
+		tb.Fatalf("Open: %v", err)
 	}
-	c.t.Cleanup(func() { _ = l.Close(context.Background()) })
+	tb.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }
 

@@ -431,7 +431,7 @@ func (l *Locker) Close(ctx context.Context) error {
 // none is idle. Errors wrap locking.ErrUnavailable.
 func (l *Locker) Ping(ctx context.Context) error {
 	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, ";")
+		_, err := conn.Exec(ctx, "SELECT 1")
 		return err
 	})
 }

@@ -102,6 +102,25 @@ func TestKilledSessionLosesLock(t *testing.T) {
 	mustLock(t, a, "k")
 }
 
+// A handle abandoned after its session died (never renewed nor released)
+// must not keep its own Locker answering "contended" forever.
+func TestAbandonedLostHandle(t *testing.T) {
+	c := newCluster(t)
+	a := c.open(Options{})
+	h := mustLock(t, a, "k")
+	c.kill("k")
+	h2 := mustLock(t, a, "k")
+	if h2.Fence() <= h.Fence() {
+		t.Fatalf("fence %d after %d; want strictly increasing", h2.Fence(), h.Fence())
+	}
+	if err := a.Renew(context.Background(), h); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Renew of the abandoned handle = %v, want ErrLockLost", err)
+	}
+	if err := a.Renew(context.Background(), h2); err != nil {
+		t.Fatalf("the new handle: %v", err)
+	}
+}
+
 func TestIdleSessionKilledIsReplaced(t *testing.T) {
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
@@ -340,12 +359,12 @@ func TestBadHandles(t *testing.T) {
 	h := mustLock(t, a, "k")
 	foreign := locking.NewHandle(b, "k", "tok", 1, time.Minute, "not a lease")
 	for name, err := range map[string]error{
-		"Renew(nil)":           a.Renew(ctx, nil),
-		"Release(nil)":         a.Release(ctx, nil),
-		"Renew(b's handle)":    b.Renew(ctx, h),
-		"Release(b's handle)":  b.Release(ctx, h),
-		"Renew(odd state)":     b.Renew(ctx, foreign),
-		"Release(odd state)":   b.Release(ctx, foreign),
+		"Renew(nil)":          a.Renew(ctx, nil),
+		"Release(nil)":        a.Release(ctx, nil),
+		"Renew(b's handle)":   b.Renew(ctx, h),
+		"Release(b's handle)": b.Release(ctx, h),
+		"Renew(odd state)":    b.Renew(ctx, foreign),
+		"Release(odd state)":  b.Release(ctx, foreign),
 	} {
 		if !errors.Is(err, locking.ErrInvalid) {
 			t.Errorf("%s = %v, want ErrInvalid", name, err)

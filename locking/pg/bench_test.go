@@ -1,0 +1,145 @@
+package pg
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/lockertest"
+)
+
+// BenchmarkLockertest is the shared benchmark every backend runs.
+func BenchmarkLockertest(b *testing.B) {
+	c := newCluster(b)
+	lockertest.Benchmark(b, func(tb testing.TB) locking.Locker {
+		return c.openFor(tb, Options{MaxSessions: 32})
+	})
+}
+
+// BenchmarkTryLockRelease compares one try-lock+release of this backend
+// with two baselines on the same server:
+//
+//   - floor: bare pgx on one already-open connection, pg_try_advisory_lock
+//     then pg_advisory_unlock (two round trips, no fence, no bookkeeping);
+//   - conn_per_lock: the naive backend, connect, lock, unlock, close.
+//
+// Each runs sequentially and with 16 goroutines (SetParallelism(8) on 2
+// cores); the floor's parallel form holds one connection per goroutine.
+func BenchmarkTryLockRelease(b *testing.B) {
+	c := newCluster(b)
+	oursWith := func(url string) func(b *testing.B) func(ctx context.Context, key string) error {
+		return func(b *testing.B) func(ctx context.Context, key string) error {
+			l := c.openFor(b, Options{URL: url, MaxSessions: 32})
+			return lockRelease(l)
+		}
+	}
+	// ours_nosync commits the fence upsert without waiting for the WAL
+	// flush: not the default (a Postgres crash could then hand a fence out
+	// twice), it shows what the durable commit costs.
+	nosyncURL := c.url + "&synchronous_commit=off"
+	if !strings.Contains(c.url, "?") {
+		nosyncURL = c.url + "?synchronous_commit=off"
+	}
+	floor := func(b *testing.B) func(ctx context.Context, key string) error {
+		conn, err := pgx.Connect(context.Background(), c.url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close(context.Background()) })
+		return func(ctx context.Context, key string) error {
+			id := lockID(c.ns, key)
+			var ok bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("lock %q: %v %v", key, ok, err)
+			}
+			if err := conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, id).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("unlock %q: %v %v", key, ok, err)
+			}
+			return nil
+		}
+	}
+	connPerLock := func(b *testing.B) func(ctx context.Context, key string) error {
+		return func(ctx context.Context, key string) error {
+			conn, err := pgx.Connect(ctx, c.url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(ctx)
+			id := lockID(c.ns, key)
+			var ok bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("lock %q: %v %v", key, ok, err)
+			}
+			return conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, id).Scan(&ok)
+		}
+	}
+	for _, impl := range []struct {
+		name string
+		// setup returns one worker's operation: shared is true when all
+		// goroutines may share what setup made (ours: one Locker).
+		setup  func(b *testing.B) func(ctx context.Context, key string) error
+		shared bool
+	}{
+		{"ours", oursWith(c.url), true},
+		{"ours_nosync", oursWith(nosyncURL), true},
+		{"floor", floor, false},
+		{"conn_per_lock", connPerLock, true},
+	} {
+		b.Run(impl.name+"/sequential", func(b *testing.B) {
+			op := impl.setup(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if err := op(ctx, fmt.Sprintf("seq/%d", i%64)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(impl.name+"/parallel16", func(b *testing.B) {
+			var sharedOp func(ctx context.Context, key string) error
+			ops := make(chan func(ctx context.Context, key string) error, 8*runtime.GOMAXPROCS(0))
+			if impl.shared {
+				sharedOp = impl.setup(b)
+			} else {
+				for range 8 * runtime.GOMAXPROCS(0) {
+					ops <- impl.setup(b)
+				}
+			}
+			var worker atomic.Int64
+			ctx := context.Background()
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				op := sharedOp
+				if op == nil {
+					op = <-ops
+				}
+				w := worker.Add(1)
+				for i := 0; pb.Next(); i++ {
+					if err := op(ctx, fmt.Sprintf("par/%d/%d", w, i%64)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func lockRelease(l *Locker) func(ctx context.Context, key string) error {
+	return func(ctx context.Context, key string) error {
+		h, err := l.TryLock(ctx, key, time.Minute)
+		if err != nil || h == nil {
+			return fmt.Errorf("TryLock(%q) = %v, %v", key, h, err)
+		}
+		return l.Release(ctx, h)
+	}
+}
