@@ -215,8 +215,22 @@ func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok 
 		b.add(0, "cannot decode: %v", err)
 		return nil, false
 	}
-	return indexLines(data), true
+	if include {
+		at = indexLines(data, includeSchema)
+	} else {
+		at = indexLines(data, mainSchema)
+	}
+	for _, k := range at.folded {
+		b.add(k.line, "key %q: TOML keys are case-sensitive; write %q", k.got, k.want)
+	}
+	return at, true
 }
+
+// The key trees of the two kinds of file, for the case check.
+var (
+	mainSchema    = schemaOf(reflect.TypeFor[mainDoc]())
+	includeSchema = schemaOf(reflect.TypeFor[includeDoc]())
+)
 
 // typeMismatch matches go-toml's message for a value of the wrong type,
 // which names our internal Go types; goTypeInTOML says it in TOML words.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -14,24 +15,95 @@ import (
 // index ("scheduled.2.command.1").
 //
 // It is held by pointer so that printing a Config with %+v stays readable.
-type positions struct{ lines map[string]int }
+type positions struct {
+	lines map[string]int
+	// folded lists keys spelled in another case than the schema's: go-toml
+	// matches struct fields case-insensitively, TOML keys are case-sensitive.
+	folded []foldedKey
+}
+
+// foldedKey is a key written as got where the schema says want.
+type foldedKey struct {
+	line      int
+	got, want string
+}
+
+// schema is the tree of keys a document may hold, from the toml tags of
+// the decoded types. A nil schema is free-form (the keys of env, headers).
+type schema map[string]schema
+
+// schemaOf builds the key tree of type t.
+func schemaOf(t reflect.Type) schema {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		return nil
+	case reflect.Struct:
+	default:
+		return schema{}
+	}
+	out := schema{}
+	var embedded []reflect.Type
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("toml")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		if f.Anonymous {
+			embedded = append(embedded, f.Type)
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		out[name] = schemaOf(f.Type)
+	}
+	for _, e := range embedded { // shallower fields win, as in go-toml
+		for k, v := range schemaOf(e) {
+			if _, ok := out[k]; !ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// step descends from sch to the key part, noting a key matched only by
+// case folding.
+func (pos *positions) step(sch schema, part string, line int) schema {
+	if sch == nil {
+		return nil
+	}
+	if next, ok := sch[part]; ok {
+		return next
+	}
+	for name, next := range sch {
+		if strings.EqualFold(name, part) {
+			pos.folded = append(pos.folded, foldedKey{line: line, got: part, want: name})
+			return next
+		}
+	}
+	return nil // unknown: the strict decoder reports it
+}
 
 // indexLines walks data with go-toml's unstable parser. It is only called on
 // documents the decoder accepted; should the parser still fail, the index is
 // simply shorter and problems fall back to an enclosing line.
-func indexLines(data []byte) *positions {
+func indexLines(data []byte, root schema) *positions {
 	pos := &positions{lines: map[string]int{}}
 	var p unstable.Parser
 	p.Reset(data)
 	arrays := map[string]int{} // array-table path → tables seen so far
-	prefix := ""
+	prefix, table := "", root
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			parts, first := keyParts(e.Key())
-			path := ""
+			path, sch := "", root
 			for i, part := range parts {
+				sch = pos.step(sch, part, lineOf(&p, first))
 				path = join(path, part)
 				if i == len(parts)-1 && e.Kind == unstable.ArrayTable {
 					arrays[path]++
@@ -40,34 +112,35 @@ func indexLines(data []byte) *positions {
 					path = join(path, strconv.Itoa(n-1))
 				}
 			}
-			prefix = path
+			prefix, table = path, sch
 			if first != nil {
 				pos.set(path, lineOf(&p, first))
 			}
 		case unstable.KeyValue:
-			pos.keyValue(&p, prefix, e)
+			pos.keyValue(&p, prefix, table, e)
 		}
 	}
 	return pos
 }
 
 // keyValue records a key = value expression and what its value nests.
-func (pos *positions) keyValue(p *unstable.Parser, prefix string, e *unstable.Node) {
+func (pos *positions) keyValue(p *unstable.Parser, prefix string, sch schema, e *unstable.Node) {
 	parts, first := keyParts(e.Key())
 	if first == nil {
 		return
 	}
+	line := lineOf(p, first)
 	path := prefix
 	for _, part := range parts {
+		sch = pos.step(sch, part, line)
 		path = join(path, part)
 	}
-	line := lineOf(p, first)
 	pos.set(path, line)
-	pos.value(p, path, e.Value(), line)
+	pos.value(p, path, sch, e.Value(), line)
 }
 
 // value records the elements of arrays and the keys of inline tables.
-func (pos *positions) value(p *unstable.Parser, path string, v *unstable.Node, line int) {
+func (pos *positions) value(p *unstable.Parser, path string, sch schema, v *unstable.Node, line int) {
 	switch v.Kind {
 	case unstable.Array:
 		it := v.Children()
@@ -78,13 +151,13 @@ func (pos *positions) value(p *unstable.Parser, path string, v *unstable.Node, l
 				l = lineOf(p, n)
 			}
 			pos.set(join(path, strconv.Itoa(i)), l)
-			pos.value(p, join(path, strconv.Itoa(i)), n, l)
+			pos.value(p, join(path, strconv.Itoa(i)), sch, n, l)
 		}
 	case unstable.InlineTable:
 		it := v.Children()
 		for it.Next() {
 			if kv := it.Node(); kv.Kind == unstable.KeyValue {
-				pos.keyValue(p, path, kv)
+				pos.keyValue(p, path, sch, kv)
 			}
 		}
 	}

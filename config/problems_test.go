@@ -26,6 +26,8 @@ func TestProblems(t *testing.T) {
 		{"unknown table", "[lock]\nbackend = \"memory\"\n", "unknown table [lock]", 1},
 		{"unknown key in schedule", job + "command = [\"x\"]\ntimout = \"1s\"\n", `unknown key "scheduled.timout"`, 5},
 		{"unknown key in http", job + "[scheduled.http]\nurl = \"http://h/\"\nmethd = \"GET\"\n", `unknown key "scheduled.http.methd"`, 6},
+		{"key in another case", "\n[Locking]\nbackend = \"memory\"\n", `key "Locking": TOML keys are case-sensitive; write "locking"`, 2},
+		{"schedule key in another case", job + "Command = [\"x\"]\n", `key "Command"`, 4},
 		{"wrong type", job + "command = \"ls\"\n", "want an array of strings", 4},
 		{"bad duration", "shutdown_grace = \"30 seconds\"\n", `bad duration "30 seconds"`, 1},
 		{"bad duration in schedule", job + "command = [\"x\"]\njitter = \"5 min\"\n", `schedule "j": jitter: bad duration`, 5},
