@@ -1,0 +1,151 @@
+// Package server owns bext-scheduler's HTTP listener: /metrics for
+// Prometheus, /healthz (the process runs) and /readyz (the lock backend
+// answers). It binds at Start, so a bad or taken address fails the startup
+// instead of a goroutine's log line, and Shutdown waits for its goroutine.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Timeouts. A scrape gathers every metric, which takes milliseconds; the
+// bounds are there so a stuck or slow client cannot hold a connection.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+	// readyTimeout bounds one /readyz check (its ping is bounded too).
+	readyTimeout = 5 * time.Second
+)
+
+// ErrStarted is returned by a second Start.
+var ErrStarted = errors.New("server: already started")
+
+// Server serves /metrics, /healthz and /readyz.
+type Server struct {
+	addr   string
+	logger *slog.Logger
+	srv    *http.Server
+
+	mu   sync.Mutex
+	ln   net.Listener
+	done chan struct{} // closed when the serving goroutine returns
+}
+
+// New returns a Server for addr ("host:port"; port 0 picks a free one).
+// /metrics serves what reg gathers; /readyz is 200 when ready(ctx) returns
+// nil (a nil ready means always ready) and 503 with the error's text
+// otherwise, so that text must come from our own code, never carry secrets.
+// A nil reg serves no metrics; a nil logger means slog.Default().
+func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) error, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if ready == nil {
+		ready = func(context.Context) error { return nil }
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry() // serves an empty page, not a panic
+	}
+	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelError)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      errLog,
+		ErrorHandling: promhttp.ContinueOnError, // a broken collector must not hide the others
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+		writeText(w, http.StatusOK, "ready")
+	})
+	return &Server{
+		addr:   addr,
+		logger: logger,
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: readHeaderTimeout,
+			ReadTimeout:       readTimeout,
+			WriteTimeout:      writeTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          errLog,
+		},
+	}
+}
+
+// Start binds the address and serves in a goroutine that Shutdown stops.
+// A bad or taken address is an error naming it.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return ErrStarted
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("server: listening on %q: %w", s.addr, err)
+	}
+	s.ln = ln
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("http server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the bound address once started (the real port when addr had
+// port 0), else the address New was given.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr().String()
+	}
+	return s.addr
+}
+
+// Shutdown stops accepting, lets in-flight requests finish until ctx ends,
+// then closes what is left, and returns once the serving goroutine has.
+// It is a no-op on a Server that was never started.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		// ctx ended with requests still running: cut them.
+		err = errors.Join(fmt.Errorf("server: shutdown: %w", err), s.srv.Close())
+	}
+	<-done
+	return err
+}
+
+func writeText(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintln(w, body) // the client went away: nothing to do
+}
