@@ -122,8 +122,8 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 		var err error
 		if cfg, err = pgx.ParseConfig(opts.URL); err != nil {
 			// Not %w: pgx's error keeps the raw string, password included.
-			problems = append(problems, fmt.Errorf("%w: pg: cannot parse url %s: %s",
-				locking.ErrInvalid, redactURL(opts.URL), scrubSecrets(err.Error(), opts.URL)))
+			problems = append(problems, fmt.Errorf("%w: pg: [locking.pg] url: %s",
+				locking.ErrInvalid, scrubSecrets(err.Error(), opts.URL)))
 		}
 	}
 	if len(problems) > 0 {

@@ -8,7 +8,7 @@ import (
 // lockID derives the 64-bit advisory lock id of key in namespace: the first
 // 8 bytes (big-endian) of SHA-256(namespace, NUL, key). hashtext would give
 // only 32 bits; 64 make collisions (which only add contention) negligible.
-// The NUL keeps ("a", "bc") and ("ab", "c") apart. idSQL computes the same.
+// The NUL keeps ("a", "bc") and ("ab", "c") apart. idExpr computes the same.
 func lockID(namespace, key string) int64 {
 	h := sha256.New()
 	h.Write([]byte(namespace))

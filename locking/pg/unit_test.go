@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,6 +11,11 @@ import (
 )
 
 func TestVerdict(t *testing.T) {
+	for _, q := range []string{probeLockSQL, probeCheckSQL, probeUnlockSQL, createTableSQL} {
+		if !strings.Contains(q, strconv.Itoa(probeClass)) {
+			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
+		}
+	}
 	real := probe{serverVersion: "15.20 (Debian 15.20-0+deb12u1)", lockPID: 7, locked: true, checkPID: 7, seen: true}
 	tests := []struct {
 		name   string
@@ -120,5 +126,22 @@ func TestOpenNeedsNoServer(t *testing.T) {
 	}
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+func TestScrubSecrets(t *testing.T) {
+	for _, tt := range []struct{ raw, secret string }{
+		{"postgres://u:pa55word@h:bad/db", "pa55word"},
+		{"postgres://u:pa%2F55word@h/db", "pa/55word"},
+		{"postgresql://u:p@ss:w0rd@h/db", "p@ss:w0rd"},
+		{"postgres://u@h/db?password=pa55word&sslmode=x", "pa55word"},
+		{"host=h password=pa55word port=x", "pa55word"},
+		{"host=h password='pa55 word' port=x", "pa55 word"},
+		{"host=h sslpassword=pa55word", "pa55word"},
+	} {
+		msg := "cannot parse `" + tt.raw + "`: because " + tt.secret + " is odd"
+		if got := scrubSecrets(msg, tt.raw); strings.Contains(got, tt.secret) {
+			t.Errorf("scrubSecrets(%q) = %q: the secret is still there", tt.raw, got)
+		}
 	}
 }
