@@ -89,7 +89,7 @@ func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string)
 	defer cancel()
 	_, err := c.Pipelined(opCtx, func(p goredis.Pipeliner) error {
 		for i, k := range keys {
-			all[i] = cmds{p.Get(opCtx, k), p.PTTL(opCtx, k), p.Get(opCtx, k+":fence")}
+			all[i] = cmds{p.Get(opCtx, k), p.PTTL(opCtx, k), p.Get(opCtx, k+fenceSuffix)}
 		}
 		return nil
 	})

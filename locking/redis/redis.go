@@ -20,6 +20,9 @@ const (
 	DefaultOpTimeout = 2 * time.Second
 )
 
+// fenceSuffix makes a lock key into its fencing counter's key.
+const fenceSuffix = ":fence"
+
 // holderSep separates the token from the holder in the stored value. The
 // token is hex, so the first separator always ends it.
 const holderSep = "|"
@@ -140,7 +143,10 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	if err != nil {
 		return nil, err
 	}
-	st := &heldLock{lockKey: l.lockKey(key), value: token}
+	// One allocation for both keys: the fence key is the lock key plus a
+	// suffix, so the lock key is a prefix of it.
+	fenceKey := l.prefix + "{" + key + "}" + fenceSuffix // = lockKey(key) + fenceSuffix
+	st := &heldLock{lockKey: fenceKey[:len(fenceKey)-len(fenceSuffix)], value: token}
 	if l.holder != "" {
 		st.value = token + holderSep + l.holder
 	}
@@ -148,7 +154,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
 	defer cancel()
 	fence, err := replyInt(acquireScript.Run(opCtx, l.client,
-		[]string{st.lockKey, st.lockKey + ":fence"}, st.value, ttl.Milliseconds()))
+		[]string{st.lockKey, fenceKey}, st.value, ttl.Milliseconds()))
 	switch {
 	case err != nil:
 		return nil, l.opError(ctx, "try-lock", key, err)
@@ -281,7 +287,7 @@ func (l *Locker) Ping(ctx context.Context) error {
 }
 
 // lockKey is the Redis key of key's lock. The braces make key a Redis
-// Cluster hash tag, so the lock and its fence counter (lockKey+":fence")
+// Cluster hash tag, so the lock and its fence counter (lockKey+fenceSuffix)
 // share one slot, as a script touching both requires.
 func (l *Locker) lockKey(key string) string {
 	return l.prefix + "{" + key + "}"

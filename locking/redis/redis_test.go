@@ -41,7 +41,11 @@ func TestConformance(t *testing.T) {
 
 	lockertest.Run(t, lockertest.Backend{
 		New: func(t testing.TB) locking.Locker {
-			l, err := Open(Options{URL: url, KeyPrefix: prefixFor(t), Holder: "conformance"})
+			// A long OpTimeout: the suite checks the contract's semantics
+			// (64 lockers dialling at once under -race on a shared 2-core
+			// machine can take seconds); the timeout bounds are proved by
+			// the fault tests.
+			l, err := Open(Options{URL: url, KeyPrefix: prefixFor(t), Holder: "conformance", OpTimeout: 10 * time.Second})
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
