@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
@@ -27,6 +28,14 @@ const (
 	// lock's renewal keeps an overrunning job safe). The hint default is
 	// hints.Default (prefer_global); node_id defaults to os.Hostname().
 )
+
+// Default returns a Config holding every top-level default and no
+// schedules, for building one by hand (then call Validate).
+func Default() *Config {
+	c := defaultConfig()
+	c.NodeID, _ = os.Hostname()
+	return &c
+}
 
 // defaultConfig is the top level before the file is decoded over it, so a
 // key the file sets (even to "" or "0s") wins and an absent key keeps its

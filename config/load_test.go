@@ -318,8 +318,10 @@ func TestExpandEnv(t *testing.T) {
 
 // A Config built by hand is checked and resolved by Validate.
 func TestValidateByHand(t *testing.T) {
-	c := &Config{NodeID: "n", Log: Log{Level: "info", Format: "text"},
-		Scheduled: []Schedule{{ID: "a", Cron: "@daily", Command: []string{"x"}, Timezone: "Europe/Paris"}}}
+	c := Default()
+	c.Locking.Backend = BackendRedis
+	c.Locking.Redis.URL = "redis://localhost:6379"
+	c.Scheduled = []Schedule{{ID: "a", Cron: "@daily", Command: []string{"x"}, Timezone: "Europe/Paris"}}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -41,12 +41,12 @@ func (c *Config) validate() []Problem {
 		}
 	}
 	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
+	case "", "debug", "info", "warn", "error": // "" is the default, info
 	default:
 		v.add(at("log.level"), "log.level: unknown level %q (want debug, info, warn or error)", c.Log.Level)
 	}
 	switch c.Log.Format {
-	case "text", "json":
+	case "", "text", "json": // "" is the default, text
 	default:
 		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
 	}
@@ -159,7 +159,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	if s.Cron == "" {
 		v.atSchedule(s, "cron", "cron is missing")
 	} else if spec, err := scheduler.ParseSpec(s.Cron, s.Location); err != nil {
-		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(err.Error(), "scheduler: "))
+		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
 	} else {
 		s.Spec = spec
 	}
