@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -39,19 +41,29 @@ type lister interface {
 // List(ctx) ([]locking.LockInfo, error) (forwarded, or an error wrapping
 // errors.ErrUnsupported) and Unwrap() locking.Locker.
 func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Locker {
-	il := &instrumented{next: l, backend: backend, m: m, held: map[*locking.Handle]struct{}{}}
-	// Create every series at zero: "no errors yet" reads as 0, not absent.
+	il := &instrumented{
+		next:    l,
+		backend: backend,
+		m:       m,
+		ops:     map[string]map[string]prometheus.Counter{},
+		timing:  map[string]prometheus.Observer{},
+		gauge:   m.heldLocks.WithLabelValues(backend),
+		held:    map[*locking.Handle]struct{}{},
+	}
+	// Every series is created here, at zero ("no errors yet" reads as 0,
+	// not absent), and resolved once so an operation costs no label lookup.
 	for op, results := range map[string][]string{
 		opTryLock: {resultAcquired, resultContended, resultError},
 		opRenew:   {resultOK, resultLost, resultError},
 		opRelease: {resultOK, resultLost, resultError},
 	} {
+		il.ops[op] = map[string]prometheus.Counter{}
 		for _, r := range results {
-			m.lockOps.WithLabelValues(backend, op, r)
+			il.ops[op][r] = m.lockOps.WithLabelValues(backend, op, r)
 		}
-		m.lockDuration.WithLabelValues(backend, op)
+		il.timing[op] = m.lockDuration.WithLabelValues(backend, op)
 	}
-	m.heldLocks.WithLabelValues(backend).Add(0)
+	il.gauge.Add(0)
 	m.ready.track(backend, il)
 	return il
 }
@@ -60,6 +72,9 @@ type instrumented struct {
 	next    locking.Locker
 	backend string
 	m       *Metrics
+	ops     map[string]map[string]prometheus.Counter // [op][result]; read-only after construction
+	timing  map[string]prometheus.Observer           // [op]
+	gauge   prometheus.Gauge                         // held locks
 
 	mu   sync.Mutex
 	held map[*locking.Handle]struct{} // handles counted in held_locks
@@ -112,7 +127,7 @@ func (l *instrumented) Close(ctx context.Context) error {
 	n := len(l.held)
 	clear(l.held)
 	l.mu.Unlock()
-	l.m.heldLocks.WithLabelValues(l.backend).Sub(float64(n))
+	l.gauge.Sub(float64(n))
 	return err
 }
 
@@ -143,8 +158,8 @@ func (l *instrumented) List(ctx context.Context) ([]locking.LockInfo, error) {
 func (l *instrumented) Unwrap() locking.Locker { return l.next }
 
 func (l *instrumented) observe(op, result string, start time.Time, err error) {
-	l.m.lockOps.WithLabelValues(l.backend, op, result).Inc()
-	l.m.lockDuration.WithLabelValues(l.backend, op).Observe(time.Since(start).Seconds())
+	l.ops[op][result].Inc()
+	l.timing[op].Observe(time.Since(start).Seconds())
 	l.m.ready.record(err)
 }
 
@@ -152,7 +167,7 @@ func (l *instrumented) hold(h *locking.Handle) {
 	l.mu.Lock()
 	l.held[h] = struct{}{}
 	l.mu.Unlock()
-	l.m.heldLocks.WithLabelValues(l.backend).Inc()
+	l.gauge.Inc()
 }
 
 // drop stops counting h; a handle counted once is uncounted once, however
@@ -163,7 +178,7 @@ func (l *instrumented) drop(h *locking.Handle) {
 	delete(l.held, h)
 	l.mu.Unlock()
 	if ok {
-		l.m.heldLocks.WithLabelValues(l.backend).Dec()
+		l.gauge.Dec()
 	}
 }
 
