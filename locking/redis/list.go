@@ -19,7 +19,8 @@ const scanCount = 500
 // List returns the locks currently held under the key prefix, for the
 // `locks` command: key, fence, time left and holder, never the token. It
 // walks the keyspace with SCAN (never KEYS, which blocks the server), on
-// every master of a Cluster. Each round trip is bounded by OpTimeout.
+// every master of a Cluster and every shard of a Ring. Each round trip is
+// bounded by OpTimeout.
 // The listing is a snapshot: locks may come and go while it runs.
 func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 	if err := l.checkOpen(); err != nil {
@@ -40,10 +41,16 @@ func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 		mu.Unlock()
 		return err
 	}
+	// SCAN walks one server's keyspace: a sharded client is walked shard
+	// by shard.
+	perNode := func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) }
 	var err error
-	if cc, ok := l.client.(*goredis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
-	} else {
+	switch c := l.client.(type) {
+	case *goredis.ClusterClient:
+		err = c.ForEachMaster(ctx, perNode)
+	case *goredis.Ring:
+		err = c.ForEachShard(ctx, perNode)
+	default:
 		err = scan(ctx, l.client)
 	}
 	if err != nil {

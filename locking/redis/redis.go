@@ -89,10 +89,10 @@ type heldLock struct {
 // Ping), never here. A malformed URL is an error wrapping
 // locking.ErrInvalid, with any password redacted.
 func Open(opts Options) (*Locker, error) {
-	opts = withDefaults(opts)
 	if opts.OpTimeout < 0 {
 		return nil, fmt.Errorf("%w: Redis op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout)
 	}
+	opts = withDefaults(opts)
 	client, err := newClient(opts.URL, opts.OpTimeout)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/lockertest"
@@ -250,5 +252,55 @@ func TestPing(t *testing.T) {
 	l := openLocker(t, Options{URL: url})
 	if err := l.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// A resent acquire (its first reply lost) must answer with the fence it
+// drew, not "held": the lock is ours.
+func TestAcquireScriptIsIdempotentForItsOwnValue(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	prefix := testPrefix(t, admin)
+	ctx := context.Background()
+	keys := []string{prefix + "{k}", prefix + "{k}" + fenceSuffix}
+	run := func(value string) int64 {
+		t.Helper()
+		n, err := replyInt(acquireScript.Run(ctx, admin, keys, value, int64(60000)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	first := run("token-1")
+	if first < 1 {
+		t.Fatalf("first acquire = %d, want a fence", first)
+	}
+	if again := run("token-1"); again != first {
+		t.Fatalf("resent acquire = %d, want the same fence %d", again, first)
+	}
+	if other := run("token-2"); other != 0 {
+		t.Fatalf("another value's acquire = %d, want 0 (held)", other)
+	}
+}
+
+func TestReplyIntIsStrict(t *testing.T) {
+	ctx := context.Background()
+	for _, v := range []any{"1", true, 1.0, []any{int64(1)}, nil} {
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetVal(v)
+		if n, err := replyInt(cmd); err == nil {
+			t.Errorf("replyInt(%T %v) = %d, nil; want an error: only an integer reply is an answer", v, v, n)
+		}
+	}
+	cmd := goredis.NewCmd(ctx)
+	cmd.SetVal(int64(1))
+	if n, err := replyInt(cmd); n != 1 || err != nil {
+		t.Errorf("replyInt(int64 1) = %d, %v", n, err)
+	}
+}
+
+func TestNegativeOpTimeoutIsInvalid(t *testing.T) {
+	if _, err := Open(Options{URL: "redis://127.0.0.1:1/0", OpTimeout: -time.Second}); !errors.Is(err, locking.ErrInvalid) {
+		t.Fatalf("Open with a negative OpTimeout = %v, want ErrInvalid", err)
 	}
 }
