@@ -47,7 +47,7 @@ var (
 type Option func(*config)
 
 type config struct {
-	now    func() time.Time
+	now    func() time.Time // nil: the real clock
 	holder string
 }
 
@@ -70,7 +70,7 @@ func WithHolder(holder string) Option {
 
 // New returns a Locker with its own, empty lock table.
 func New(opts ...Option) *Locker {
-	c := config{now: time.Now}
+	var c config
 	for _, o := range opts {
 		o(&c)
 	}
@@ -107,48 +107,49 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
 	}
-	now := l.tab.now()
-	if cur, ok := s.m[key]; ok && now.Before(cur.expires) {
+	now := l.tab.elapsed()
+	if cur, ok := s.m[key]; ok && now < cur.expires {
 		s.mu.Unlock()
 		return nil, nil
 	}
 	s.fence++
-	e := &entry{owner: l, expires: now.Add(ttl), fence: s.fence}
-	s.m[key] = e // replaces an expired entry, if any
+	fence := s.fence
+	s.m[key] = entry{owner: l, expires: expiry(now, ttl), fence: fence} // replaces an expired entry, if any
 	s.sweepIfGrown(now)
 	s.mu.Unlock()
 
 	// The token is made outside the shard lock, and only for a win: memory
-	// recognises its entries by identity, so the token serves the caller
-	// (logs, job environment), not the table.
+	// recognises an acquisition by its fence, so the token serves the
+	// caller (logs, job environment), not the table.
 	token, err := locking.NewToken()
 	if err != nil {
 		s.mu.Lock()
-		if s.m[key] == e {
+		if s.m[key].fence == fence {
 			delete(s.m, key)
 		}
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
 	}
-	return locking.NewHandle(l, key, token, e.fence, ttl, e), nil
+	return locking.NewHandle(l, key, token, fence, ttl, nil), nil
 }
 
 // Renew extends the lock by its TTL from now. It returns an error wrapping
 // locking.ErrLockLost when the lock expired, was released, or is now held
 // under another acquisition, which it leaves untouched.
 func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
-	e, err := l.check(ctx, "renew", h)
-	if err != nil {
+	if err := l.check(ctx, "renew", h); err != nil {
 		return err
 	}
 	s := l.tab.shardFor(h.Key())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := l.tab.now()
-	if err := s.own(h.Key(), e, now); err != nil {
+	now := l.tab.elapsed()
+	e, err := s.own(h.Key(), h.Fence(), now)
+	if err != nil {
 		return fmt.Errorf("memory: renew %v: %w", h, err)
 	}
-	e.expires = now.Add(h.TTL())
+	e.expires = expiry(now, h.TTL())
+	s.m[h.Key()] = e
 	return nil
 }
 
@@ -156,14 +157,13 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 // locking.ErrLockLost when the handle no longer holds the lock (expired,
 // released already, or re-acquired by another holder, which keeps it).
 func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
-	e, err := l.check(ctx, "release", h)
-	if err != nil {
+	if err := l.check(ctx, "release", h); err != nil {
 		return err
 	}
 	s := l.tab.shardFor(h.Key())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.own(h.Key(), e, l.tab.now()); err != nil {
+	if _, err := s.own(h.Key(), h.Fence(), l.tab.elapsed()); err != nil {
 		return fmt.Errorf("memory: release %v: %w", h, err)
 	}
 	delete(s.m, h.Key())
@@ -214,13 +214,13 @@ func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 	for i := range l.tab.shards {
 		s := &l.tab.shards[i]
 		s.mu.Lock()
-		now := l.tab.now()
+		now := l.tab.elapsed()
 		s.sweep(now)
 		for k, e := range s.m {
 			out = append(out, locking.LockInfo{
 				Key:     k,
 				Fence:   e.fence,
-				TTLLeft: e.expires.Sub(now),
+				TTLLeft: e.expires - now,
 				Holder:  e.owner.holder,
 			})
 		}
@@ -232,20 +232,17 @@ func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 
 // check does what Renew and Release share before touching the table:
 // context, closed Locker, and a handle this Locker issued.
-func (l *Locker) check(ctx context.Context, op string, h *locking.Handle) (*entry, error) {
+func (l *Locker) check(ctx context.Context, op string, h *locking.Handle) error {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: %s %v: %w", op, h, err)
+		return fmt.Errorf("memory: %s %v: %w", op, h, err)
 	}
 	if l.closed.Load() {
-		return nil, fmt.Errorf("memory: %s %v: %w", op, h, locking.ErrClosed)
+		return fmt.Errorf("memory: %s %v: %w", op, h, locking.ErrClosed)
 	}
-	state, err := locking.HandleState(h, l)
-	if err != nil {
-		return nil, fmt.Errorf("memory: %s: %w", op, err)
+	// The handle's fence names the acquisition; HandleState only proves the
+	// handle is this Locker's (it carries no state).
+	if _, err := locking.HandleState(h, l); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
 	}
-	e, ok := state.(*entry)
-	if !ok {
-		return nil, fmt.Errorf("memory: %s %v: %w: handle carries no memory lock", op, h, locking.ErrInvalid)
-	}
-	return e, nil
+	return nil
 }

@@ -1,7 +1,10 @@
 package memory_test
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,12 +85,8 @@ func TestConformance(t *testing.T) {
 func TestConformanceRealClock(t *testing.T) {
 	var mu sync.Mutex
 	roots := map[testing.TB]*memory.Locker{}
-	var offset time.Duration // Expire moves only this test's view of time
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return time.Now().Add(offset)
-	}
+	var offset atomic.Int64 // Expire moves only this test's view of time
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	lockertest.Run(t, lockertest.Backend{
 		New: func(t testing.TB) locking.Locker {
 			mu.Lock()
@@ -99,15 +98,58 @@ func TestConformanceRealClock(t *testing.T) {
 			roots[t] = root
 			return root
 		},
-		Expire: func(testing.TB, string) {
-			mu.Lock()
-			defer mu.Unlock()
-			offset += expireAll
-		},
+		Expire:    func(testing.TB, string) { offset.Add(int64(expireAll)) },
 		TTLExpiry: true,
 	})
 }
 
 func BenchmarkLocker(b *testing.B) {
 	lockertest.Benchmark(b, func(testing.TB) locking.Locker { return memory.New() })
+}
+
+// Without WithClock the Locker runs on the real monotonic clock; this is the
+// one test that waits, because time passing is the behaviour under test.
+func TestDefaultClockExpires(t *testing.T) {
+	ctx := context.Background()
+	a := memory.New()
+	b := a.Peer("")
+	t.Cleanup(func() { _ = a.Close(ctx); _ = b.Close(ctx) })
+	const ttl = 300 * time.Millisecond
+	h, err := a.TryLock(ctx, "k", ttl)
+	if h == nil || err != nil {
+		t.Fatalf("TryLock(k) = %v, %v, want a handle", h, err)
+	}
+	if h2, err := b.TryLock(ctx, "k", ttl); h2 != nil || err != nil {
+		t.Fatalf("peer TryLock(k) right away = %v, %v, want (nil, nil)", h2, err)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	h2, err := b.TryLock(ctx, "k", time.Minute)
+	if h2 == nil || err != nil {
+		t.Fatalf("peer TryLock(k) after the TTL = %v, %v, want a handle", h2, err)
+	}
+	if err := a.Renew(ctx, h); !errors.Is(err, locking.ErrLockLost) {
+		t.Fatalf("Renew of the lapsed handle = %v, want ErrLockLost", err)
+	}
+	if h2.Fence() <= h.Fence() {
+		t.Fatalf("fence after expiry = %d, want > %d", h2.Fence(), h.Fence())
+	}
+}
+
+// A huge TTL means "held until released", not an overflow into the past.
+func TestHugeTTL(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	a := memory.New(memory.WithClock(clock.Now))
+	t.Cleanup(func() { _ = a.Close(ctx) })
+	h, err := a.TryLock(ctx, "k", time.Duration(1<<63-1))
+	if h == nil || err != nil {
+		t.Fatalf("TryLock(k, max duration) = %v, %v, want a handle", h, err)
+	}
+	clock.Advance(100 * 365 * 24 * time.Hour)
+	if h2, err := a.Peer("").TryLock(ctx, "k", time.Second); h2 != nil || err != nil {
+		t.Fatalf("peer TryLock(k) a century later = %v, %v, want (nil, nil)", h2, err)
+	}
+	if err := a.Renew(ctx, h); err != nil {
+		t.Fatalf("Renew = %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -23,15 +24,19 @@ const shrinkFrom = 1024
 
 // table is the lock table that one Locker and its peers share.
 type table struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	shards [numShards]shard
+	// elapsed reads the table's clock as the time since the table was made.
+	// Expiries are kept as such offsets: comparing them is integer
+	// arithmetic, and with the real clock one monotonic reading (time.Since)
+	// costs half of time.Now, which reads the wall clock too.
+	elapsed func() time.Duration
+	seed    maphash.Seed
+	shards  [numShards]shard
 }
 
 // shard is one mutex-guarded part of the table.
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*entry
+	m  map[string]entry
 	// fence is the last fencing token issued in this shard. A key always
 	// hashes to the same shard, so its tokens strictly increase.
 	fence int64
@@ -44,19 +49,30 @@ type shard struct {
 	_ [64]byte
 }
 
-// entry is one acquisition of a key. Handles carry the *entry they created,
-// so a handle owns the lock exactly while the table maps its key to that
-// same entry: a re-acquisition (even by the same Locker) is a new entry.
+// entry is one acquisition of a key, stored by value (no allocation per
+// lock). Its fencing token identifies it: fences are unique within a shard
+// and a key never changes shard, so a handle owns the lock exactly while its
+// key maps to an entry with the handle's fence. A re-acquisition, even by
+// the same Locker, gets a new fence.
 type entry struct {
 	owner   *Locker
-	expires time.Time
+	expires time.Duration // on the table's elapsed clock
 	fence   int64
 }
 
+// newTable makes a table on the clock now; nil means the real clock.
 func newTable(now func() time.Time) *table {
-	t := &table{now: now, seed: maphash.MakeSeed()}
+	var elapsed func() time.Duration
+	if now == nil {
+		epoch := time.Now()
+		elapsed = func() time.Duration { return time.Since(epoch) }
+	} else {
+		epoch := now()
+		elapsed = func() time.Duration { return now().Sub(epoch) }
+	}
+	t := &table{elapsed: elapsed, seed: maphash.MakeSeed()}
 	for i := range t.shards {
-		t.shards[i].m = make(map[string]*entry)
+		t.shards[i].m = make(map[string]entry)
 		t.shards[i].sweepAt = minSweepLen
 	}
 	return t
@@ -66,24 +82,25 @@ func (t *table) shardFor(key string) *shard {
 	return &t.shards[maphash.String(t.seed, key)&(numShards-1)]
 }
 
-// own reports whether e is still the live lock on key. An expired e is
-// removed on the way, since its holder can no longer use it; anything else
-// under key belongs to a newer holder and is left alone. Call with s.mu held.
-func (s *shard) own(key string, e *entry, now time.Time) error {
+// own reports whether the acquisition of key with this fence is still the
+// live lock on key. If it expired it is removed on the way, since its holder
+// can no longer use it; anything else under key belongs to a newer holder
+// and is left alone. Call with s.mu held.
+func (s *shard) own(key string, fence int64, now time.Duration) (entry, error) {
 	cur, ok := s.m[key]
 	switch {
-	case !ok || cur != e:
-		return locking.ErrLockLost
-	case !now.Before(e.expires):
+	case !ok || cur.fence != fence:
+		return entry{}, locking.ErrLockLost
+	case now >= cur.expires:
 		delete(s.m, key)
-		return locking.ErrLockLost
+		return entry{}, locking.ErrLockLost
 	}
-	return nil
+	return cur, nil
 }
 
 // sweepIfGrown sweeps the shard when it has doubled since its last sweep.
 // Call with s.mu held.
-func (s *shard) sweepIfGrown(now time.Time) {
+func (s *shard) sweepIfGrown(now time.Duration) {
 	if len(s.m) >= s.sweepAt {
 		s.sweep(now)
 	}
@@ -91,22 +108,31 @@ func (s *shard) sweepIfGrown(now time.Time) {
 
 // sweep deletes every expired entry, and rebuilds a large map that it
 // mostly emptied so the memory is given back. Call with s.mu held.
-func (s *shard) sweep(now time.Time) {
+func (s *shard) sweep(now time.Duration) {
 	before := len(s.m)
 	for k, e := range s.m {
-		if !now.Before(e.expires) {
+		if now >= e.expires {
 			delete(s.m, k)
 		}
 	}
 	after := len(s.m)
 	if before >= shrinkFrom && after < before/4 {
-		m := make(map[string]*entry, after)
+		m := make(map[string]entry, after)
 		for k, e := range s.m {
 			m[k] = e
 		}
 		s.m = m
 	}
 	s.sweepAt = max(2*after, minSweepLen)
+}
+
+// expiry is now+ttl, saturated so a huge TTL means "never", not a time in
+// the past.
+func expiry(now, ttl time.Duration) time.Duration {
+	if ttl > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + ttl
 }
 
 // len counts the entries in the table, expired or not (for tests).
