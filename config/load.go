@@ -32,6 +32,11 @@ func Load(path string) (*Config, error) {
 // Parse is Load on the main file's bytes; path names the file in messages
 // and include globs are resolved relative to its directory.
 func Parse(data []byte, path string) (*Config, error) {
+	if blank(data) {
+		// Almost always a mistake (a truncated deploy, the wrong path, a
+		// directory mounted as a file): a node running it would idle forever.
+		return nil, &Error{Problems: []Problem{{File: path, Msg: "the config is empty: it sets nothing (see examples/bext.config.toml)"}}}
+	}
 	b := &builder{}
 	c := b.parseMain(data, path)
 	if c != nil {
@@ -418,4 +423,15 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// blank reports whether data holds nothing but white space and comments.
+func blank(data []byte) bool {
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 && line[0] != '#' {
+			return false
+		}
+	}
+	return true
 }

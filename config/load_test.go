@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,10 +149,17 @@ command = ["true"]
 	}
 }
 
-func TestLoadEmptyFileIsValid(t *testing.T) {
-	c := mustLoad(t, write(t, t.TempDir(), "empty.toml", ""))
+func TestLoadEmptyFileIsAnError(t *testing.T) {
+	for name, body := range map[string]string{"empty": "", "blank": "  \n\n", "comments only": "# node_id = \"a\"\n  # more\n"} {
+		_, err := Load(write(t, t.TempDir(), "empty.toml", body))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), "empty") {
+			t.Errorf("%s file: error %v, want one saying the config is empty", name, err)
+		}
+	}
+	// One key is enough to be a config (a node that only serves metrics).
+	c := mustLoad(t, write(t, t.TempDir(), "min.toml", "node_id = \"a\"\n"))
 	if len(c.Scheduled) != 0 || c.Locking.Backend != "" || c.HTTP.Listen != DefaultListen {
-		t.Errorf("empty file: %+v", c)
+		t.Errorf("minimal file: %+v", c)
 	}
 }
 
