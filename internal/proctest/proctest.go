@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -193,4 +194,38 @@ func (n *Node) Wait(timeout time.Duration) int {
 	}
 	n.t.Fatalf("waiting for process: %v", n.err)
 	return -1
+}
+
+// GroupAlive reports whether any live (non-zombie) process is in process
+// group pgid. kill(-pgid, 0) is not enough: where PID 1 does not reap
+// orphans (some containers and sandboxes), killed children linger as
+// zombies and still count as group members to kill(2).
+func GroupAlive(pgid int) (bool, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 {
+			continue
+		}
+		if g, _ := strconv.Atoi(f[2]); g == pgid && f[0] != "Z" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
