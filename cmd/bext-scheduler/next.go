@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+func newNextCmd() *cobra.Command {
+	var (
+		path string
+		n    int
+	)
+	c := &cobra.Command{
+		Use:   "next",
+		Short: "Show the upcoming ticks of every schedule, how each locks, and its lock TTL",
+		Long: `next prints, for each schedule, its cron expression and time zone, the
+locking hint as it resolves with the configured backend (and why), the lock
+key and TTL (expected_runtime + jitter + safety_margin), and the next N tick
+times in RFC 3339. It reads the config only; it does not connect anywhere.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if n < 1 || n > 1000 {
+				return usageErrorf("-n must be between 1 and 1000, got %d", n)
+			}
+			cfg, err := loadConfig(c.ErrOrStderr(), configPath(path))
+			if err != nil {
+				return err
+			}
+			kind := backendKind(cfg.Locking.Backend)
+			now := time.Now()
+			w := tabwriter.NewWriter(c.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SCHEDULE\tCRON\tTZ\tHINT\tLOCK KEY\tTTL\tNEXT")
+			for _, s := range cfg.Scheduled {
+				res, err := hints.Resolve(s.HintValue, kind)
+				hint, key, ttl := string(s.HintValue), "-", "-"
+				if err != nil {
+					hint += " (" + err.Error() + ")"
+				} else {
+					hint = res.Why
+					if res.Lock {
+						key = lockKeyDisplay(cfg.Locking.Backend, cfg.Locking.Redis.KeyPrefix, cfg.Locking.PG.Namespace, s.ID)
+						ttl = scheduler.LockTTL(s.ExpectedRuntime.Duration, s.Jitter.Duration, cfg.Locking.SafetyMargin.Duration).String()
+					}
+				}
+				tz := "UTC"
+				if s.Location != nil {
+					tz = s.Location.String()
+				}
+				ticks := nextTicks(s.Spec, now, n)
+				first := "-"
+				if len(ticks) > 0 {
+					first = ticks[0]
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Cron, tz, hint, key, ttl, first)
+				for _, t := range ticks[min(1, len(ticks)):] {
+					fmt.Fprintf(w, "\t\t\t\t\t\t%s\n", t)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	addConfigFlag(c, &path)
+	c.Flags().IntVarP(&n, "count", "n", 3, "how many upcoming ticks per schedule")
+	return c
+}
+
+func nextTicks(spec scheduler.Spec, from time.Time, n int) []string {
+	var out []string
+	t := from
+	for i := 0; i < n && spec != nil; i++ {
+		t = spec.Next(t)
+		if t.IsZero() { // robfig returns zero for a schedule that never fires
+			break
+		}
+		out = append(out, t.Format(time.RFC3339))
+	}
+	return out
+}
+
+// lockKeyDisplay shows the key as the backend stores it.
+func lockKeyDisplay(backend, redisPrefix, pgNamespace, id string) string {
+	switch backend {
+	case "redis":
+		return redisPrefix + "{" + id + "}"
+	case "pg":
+		return strings.TrimSpace(pgNamespace) + ":" + id
+	}
+	return id
+}

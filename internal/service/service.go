@@ -1,0 +1,132 @@
+// Package service turns a loaded config into a running node: it opens the
+// lock backend, builds the jobs and schedules, wires metrics and the HTTP
+// server, and reloads on demand. The CLI's `run` is a thin shell over it.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/config"
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/jobs"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/memory"
+	"github.com/bext-dev/bext-scheduler/locking/pg"
+	"github.com/bext-dev/bext-scheduler/locking/redis"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// ErrBackend wraps failures to set up the lock backend from the config.
+var ErrBackend = errors.New("service: lock backend")
+
+// Backend is an opened lock backend.
+type Backend struct {
+	Name   string // "memory", "redis", "pg"; "" when none is configured
+	Kind   hints.Backend
+	Locker locking.Locker // nil when none is configured
+}
+
+// Holder names this process in lock listings: node id and pid.
+func Holder(nodeID string) string {
+	return nodeID + "/pid " + strconv.Itoa(os.Getpid())
+}
+
+// OpenBackend opens the configured lock backend. It never waits for the
+// backend to answer: a node starts while Redis or Postgres is down, reports
+// not ready, and recovers by itself. Errors are configuration mistakes
+// (bad URL) and wrap ErrBackend.
+func OpenBackend(ctx context.Context, cfg *config.Config) (Backend, error) {
+	l := cfg.Locking
+	holder := Holder(cfg.NodeID)
+	switch l.Backend {
+	case "":
+		return Backend{Kind: hints.None}, nil
+	case "memory":
+		return Backend{Name: "memory", Kind: hints.Local, Locker: memory.New(memory.WithHolder(holder))}, nil
+	case "redis":
+		lk, err := redis.Open(redis.Options{
+			URL: l.Redis.URL, KeyPrefix: l.Redis.KeyPrefix,
+			OpTimeout: l.Redis.OpTimeout.Duration, Holder: holder,
+		})
+		if err != nil {
+			return Backend{}, fmt.Errorf("%w: redis: %w", ErrBackend, err)
+		}
+		return Backend{Name: "redis", Kind: hints.Distributed, Locker: lk}, nil
+	case "pg":
+		lk, err := pg.Open(ctx, pg.Options{
+			URL: l.PG.URL, Namespace: l.PG.Namespace, MaxSessions: l.PG.MaxSessions,
+			OpTimeout: l.PG.OpTimeout.Duration, Holder: holder,
+		})
+		if err != nil {
+			return Backend{}, fmt.Errorf("%w: pg: %w", ErrBackend, err)
+		}
+		return Backend{Name: "pg", Kind: hints.Distributed, Locker: lk}, nil
+	}
+	return Backend{}, fmt.Errorf("%w: unknown backend %q", ErrBackend, l.Backend)
+}
+
+// SameBackend reports whether two configs name the same lock backend, so a
+// reload can keep the open one (changing backends needs a restart: locks
+// held on the old one must not be dropped behind a running job's back).
+func SameBackend(a, b *config.Config) bool {
+	return a.Locking.Backend == b.Locking.Backend &&
+		a.Locking.Redis == b.Locking.Redis && a.Locking.PG == b.Locking.PG
+}
+
+// Schedules builds the scheduler's schedules from the config's.
+func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
+	out := make([]scheduler.Schedule, 0, len(cfg.Scheduled))
+	for i := range cfg.Scheduled {
+		s := &cfg.Scheduled[i]
+		out = append(out, scheduler.Schedule{
+			ID:              s.ID,
+			Spec:            s.Spec,
+			CronExpr:        s.Cron,
+			Location:        s.Location,
+			Hint:            s.HintValue,
+			ExpectedRuntime: s.ExpectedRuntime.Duration,
+			Jitter:          s.Jitter.Duration,
+			Timeout:         s.Timeout.Duration,
+			Overlap:         scheduler.Overlap(s.Overlap),
+			Job:             Job(s, logger),
+		})
+	}
+	return out
+}
+
+// Job builds the job a config schedule declares.
+func Job(s *config.Schedule, logger *slog.Logger) scheduler.Job {
+	if s.HTTP != nil {
+		return &jobs.HTTP{
+			URL: s.HTTP.URL, Method: s.HTTP.Method, Headers: s.HTTP.Headers, Body: s.HTTP.Body,
+			Timeout: s.HTTP.Timeout.Duration, SuccessCodes: s.HTTP.SuccessCodes,
+		}
+	}
+	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger}
+}
+
+// TestClockOffsetEnv names a test-only environment variable: a duration
+// (e.g. "-700ms") by which this node's scheduler clock runs ahead of the
+// real one. The cluster tests use it to prove the clock-skew tolerance with
+// real processes; never set it in production.
+const TestClockOffsetEnv = "BEXT_TEST_CLOCK_OFFSET"
+
+// Clock returns the scheduler's clock: the real one, offset only when
+// TestClockOffsetEnv is set.
+func Clock() (scheduler.Clock, error) {
+	v := os.Getenv(TestClockOffsetEnv)
+	if v == "" {
+		return scheduler.RealClock(), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", TestClockOffsetEnv, v, err)
+	}
+	return scheduler.OffsetClock(scheduler.RealClock(), d), nil
+}
