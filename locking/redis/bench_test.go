@@ -150,3 +150,71 @@ func (f *floor) lockRelease(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// BenchmarkVsFloor alternates the Locker's try-lock+release with the
+// floor's, op by op in the same goroutines (which one goes first alternates
+// too), and reports each one's mean time and their ratio. On a shared
+// machine whose load drifts between separate benchmark runs, this paired
+// measurement is the fair comparison; ns/op is the pair's total.
+func BenchmarkVsFloor(b *testing.B) {
+	for _, par := range []struct {
+		name        string
+		parallelism int // 0: sequential
+	}{{"Sequential", 0}, {"Parallel16", benchParallelism}} {
+		b.Run(par.name, func(b *testing.B) {
+			f := newFloor(b)
+			l := benchLocker(b)
+			b.Cleanup(func() { _ = l.Close(context.Background()) })
+			ctx := b.Context()
+			var lockerNs, floorNs, worker atomic.Int64
+			loop := func(next func() bool) error {
+				id := worker.Add(1)
+				fkeys := f.keys(fmt.Sprintf("bench/vs/%d/", id))
+				keys := make([]string, benchKeys)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("bench/vs/%d/%02d", id, i)
+				}
+				for i := 0; next(); i++ {
+					key := keys[i%benchKeys]
+					for j := range 2 {
+						start := time.Now()
+						if (i+j)%2 == 0 {
+							h, err := l.TryLock(ctx, key, benchTTL)
+							if err != nil || h == nil {
+								return fmt.Errorf("TryLock = %v, %v", h, err)
+							}
+							if err := l.Release(ctx, h); err != nil {
+								return err
+							}
+							lockerNs.Add(int64(time.Since(start)))
+						} else {
+							if err := f.lockRelease(ctx, fkeys[i%benchKeys]); err != nil {
+								return err
+							}
+							floorNs.Add(int64(time.Since(start)))
+						}
+					}
+				}
+				return nil
+			}
+			b.ReportAllocs()
+			if par.parallelism == 0 {
+				if err := loop(b.Loop); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				b.SetParallelism(par.parallelism)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					if err := loop(pb.Next); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(lockerNs.Load())/n, "locker-ns/op")
+			b.ReportMetric(float64(floorNs.Load())/n, "floor-ns/op")
+			b.ReportMetric(float64(lockerNs.Load())/float64(floorNs.Load()), "locker/floor")
+		})
+	}
+}

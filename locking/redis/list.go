@@ -65,7 +65,7 @@ func (l *Locker) scanNode(ctx context.Context, c goredis.Cmdable, match string) 
 	var out []locking.LockInfo
 	var cursor uint64
 	for {
-		opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+		opCtx, cancel := l.opContext(ctx)
 		keys, next, err := c.Scan(opCtx, cursor, match, scanCount).Result()
 		cancel()
 		if err != nil {
@@ -92,7 +92,7 @@ func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string)
 		fence *goredis.StringCmd
 	}
 	all := make([]cmds, len(keys))
-	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	_, err := c.Pipelined(opCtx, func(p goredis.Pipeliner) error {
 		for i, k := range keys {

@@ -151,7 +151,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		st.value = token + holderSep + l.holder
 	}
 
-	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	fence, err := replyInt(acquireScript.Run(opCtx, l.client,
 		[]string{st.lockKey, fenceKey}, st.value, ttl.Milliseconds()))
@@ -187,7 +187,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	if err := canceled(ctx, "renew", h); err != nil {
 		return err
 	}
-	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	n, err := replyInt(renewScript.Run(opCtx, l.client, []string{st.lockKey}, st.value, h.TTL().Milliseconds()))
 	if err != nil {
@@ -216,7 +216,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 }
 
 func (l *Locker) release(ctx context.Context, h *locking.Handle, st *heldLock) error {
-	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	n, err := replyInt(releaseScript.Run(opCtx, l.client, []string{st.lockKey}, st.value))
 	if err != nil {
@@ -278,12 +278,22 @@ func (l *Locker) Ping(ctx context.Context) error {
 	if err := l.checkOpen(); err != nil {
 		return err
 	}
-	opCtx, cancel := context.WithTimeout(ctx, l.opTimeout)
+	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	if err := l.client.Ping(opCtx).Err(); err != nil {
 		return l.opError(ctx, "ping", "", err)
 	}
 	return nil
+}
+
+// opContext bounds one operation by OpTimeout. A caller's deadline that
+// is already as tight is used as is: deriving a timer context costs more
+// than a microsecond and a few allocations on every call.
+func (l *Locker) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.opTimeout)
 }
 
 // lockKey is the Redis key of key's lock. The braces make key a Redis
