@@ -22,6 +22,7 @@ package memory
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -112,25 +113,19 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		s.mu.Unlock()
 		return nil, nil
 	}
+	tok, err := s.token()
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
+	}
 	s.fence++
 	fence := s.fence
 	s.m[key] = entry{owner: l, expires: expiry(now, ttl), fence: fence} // replaces an expired entry, if any
 	s.sweepIfGrown(now)
 	s.mu.Unlock()
-
-	// The token is made outside the shard lock, and only for a win: memory
-	// recognises an acquisition by its fence, so the token serves the
-	// caller (logs, job environment), not the table.
-	token, err := locking.NewToken()
-	if err != nil {
-		s.mu.Lock()
-		if s.m[key].fence == fence {
-			delete(s.m, key)
-		}
-		s.mu.Unlock()
-		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
-	}
-	return locking.NewHandle(l, key, token, fence, ttl, nil), nil
+	// memory recognises an acquisition by its fence; the token serves the
+	// caller (logs, job environment) and proves the handle is fresh.
+	return locking.NewHandle(l, key, hex.EncodeToString(tok[:]), fence, ttl, nil), nil
 }
 
 // Renew extends the lock by its TTL from now. It returns an error wrapping

@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"crypto/rand"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -21,6 +23,13 @@ const minSweepLen = 64
 // shrinkFrom is the size a shard map must have reached before a sweep that
 // empties most of it rebuilds it: Go maps never give back memory on delete.
 const shrinkFrom = 1024
+
+// tokenLen is the size of a handle's token in bytes (128 bits), and
+// tokensPerRead how many tokens one crypto/rand read supplies.
+const (
+	tokenLen      = 16
+	tokensPerRead = 16
+)
 
 // table is the lock table that one Locker and its peers share.
 type table struct {
@@ -44,6 +53,12 @@ type shard struct {
 	// twice the size left by the last one, so sweeping costs O(1) per
 	// TryLock amortised.
 	sweepAt int
+	// random holds crypto/rand bytes for the next tokens, random[used:]
+	// unused. One read per tokensPerRead tokens: a crypto/rand call costs
+	// far more than the 16 bytes it returns, and TryLock is meant to stay
+	// well under a microsecond.
+	random [tokenLen * tokensPerRead]byte
+	used   int
 	// Keeps shards on separate cache lines, so two cores working on two
 	// shards do not invalidate each other's mutex.
 	_ [64]byte
@@ -74,6 +89,7 @@ func newTable(now func() time.Time) *table {
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]entry)
 		t.shards[i].sweepAt = minSweepLen
+		t.shards[i].used = len(t.shards[i].random) // empty: filled on first use
 	}
 	return t
 }
@@ -96,6 +112,21 @@ func (s *shard) own(key string, fence int64, now time.Duration) (entry, error) {
 		return entry{}, locking.ErrLockLost
 	}
 	return cur, nil
+}
+
+// token returns 128 fresh bits from crypto/rand, each byte handed out once.
+// Call with s.mu held.
+func (s *shard) token() ([tokenLen]byte, error) {
+	var tok [tokenLen]byte
+	if s.used == len(s.random) {
+		if _, err := rand.Read(s.random[:]); err != nil {
+			return tok, fmt.Errorf("reading random token: %w", err)
+		}
+		s.used = 0
+	}
+	copy(tok[:], s.random[s.used:])
+	s.used += tokenLen
+	return tok, nil
 }
 
 // sweepIfGrown sweeps the shard when it has doubled since its last sweep.
