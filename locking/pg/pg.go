@@ -299,8 +299,9 @@ func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 	if ls.done {
 		return false
 	}
-	err := l.check(ctx, ls)
-	return err == nil || ctx.Err() != nil
+	// Detached from the asker's cancellation: a TryLock given up half-way
+	// must not leave the holder's session in doubt, which would end its lock.
+	return l.check(context.WithoutCancel(ctx), ls) == nil
 }
 
 // Release unlocks and returns the session to the idle list. A lock that is
