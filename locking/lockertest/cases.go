@@ -282,7 +282,7 @@ func caseManyKeys(s *suite) {
 // first errors, naming the index.
 func (s *suite) parallel(n int, what string, op func(i int) error) {
 	s.t.Helper()
-	const workers = 16
+	const workers = 32 // enough to hide a networked backend's round trips
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
