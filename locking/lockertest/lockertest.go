@@ -75,8 +75,8 @@ type testCase struct {
 // that a loaded CI machine still observes "not yet expired" reliably.
 const (
 	longTTL   = time.Minute
-	shortTTL  = 600 * time.Millisecond
-	realSlack = 200 * time.Millisecond
+	shortTTL  = time.Second
+	realSlack = 300 * time.Millisecond
 )
 
 // suite is one case's view of the backend: it makes lockers that are
