@@ -190,6 +190,14 @@ func TestStalledConnectionRenewTimesOutBeforeLease(t *testing.T) {
 		t.Fatalf("PTTL when Renew failed = %v, %v; want the lease still running", pttl, err)
 	}
 
+	// A caller deadline tighter than OpTimeout running out mid-call is the
+	// backend being too slow: ErrUnavailable, and still a deadline error.
+	short, cancel := context.WithTimeout(ctx, opTimeout/3)
+	defer cancel()
+	if h, err := l.TryLock(short, "other", ttl); h != nil || !errors.Is(err, locking.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock over a stalled link with a short deadline = %v, %v; want ErrUnavailable and DeadlineExceeded", h, err)
+	}
+
 	// Once the link heals, the same Locker works again and Close gives the
 	// lock back.
 	proxy.Heal()

@@ -342,18 +342,22 @@ func (l *Locker) forget(h *locking.Handle) {
 }
 
 // opError maps a failed call to the contract's errors: the caller's own
-// cancellation stays a context error; a reply of the wrong shape is its own
-// error; anything else means Redis could not
-// answer (unreachable, timed out, or replied with an error) and wraps
-// ErrUnavailable, keeping the cause.
+// cancellation stays a context error (its deadline passing mid-call is
+// ErrUnavailable too); a reply of the wrong shape is its own error;
+// anything else means Redis could not answer (unreachable, timed out, or
+// replied with an error) and wraps ErrUnavailable, keeping the cause.
 func (l *Locker) opError(ctx context.Context, op, key string, err error) error {
 	what := op
 	if key != "" {
 		what = fmt.Sprintf("%s %q", op, key)
 	}
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("locking/redis: %s: %w", what, context.Cause(ctx))
+	case ctx.Err() != nil:
+		// The caller's own deadline ran out while Redis had not answered:
+		// the backend was too slow, which is what ErrUnavailable means.
+		return fmt.Errorf("locking/redis: %s: %w: %w", what, locking.ErrUnavailable, context.Cause(ctx))
 	case errors.Is(err, errReply):
 		return fmt.Errorf("locking/redis: %s: %w", what, err)
 	}
