@@ -24,12 +24,13 @@ func Example() {
 		case h == nil:
 			fmt.Printf("%s: contended, skip this tick\n", key)
 		default:
-			fmt.Printf("%s: held, fencing token %d\n", h.Key(), h.Fence())
+			// Pass h.Fence() along with every write the job makes.
+			fmt.Printf("%s: held, run the job\n", h.Key())
 			defer node.Release(ctx, h)
 		}
 	}
 	// Output:
-	// nightly-report: held, fencing token 1
+	// nightly-report: held, run the job
 	// nightly-report: contended, skip this tick
 	// error: memory: try-lock: locking: invalid argument: empty key
 }

@@ -17,9 +17,10 @@
 // Fencing tokens come from one counter per shard of the table. A key always
 // lives in the same shard, so its tokens strictly increase across release
 // and expiry (though not by one: other keys share the counter), and the
-// memory this costs is fixed (no per-key history). They start again at 1
-// with the process: a resource that keeps the last token it accepted across
-// restarts must be reset with it.
+// memory this costs is fixed (no per-key history). The counters start at
+// the wall-clock time in nanoseconds when the table is made, so a restarted
+// process still issues larger tokens than before, unless the clock was
+// stepped back in between.
 //
 // Several Lockers can share one table (Peer): they exclude each other, and
 // each releases only its own locks on Close.

@@ -151,3 +151,34 @@ func TestFenceIncreasesPerKeyAmongOtherKeys(t *testing.T) {
 		}
 	}
 }
+
+// A restarted process (a new table, later on the clock) issues larger
+// fencing tokens than the old one, so resources that remember the last
+// token they accepted keep accepting the new holder's writes.
+func TestFenceIncreasesAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	before := New(WithClock(clock.Now))
+	var last int64
+	for range 1000 {
+		h, err := before.TryLock(ctx, "k", time.Minute)
+		if h == nil || err != nil {
+			t.Fatalf("TryLock(k) = %v, %v", h, err)
+		}
+		last = h.Fence()
+		if err := before.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = before.Close(ctx)
+	clock.Advance(time.Second) // the restart takes a moment
+	after := New(WithClock(clock.Now))
+	t.Cleanup(func() { _ = after.Close(ctx) })
+	h, err := after.TryLock(ctx, "k", time.Minute)
+	if h == nil || err != nil {
+		t.Fatalf("TryLock(k) after restart = %v, %v", h, err)
+	}
+	if h.Fence() <= last {
+		t.Fatalf("fence after restart = %d, want > %d (the last one before)", h.Fence(), last)
+	}
+}

@@ -77,19 +77,26 @@ type entry struct {
 
 // newTable makes a table on the clock now; nil means the real clock.
 func newTable(now func() time.Time) *table {
+	var epoch time.Time
 	var elapsed func() time.Duration
 	if now == nil {
-		epoch := time.Now()
+		epoch = time.Now()
 		elapsed = func() time.Duration { return time.Since(epoch) }
 	} else {
-		epoch := now()
+		epoch = now()
 		elapsed = func() time.Duration { return now().Sub(epoch) }
 	}
+	// Fencing tokens start from the wall clock in nanoseconds, so a new
+	// process (a restarted single-node scheduler) issues larger tokens than
+	// the last one did, unless the clock was stepped back or the old process
+	// took more than one lock per nanosecond per shard.
+	fence := max(epoch.UnixNano(), 0)
 	t := &table{elapsed: elapsed, seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]entry)
 		t.shards[i].sweepAt = minSweepLen
 		t.shards[i].used = len(t.shards[i].random) // empty: filled on first use
+		t.shards[i].fence = fence
 	}
 	return t
 }
