@@ -60,8 +60,9 @@
 //
 // # Errors
 //
-// Transport failures and error replies wrap locking.ErrUnavailable with
-// the cause kept (%w); a cancelled caller context is reported as such. A
+// Transport failures, error replies and deadlines passing mid-call (ours
+// or the caller's) wrap locking.ErrUnavailable with the cause kept (%w);
+// a cancelled caller context is reported as such. A
 // lock that expired or was taken over is locking.ErrLockLost. A URL that
 // cannot be parsed is locking.ErrInvalid, with any password redacted.
 //
