@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_TIMEOUT ?= 20m
 BENCH_COUNT ?= 5
 
-.PHONY: help build test test-services bench lint fuzz run-example clean
+.PHONY: help build test test-services bench lint fuzz run-example cluster-test demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,12 @@ fuzz: ## fuzz the config loader for a minute
 
 run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
+
+cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random (several minutes)
+	BEXT_E2E_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'TestLongRun' ./e2e/
+
+demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
+	scripts/demo
 
 clean:
 	rm -rf bin
