@@ -43,9 +43,17 @@ func (c *cluster) Run(_ context.Context, t scheduler.Tick) error {
 	return nil
 }
 
-// runCluster drives clusterTicks one-second steps of an every-second
-// schedule with hint on five nodes; wrap, when set, wraps each node's lock.
+// runCluster drives an every-second schedule with hint on five nodes for
+// clusterTicks one-second steps; wrap, when set, wraps each node's lock.
 func runCluster(t *testing.T, hint hints.Hint, wrap func(scheduler.Locker) scheduler.Locker) *cluster {
+	t.Helper()
+	return driveCluster(t, hint, "*/1 * * * * *", clusterTicks, time.Second, wrap)
+}
+
+// driveCluster drives schedule expr with hint on five nodes for steps
+// steps of step each.
+func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step time.Duration,
+	wrap func(scheduler.Locker) scheduler.Locker) *cluster {
 	t.Helper()
 	base := fakeclock.New(t0)
 	mem := memory.New(memory.WithClock(base.Now))
@@ -70,7 +78,7 @@ func runCluster(t *testing.T, hint hints.Hint, wrap func(scheduler.Locker) sched
 			MaxClockSkew: time.Second, SafetyMargin: 5 * time.Second,
 			Clock: scheduler.OffsetClock(base, off), Observer: rec,
 		}, []scheduler.Schedule{{
-			ID: "every-second", CronExpr: "*/1 * * * * *", Hint: hint,
+			ID: "cluster", CronExpr: expr, Hint: hint,
 			ExpectedRuntime: time.Millisecond, Job: c,
 		}})
 		if err != nil {
@@ -95,8 +103,8 @@ func runCluster(t *testing.T, hint hints.Hint, wrap func(scheduler.Locker) sched
 		}
 	}
 	idle()
-	for range clusterTicks {
-		base.Advance(time.Second)
+	for range steps {
+		base.Advance(step)
 		idle()
 	}
 	return c
@@ -146,7 +154,20 @@ func TestClusterRequireGlobalRunsEveryTickOnce(t *testing.T) {
 		}
 		prev = r
 	}
-	t.Logf("%d runs for %d ticks", len(c.runs), clusterTicks)
+	// Every node fired every tick; the ones that did not run it were
+	// contended, never anything else.
+	for i, rec := range c.recs {
+		fired, skipped, runs := rec.snapshot()
+		if len(fired) < clusterTicks-1 || len(skipped)+len(runs) != len(fired) {
+			t.Errorf("node-%d: %d fired, %d skipped, %d ran", i, len(fired), len(skipped), len(runs))
+		}
+		for _, s := range skipped {
+			if s.reason != scheduler.SkipContended {
+				t.Fatalf("node-%d skipped %v as %q, want contended", i, s.tick, s.reason)
+			}
+		}
+		t.Logf("node-%d (offset %v): ran %d, contended %d", i, clusterOffsets[i], len(runs), len(skipped))
+	}
 }
 
 func TestClusterNodeLocalRunsEveryTickOnEveryNode(t *testing.T) {
@@ -185,4 +206,31 @@ func TestClusterBrokenBackendRunsNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Ticks 3s apart outlast the 2s claim, so every tick is a fresh race
+// between five nodes whose clocks disagree by up to 1.8s; stepping by
+// 250ms lets the nodes ahead win and those behind fire the same tick up
+// to 1.8s later. Only the clock-skew claim keeps those from running it again.
+func TestClusterSkewClaimStopsLateNodes(t *testing.T) {
+	const ticks = 600
+	c := driveCluster(t, hints.RequireGlobal, "*/3 * * * * *", ticks*12, 250*time.Millisecond, nil)
+	count := map[time.Time]int{}
+	winners := map[string]int{}
+	for _, r := range c.runs {
+		count[r.tick]++
+		winners[r.node]++
+	}
+	for i := 2; i < ticks-1; i++ {
+		tick := t0.Add(time.Duration(3*i) * time.Second)
+		if count[tick] != 1 {
+			t.Errorf("tick %v ran %d times, want 1", tick, count[tick])
+		}
+	}
+	for tick, n := range count {
+		if n > 1 {
+			t.Errorf("tick %v ran %d times", tick, n)
+		}
+	}
+	t.Logf("runs per node: %v", winners)
 }

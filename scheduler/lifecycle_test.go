@@ -588,3 +588,46 @@ func TestRequireGlobalOnMemoryWarns(t *testing.T) {
 
 // Compile-time check that the real lock contract satisfies the scheduler's.
 var _ scheduler.Locker = locking.Locker(nil)
+
+// atSpec fires once, at at.
+type atSpec struct{ at time.Time }
+
+func (a atSpec) Next(t time.Time) time.Time {
+	if t.Before(a.at) {
+		return a.at
+	}
+	return time.Time{}
+}
+
+// On the real clock a timeout is a true context deadline.
+func TestTimeoutOnRealClockIsADeadline(t *testing.T) {
+	type seen struct {
+		hasDeadline bool
+		err         error
+	}
+	got := make(chan seen, 1)
+	job := scheduler.JobFunc(func(ctx context.Context, _ scheduler.Tick) error {
+		_, ok := ctx.Deadline()
+		<-ctx.Done()
+		got <- seen{ok, ctx.Err()}
+		return ctx.Err()
+	})
+	rec := newRecorder()
+	s, err := scheduler.New(scheduler.Options{NodeID: "n", Observer: rec}, []scheduler.Schedule{{
+		ID: "rt", Spec: atSpec{time.Now().Add(20 * time.Millisecond)}, Hint: hints.NodeLocal,
+		Timeout: 30 * time.Millisecond, Job: job,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if r := rec.waitRuns(t, 1); r[0].result != scheduler.ResultTimeout {
+		t.Errorf("result = %q, want timeout", r[0].result)
+	}
+	if sn := <-got; !sn.hasDeadline || !errors.Is(sn.err, context.DeadlineExceeded) {
+		t.Errorf("job saw deadline %v, err %v; want a deadline and DeadlineExceeded", sn.hasDeadline, sn.err)
+	}
+}

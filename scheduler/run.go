@@ -13,7 +13,9 @@ import (
 
 // Causes of a job context's cancellation, told apart by context.Cause.
 var (
-	errTimeout  = errors.New("scheduler: run timed out")
+	// errTimeout wraps DeadlineExceeded so a job that checks its context's
+	// cause the usual way sees a deadline.
+	errTimeout  = fmt.Errorf("scheduler: run timed out: %w", context.DeadlineExceeded)
 	errLockLost = errors.New("scheduler: lock lost during the run")
 )
 
@@ -42,8 +44,8 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	ctx, cancel := context.WithCancelCause(s.jobCtx)
 	defer cancel(nil)
 
-	// Every deadline here is a timer of the injected clock, never a
-	// context deadline, so tests drive timeouts and renewals with it.
+	// Renewals and the overrun are timers of the injected clock, so tests
+	// drive them; so is the timeout, unless the clock is the real one.
 	var renewT, timeoutT, overrunT Timer
 	var renewC, timeoutC, overrunC <-chan time.Time
 	every := time.Duration(0)
@@ -53,7 +55,14 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 		defer renewT.Stop()
 		renewC = renewT.C()
 	}
-	if def.Timeout > 0 {
+	switch _, real := s.clock.(realClock); {
+	case def.Timeout > 0 && real:
+		// On the real clock the timeout is a true context deadline, so a
+		// job can read ctx.Deadline() and sees DeadlineExceeded.
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeoutCause(ctx, def.Timeout, errTimeout)
+		defer cancelT()
+	case def.Timeout > 0:
 		timeoutT = s.clock.NewTimer(def.Timeout)
 		defer timeoutT.Stop()
 		timeoutC = timeoutT.C()
