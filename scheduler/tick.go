@@ -225,6 +225,9 @@ func (s *Scheduler) reportSkip(f fired, why SkipReason, fence int64) {
 	case SkipBackendError:
 		level = slog.LevelWarn
 	}
+	if !s.log.Enabled(context.Background(), level) {
+		return // formatting the line costs more than the rest of a tick
+	}
 	s.log.LogAttrs(context.Background(), level, "tick skipped",
 		slog.String("schedule", f.st.id), slog.String("tick", f.tick.Format(time.RFC3339)),
 		slog.String("outcome", string(why)), slog.Duration("duration", 0), slog.Int64("fence", fence))
@@ -233,6 +236,9 @@ func (s *Scheduler) reportSkip(f fired, why SkipReason, fence int64) {
 // reportRun is step 8 for a tick that ran.
 func (s *Scheduler) reportRun(f fired, out runOutcome, fence int64) {
 	s.obs.RunFinished(f.st.id, f.tick, out.result, out.dur, out.overrun)
+	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("schedule", f.st.id), slog.String("tick", f.tick.Format(time.RFC3339)),
 		slog.String("outcome", string(out.result)), slog.Duration("duration", out.dur),
