@@ -76,7 +76,7 @@ var (
 	_ locking.Pinger = (*Locker)(nil)
 )
 
-// held is a handle's backend state: the keys it names and the exact value
+// heldLock is a handle's backend state: the keys it names and the exact value
 // stored at acquire time, which renew and release compare against.
 type heldLock struct {
 	lockKey string
