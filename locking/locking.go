@@ -28,7 +28,8 @@ type Locker interface {
 	Release(ctx context.Context, h *Handle) error
 
 	// Close releases every lock this Locker still holds and closes its
-	// connections. After Close, every method returns ErrClosed.
+	// connections. After Close, TryLock, Renew and Release return ErrClosed;
+	// a second Close returns nil, so deferred and explicit closes can meet.
 	Close(ctx context.Context) error
 }
 
