@@ -42,7 +42,9 @@ var ErrInvalid = errors.New("jobs: invalid job")
 // When ctx ends (timeout, lost lock, shutdown) the whole process group gets
 // SIGTERM, and SIGKILL once KillGrace has passed if anything of it still
 // runs. When the leader exits, whatever it left behind in its group is
-// killed: nothing of a run outlives Run.
+// killed: nothing of a run outlives Run. On Linux the leader is also
+// killed if this process dies (kill -9): a job must not run on after the
+// lock it ran under is gone with its scheduler.
 //
 // stdout and stderr are logged line by line, one record per line tagged with
 // the schedule id, the tick and the stream, within per-line and per-run
@@ -142,7 +144,7 @@ func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
 	cmd.Env = env
 	cmd.Stdout = outW
 	cmd.Stderr = errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // pgid = the child's pid
+	cmd.SysProcAttr = procAttr() // its own group; dies with this process (Linux)
 	err = cmd.Start()
 	// The child has its own copies; ours would keep the pipes open forever.
 	closeAll(outW, errW)

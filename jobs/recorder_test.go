@@ -15,6 +15,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(orphanParentEnv) != "" {
+		orphanParent() // the helper process of TestCommandDiesWithItsScheduler
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
