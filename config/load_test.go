@@ -165,7 +165,7 @@ func TestLoadEmptyFileIsAnError(t *testing.T) {
 
 func TestExplicitValuesBeatDefaults(t *testing.T) {
 	c := mustLoad(t, write(t, t.TempDir(), "b.toml", `
-shutdown_grace = "0s"
+shutdown_grace = "3s"
 [http]
 listen = ""
 [log]
@@ -173,14 +173,14 @@ level = "debug"
 format = "json"
 [locking]
 backend = "pg"
-safety_margin = "0s"
+safety_margin = "1s"
 max_clock_skew = "250ms"
 [locking.pg]
 url = "host=localhost user=postgres password=pw dbname=test"
 max_sessions = 4
 `))
-	if c.ShutdownGrace.Duration != 0 || c.HTTP.Enabled() || c.Log.Level != "debug" || c.Log.Format != "json" ||
-		c.Locking.SafetyMargin.Duration != 0 || c.Locking.MaxClockSkew.Duration != 250*time.Millisecond ||
+	if c.ShutdownGrace.Duration != 3*time.Second || c.HTTP.Enabled() || c.Log.Level != "debug" || c.Log.Format != "json" ||
+		c.Locking.SafetyMargin.Duration != time.Second || c.Locking.MaxClockSkew.Duration != 250*time.Millisecond ||
 		c.Locking.PG.MaxSessions != 4 || c.Locking.PG.OpTimeout.Duration != DefaultPGOpTimeout {
 		t.Errorf("explicit values lost: %+v", c)
 	}

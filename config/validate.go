@@ -34,7 +34,8 @@ func (c *Config) validate() []Problem {
 	if err := locking.CheckKey(c.NodeID); err != nil {
 		v.add(at("node_id"), "node_id: %s", keyProblem(err, "the host name is unknown; set node_id"))
 	}
-	v.nonNegative(c.ShutdownGrace, "shutdown_grace", at("shutdown_grace"))
+	v.positive(c.ShutdownGrace, "shutdown_grace", at("shutdown_grace"),
+		"running jobs need some time to finish at shutdown")
 	if c.HTTP.Enabled() {
 		if err := checkListen(c.HTTP.Listen); err != nil {
 			v.add(at("http.listen"), "http.listen %q: %v (or \"off\" to disable)", c.HTTP.Listen, err)
@@ -97,9 +98,22 @@ func (v *validator) nonNegative(d Duration, name string, line int) {
 	}
 }
 
+// positive rejects zero as well as negative durations, for settings where
+// zero would silently disable a protection.
+func (v *validator) positive(d Duration, name string, line int, why string) {
+	switch {
+	case d.Duration < 0:
+		v.add(line, "%s: negative duration %v", name, d.Duration)
+	case d.Duration == 0:
+		v.add(line, "%s: must be more than 0 (%s)", name, why)
+	}
+}
+
 func (v *validator) locking(l *Locking, at func(string) int) {
-	v.nonNegative(l.SafetyMargin, "locking.safety_margin", at("locking.safety_margin"))
-	v.nonNegative(l.MaxClockSkew, "locking.max_clock_skew", at("locking.max_clock_skew"))
+	v.positive(l.SafetyMargin, "locking.safety_margin", at("locking.safety_margin"),
+		"it covers lock-backend latency and clock-rate differences in every TTL")
+	v.positive(l.MaxClockSkew, "locking.max_clock_skew", at("locking.max_clock_skew"),
+		"no two clocks agree exactly, and a lock granted later than tick + max_clock_skew does not run the tick")
 	backendLine := at("locking.backend")
 	switch l.Backend {
 	case BackendNone, BackendMemory:
