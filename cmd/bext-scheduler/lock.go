@@ -91,14 +91,14 @@ Example crontab line (one node of many runs the backup each night):
 
 // openDistributed opens the configured backend for a CLI command that
 // needs locks shared with other processes.
-func openDistributed(ctx context.Context, cfg *config.Config, what string) (service.Backend, error) {
+func openDistributed(ctx context.Context, cfg *config.Config, what string, logger *slog.Logger) (service.Backend, error) {
 	switch cfg.Locking.Backend {
 	case "":
 		return service.Backend{}, usageErrorf("%s needs a lock backend: set [locking] backend in %s", what, cfg.Path)
 	case "memory":
 		return service.Backend{}, usageErrorf("%s needs a shared backend (redis or pg): the memory backend locks one process only", what)
 	}
-	b, err := service.OpenBackend(ctx, cfg)
+	b, err := service.OpenBackend(ctx, cfg, logger)
 	if err != nil {
 		return service.Backend{}, withCode(exitUsage, err)
 	}
@@ -110,7 +110,7 @@ func lockRun(parent context.Context, cfg *config.Config, key string, ttl, wait t
 		parent = context.Background()
 	}
 	logger := newLogger(stderr, cfg.Log).With("key", key)
-	b, err := openDistributed(parent, cfg, "lock run")
+	b, err := openDistributed(parent, cfg, "lock run", logger)
 	if err != nil {
 		return err
 	}
@@ -241,11 +241,11 @@ func newLocksCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := openDistributed(c.Context(), cfg, "locks")
+			logger := newLogger(c.ErrOrStderr(), cfg.Log)
+			b, err := openDistributed(c.Context(), cfg, "locks", logger)
 			if err != nil {
 				return err
 			}
-			logger := newLogger(c.ErrOrStderr(), cfg.Log)
 			defer closeLocker(b.Locker, logger)
 			ls, ok := b.Locker.(lister)
 			if !ok {

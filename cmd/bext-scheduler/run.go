@@ -99,7 +99,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	backend, err := service.OpenBackend(parent, cfg)
+	backend, err := service.OpenBackend(parent, cfg, logger)
 	if err != nil {
 		return withCode(exitUsage, err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/jobs"
@@ -41,7 +43,7 @@ func Holder(nodeID string) string {
 // backend to answer: a node starts while Redis or Postgres is down, reports
 // not ready, and recovers by itself. Errors are configuration mistakes
 // (bad URL) and wrap ErrBackend.
-func OpenBackend(ctx context.Context, cfg *config.Config) (Backend, error) {
+func OpenBackend(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Backend, error) {
 	l := cfg.Locking
 	holder := Holder(cfg.NodeID)
 	switch l.Backend {
@@ -50,6 +52,10 @@ func OpenBackend(ctx context.Context, cfg *config.Config) (Backend, error) {
 	case "memory":
 		return Backend{Name: "memory", Kind: hints.Local, Locker: memory.New(memory.WithHolder(holder))}, nil
 	case "redis":
+		// go-redis logs dial failures through a process-wide logger straight
+		// to stderr; route them into ours, at debug: the scheduler already
+		// reports every failed lock operation as a warning with its cause.
+		goredis.SetLogger(redisLog{logger})
 		lk, err := redis.Open(redis.Options{
 			URL: l.Redis.URL, KeyPrefix: l.Redis.KeyPrefix,
 			OpTimeout: l.Redis.OpTimeout.Duration, Holder: holder,
@@ -69,6 +75,15 @@ func OpenBackend(ctx context.Context, cfg *config.Config) (Backend, error) {
 		return Backend{Name: "pg", Kind: hints.Distributed, Locker: lk}, nil
 	}
 	return Backend{}, fmt.Errorf("%w: unknown backend %q", ErrBackend, l.Backend)
+}
+
+// redisLog adapts slog to go-redis's logger interface.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	if r.l.Enabled(ctx, slog.LevelDebug) {
+		r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+	}
 }
 
 // SameBackend reports whether two configs name the same lock backend, so a
