@@ -34,25 +34,21 @@ type claim struct {
 	ev   event // eventRelease in the loop's heap; ev.st is the schedule
 }
 
-// keepClaim files h as st's lingering claim for tick, until tick +
+// keepClaimLocked files h as st's lingering claim for tick, until tick +
 // 2*MaxClockSkew. It returns false when the claim is not kept (its time
 // already passed, or the scheduler is stopping): the caller releases h now.
-func (s *Scheduler) keepClaim(st *schedState, h *locking.Handle, tick time.Time) bool {
+func (s *Scheduler) keepClaimLocked(st *schedState, h *locking.Handle, tick time.Time) bool {
 	until := tick.Add(2 * s.opts.MaxClockSkew)
-	s.mu.Lock()
 	if s.stopping || !s.clock.Now().Before(until) || st.claim != nil {
 		// st.claim is never set here in practice: a schedule's ticks hold
 		// one key, so only one of them can hold its lock at a time.
-		s.mu.Unlock()
 		return false
 	}
 	c := &claim{h: h, tick: tick}
 	c.ev = event{at: until.UnixNano(), kind: eventRelease, index: -1, st: st, claim: c}
 	st.claim = c
 	s.heap.push(&c.ev)
-	head := s.heap.head() == &c.ev
-	s.mu.Unlock()
-	if head {
+	if s.heap.head() == &c.ev {
 		s.poke()
 	}
 	return true

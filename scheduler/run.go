@@ -43,35 +43,32 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	}
 	ctx, cancel := context.WithCancelCause(s.jobCtx)
 	defer cancel(nil)
-
-	// Renewals and the overrun are timers of the injected clock, so tests
-	// drive them; so is the timeout, unless the clock is the real one.
-	var renewT, timeoutT, overrunT Timer
-	var renewC, timeoutC, overrunC <-chan time.Time
-	every := time.Duration(0)
-	if h != nil {
-		every = h.TTL() / 3
-		renewT = s.clock.NewTimer(every)
-		defer renewT.Stop()
-		renewC = renewT.C()
-	}
-	switch _, real := s.clock.(realClock); {
-	case def.Timeout > 0 && real:
-		// On the real clock the timeout is a true context deadline, so a
-		// job can read ctx.Deadline() and sees DeadlineExceeded.
+	// The timeout is a true context deadline on the real clock, so a job
+	// can read ctx.Deadline() and sees DeadlineExceeded; on any other
+	// clock the watch below enforces it, so tests drive it.
+	_, realTime := s.clock.(realClock)
+	if def.Timeout > 0 && realTime {
 		var cancelT context.CancelFunc
 		ctx, cancelT = context.WithTimeoutCause(ctx, def.Timeout, errTimeout)
 		defer cancelT()
-	case def.Timeout > 0:
-		timeoutT = s.clock.NewTimer(def.Timeout)
-		defer timeoutT.Stop()
-		timeoutC = timeoutT.C()
 	}
-	overrunT = s.clock.NewTimer(def.ExpectedRuntime)
-	defer overrunT.Stop()
-	overrunC = overrunT.C()
 
+	// One timer of the injected clock watches the renewals, the overrun
+	// and the timeout, armed to whichever comes first.
 	start := s.clock.Now()
+	var renewAt, timeoutAt time.Time
+	overrunAt := start.Add(def.ExpectedRuntime)
+	every := time.Duration(0)
+	if h != nil {
+		every = h.TTL() / 3
+		renewAt = start.Add(every)
+	}
+	if def.Timeout > 0 && !realTime {
+		timeoutAt = start.Add(def.Timeout)
+	}
+	watch := s.clock.NewTimer(earliest(renewAt, timeoutAt, overrunAt).Sub(start))
+	defer watch.Stop()
+
 	done := make(chan error, 1)
 	go func() { done <- s.callJob(ctx, def.Job, t) }()
 
@@ -93,10 +90,35 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 			}
 			s.reportRun(f, out, fence)
 			return out
-		case <-renewC:
-			// Re-armed before renewing: the period runs start to start, and
-			// a test that saw the renewal knows the next one is armed.
-			renewT.Reset(every)
+		case <-watch.C():
+		}
+		now := s.clock.Now()
+		renewDue := due(renewAt, now)
+		if renewDue {
+			renewAt = now.Add(every)
+		}
+		timeoutDue, overrunDue := due(timeoutAt, now), due(overrunAt, now)
+		if timeoutDue {
+			timeoutAt = time.Time{}
+		}
+		if overrunDue {
+			overrunAt = time.Time{}
+		}
+		// Re-armed before renewing: the period runs start to start, and a
+		// test that saw the renewal knows the next one is armed.
+		if next := earliest(renewAt, timeoutAt, overrunAt); !next.IsZero() {
+			watch.Reset(next.Sub(now))
+		}
+		if timeoutDue {
+			cancel(errTimeout)
+		}
+		if overrunDue {
+			overrun = true
+			s.log.Warn("run overran its expected runtime; the lock is kept by renewal",
+				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
+				slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", fence))
+		}
+		if renewDue {
 			if err := s.renew(h, every); err != nil {
 				// Never renew again nor re-acquire: another node may hold
 				// the lock now, so the job must stop at once.
@@ -104,20 +126,24 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 					slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", fence),
 					slog.Any("error", err))
 				cancel(fmt.Errorf("%w: %w", errLockLost, err))
-				renewT.Stop()
-				renewC = nil
+				renewAt = time.Time{}
 			}
-		case <-timeoutC:
-			cancel(errTimeout)
-			timeoutC = nil
-		case <-overrunC:
-			overrun = true
-			overrunC = nil
-			s.log.Warn("run overran its expected runtime; the lock is kept by renewal",
-				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
-				slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", fence))
 		}
 	}
+}
+
+// due reports whether deadline is set and reached at now.
+func due(deadline, now time.Time) bool { return !deadline.IsZero() && !now.Before(deadline) }
+
+// earliest returns the earliest of the non-zero times (zero if none).
+func earliest(ts ...time.Time) time.Time {
+	var e time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (e.IsZero() || t.Before(e)) {
+			e = t
+		}
+	}
+	return e
 }
 
 // callJob runs job, turning a panic into an error so a broken Go job never

@@ -22,8 +22,11 @@ type Overlap string
 
 // Overlap policies.
 const (
-	OverlapSkip  Overlap = "skip"  // skip the tick (reason still_running); the default
-	OverlapAllow Overlap = "allow" // run it alongside
+	OverlapSkip Overlap = "skip" // skip the tick (reason still_running); the default
+	// OverlapAllow runs it alongside. Under a lock the running tick holds
+	// the schedule's key, so the new one is skipped as contended: overlap
+	// really happens only for node-local runs.
+	OverlapAllow Overlap = "allow"
 )
 
 // Schedule is one schedule, as the config package builds it.

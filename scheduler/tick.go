@@ -185,21 +185,19 @@ func (s *Scheduler) abandon(f fired, h *locking.Handle) bool {
 	if h != nil {
 		s.release(f.def.ID, h, "tick abandoned")
 	}
-	s.finishState(f, runOutcome{abandoned: true})
+	s.finish(f, runOutcome{abandoned: true}, nil)
 	return true
 }
 
 // finish ends a tick: it keeps claim as the tick's lingering lock (or
 // releases it when the claim is not kept) and records the outcome.
 func (s *Scheduler) finish(f fired, out runOutcome, claim *locking.Handle) {
-	if claim != nil && !s.keepClaim(f.st, claim, f.tick) {
-		s.release(f.def.ID, claim, "after the run")
-	}
-	s.finishState(f, out)
-}
-
-func (s *Scheduler) finishState(f fired, out runOutcome) {
 	s.mu.Lock()
+	if claim != nil && !s.keepClaimLocked(f.st, claim, f.tick) {
+		s.mu.Unlock()
+		s.release(f.def.ID, claim, "after the run")
+		s.mu.Lock()
+	}
 	st := f.st
 	if !out.abandoned {
 		st.last.tick, st.last.skip = f.tick, out.skip
