@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -55,67 +53,9 @@ func TestUnreachableAtTryLock(t *testing.T) {
 	}
 }
 
-// privateRedis is a redis-server this test owns, without persistence, so a
-// restart loses every key, as an unpersisted production Redis does.
-type privateRedis struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t *testing.T) *privateRedis {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("this test runs its own redis-server and cannot find one: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(closedAddr(t))
-	n, _ := strconv.Atoi(port)
-	r := &privateRedis{t: t, port: n}
-	r.start()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *privateRedis) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.port) }
-
-func (r *privateRedis) start() {
-	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir())
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatalf("starting redis-server: %v", err)
-	}
-	// Poll the server for readiness: asking it is how we are told.
-	c := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("private redis-server on port %d did not answer PING: %v", r.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop kills the server (no shutdown save) and waits for it to exit.
-func (r *privateRedis) stop() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-	r.cmd = nil
-}
-
 func TestRedisRestartedWhileHeld(t *testing.T) {
-	srv := startPrivateRedis(t)
-	a := openLocker(t, Options{URL: srv.url(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "a"})
+	srv := testenv.StartRedis(t) // private: this test restarts it
+	a := openLocker(t, Options{URL: srv.URL(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "a"})
 	ctx := context.Background()
 
 	// A few acquisitions, so the fence is visibly past 1.
@@ -129,14 +69,14 @@ func TestRedisRestartedWhileHeld(t *testing.T) {
 		t.Fatalf("fence of the third acquisition = %d, want 3", h.Fence())
 	}
 
-	srv.stop()
-	srv.start() // same port, empty dataset
+	srv.Stop()
+	srv.Start() // same port, empty dataset
 
 	err := a.Renew(ctx, h)
 	if !errors.Is(err, locking.ErrLockLost) && !errors.Is(err, locking.ErrUnavailable) {
 		t.Fatalf("Renew after Redis lost its data = %v, want ErrLockLost or ErrUnavailable", err)
 	}
-	b := openLocker(t, Options{URL: srv.url(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "b"})
+	b := openLocker(t, Options{URL: srv.URL(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "b"})
 	hb := mustLock(t, b, "job", time.Minute)
 	// The fencing counter went with the data: the new holder's fence is
 	// not above the old one's. This is what fencing cannot protect
