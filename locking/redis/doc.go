@@ -25,13 +25,18 @@
 // holder, never the token.
 //
 // The fencing counter never expires, so fences keep increasing across
-// lock expiries and releases. It lives only in Redis, though: if Redis
-// loses its data (a restart without persistence, a failover to a replica
-// that had not received the last writes, FLUSHALL) the counter restarts
-// from 1 and a later holder can get a fence an earlier one already had.
-// That is the case fencing cannot save, and the reason DESIGN says this is
-// single-instance Redlock: use persistence (appendonly) where stale
-// holders writing through a restart would hurt.
+// lock expiries and releases. A new counter starts at the Redis server's
+// clock in microseconds, not at 1: if Redis loses its data (a restart
+// without persistence, a failover to a replica that had not received the
+// last writes, FLUSHALL), the counter restarts above every fence handed out
+// before, so a resource that refuses fences lower than the highest it has
+// seen still refuses a stale holder and accepts the new one. What no lock
+// service can prevent after data loss is two holders at once (the old one
+// stalled, the new one granted by the empty Redis); fencing is what makes
+// that harmless. This assumes the server's clock does not step back by more
+// than the time since the lost data was written, and fewer than a million
+// acquisitions a second per key. Use persistence (appendonly) where it
+// matters; DESIGN says single-instance Redlock for this reason.
 //
 // # URLs
 //
