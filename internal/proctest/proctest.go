@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Build compiles ./cmd/bext-scheduler into dir and returns the binary's path.
@@ -40,13 +42,51 @@ type Result struct {
 	Stdout, Stderr string
 }
 
-// Run runs the binary to completion with a deadline.
+// Main is a TestMain for packages that test the built binary: it builds
+// it into a temporary directory, sets *bin, runs the tests, and fails the
+// run if goroutines leaked.
+func Main(m *testing.M, bin *string) {
+	dir, err := os.MkdirTemp("", "bext-bin-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin, err = Build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Run runs the binary to completion with a deadline, in the test's
+// environment plus env.
 func Run(t testing.TB, bin string, env []string, args ...string) Result {
+	t.Helper()
+	return run(t, bin, append(os.Environ(), env...), args)
+}
+
+// RunClean is Run with only PATH, HOME and env in the environment, so a
+// variable the developer's shell happens to set cannot make a config pass.
+func RunClean(t testing.TB, bin string, env []string, args ...string) Result {
+	t.Helper()
+	return run(t, bin, append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...), args)
+}
+
+func run(t testing.TB, bin string, env, args []string) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = env
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
