@@ -1,0 +1,444 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/bext-dev/bext-scheduler/e2e/internal/ledger"
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
+	"github.com/bext-dev/bext-scheduler/internal/proctest"
+)
+
+// The schedules every cluster runs.
+const (
+	globalID = "global" // require_global, every second
+	localID  = "local"  // node_local, every second
+	every    = time.Second
+)
+
+// Spec shapes a cluster.
+type Spec struct {
+	Nodes           int
+	JobSleep        time.Duration   // how long each global run lasts (default 1ms)
+	ExpectedRuntime time.Duration   // the global schedule's (default 1s)
+	SafetyMargin    time.Duration   // default 1s
+	MaxClockSkew    time.Duration   // default 500ms
+	Offsets         []time.Duration // BEXT_TEST_CLOCK_OFFSET per node, by index
+	LogLevel        string          // default info
+	Manual          bool            // the test starts the nodes itself (Node.Start)
+}
+
+// Cluster is N bext-scheduler processes sharing one config, one backend
+// and one protected resource.
+type Cluster struct {
+	t       testing.TB
+	Spec    Spec
+	Backend *Backend
+	Res     ledger.Resource
+	config  string
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// Node is one member of a cluster: its process (replaced by Restart), its
+// own proxy to the backend, and its metrics address.
+type Node struct {
+	ID     string
+	Proxy  *faultproxy.Proxy
+	c      *Cluster
+	offset time.Duration
+
+	mu   sync.Mutex
+	proc *proctest.Node
+	addr string // host:port of /metrics
+}
+
+var servingRe = regexp.MustCompile(`serving metrics and health.* addr=(\S+)`)
+
+// startCluster writes the config and starts spec.Nodes nodes, each ready
+// to serve metrics.
+func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
+	t.Helper()
+	if spec.JobSleep == 0 {
+		spec.JobSleep = time.Millisecond
+	}
+	if spec.ExpectedRuntime == 0 {
+		spec.ExpectedRuntime = time.Second
+	}
+	if spec.SafetyMargin == 0 {
+		spec.SafetyMargin = time.Second
+	}
+	if spec.MaxClockSkew == 0 {
+		spec.MaxClockSkew = 500 * time.Millisecond
+	}
+	if spec.LogLevel == "" {
+		spec.LogLevel = "info"
+	}
+	dir := t.TempDir()
+	c := &Cluster{t: t, Spec: spec, Backend: b, Res: ledger.Resource{Dir: dir},
+		config: filepath.Join(dir, "bext.config.toml")}
+	job := func(sleep time.Duration) string {
+		return fmt.Sprintf("[%q, \"-dir\", %q, \"-sleep\", %q]", ledgerJob, dir, sleep.String())
+	}
+	cfg := fmt.Sprintf(`shutdown_grace = "5s"
+[log]
+level = %q
+%s
+[[scheduled]]
+id = %q
+cron = "*/1 * * * * *"
+hint = "require_global"
+expected_runtime = %q
+command = %s
+
+[[scheduled]]
+id = %q
+cron = "*/1 * * * * *"
+hint = "node_local"
+expected_runtime = "1s"
+command = %s
+`, spec.LogLevel, b.Section(spec.SafetyMargin, spec.MaxClockSkew), globalID, spec.ExpectedRuntime.String(),
+		job(spec.JobSleep), localID, job(time.Millisecond))
+	writeFile(t, c.config, cfg)
+
+	for i := range spec.Nodes {
+		n := &Node{ID: fmt.Sprintf("node-%d", i+1), Proxy: faultproxy.Start(t, b.Target), c: c}
+		if i < len(spec.Offsets) {
+			n.offset = spec.Offsets[i]
+		}
+		b.watchStop(func(stop bool) {
+			if stop {
+				n.Proxy.Cut()
+			} else {
+				n.Proxy.Heal()
+			}
+		})
+		c.nodes = append(c.nodes, n)
+	}
+	if !spec.Manual {
+		for _, n := range c.nodes {
+			n.Start()
+		}
+	}
+	return c
+}
+
+// Nodes returns the cluster's nodes.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// Node returns the node with id.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes() {
+		if n.ID == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %q", id)
+	return nil
+}
+
+// Start starts the node's process and waits until it serves metrics.
+func (n *Node) Start() {
+	t := n.c.t
+	t.Helper()
+	env := []string{"E2E_BACKEND_ADDR=" + n.Proxy.Addr()}
+	if n.offset != 0 {
+		env = append(env, "BEXT_TEST_CLOCK_OFFSET="+n.offset.String())
+	}
+	p := proctest.Start(t, bextBin, env, "run", "--config", n.c.config, "--node-id", n.ID,
+		"--listen", "127.0.0.1:0")
+	m := p.WaitLog(servingRe, 60*time.Second)
+	n.mu.Lock()
+	n.proc, n.addr = p, m[1]
+	n.mu.Unlock()
+}
+
+// Proc is the node's current process.
+func (n *Node) Proc() *proctest.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proc
+}
+
+// Kill sends SIGKILL to the node process alone (its jobs run in groups of
+// their own, as they would on a real host) and waits for it to exit.
+func (n *Node) Kill() {
+	t := n.c.t
+	t.Helper()
+	p := n.Proc()
+	p.Signal(syscall.SIGKILL)
+	p.Wait(30 * time.Second)
+	n.mu.Lock()
+	n.proc = nil
+	n.mu.Unlock()
+}
+
+// Stop sends SIGTERM and waits for a clean exit (code 0).
+func (n *Node) Stop() {
+	t := n.c.t
+	t.Helper()
+	p := n.Proc()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(60 * time.Second); code != 0 {
+		t.Fatalf("%s exited with %d after SIGTERM, want 0", n.ID, code)
+	}
+	n.mu.Lock()
+	n.proc = nil
+	n.mu.Unlock()
+}
+
+// Pause stops the node process with SIGSTOP; with jobs too, every job
+// process group it started is stopped as well (the whole host paused).
+// It returns the job groups it stopped, for Resume.
+func (n *Node) Pause(jobs bool) []int {
+	t := n.c.t
+	t.Helper()
+	p := n.Proc()
+	var groups []int
+	if jobs {
+		groups = childGroups(p.Cmd.Process.Pid)
+	}
+	p.Signal(syscall.SIGSTOP)
+	for _, g := range groups {
+		_ = syscall.Kill(-g, syscall.SIGSTOP)
+	}
+	if jobs { // a job started between the listing and the stop
+		for _, g := range childGroups(p.Cmd.Process.Pid) {
+			if !contains(groups, g) {
+				_ = syscall.Kill(-g, syscall.SIGSTOP)
+				groups = append(groups, g)
+			}
+		}
+	}
+	return groups
+}
+
+// Resume continues the node and the job groups Pause stopped, jobs first
+// as a resumed host would run them all at once.
+func (n *Node) Resume(groups []int) {
+	t := n.c.t
+	t.Helper()
+	for _, g := range groups {
+		_ = syscall.Kill(-g, syscall.SIGCONT)
+	}
+	n.Proc().Signal(syscall.SIGCONT)
+}
+
+// Metrics scrapes the node's /metrics.
+func (n *Node) Metrics() (map[string]*dto.MetricFamily, error) {
+	n.mu.Lock()
+	addr := n.addr
+	n.mu.Unlock()
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(resp.Body)
+}
+
+// get requests path on the node's HTTP server and returns the status.
+func (n *Node) get(path string) (int, error) {
+	n.mu.Lock()
+	addr := n.addr
+	n.mu.Unlock()
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// Counter returns the sum of metric name's series whose labels include
+// all of labels (pairs of name, value), on the node's current process.
+func (n *Node) Counter(name string, labels ...string) float64 {
+	t := n.c.t
+	t.Helper()
+	mfs, err := n.Metrics()
+	if err != nil {
+		t.Fatalf("%s: %v", n.ID, err)
+	}
+	return sumSeries(mfs, name, labels...)
+}
+
+func sumSeries(mfs map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	mf := mfs[name]
+	if mf == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range mf.GetMetric() {
+		if !hasLabels(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for i := 0; i+1 < len(labels); i += 2 {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// Records reads the ledger.
+func (c *Cluster) Records() []ledger.Record {
+	c.t.Helper()
+	recs, err := c.Res.Read()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return recs
+}
+
+// WaitRuns polls the ledger until cond holds for the global schedule's
+// finished runs, failing after timeout.
+func (c *Cluster) WaitRuns(what string, timeout time.Duration, cond func([]ledger.Run) bool) []ledger.Run {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var runs []ledger.Run
+		for _, r := range ledger.Runs(c.Records()) {
+			if r.Schedule == globalID {
+				runs = append(runs, r)
+			}
+		}
+		if cond(runs) {
+			return runs
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("waiting %v for %s: %d runs so far:\n%s", timeout, what, len(runs), describeRuns(runs))
+		}
+		<-tick.C
+	}
+}
+
+// WaitTicks waits until the global schedule has run n more ticks (ends
+// written) than it had when called.
+func (c *Cluster) WaitTicks(n int, timeout time.Duration) {
+	c.t.Helper()
+	start := len(c.ended())
+	c.WaitRuns(fmt.Sprintf("%d more runs", n), timeout, func(runs []ledger.Run) bool {
+		ended := 0
+		for _, r := range runs {
+			if r.Ending != "" {
+				ended++
+			}
+		}
+		return ended >= start+n
+	})
+}
+
+func (c *Cluster) ended() []ledger.Run {
+	var out []ledger.Run
+	for _, r := range ledger.Runs(c.Records()) {
+		if r.Schedule == globalID && r.Ending != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WaitMetric polls every node in nodes until cond holds for the value of
+// metric name (summed over series with labels), failing after timeout.
+func WaitMetric(t testing.TB, nodes []*Node, timeout time.Duration, name string, cond func(float64) bool, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var bad []string
+		for _, n := range nodes {
+			mfs, err := n.Metrics()
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", n.ID, err))
+				continue
+			}
+			if v := sumSeries(mfs, name, labels...); !cond(v) {
+				bad = append(bad, fmt.Sprintf("%s: %v", n.ID, v))
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v not as wanted within %v: %s", name, labels, timeout, strings.Join(bad, ", "))
+		}
+		<-tick.C
+	}
+}
+
+// Holder waits for a node whose global job is running now (a begin
+// without an end in the ledger) and returns it with that run.
+func (c *Cluster) Holder(timeout time.Duration) (*Node, ledger.Run) {
+	c.t.Helper()
+	var run ledger.Run
+	c.WaitRuns("a running global job", timeout, func(runs []ledger.Run) bool {
+		for _, r := range runs {
+			if r.Ending == "" && r.Begin == ledger.Accepted {
+				run = r
+				return true
+			}
+		}
+		return false
+	})
+	return c.Node(run.Node), run
+}
+
+func describeRuns(runs []ledger.Run) string {
+	var b strings.Builder
+	for _, r := range runs {
+		fmt.Fprintf(&b, "  %s tick %s fence %d %s..%s begin %s end %q\n", r.Node, r.Tick.UTC().Format("15:04:05"),
+			r.Fence, r.Start.UTC().Format("15:04:05.000"), r.End.UTC().Format("15:04:05.000"), r.Begin, r.Ending)
+	}
+	return b.String()
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/bext-dev/bext-scheduler/internal/proctest"
+)
+
+// The binaries every test runs, built once.
+var bextBin, ledgerJob string
+
+// clusterParallel is how many cluster tests run at once unless -parallel
+// says otherwise. They spend their time waiting for wall-clock ticks, not
+// on the CPU, so GOMAXPROCS (go test's default) would serialise them for
+// nothing; their backends are private, so they never contend.
+const clusterParallel = 8
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(clusterParallel))
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "bext-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if bextBin, err = proctest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if ledgerJob, err = buildLedgerJob(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// buildLedgerJob builds the job program, without -race: it starts every
+// second on every node and must start fast.
+func buildLedgerJob(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	out := filepath.Join(dir, "ledgerjob")
+	cmd := exec.Command("go", "build", "-o", out, "./internal/ledgerjob")
+	cmd.Dir = filepath.Dir(file)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ledgerjob: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// childGroups returns the process groups led by pid's children: the job
+// runs a node started (each command job leads a group of its own).
+func childGroups(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:]) // state ppid pgrp ...
+		if len(f) < 3 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgrp, _ := strconv.Atoi(f[2])
+		if ppid == pid && pgrp == child {
+			out = append(out, pgrp)
+		}
+	}
+	return out
+}

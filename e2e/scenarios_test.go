@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/e2e/internal/ledger"
+)
+
+// eachBackend runs f once per distributed backend, in parallel subtests,
+// each with a backend of its own.
+func eachBackend(t *testing.T, f func(t *testing.T, b *Backend)) {
+	t.Parallel()
+	for _, kind := range backendKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f(t, newBackend(t, kind))
+		})
+	}
+}
+
+// window spans the ticks from the second after from to the second before
+// to: the ticks that certainly fell while the cluster was watched.
+func window(from, to time.Time) ledger.Window {
+	return ledger.Window{From: from.Truncate(every).Add(every), To: to.Truncate(every).Add(-every), Every: every}
+}
+
+// check reports the global schedule over w and the node_local one, logs
+// them, and fails t on any double run of the node_local schedule.
+func check(t *testing.T, c *Cluster, w ledger.Window) ledger.Report {
+	t.Helper()
+	recs := c.Records()
+	rep := ledger.Check(recs, globalID, w)
+	t.Logf("%s: ticks %d, runs %d, double runs %d (%d uncaught), missed %d, overlaps %d (%d uncaught), refused %d, cancelled %d, unfinished %d; runs per node %v",
+		c.Backend.Kind, rep.Ticks, rep.Runs, rep.DoubleRuns, rep.DoubleClean, rep.Missed, rep.Overlaps,
+		rep.OverlapsClean, rep.Refused, rep.Cancelled, rep.Unfinished, ledger.NodesOf(recs, globalID))
+	for _, d := range rep.Doubles {
+		t.Log(d)
+	}
+	if lr := ledger.CheckLocal(recs, localID); lr.Doubles > 0 {
+		t.Errorf("node_local schedule: %d (node, tick) pairs ran twice", lr.Doubles)
+	}
+	return rep
+}
+
+// noDoubles fails t if any tick ran twice or any two runs overlapped.
+func noDoubles(t *testing.T, rep ledger.Report) {
+	t.Helper()
+	if rep.DoubleRuns > 0 || rep.Overlaps > 0 {
+		t.Errorf("%d ticks ran more than once and %d pairs of runs overlapped; want none", rep.DoubleRuns, rep.Overlaps)
+	}
+}
+
+// TestBackendDoneWhen_ThreeNodesRunEachTickOnceOthersContended is the
+// "Done when" of the Redis and Postgres backend issues: three nodes, a
+// require_global schedule every second; each tick runs once, and the nodes
+// that do not run it count it as contended.
+func TestBackendDoneWhen_ThreeNodesRunEachTickOnceOthersContended(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *Backend) {
+		c := startCluster(t, b, Spec{Nodes: 3, MaxClockSkew: time.Second})
+		c.WaitTicks(1, 30*time.Second)
+		before := map[string]float64{}
+		for _, n := range c.Nodes() {
+			before[n.ID] = n.Counter("bext_scheduler_ticks_skipped_total", "schedule", globalID, "reason", "contended")
+		}
+		from := time.Now()
+		c.WaitTicks(10, 30*time.Second)
+		to := time.Now()
+
+		rep := check(t, c, window(from, to))
+		noDoubles(t, rep)
+		if rep.Missed > 0 {
+			t.Errorf("%d of %d ticks missed with no fault; want none", rep.Missed, rep.Ticks)
+		}
+		ran := ledger.NodesOf(c.Records(), globalID)
+		for _, n := range c.Nodes() {
+			d := n.Counter("bext_scheduler_ticks_skipped_total", "schedule", globalID, "reason", "contended") - before[n.ID]
+			t.Logf("%s: contended +%v, runs %d", n.ID, d, ran[n.ID])
+			if ran[n.ID] == 0 && d < 5 {
+				t.Errorf("%s ran nothing but counted only %v contended ticks over ~10 ticks", n.ID, d)
+			}
+		}
+	})
+}
+
+// TestKilledHolderMidRun kills -9 the node running a 3s job: later ticks
+// run on another node (Redis once the lease expires, Postgres as soon as
+// the session dies) and no two runs overlap.
+func TestKilledHolderMidRun(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *Backend) {
+		c := startCluster(t, b, Spec{Nodes: 3, JobSleep: 3 * time.Second, ExpectedRuntime: 3 * time.Second})
+		holder, run := c.Holder(30 * time.Second)
+		holder.Kill()
+		killed := time.Now()
+		t.Logf("killed %s during its run of tick %s (fence %d)", holder.ID, run.Tick.Format("15:04:05"), run.Fence)
+		runs := c.WaitRuns("a run on another node", 30*time.Second, func(runs []ledger.Run) bool {
+			for _, r := range runs {
+				if r.Node != holder.ID && r.Start.After(killed) && r.Ending != "" {
+					return true
+				}
+			}
+			return false
+		})
+		var next ledger.Run
+		for _, r := range runs {
+			if r.Node != holder.ID && r.Start.After(killed) {
+				next = r
+				break
+			}
+		}
+		t.Logf("%s took over %v after the kill, fence %d", next.Node, next.Start.Sub(killed), next.Fence)
+		if next.Fence <= run.Fence {
+			t.Errorf("the new holder's fence %d is not above the killed holder's %d", next.Fence, run.Fence)
+		}
+		if b.Kind == "pg" && next.Start.Sub(killed) > 3*time.Second {
+			t.Errorf("Postgres took %v to free a killed holder's lock; want the next tick or so", next.Start.Sub(killed))
+		}
+		rep := check(t, c, window(killed, time.Now()))
+		noDoubles(t, rep)
+	})
+}
