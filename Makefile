@@ -39,7 +39,7 @@ run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
 
 cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random (several minutes)
-	BEXT_E2E_LONG=1 $(GO) test -count=1 -timeout 60m -v -run 'TestLongRun' ./e2e/
+	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun' ./e2e/
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo
