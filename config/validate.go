@@ -37,7 +37,7 @@ func (c *Config) validate() []Problem {
 	v.positive(c.ShutdownGrace, "shutdown_grace", at("shutdown_grace"),
 		"running jobs need some time to finish at shutdown")
 	if c.HTTP.Enabled() {
-		if err := checkListen(c.HTTP.Listen); err != nil {
+		if err := CheckListen(c.HTTP.Listen); err != nil {
 			v.add(at("http.listen"), "http.listen %q: %v (or \"off\" to disable)", c.HTTP.Listen, err)
 		}
 	}
@@ -264,7 +264,9 @@ func keyProblem(err error, empty string) string {
 	return msg
 }
 
-func checkListen(addr string) error {
+// CheckListen reports whether addr is a host:port the HTTP server can listen
+// on; the CLI checks --listen with it too.
+func CheckListen(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return errors.New("want host:port")

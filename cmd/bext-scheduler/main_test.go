@@ -65,6 +65,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"validate", "extra-arg"},
 		{"next", "-n", "0", "--config", "../../examples/bext.config.toml"},
 		{"run", "--config"},
+		{"run", "--config", "../../examples/bext.config.toml", "--listen", "nonsense"},
+		{"run", "--config", "../../examples/bext.config.toml", "--listen", "127.0.0.1:99999"},
 	} {
 		r := proctest.Run(t, bin, nil, args...)
 		if r.Code != exitUsage {

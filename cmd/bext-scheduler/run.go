@@ -40,6 +40,11 @@ applied without dropping a held lock or a running job.
 Flags win over the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if listen != "" && listen != "off" {
+				if err := config.CheckListen(listen); err != nil {
+					return usageErrorf("--listen %q: %v (or \"off\" to disable)", listen, err)
+				}
+			}
 			p := configPath(path)
 			cfg, err := loadConfig(c.ErrOrStderr(), p)
 			if err != nil {
