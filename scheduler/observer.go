@@ -46,7 +46,14 @@ type Observer interface {
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) TickFired(string, time.Time, time.Duration)                    {}
-func (NopObserver) TickSkipped(string, time.Time, SkipReason)                     {}
+// TickFired does nothing.
+func (NopObserver) TickFired(string, time.Time, time.Duration) {}
+
+// TickSkipped does nothing.
+func (NopObserver) TickSkipped(string, time.Time, SkipReason) {}
+
+// RunFinished does nothing.
 func (NopObserver) RunFinished(string, time.Time, RunResult, time.Duration, bool) {}
-func (NopObserver) NextTick(string, time.Time)                                    {}
+
+// NextTick does nothing.
+func (NopObserver) NextTick(string, time.Time) {}
