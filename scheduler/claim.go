@@ -36,10 +36,13 @@ type claim struct {
 
 // keepClaimLocked files h as st's lingering claim for tick, until tick +
 // 2*MaxClockSkew. It returns false when the claim is not kept (its time
-// already passed, or the scheduler is stopping): the caller releases h now.
+// already passed): the caller releases h now. A tick that ends while the
+// scheduler stops keeps its claim too: shutdown releases it only when its
+// time is up (a release at once would let a node whose clock runs behind
+// run the tick again).
 func (s *Scheduler) keepClaimLocked(st *schedState, h *locking.Handle, tick time.Time) bool {
 	until := tick.Add(2 * s.opts.MaxClockSkew)
-	if s.stopping || !s.clock.Now().Before(until) || st.claim != nil {
+	if !s.clock.Now().Before(until) || st.claim != nil {
 		// st.claim is never set here in practice: a schedule's ticks hold
 		// one key, so only one of them can hold its lock at a time.
 		return false
@@ -49,7 +52,7 @@ func (s *Scheduler) keepClaimLocked(st *schedState, h *locking.Handle, tick time
 	st.claim = c
 	s.heap.push(&c.ev)
 	if s.heap.head() == &c.ev {
-		s.poke()
+		s.pokeLocked()
 	}
 	return true
 }

@@ -124,6 +124,10 @@ func TestStopAbandonsJitterWait(t *testing.T) {
 	if err := h.clock.BlockUntilArmed(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
+	// Stop without moving the clock: the jitter must end by the shutdown,
+	// not by its timer.
+	h.cancel()
+	h.logs.waitFor(t, slog.LevelInfo, "shutting down: tick abandoned before its run")
 	h.stop()
 	if n := len(job.got()); n != 0 {
 		t.Errorf("job ran %d times although shutdown began during its jitter", n)
@@ -133,5 +137,36 @@ func TestStopAbandonsJitterWait(t *testing.T) {
 	}
 	if who := h.heldBy("j"); who != "" {
 		t.Errorf("after stop the lock is held by %q", who)
+	}
+}
+
+// A graceful stop keeps a lingering claim until its time is up, then
+// releases it: released at once, it would let a node whose clock runs
+// behind run the claimed tick again.
+func TestStopKeepsClaimUntilItsTime(t *testing.T) {
+	job := &countingJob{}
+	h := newHarness(t, scheduler.Options{MaxClockSkew: time.Second}, sched("c", everyMinute, hints.RequireGlobal, job)).start()
+	h.step(time.Minute)
+	if n := len(job.got()); n != 1 {
+		t.Fatalf("ran %d times, want 1", n)
+	}
+	h.cancel()
+	h.logs.waitFor(t, slog.LevelInfo, "shutting down: keeping tick claims until their time is up")
+	h.clock.Advance(2*time.Second - time.Nanosecond)
+	if who := h.heldBy("c"); who != "node-a" {
+		t.Fatalf("stop dropped the claim before T+2*skew (held by %q)", who)
+	}
+	select {
+	case err := <-h.done:
+		t.Fatalf("Run returned (%v) while its claim still had time to run", err)
+	default:
+	}
+	h.clock.Advance(time.Nanosecond)
+	if err := <-h.done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	h.cancel = nil
+	if who := h.heldBy("c"); who != "" {
+		t.Errorf("after stop the claim is still held by %q", who)
 	}
 }

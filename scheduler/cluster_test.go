@@ -63,7 +63,12 @@ func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step ti
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
-		wg.Wait()
+		finished := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(finished)
+		}()
+		drain(t, base, finished)
 	}()
 	for i, off := range clusterOffsets {
 		id := fmt.Sprintf("node-%d", i)
@@ -93,12 +98,12 @@ func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step ti
 			}
 		}()
 	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer wcancel()
 	idle := func() {
 		for _, s := range nodes {
 			if err := s.WaitIdle(wctx); err != nil {
-				t.Fatalf("cluster never became idle: %v", err)
+				t.Fatalf("cluster never became idle: %v; %s", err, s.IdleState())
 			}
 		}
 	}

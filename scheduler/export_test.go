@@ -1,8 +1,22 @@
 package scheduler
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // WaitIdle waits until the scheduler has handled every event due by its
 // clock and no tick or release goroutine is in flight: the step a
 // fake-clock test takes after each Advance instead of sleeping.
 func (s *Scheduler) WaitIdle(ctx context.Context) error { return s.waitIdle(ctx) }
+
+// IdleState describes why the scheduler is not idle, for test failures.
+func (s *Scheduler) IdleState() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	head := "none"
+	if h := s.heap.head(); h != nil {
+		head = fmt.Sprintf("%d kind %d (now %d)", h.at, h.kind, s.clock.Now().UnixNano())
+	}
+	return fmt.Sprintf("parked %v inflight %d wake pending %v head %s", s.parked, s.inflight, s.wakePending, head)
+}

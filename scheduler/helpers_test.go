@@ -323,7 +323,9 @@ func (h *harness) start() *harness {
 	return h
 }
 
-// stop cancels Run and waits for it to return (idempotent).
+// stop cancels Run and waits for it to return (idempotent). A stopping
+// scheduler keeps its tick claims until their time is up, so the clock is
+// moved on while it waits.
 func (h *harness) stop() {
 	h.t.Helper()
 	if h.cancel == nil {
@@ -331,13 +333,47 @@ func (h *harness) stop() {
 	}
 	h.cancel()
 	h.cancel = nil
-	select {
-	case err := <-h.done:
-		if err != nil {
-			h.t.Errorf("Run: %v", err)
+	finished := make(chan struct{})
+	var err error
+	go func() {
+		err = <-h.done
+		close(finished)
+	}()
+	drain(h.t, h.clock, finished)
+	if err != nil {
+		h.t.Errorf("Run: %v", err)
+	}
+}
+
+// drain waits until finished is closed, advancing clock a second at a time
+// whenever a timer is armed: stopping schedulers wait on the fake clock for
+// their claims to run out.
+func drain(t testing.TB, clock *fakeclock.Clock, finished <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	go func() { // BlockUntilArmed below returns once finished
+		select {
+		case <-finished:
+			cancel()
+		case <-ctx.Done():
 		}
-	case <-time.After(waitTimeout):
-		h.t.Fatal("Run did not return after its context was cancelled")
+	}()
+	for {
+		select {
+		case <-finished:
+			return
+		default:
+		}
+		if err := clock.BlockUntilArmed(ctx, 1); err != nil {
+			select {
+			case <-finished:
+				return
+			default:
+				t.Fatal("Run did not return after its context was cancelled")
+			}
+		}
+		clock.Advance(time.Second)
 	}
 }
 

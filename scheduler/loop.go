@@ -15,9 +15,10 @@ const releaseTimeout = 5 * time.Second
 // Run fires the schedules until ctx ends, then stops gracefully: no new
 // ticks fire, jobs already running get ShutdownGrace to finish before
 // their contexts are cancelled, ticks not yet started (waiting on jitter)
-// are abandoned, and every lock this scheduler holds, lingering claims
-// included, is released with a fresh context. Run returns nil once none of
-// its goroutines remain. It may be called once.
+// are abandoned, and every lock this scheduler holds is released with a
+// fresh context; a lingering claim (claim.go) only once its time is up, at
+// most 2*MaxClockSkew after its tick. Run returns nil once none of its
+// goroutines remain. It may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -111,7 +112,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case <-s.wake:
 		}
 		s.mu.Lock()
-		s.parked = false
+		s.parked, s.wakePending = false, false
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -208,8 +209,13 @@ func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
 	return nextNote{st.id, st.next}
 }
 
-// poke wakes the loop so it re-arms its timer to a changed heap head.
-func (s *Scheduler) poke() {
+// pokeLocked wakes the loop so it re-arms its timer to a changed heap
+// head. The flag stays set until the loop has taken the wake under the
+// lock: in between, the loop is neither parked nor busy by any other
+// measure, and WaitIdle must not call it idle there (a test would then
+// move its clock while the loop re-arms its timer from a stale reading).
+func (s *Scheduler) pokeLocked() {
+	s.wakePending = true
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -252,6 +258,24 @@ func (s *Scheduler) shutdown() {
 		s.forgetIfDoneLocked(st)
 	}
 	s.mu.Unlock()
+	// A claim is released only when its time is up, as it would be if the
+	// node kept running: released at once, it would let a node whose clock
+	// runs behind fire the claimed tick after us and run it again (the e2e
+	// cluster run caught exactly that on a graceful stop). The wait is at
+	// most 2*MaxClockSkew.
+	last := int64(0)
+	for _, c := range claims {
+		last = max(last, c.ev.at)
+	}
+	if d := time.Duration(last - s.clock.Now().UnixNano()); d > 0 {
+		wait := s.clock.NewTimer(d)
+		// Logged once the timer is armed, so a test that reads the line
+		// can move its clock past the claims.
+		s.log.Info("shutting down: keeping tick claims until their time is up",
+			slog.Int("claims", len(claims)), slog.Duration("for", d))
+		<-wait.C()
+		wait.Stop()
+	}
 	// Releases go in parallel, a few at a time: one slow answer must not
 	// hold every other lock for its timeout.
 	var wg sync.WaitGroup
@@ -316,7 +340,7 @@ func (s *Scheduler) waitIdle(ctx context.Context) error {
 }
 
 func (s *Scheduler) idleLocked() bool {
-	if s.inflight > 0 || !s.parked || len(s.wake) > 0 {
+	if s.inflight > 0 || !s.parked || s.wakePending {
 		return false
 	}
 	h := s.heap.head()

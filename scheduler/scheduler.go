@@ -109,7 +109,9 @@ type Scheduler struct {
 	stopping bool // Run's context ended: no new fires, no new claims
 	inflight int  // tick and release goroutines not finished
 	parked   bool // the loop waits on its timer with nothing due
-	idle     chan struct{}
+	// wakePending: the loop was poked and has not yet taken the wake.
+	wakePending bool
+	idle        chan struct{}
 
 	wake chan struct{} // tells the loop the heap's head changed
 	wg   sync.WaitGroup
@@ -358,8 +360,8 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 		notes = append(notes, nextNote{id, time.Time{}})
 		s.forgetIfDoneLocked(st)
 	}
+	s.pokeLocked()
 	s.mu.Unlock()
-	s.poke()
 	for _, n := range notes {
 		s.obs.NextTick(n.id, n.next)
 	}
