@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
@@ -116,6 +117,23 @@ func (b *Backend) Start() {
 	}
 	for _, f := range b.onStop {
 		f(false)
+	}
+}
+
+// FlushAll makes the private Redis lose every key (locks and fencing
+// counters), as a restart without persistence or a failover to a replica
+// that lagged would.
+func (b *Backend) FlushAll() {
+	b.t.Helper()
+	if b.redis == nil {
+		b.t.Fatalf("FlushAll: %s is not Redis", b.Kind)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := redis.NewClient(&redis.Options{Addr: b.Target})
+	defer cl.Close()
+	if err := cl.FlushAll(ctx).Err(); err != nil {
+		b.t.Fatalf("FLUSHALL: %v", err)
 	}
 }
 

@@ -21,13 +21,14 @@ import (
 
 // Faults the long run injects, each followed by a recovery period.
 const (
-	faultNone        = "none"         // a quiet period: the baseline
-	faultKill        = "kill -9"      // a node killed, started again after a while
-	faultPauseHost   = "pause host"   // SIGSTOP of a node and its jobs past the lease
-	faultPauseSched  = "pause sched"  // SIGSTOP of a node's scheduler only
-	faultOutage      = "backend down" // the backend stopped for everyone
-	faultStall       = "stall link"   // one node's link to the backend blackholed
-	faultRestart     = "restart"      // SIGTERM, start again
+	faultNone        = "none"            // a quiet period: the baseline
+	faultKill        = "kill -9"         // a node killed, started again after a while
+	faultPauseHost   = "pause host"      // SIGSTOP of a node and its jobs past the lease
+	faultPauseSched  = "pause sched"     // SIGSTOP of a node's scheduler only
+	faultOutage      = "backend down"    // the backend stopped for everyone
+	faultStall       = "stall link"      // one node's link to the backend blackholed
+	faultRestart     = "restart"         // SIGTERM, start again
+	faultDataLoss    = "redis data loss" // the holder's host paused mid-run, FLUSHALL, resumed before its lease ends
 	longJobSleep     = 300 * time.Millisecond
 	longRecovery     = 6 * time.Second // after a fault, before the next one
 	defaultLongRun   = 4*time.Minute + 30*time.Second
@@ -66,19 +67,23 @@ func TestLongRun(t *testing.T) {
 	for i, kind := range backendKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			longRun(t, newBackend(t, kind), dur, rand.New(rand.NewPCG(seed, uint64(i))))
+			faults := longFaults
+			if kind == "redis" {
+				faults = append(slices.Clone(faults), faultDataLoss)
+			}
+			longRun(t, newBackend(t, kind), dur, faults, rand.New(rand.NewPCG(seed, uint64(i))))
 		})
 	}
 }
 
-func longRun(t *testing.T, b *Backend, dur time.Duration, rng *rand.Rand) {
+func longRun(t *testing.T, b *Backend, dur time.Duration, faults []string, rng *rand.Rand) {
 	c := startCluster(t, b, Spec{Nodes: 5, JobSleep: longJobSleep, ExpectedRuntime: time.Second,
 		SafetyMargin: time.Second, MaxClockSkew: 500 * time.Millisecond})
 	c.WaitTicks(1, 60*time.Second)
 	end := time.Now().Add(dur)
 	var eps []episode
 	for time.Now().Before(end) {
-		fault := longFaults[rng.IntN(len(longFaults))]
+		fault := faults[rng.IntN(len(faults))]
 		ep := injectFault(t, c, fault, rng)
 		// Recovery: the fault's effects (lease expiry, reconnects) settle.
 		c.WaitTicks(2, 60*time.Second)
@@ -117,17 +122,28 @@ func injectFault(t *testing.T, c *Cluster, fault string, rng *rand.Rand) episode
 		}
 		return ep
 	}
-	// A node fault: mostly the holder, where it matters.
+	// A node fault: mostly the holder in the middle of a run, where it
+	// matters.
 	nodes := c.Nodes()
 	n := nodes[rng.IntN(len(nodes))]
-	if rng.Float64() < longHolderChance {
-		if ended := c.ended(); len(ended) > 0 {
+	if fault == faultDataLoss || rng.Float64() < longHolderChance {
+		if h := c.running(5 * time.Second); h != nil {
+			n = h
+		} else if ended := c.ended(); len(ended) > 0 {
 			n = c.Node(ended[len(ended)-1].Node)
 		}
 	}
 	ep.node = n.ID
 	ep.from = time.Now()
 	switch fault {
+	case faultDataLoss:
+		groups := n.Pause(true)
+		c.Backend.FlushAll()
+		// Shorter than the lease: without the data loss no other node
+		// could take the lock meanwhile.
+		tm := time.NewTimer(1500 * time.Millisecond)
+		<-tm.C
+		n.Resume(groups)
 	case faultKill:
 		n.Kill()
 		hold(rng)
@@ -146,6 +162,23 @@ func injectFault(t *testing.T, c *Cluster, fault string, rng *rand.Rand) episode
 		n.Start()
 	}
 	return ep
+}
+
+// running returns the node whose global job runs now, waiting up to
+// timeout for one; nil if none ran meanwhile.
+func (c *Cluster) running(timeout time.Duration) *Node {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		for _, r := range ledger.Runs(c.Records()) {
+			if r.Schedule == globalID && r.Ending == "" && r.Begin == ledger.Accepted && time.Since(r.Start) < 2*time.Second {
+				return c.Node(r.Node)
+			}
+		}
+		<-tick.C
+	}
+	return nil
 }
 
 // hold keeps a fault in place for 3 to 5 seconds: past the 2s lease.
