@@ -46,8 +46,8 @@ func newBackend(t testing.TB, kind string) *Backend {
 	b := &Backend{Kind: kind, Name: testenv.UniqueName(t), t: t}
 	switch kind {
 	case "redis":
-		testenv.RedisURL(t) // the machine has Redis: fail early and clearly if not
-		b.redis = startRedis(t)
+		b.redis = startRedis(t) // fails the test when redis-server is missing
+
 		b.Target = b.redis.addr
 	case "pg":
 		u := testenv.PGURL(t)
@@ -172,7 +172,10 @@ func dropFences(t testing.TB, url, ns string) {
 }
 
 // redisServer is a private redis-server: its own port and directory, so a
-// test may stop and restart it without disturbing anyone else.
+// test may stop and restart it without disturbing anyone else. Unlike
+// testenv.StartRedis it persists (an fsync-always append-only file): a
+// backend outage here is a production Redis restarting with its data; data
+// loss is a fault of its own (Backend.FlushAll).
 type redisServer struct {
 	addr, dir string
 	node      *proctest.Node // nil while stopped

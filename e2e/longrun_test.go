@@ -196,13 +196,9 @@ func longTable(kind string, recs []ledger.Record, eps []episode) string {
 	}
 	rows := map[string]*row{}
 	for _, ep := range eps {
-		var in []ledger.Record
-		for _, r := range recs {
-			if !r.Tick.Before(ep.from.Truncate(every).Add(every)) && r.Tick.Before(ep.to) {
-				in = append(in, r)
-			}
-		}
-		rep := ledger.Check(in, globalID, ledger.Window{From: ep.from.Truncate(every).Add(every),
+		// The episode owns the ticks from the one running when its fault
+		// began to the one before the next episode's.
+		rep := ledger.CheckSpan(recs, globalID, ledger.Window{From: ep.from.Truncate(every),
 			To: ep.to.Add(-every), Every: every})
 		r := rows[ep.fault]
 		if r == nil {

@@ -88,8 +88,19 @@ type Report struct {
 }
 
 // Check checks require_global schedule id: one run per tick and no two
-// runs at once, with misses counted over window.
+// runs at once, over every run in recs, with misses counted over window.
 func Check(recs []Record, id string, w Window) Report {
+	return check(recs, id, w, func(Run) bool { return true })
+}
+
+// CheckSpan is Check confined to the runs of the ticks in w: a long run
+// cut into periods reports each period's runs once. An overlap belongs to
+// the period of the run that started first; its partner may lie outside.
+func CheckSpan(recs []Record, id string, w Window) Report {
+	return check(recs, id, w, func(r Run) bool { return !r.Tick.Before(w.From) && !r.Tick.After(w.To) })
+}
+
+func check(recs []Record, id string, w Window, in func(Run) bool) Report {
 	rep := Report{Schedule: id, Ticks: len(w.Ticks())}
 	var runs []Run
 	for _, r := range Runs(recs) {
@@ -97,9 +108,12 @@ func Check(recs []Record, id string, w Window) Report {
 			runs = append(runs, r)
 		}
 	}
-	rep.Runs = len(runs)
 	byTick := map[int64][]Run{}
 	for _, r := range runs {
+		if !in(r) {
+			continue
+		}
+		rep.Runs++
 		byTick[r.Tick.UnixNano()] = append(byTick[r.Tick.UnixNano()], r)
 		if r.Begin == Refused {
 			rep.Refused++
@@ -146,6 +160,9 @@ func Check(recs []Record, id string, w Window) Report {
 	// Runs are sorted by start: each overlaps those after it that start
 	// before it ends.
 	for i, a := range runs {
+		if !in(a) {
+			continue
+		}
 		for _, b := range runs[i+1:] {
 			if !b.Start.Before(a.End) {
 				break

@@ -88,3 +88,21 @@ func TestCheckLocal(t *testing.T) {
 		t.Errorf("CheckLocal = %+v, want 3 runs, 1 double", got)
 	}
 }
+
+func TestCheckSpanOwnsItsTicksAndEarlierOverlaps(t *testing.T) {
+	sec := time.Second
+	var recs []Record
+	// tick 0 runs long (refused at its end) and overlaps tick 1's run
+	recs = run(recs, "a", t0, 1, 10, t0, 1500*time.Millisecond, Refused)
+	recs = run(recs, "b", t0.Add(sec), 2, 20, t0.Add(sec), 10*time.Millisecond, Accepted)
+	recs = run(recs, "b", t0.Add(2*sec), 2, 21, t0.Add(2*sec), 10*time.Millisecond, Accepted)
+
+	first := CheckSpan(recs, "g", Window{From: t0, To: t0, Every: sec})
+	if first.Runs != 1 || first.Overlaps != 1 || first.Refused != 1 || first.Ticks != 1 {
+		t.Errorf("span of tick 0 = %+v, want 1 run, its overlap, its refusal", first)
+	}
+	rest := CheckSpan(recs, "g", Window{From: t0.Add(sec), To: t0.Add(2 * sec), Every: sec})
+	if rest.Runs != 2 || rest.Overlaps != 0 || rest.Refused != 0 || rest.Missed != 0 {
+		t.Errorf("span of ticks 1-2 = %+v, want 2 runs and nothing else", rest)
+	}
+}
