@@ -85,7 +85,9 @@ func TestBackendDoneWhen_ThreeNodesRunEachTickOnceOthersContended(t *testing.T) 
 
 // TestKilledHolderMidRun kills -9 the node running a 3s job: later ticks
 // run on another node (Redis once the lease expires, Postgres as soon as
-// the session dies) and no two runs overlap.
+// the session dies) and no two runs overlap (the killed node's job dies
+// with it). With Postgres the killed run's own tick may run again on a
+// node that fires it late, after the kill (see pgKilledHolderLimit).
 func TestKilledHolderMidRun(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		c := startCluster(t, b, Spec{Nodes: 3, JobSleep: 3 * time.Second, ExpectedRuntime: 3 * time.Second})
@@ -116,6 +118,15 @@ func TestKilledHolderMidRun(t *testing.T) {
 			t.Errorf("Postgres took %v to free a killed holder's lock; want the next tick or so", next.Start.Sub(killed))
 		}
 		rep := check(t, c, window(killed, time.Now()))
-		noDoubles(t, rep)
+		if rep.Overlaps > 0 {
+			t.Errorf("%d pairs of runs overlapped; want none", rep.Overlaps)
+		}
+		if b.Kind == "pg" {
+			// A node that fires the killed run's tick late, after the
+			// kill, may run it again: Postgres's known limit.
+			pgKilledHolderLimit(t, c, []time.Time{killed}, c.Spec.MaxClockSkew)
+		} else if rep.DoubleRuns > 0 {
+			t.Errorf("%d ticks ran more than once; want none", rep.DoubleRuns)
+		}
 	})
 }
