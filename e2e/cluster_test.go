@@ -52,7 +52,7 @@ type Cluster struct {
 	nodes []*Node
 }
 
-// Node is one member of a cluster: its process (replaced by Restart), its
+// Node is one member of a cluster: its process (a new one each Start), its
 // own proxy to the backend, and its metrics address.
 type Node struct {
 	ID     string
