@@ -60,9 +60,10 @@ type Node struct {
 	c      *Cluster
 	offset time.Duration
 
-	mu   sync.Mutex
-	proc *proctest.Node
-	addr string // host:port of /metrics
+	mu    sync.Mutex
+	proc  *proctest.Node
+	procs []*proctest.Node // every process this node ran, for their logs
+	addr  string           // host:port of /metrics
 }
 
 var servingRe = regexp.MustCompile(`serving metrics and health.* addr=(\S+)`)
@@ -166,7 +167,33 @@ func (n *Node) Start() {
 	m := p.WaitLog(servingRe, 60*time.Second)
 	n.mu.Lock()
 	n.proc, n.addr = p, m[1]
+	n.procs = append(n.procs, p)
 	n.mu.Unlock()
+}
+
+// backendErrorRe matches a node's log line for a global tick skipped as
+// backend_error (the backend failed or answered too late).
+var backendErrorRe = regexp.MustCompile(`msg="tick skipped".* schedule=` + globalID + ` .*outcome=backend_error`)
+
+// BackendErrors counts the global ticks every process of every node has
+// logged as skipped for backend_error: a tick missed without a fault is
+// acceptable only when some node reported why (an overloaded machine makes
+// the backend answer late, and a late lock does not run its tick).
+func (c *Cluster) BackendErrors() int {
+	count := 0
+	for _, n := range c.Nodes() {
+		n.mu.Lock()
+		procs := append([]*proctest.Node(nil), n.procs...)
+		n.mu.Unlock()
+		for _, p := range procs {
+			for _, l := range strings.Split(p.Log(), "\n") {
+				if backendErrorRe.MatchString(l) {
+					count++
+				}
+			}
+		}
+	}
+	return count
 }
 
 // Proc is the node's current process.

