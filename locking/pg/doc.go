@@ -42,11 +42,14 @@
 //	    PRIMARY KEY (namespace, key)
 //	);
 //
-// The fence update commits durably (synchronous_commit as the server has
-// it), which is most of a TryLock's cost on a disk with slow fsync. Setting
-// synchronous_commit=off in the URL makes TryLock several times faster, but
-// a Postgres crash may then forget the last fences handed out and give the
-// same fence to a later holder: do not, when fencing tokens guard writes.
+// A fence is the larger of the key's last fence + 1 and the database
+// clock in microseconds, so fences strictly increase per key, and keep doing
+// so when a crash forgets the last fence writes: lock sessions commit them
+// with synchronous_commit=off (waiting for fsync was most of a TryLock's
+// cost and bought nothing, since the clock floor already makes a forgotten
+// fence harmless). This assumes the database clock does not step back by
+// more than the time between a lost write and the restart. A URL that sets
+// synchronous_commit keeps its own value.
 //
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).

@@ -45,6 +45,11 @@ func configureSessions(cfg *pgx.ConnConfig, opTimeout time.Duration) {
 		"tcp_keepalives_interval": strconv.Itoa(int(interval / time.Second)),
 		"tcp_keepalives_count":    strconv.Itoa(count),
 		"tcp_user_timeout":        strconv.Itoa(int(userTimeout / time.Millisecond)),
+		// Lock sessions write only fencing rows, and a fence is floored at
+		// the database clock (sql.go), so a crash that forgets the last
+		// writes cannot hand out a fence twice: waiting for fsync on every
+		// TryLock would buy nothing and cost most of its time.
+		"synchronous_commit": "off",
 	}
 	for k, v := range params {
 		if _, set := cfg.RuntimeParams[k]; !set {

@@ -56,12 +56,18 @@ COMMIT;`
 	// function, so Postgres evaluates it exactly once, before the INSERT that
 	// reads it. pg_backend_pid() lets the caller check the statement ran on
 	// the session's own backend (a transaction pooler would move it).
+	//
+	// A fence is at least the database clock in microseconds, and above the
+	// last one: so it stays strictly increasing even when a crash forgets
+	// the last fence writes (sessions commit them asynchronously, see
+	// doc.go), as long as the database clock does not step back.
 	tryLockSQL = `WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok),
+c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
 f AS (
   INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at)
-  SELECT $2::text, $3::text, 1, $4::text, now() FROM l WHERE l.ok
+  SELECT $2::text, $3::text, greatest(1, c.us), $4::text, now() FROM l, c WHERE l.ok
   ON CONFLICT (namespace, key) DO UPDATE
-    SET fence = t.fence + 1, holder = excluded.holder, acquired_at = excluded.acquired_at
+    SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
   RETURNING t.fence)
 SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 
