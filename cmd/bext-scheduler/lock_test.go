@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
@@ -41,7 +44,9 @@ op_timeout = "500ms"
 	{"pg", func(t *testing.T) (string, func()) {
 		// Through a proxy, so "the backend dies" cuts every session
 		// without stopping the Postgres other tests share.
-		u := testenv.PGURL(t)
+		direct, ns := testenv.PGURL(t), testenv.UniqueName(t)
+		t.Cleanup(func() { dropFences(t, direct, ns) })
+		u := direct
 		p := faultproxy.Start(t, "127.0.0.1:5432")
 		u = strings.Replace(u, "127.0.0.1:5432", p.Addr(), 1)
 		cfg := writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf(`
@@ -52,7 +57,7 @@ url = %q
 namespace = %q
 max_sessions = 4
 op_timeout = "1s"
-`, u, testenv.UniqueName(t)))
+`, u, ns))
 		return cfg, p.Cut
 	}},
 }
@@ -216,4 +221,19 @@ func atoi(t *testing.T, s string) int {
 		t.Fatalf("not a number: %q", s)
 	}
 	return n
+}
+
+// dropFences removes the fencing rows a test's namespace left in Postgres.
+func dropFences(t *testing.T, url, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Logf("cleaning fence rows: %v", err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DELETE FROM bext_lock_fences WHERE namespace = $1`, ns); err != nil {
+		t.Logf("cleaning fence rows: %v", err)
+	}
 }
