@@ -3,13 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -216,37 +214,11 @@ func (r *redisServer) stop(t testing.TB) {
 	r.node = nil
 }
 
-// redisAddr returns a 127.0.0.1 address for a private Redis: a port free
-// now and below the kernel's ephemeral range. A port from listening on :0
-// would be an ephemeral one, and every proxy, node and client of the
-// tests running meanwhile draws from that range: one took a Redis port
-// between our check and redis-server's bind. Ports below it are never
-// handed out by the kernel, so only a deliberate choice can collide.
+// redisAddr returns a 127.0.0.1 address for a private Redis, on a port
+// the kernel will not hand to another test's client meanwhile.
 func redisAddr(t testing.TB) string {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const base = 10000
-	if low <= base+1000 {
-		t.Fatalf("the ephemeral port range starts at %d: no room below it for a private Redis", low)
-	}
-	for range 100 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+rand.IntN(low-base)))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return addr
-	}
-	t.Fatalf("no free port in [%d, %d) for a private Redis", base, low)
-	return ""
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))
 }
 
 // writeFile writes body to path or fails t.

@@ -3,7 +3,9 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -92,13 +94,35 @@ func ping(addr string) error {
 	return nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that is free now and lies below
+// the kernel's ephemeral range. A port from listening on :0 would be an
+// ephemeral one, and every client connection of the tests running meanwhile
+// draws from that range: one can take the port between this check and the
+// server's bind. The kernel never hands out ports below the range, so only
+// another deliberate choice can collide.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	const base = 10000
+	if low <= base+1000 {
+		t.Fatalf("the ephemeral port range starts at %d: no room below it for test servers", low)
+	}
+	for range 100 {
+		port := base + rand.IntN(low-base)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("no free port in [%d, %d) for a test server", base, low)
+	return 0
 }
