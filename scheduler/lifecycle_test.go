@@ -112,7 +112,7 @@ func TestLockLostMidRunCancelsJob(t *testing.T) {
 	h.locker.mu.Lock()
 	h.locker.loseNext = true
 	h.locker.mu.Unlock()
-	ttl := scheduler.LockTTL(3*time.Second, 0, scheduler.DefaultSafetyMargin)
+	ttl := scheduler.LockTTL(3*time.Second, 0, scheduler.DefaultSafetyMargin, scheduler.DefaultMaxClockSkew)
 	h.clock.Advance(ttl / 3) // the first renewal: it finds the lock gone
 
 	if cause := job.waitEnded(t); cause == nil || !strings.Contains(cause.Error(), "lock lost") {
@@ -243,7 +243,7 @@ func TestOverrunKeepsLockByRenewal(t *testing.T) {
 	h := newHarness(t, scheduler.Options{}, s).start()
 	h.clock.Advance(time.Minute)
 	job.waitStarted(t)
-	every := scheduler.LockTTL(3*time.Second, 0, scheduler.DefaultSafetyMargin) / 3
+	every := scheduler.LockTTL(3*time.Second, 0, scheduler.DefaultSafetyMargin, scheduler.DefaultMaxClockSkew) / 3
 	for i := 1; i <= 4; i++ { // past the expected runtime, and past the TTL
 		h.clock.Advance(every)
 		h.locker.wait(t, "a renewal", func() bool { _, r, _ := h.locker.counts(); return r >= i })

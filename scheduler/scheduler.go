@@ -86,11 +86,11 @@ var ErrInvalid = errors.New("scheduler: invalid configuration")
 var ErrRunning = errors.New("scheduler: Run called twice")
 
 // LockTTL is the lease a tick's lock is taken with: the expected runtime,
-// plus the jitter spent holding it before the run, plus a safety margin.
-// The scheduler raises it to at least 2*MaxClockSkew + SafetyMargin so the
-// clock-skew claim (claim.go) never outlives the lease.
-func LockTTL(expected, jitter, margin time.Duration) time.Duration {
-	return expected + jitter + margin
+// plus the jitter spent holding it before the run, plus a safety margin
+// (DESIGN step 3), raised to at least 2*skew + margin so the clock-skew
+// claim (claim.go) never outlives the lease. `next` prints this value.
+func LockTTL(expected, jitter, margin, skew time.Duration) time.Duration {
+	return max(expected+jitter+margin, 2*skew+margin)
 }
 
 // Scheduler fires schedules and runs their ticks. Create it with New,
@@ -305,8 +305,7 @@ func (s *Scheduler) compile(schedules []Schedule) ([]*compiled, error) {
 		if len(errs) > nerr {
 			continue
 		}
-		ttl := max(LockTTL(sc.ExpectedRuntime, sc.Jitter, s.opts.SafetyMargin),
-			2*s.opts.MaxClockSkew+s.opts.SafetyMargin)
+		ttl := LockTTL(sc.ExpectedRuntime, sc.Jitter, s.opts.SafetyMargin, s.opts.MaxClockSkew)
 		out = append(out, &compiled{Schedule: sc, lock: res.Lock, ttl: ttl})
 	}
 	if len(errs) > 0 {

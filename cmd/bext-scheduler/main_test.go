@@ -140,7 +140,8 @@ func TestNextPrintsPlan(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
 	}
-	for _, want := range []string{"SCHEDULE", "hello", "*/5 * * * * *", "require_global", "node_local", "6s"} {
+	// hello's TTL: 1s expected + 5s margin, raised to 2×1s skew + 5s margin.
+	for _, want := range []string{"SCHEDULE", "hello", "*/5 * * * * *", "require_global", "node_local", " 7s "} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("next output lacks %q:\n%s", want, r.Stdout)
 		}

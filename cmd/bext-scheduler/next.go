@@ -46,7 +46,8 @@ times in RFC 3339. It reads the config only; it does not connect anywhere.`,
 					hint = res.Why
 					if res.Lock {
 						key = lockKeyDisplay(cfg.Locking.Backend, cfg.Locking.Redis.KeyPrefix, cfg.Locking.PG.Namespace, s.ID)
-						ttl = scheduler.LockTTL(s.ExpectedRuntime.Duration, s.Jitter.Duration, cfg.Locking.SafetyMargin.Duration).String()
+						ttl = scheduler.LockTTL(s.ExpectedRuntime.Duration, s.Jitter.Duration,
+							cfg.Locking.SafetyMargin.Duration, cfg.Locking.MaxClockSkew.Duration).String()
 					}
 				}
 				tz := "UTC"
