@@ -39,7 +39,7 @@ type lister interface {
 // The returned Locker keeps l's optional abilities reachable: it always has
 // Ping(ctx) error (forwarded, or nil when l cannot ping),
 // List(ctx) ([]locking.LockInfo, error) (forwarded, or an error wrapping
-// errors.ErrUnsupported) and Unwrap() locking.Locker.
+// errors.ErrUnsupported), Claim (forwarded, or nil) and Unwrap() locking.Locker.
 func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Locker {
 	il := &instrumented{
 		next:    l,
@@ -152,6 +152,19 @@ func (l *instrumented) List(ctx context.Context) ([]locking.LockInfo, error) {
 	infos, err := ls.List(ctx)
 	l.m.ready.record(err)
 	return infos, err
+}
+
+// Claim forwards to the wrapped Locker when it is a locking.Claimer; other
+// backends' locks outlive a dead holder by their TTL, so there is nothing
+// to record.
+func (l *instrumented) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
+	c, ok := l.next.(locking.Claimer)
+	if !ok {
+		return nil
+	}
+	err := c.Claim(ctx, h, d)
+	l.m.ready.record(err)
+	return err
 }
 
 // Unwrap returns the wrapped Locker.

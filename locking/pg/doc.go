@@ -39,6 +39,7 @@
 //	    fence       bigint      NOT NULL,
 //	    holder      text,
 //	    acquired_at timestamptz,
+//	    claimed_until timestamptz,
 //	    PRIMARY KEY (namespace, key)
 //	);
 //

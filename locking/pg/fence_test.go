@@ -38,3 +38,41 @@ func TestFenceSurvivesForgottenWrites(t *testing.T) {
 		t.Fatalf("fence %d not above the previous %d", h3.Fence(), h2.Fence())
 	}
 }
+
+// TestClaimOutlivesDeadHolder: a claimed key stays contended after its
+// holder's session dies, until the claim's time is up; then it is free.
+func TestClaimOutlivesDeadHolder(t *testing.T) {
+	c := newCluster(t)
+	a, b := c.open(Options{}), c.open(Options{})
+	ctx := context.Background()
+
+	h := mustLock(t, a, "tick")
+	const claim = 1500 * time.Millisecond
+	start := time.Now()
+	if err := a.Claim(ctx, h, claim); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	c.kill("tick") // the holder dies: its advisory lock is gone at once
+	mustContend(t, b, "tick")
+
+	// Time passing is the behaviour under test: ask until the claim ends.
+	for {
+		hb, err := b.TryLock(ctx, "tick", time.Minute)
+		if err != nil {
+			t.Fatalf("TryLock after the holder died: %v", err)
+		}
+		if hb != nil {
+			if waited := time.Since(start); waited < claim-100*time.Millisecond {
+				t.Fatalf("the key was free %v after a %v claim", waited, claim)
+			}
+			if hb.Fence() <= h.Fence() {
+				t.Fatalf("fence %d not above the dead holder's %d", hb.Fence(), h.Fence())
+			}
+			return
+		}
+		if time.Since(start) > claim+10*time.Second {
+			t.Fatal("the key stayed claimed long after the claim's time")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

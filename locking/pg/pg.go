@@ -211,11 +211,11 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 			return nil, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
 		}
 		var (
-			ok    bool
-			fence *int64
-			pid   uint32
+			ok, claimed bool
+			fence       *int64
+			pid         uint32
 		)
-		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &fence, &pid)
+		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &claimed, &fence, &pid)
 		if err != nil {
 			// The statement may have taken the lock before failing: closing
 			// the session is what guarantees it ends.
@@ -233,12 +233,56 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 			l.putIdle(s)
 			return nil, nil
 		}
+		if claimed {
+			// Free, but a dead holder's claim still covers it: give the
+			// advisory lock back and answer contended.
+			var unlocked bool
+			if err := s.conn.QueryRow(ctx, releaseSQL, id).Scan(&unlocked); err != nil || !unlocked {
+				l.discard(ctx, s) // closing the session ends the lock
+			} else {
+				l.putIdle(s)
+			}
+			return nil, nil
+		}
 		if fence == nil {
 			l.discard(ctx, s)
 			return nil, fmt.Errorf("%w: pg: try-lock %q: won the lock but got no fencing token", locking.ErrUnavailable, key)
 		}
 		return &lease{id: id, key: key, sess: s, fenceVal: *fence}, nil
 	}
+}
+
+// Claim keeps h's key claimed for d from now (by the database clock), even
+// if h's session dies meanwhile: TryLock answers contended until then. The
+// scheduler claims a tick's lock for tick + 2×max_clock_skew, which an
+// advisory lock alone cannot do, since it dies with its session. Errors wrap
+// locking.ErrLockLost (the session is closed).
+func (l *Locker) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
+	ls, err := l.leaseOf(h)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.done {
+		return l.doneErr(ls)
+	}
+	qctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	defer cancel()
+	tag, err := ls.sess.conn.Exec(qctx, claimSQL, l.opts.Namespace, ls.key, d.Microseconds(), ls.fenceVal)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: pg: claim %q: %w", locking.ErrLockLost, ls.key, err)
+	case tag.RowsAffected() != 1:
+		err = fmt.Errorf("%w: pg: claim %q: fence %d is no longer the key's", locking.ErrLockLost, ls.key, ls.fenceVal)
+	default:
+		return nil
+	}
+	l.end(qctx, ls, false)
+	return err
 }
 
 // Renew proves the handle's session is alive and still holds its lock. It

@@ -34,7 +34,9 @@ const probeClass = 0x62657874
 const (
 	// tableExistsSQL avoids CREATE TABLE when the table is there, so a role
 	// without CREATE privilege works once an operator made the table.
-	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL`
+	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL AND EXISTS (
+  SELECT 1 FROM pg_attribute
+  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'claimed_until' AND NOT attisdropped)`
 
 	// createTableSQL runs under a transaction-level advisory lock so two
 	// nodes creating the table at once do not race into a unique_violation
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS bext_lock_fences (
     acquired_at timestamptz,
     PRIMARY KEY (namespace, key)
 );
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS claimed_until timestamptz;
 COMMIT;`
 
 	// tryLockSQL takes the advisory lock and, only when it won, bumps the
@@ -61,15 +64,26 @@ COMMIT;`
 	// last one: so it stays strictly increasing even when a crash forgets
 	// the last fence writes (sessions commit them asynchronously, see
 	// doc.go), as long as the database clock does not step back.
+	//
+	// A key still claimed (Claim: a holder that died within its tick's
+	// clock-skew claim) answers claimed = true: the caller then unlocks and
+	// reports contention, and no fence is drawn.
 	tryLockSQL = `WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok),
 c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
+cl AS (SELECT EXISTS (SELECT 1 FROM bext_lock_fences
+  WHERE namespace = $2::text AND key = $3::text AND claimed_until > clock_timestamp()) AS claimed),
 f AS (
   INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at)
-  SELECT $2::text, $3::text, greatest(1, c.us), $4::text, now() FROM l, c WHERE l.ok
+  SELECT $2::text, $3::text, greatest(1, c.us), $4::text, now() FROM l, c, cl WHERE l.ok AND NOT cl.claimed
   ON CONFLICT (namespace, key) DO UPDATE
     SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
   RETURNING t.fence)
-SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
+SELECT l.ok, cl.claimed, (SELECT fence FROM f), pg_backend_pid() FROM l, cl`
+
+	// claimSQL keeps a key claimed for $3 microseconds from now, for the
+	// acquisition with fence $4 only.
+	claimSQL = `UPDATE bext_lock_fences SET claimed_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE namespace = $1::text AND key = $2::text AND fence = $4::bigint`
 
 	// renewSQL proves the session is alive and its backend still holds the
 	// lock.
