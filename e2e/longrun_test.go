@@ -103,17 +103,7 @@ func longRun(t *testing.T, b *Backend, dur time.Duration, faults []string, rng *
 	if total.OverlapsClean > 0 {
 		t.Errorf("%d overlaps got every write through", total.OverlapsClean)
 	}
-	switch {
-	case b.Kind == "pg" && total.DoubleRuns > 0:
-		// A holder killed within a tick's claim: Postgres's known limit.
-		var kills []time.Time
-		for _, ep := range eps {
-			if ep.fault == faultKill {
-				kills = append(kills, ep.from)
-			}
-		}
-		pgKilledHolderLimit(t, c, kills, c.Spec.MaxClockSkew)
-	case total.DoubleClean > 0:
+	if total.DoubleClean > 0 {
 		t.Errorf("%d double runs got every write through", total.DoubleClean)
 	}
 	if lr := ledger.CheckLocal(recs, localID); lr.Doubles > 0 {

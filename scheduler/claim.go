@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -26,6 +28,33 @@ import (
 // one handle share its fencing token, and the schedule still runs once per
 // tick. The end of a claim is an event in the loop's heap, not a goroutine
 // waiting per claim.
+
+// recordClaim asks a backend whose locks die with their holder (a
+// locking.Claimer: Postgres) to keep f's tick claimed until T +
+// 2*MaxClockSkew whatever becomes of this node. Backends whose locks
+// outlive a dead holder by their TTL need nothing. It returns false, with
+// h released, when the claim could not be recorded: the lock is then in
+// doubt and the tick is not run.
+func (s *Scheduler) recordClaim(f fired, h *locking.Handle) bool {
+	c, ok := s.opts.Locker.(locking.Claimer)
+	if !ok {
+		return true
+	}
+	d := f.tick.Add(2 * s.opts.MaxClockSkew).Sub(s.clock.Now())
+	if d <= 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, h.TTL()/3)
+	err := c.Claim(ctx, h, d)
+	cancel()
+	if err == nil {
+		return true
+	}
+	s.log.Warn("could not record the tick's claim: tick not run", slog.String("schedule", f.def.ID),
+		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", h.Fence()), slog.Any("error", err))
+	s.release(f.def.ID, h, "claim not recorded")
+	return false
+}
 
 // claim is a lock kept after its tick, until ev.at.
 type claim struct {

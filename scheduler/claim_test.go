@@ -3,10 +3,12 @@ package scheduler_test
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -168,5 +170,66 @@ func TestStopKeepsClaimUntilItsTime(t *testing.T) {
 	h.cancel = nil
 	if who := h.heldBy("c"); who != "" {
 		t.Errorf("after stop the claim is still held by %q", who)
+	}
+}
+
+// claiming adds locking.Claimer to a Locker, as the Postgres backend has,
+// recording each claim's duration and failing when told to.
+type claiming struct {
+	scheduler.Locker
+	mu   sync.Mutex
+	ds   []time.Duration
+	fail error
+}
+
+func (c *claiming) Claim(_ context.Context, _ *locking.Handle, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ds = append(c.ds, d)
+	return c.fail
+}
+
+func (c *claiming) claims() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.ds...)
+}
+
+// A backend whose locks die with their holder gets every locked tick's
+// claim recorded, reused locks included, for T + 2*skew from its start; a
+// claim that cannot be recorded means the tick does not run.
+func TestClaimRecordedOnBackendsThatNeedIt(t *testing.T) {
+	c := &claiming{}
+	job := &countingJob{}
+	h := newHarness(t, scheduler.Options{MaxClockSkew: time.Second, Locker: c, Backend: hints.Distributed},
+		sched("fast", everySecond, hints.RequireGlobal, job))
+	c.Locker = h.locker
+	h.start()
+	for range 3 {
+		h.step(time.Second)
+	}
+	if n := len(job.got()); n != 3 {
+		t.Fatalf("ran %d ticks, want 3", n)
+	}
+	got := c.claims()
+	if len(got) != 3 {
+		t.Fatalf("%d claims recorded for 3 ticks (one fresh lock, two reused), want 3", len(got))
+	}
+	for i, d := range got {
+		if d != 2*time.Second {
+			t.Errorf("claim %d lasts %v from its tick, want 2s (2 × max_clock_skew)", i, d)
+		}
+	}
+
+	c.mu.Lock()
+	c.fail = errBackendDown
+	c.mu.Unlock()
+	h.step(time.Second)
+	if n := len(job.got()); n != 3 {
+		t.Fatalf("a tick whose claim failed ran (%d runs)", n)
+	}
+	skips := h.rec.waitSkips(t, 1)
+	if skips[0].reason != scheduler.SkipBackendError {
+		t.Errorf("skip reason %q, want backend_error", skips[0].reason)
 	}
 }

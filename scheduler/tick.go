@@ -42,6 +42,15 @@ func (s *Scheduler) handleTick(f fired) {
 		s.finish(f, runOutcome{skip: why}, nil)
 		return
 	}
+	// On a backend whose locks die with their holder (Postgres), record
+	// the claim of step 7 now, for this tick (a reused lock too): if this
+	// node dies before the claim's time, the tick must stay claimed all
+	// the same (claim.go).
+	if !s.recordClaim(f, h) {
+		s.reportSkip(f, SkipBackendError, h.Fence())
+		s.finish(f, runOutcome{skip: SkipBackendError}, nil)
+		return
+	}
 	// A lock granted after T + MaxClockSkew may be one another node just
 	// released after running T: running would run T twice. Keep the claim
 	// anyway, or yet another late node could take T after us.
