@@ -39,7 +39,9 @@ type lister interface {
 // The returned Locker keeps l's optional abilities reachable: it always has
 // Ping(ctx) error (forwarded, or nil when l cannot ping),
 // List(ctx) ([]locking.LockInfo, error) (forwarded, or an error wrapping
-// errors.ErrUnsupported), Claim (forwarded, or nil) and Unwrap() locking.Locker.
+// errors.ErrUnsupported) and Unwrap() locking.Locker; and it is a
+// locking.Claimer exactly when l is, so callers can tell whether the
+// backend needs claims recorded.
 func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Locker {
 	il := &instrumented{
 		next:    l,
@@ -65,6 +67,9 @@ func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Lock
 	}
 	il.gauge.Add(0)
 	m.ready.track(backend, il)
+	if _, ok := l.(locking.Claimer); ok {
+		return instrumentedClaimer{il}
+	}
 	return il
 }
 
@@ -154,15 +159,12 @@ func (l *instrumented) List(ctx context.Context) ([]locking.LockInfo, error) {
 	return infos, err
 }
 
-// Claim forwards to the wrapped Locker when it is a locking.Claimer; other
-// backends' locks outlive a dead holder by their TTL, so there is nothing
-// to record.
-func (l *instrumented) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
-	c, ok := l.next.(locking.Claimer)
-	if !ok {
-		return nil
-	}
-	err := c.Claim(ctx, h, d)
+// instrumentedClaimer is an instrumented Locker over a locking.Claimer.
+type instrumentedClaimer struct{ *instrumented }
+
+// Claim forwards to the wrapped Claimer.
+func (l instrumentedClaimer) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
+	err := l.next.(locking.Claimer).Claim(ctx, h, d)
 	l.m.ready.record(err)
 	return err
 }

@@ -247,3 +247,49 @@ func TestInstrumentLockerForwardsOptionalInterfaces(t *testing.T) {
 		t.Errorf("List of a backend that cannot list = %v, want ErrUnsupported", err)
 	}
 }
+
+// claimRecorder is a Locker that is a locking.Claimer, as Postgres is.
+type claimRecorder struct {
+	locking.Locker
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (c *claimRecorder) Claim(_ context.Context, _ *locking.Handle, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ds = append(c.ds, d)
+	return nil
+}
+
+// The wrapper is a Claimer exactly when its backend is: the scheduler
+// records claims per tick only for backends that need them, and must not
+// be handed a no-op Claim (a timer and a call per tick for nothing).
+func TestInstrumentLockerClaimerOnlyWhenBackendIs(t *testing.T) {
+	m := New(prometheus.NewRegistry(), build)
+	ctx := context.Background()
+
+	plain := InstrumentLocker(memory.New(), "memory", m)
+	t.Cleanup(func() { plain.Close(ctx) })
+	if _, ok := plain.(locking.Claimer); ok {
+		t.Error("instrumented memory Locker is a Claimer; want not (its locks outlive a dead holder by their TTL)")
+	}
+
+	rec := &claimRecorder{Locker: memory.New()}
+	il := InstrumentLocker(rec, "pg", m)
+	t.Cleanup(func() { il.Close(ctx) })
+	c, ok := il.(locking.Claimer)
+	if !ok {
+		t.Fatal("instrumented Claimer backend is not a Claimer")
+	}
+	h, err := il.TryLock(ctx, "k", time.Minute)
+	if err != nil || h == nil {
+		t.Fatalf("TryLock = %v, %v", h, err)
+	}
+	if err := c.Claim(ctx, h, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.ds) != 1 || rec.ds[0] != 2*time.Second {
+		t.Fatalf("backend saw claims %v, want [2s]", rec.ds)
+	}
+}

@@ -36,8 +36,7 @@ import (
 // h released, when the claim could not be recorded: the lock is then in
 // doubt and the tick is not run.
 func (s *Scheduler) recordClaim(f fired, h *locking.Handle) bool {
-	c, ok := s.opts.Locker.(locking.Claimer)
-	if !ok {
+	if s.claimer == nil {
 		return true
 	}
 	d := f.tick.Add(2 * s.opts.MaxClockSkew).Sub(s.clock.Now())
@@ -45,7 +44,7 @@ func (s *Scheduler) recordClaim(f fired, h *locking.Handle) bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(s.jobCtx, h.TTL()/3)
-	err := c.Claim(ctx, h, d)
+	err := s.claimer.Claim(ctx, h, d)
 	cancel()
 	if err == nil {
 		return true

@@ -97,10 +97,14 @@ func LockTTL(expected, jitter, margin, skew time.Duration) time.Duration {
 // start it with Run; Reload and Snapshot are safe to call at any time,
 // from any goroutine.
 type Scheduler struct {
-	opts  Options // defaults filled in
-	clock Clock
-	obs   Observer
-	log   *slog.Logger
+	opts Options // defaults filled in
+	// claimer is opts.Locker when its locks die with their holder and the
+	// tick's claim must be recorded (claim.go); nil otherwise, resolved
+	// once so other backends pay nothing per tick.
+	claimer locking.Claimer
+	clock   Clock
+	obs     Observer
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	states   map[string]*schedState // by ID; also removed ones still busy
@@ -177,6 +181,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		states: make(map[string]*schedState, len(schedules)),
 		wake:   make(chan struct{}, 1),
 	}
+	s.claimer, _ = opts.Locker.(locking.Claimer)
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err
