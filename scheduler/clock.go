@@ -9,6 +9,10 @@ type Clock interface {
 	Now() time.Time
 	// NewTimer returns a started timer that fires once after d.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f on a goroutine of its own once d has passed, as
+	// time.AfterFunc does: the timer's C is nil, Stop reports false once f
+	// has been started, and Reset arms it to call f again.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer the scheduler uses. Stop and Reset have
@@ -19,7 +23,8 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
-// RealClock returns the clock of the machine (time.Now and time.NewTimer).
+// RealClock returns the clock of the machine (time.Now, time.NewTimer and
+// time.AfterFunc).
 func RealClock() Clock { return realClock{} }
 
 type realClock struct{}
@@ -27,6 +32,8 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 

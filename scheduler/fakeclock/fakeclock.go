@@ -40,6 +40,14 @@ func (c *Clock) NewTimer(d time.Duration) scheduler.Timer {
 	return t
 }
 
+// AfterFunc returns a timer that calls f on a goroutine of its own when the
+// clock reaches Now()+d (at once when d <= 0), as time.AfterFunc does.
+func (c *Clock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
+	t := &Timer{c: c, fn: f, index: -1}
+	t.Reset(d)
+	return t
+}
+
 // Advance moves the clock forward by d, firing every timer that falls due
 // on the way, earliest first, with the clock set to each one's deadline as
 // it fires. A timer's channel holds one value, as with time.Timer.
@@ -61,10 +69,7 @@ func (c *Clock) Advance(d time.Duration) {
 			c.now = first.when
 		}
 		c.disarm(first)
-		select {
-		case first.ch <- c.now:
-		default:
-		}
+		first.fireLocked()
 	}
 	c.now = target
 }
@@ -125,12 +130,26 @@ func (c *Clock) notify() {
 // Timer is a fake timer; it implements scheduler.Timer.
 type Timer struct {
 	c     *Clock
-	ch    chan time.Time
+	ch    chan time.Time // nil for an AfterFunc timer
+	fn    func()         // set for an AfterFunc timer
 	when  time.Time
 	index int // in c.armed; -1 when not armed
 }
 
-// C is the channel the timer fires on.
+// fireLocked fires a timer that is not armed: it sends the time on its
+// channel (which holds one value, as time.Timer's) or starts its function.
+func (t *Timer) fireLocked() {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	select {
+	case t.ch <- t.c.now:
+	default:
+	}
+}
+
+// C is the channel the timer fires on; nil for an AfterFunc timer.
 func (t *Timer) C() <-chan time.Time { return t.ch }
 
 // Stop disarms the timer and drops a value it fired but no one received
@@ -142,9 +161,11 @@ func (t *Timer) Stop() bool {
 }
 
 func (t *Timer) stopLocked() bool {
-	select {
-	case <-t.ch:
-	default:
+	if t.ch != nil {
+		select {
+		case <-t.ch:
+		default:
+		}
 	}
 	if t.index < 0 {
 		return false
@@ -161,7 +182,7 @@ func (t *Timer) Reset(d time.Duration) bool {
 	was := t.stopLocked()
 	t.when = t.c.now.Add(d)
 	if d <= 0 {
-		t.ch <- t.c.now // the channel was just drained: this never blocks
+		t.fireLocked()
 		return was
 	}
 	t.c.arm(t)

@@ -86,3 +86,45 @@ func TestBlockUntilArmed(t *testing.T) {
 		t.Error("BlockUntilArmed(3) with 2 armed and a cancelled context returned nil")
 	}
 }
+
+func TestAfterFuncCallsOnceWhenDueAndStopPreventsIt(t *testing.T) {
+	c := fakeclock.New(start)
+	fired := make(chan time.Time, 2)
+	tm := c.AfterFunc(2*time.Second, func() { fired <- c.Now() })
+	if tm.C() != nil {
+		t.Error("an AfterFunc timer has a channel; time.AfterFunc's C is nil")
+	}
+	c.Advance(time.Second)
+	select {
+	case <-fired:
+		t.Fatal("AfterFunc called f before its time")
+	default:
+	}
+	c.Advance(time.Second)
+	if got := <-fired; !got.Equal(start.Add(2 * time.Second)) {
+		t.Errorf("f ran at %v, want start+2s", got)
+	}
+	if tm.Stop() {
+		t.Error("Stop after f started reported the timer armed")
+	}
+	if tm.Reset(time.Second) {
+		t.Error("Reset of a fired timer reported it armed")
+	}
+	if !tm.Stop() {
+		t.Error("Stop of a re-armed timer reported it not armed")
+	}
+	c.Advance(time.Hour)
+	if c.Armed() != 0 {
+		t.Errorf("Armed = %d after Stop, want 0", c.Armed())
+	}
+	select {
+	case <-fired:
+		t.Error("a stopped AfterFunc timer called f")
+	default:
+	}
+	// Reset with d <= 0 calls f at once, like time.AfterFunc(0, f).
+	tm.Reset(0)
+	if got := <-fired; !got.Equal(start.Add(2*time.Second + time.Hour)) {
+		t.Errorf("f ran at %v after Reset(0), want now", got)
+	}
+}
