@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -30,10 +31,11 @@ type runOutcome struct {
 	err       error
 }
 
-// runJob is step 6: it runs f's job with a context that the timeout, a
-// failed renewal or the end of the shutdown grace cancels, renews h about
-// every TTL/3 meanwhile (h is nil for a node-local run), notices an overrun
-// once, and reports the run (step 8).
+// runJob is step 6: it runs f's job, on the tick's goroutine, with a
+// context that the timeout, a failed renewal or the end of the shutdown
+// grace cancels. Meanwhile a watch (below) renews h about every TTL/3 (h is
+// nil for a node-local run) and notices an overrun once. runJob reports
+// the run (step 8).
 func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID}
@@ -45,7 +47,7 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	defer cancel(nil)
 	// The timeout is a true context deadline on the real clock, so a job
 	// can read ctx.Deadline() and sees DeadlineExceeded; on any other
-	// clock the watch below enforces it, so tests drive it.
+	// clock the watch enforces it, so tests drive it.
 	_, realTime := s.clock.(realClock)
 	if def.Timeout > 0 && realTime {
 		var cancelT context.CancelFunc
@@ -53,81 +55,142 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 		defer cancelT()
 	}
 
-	// One timer of the injected clock watches the renewals, the overrun
-	// and the timeout, armed to whichever comes first.
 	start := s.clock.Now()
-	var renewAt, timeoutAt time.Time
-	overrunAt := start.Add(def.ExpectedRuntime)
-	every := time.Duration(0)
+	w := &watch{s: s, f: f, h: h, fence: fence, cancel: cancel, overrunAt: start.Add(def.ExpectedRuntime)}
 	if h != nil {
-		every = h.TTL() / 3
-		renewAt = start.Add(every)
+		w.every = h.TTL() / 3
+		w.renewAt = start.Add(w.every)
 	}
 	if def.Timeout > 0 && !realTime {
-		timeoutAt = start.Add(def.Timeout)
+		w.timeoutAt = start.Add(def.Timeout)
 	}
-	watch := s.clock.NewTimer(earliest(renewAt, timeoutAt, overrunAt).Sub(start))
-	defer watch.Stop()
+	w.start(start)
+	err := s.callJob(ctx, def.Job, t)
+	// After stop, no renewal is in flight or to come: the caller may
+	// release h.
+	overrun := w.stop()
 
-	done := make(chan error, 1)
-	go func() { done <- s.callJob(ctx, def.Job, t) }()
+	out := runOutcome{start: start, dur: s.clock.Now().Sub(start), err: err}
+	out.overrun = overrun || out.dur > def.ExpectedRuntime
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errLockLost):
+		out.result = ResultLockLost
+	case errors.Is(cause, errTimeout):
+		out.result = ResultTimeout
+	case err != nil:
+		out.result = ResultFailure
+	default:
+		out.result = ResultSuccess
+	}
+	s.reportRun(f, out, fence)
+	return out
+}
 
-	overrun := false
-	for {
-		select {
-		case err := <-done:
-			out := runOutcome{start: start, dur: s.clock.Now().Sub(start), err: err}
-			out.overrun = overrun || out.dur > def.ExpectedRuntime
-			switch cause := context.Cause(ctx); {
-			case errors.Is(cause, errLockLost):
-				out.result = ResultLockLost
-			case errors.Is(cause, errTimeout):
-				out.result = ResultTimeout
-			case err != nil:
-				out.result = ResultFailure
-			default:
-				out.result = ResultSuccess
-			}
-			s.reportRun(f, out, fence)
-			return out
-		case <-watch.C():
+// watch keeps an eye on one run while its job runs on the tick's
+// goroutine: one timer of the injected clock, armed to whichever of the
+// renewal, the overrun and the timeout comes first, calls fire on a
+// goroutine of its own. A job that ends before the first of them (most
+// do) costs one timer armed and stopped, and no extra goroutine.
+type watch struct {
+	s      *Scheduler
+	f      fired
+	h      *locking.Handle // nil for a node-local run: nothing to renew
+	fence  int64
+	cancel context.CancelCauseFunc
+	every  time.Duration // the renewal period, TTL/3
+
+	mu    sync.Mutex // held by fire throughout, renewal included
+	timer Timer
+
+	// renewAt, timeoutAt, overrunAt: when each is due; zero once done.
+	renewAt, timeoutAt, overrunAt time.Time
+
+	pending bool // the timer is armed, or fired and fire has not yet run
+	ended   bool // the job returned: fire does nothing any more
+	// endWait is made by stop when a fire is on its way, which closes it
+	// once it has seen ended.
+	endWait chan struct{}
+	overrun bool
+}
+
+// start arms the timer. fire cannot run before start returns.
+func (w *watch) start(now time.Time) {
+	w.mu.Lock()
+	w.timer = w.s.clock.AfterFunc(earliest(w.renewAt, w.timeoutAt, w.overrunAt).Sub(now), w.fire)
+	w.pending = true
+	w.mu.Unlock()
+}
+
+// stop ends the watch once the job returned and reports whether an overrun
+// was noticed. It waits for a fire in progress or on its way, so no
+// renewal runs after it returns and no goroutine of the watch outlives
+// the tick.
+func (w *watch) stop() (overrun bool) {
+	w.mu.Lock()
+	w.ended = true
+	var wait chan struct{}
+	if w.pending && !w.timer.Stop() {
+		wait = make(chan struct{})
+		w.endWait = wait
+	}
+	overrun = w.overrun
+	w.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	return overrun
+}
+
+// fire does what is due: cancels the job at its timeout, logs an overrun,
+// renews the lock (cancelling the job if that fails), and re-arms the
+// timer to what comes next.
+func (w *watch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = false
+	if w.ended {
+		if w.endWait != nil {
+			close(w.endWait)
 		}
-		now := s.clock.Now()
-		renewDue := due(renewAt, now)
-		if renewDue {
-			renewAt = now.Add(every)
-		}
-		timeoutDue, overrunDue := due(timeoutAt, now), due(overrunAt, now)
-		if timeoutDue {
-			timeoutAt = time.Time{}
-		}
-		if overrunDue {
-			overrunAt = time.Time{}
-		}
-		// Re-armed before renewing: the period runs start to start, and a
-		// test that saw the renewal knows the next one is armed.
-		if next := earliest(renewAt, timeoutAt, overrunAt); !next.IsZero() {
-			watch.Reset(next.Sub(now))
-		}
-		if timeoutDue {
-			cancel(errTimeout)
-		}
-		if overrunDue {
-			overrun = true
-			s.log.Warn("run overran its expected runtime; the lock is kept by renewal",
-				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
-				slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", fence))
-		}
-		if renewDue {
-			if err := s.renew(h, every); err != nil {
-				// Never renew again nor re-acquire: another node may hold
-				// the lock now, so the job must stop at once.
-				s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", def.ID),
-					slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", fence),
-					slog.Any("error", err))
-				cancel(fmt.Errorf("%w: %w", errLockLost, err))
-				renewAt = time.Time{}
-			}
+		return
+	}
+	s, def := w.s, w.f.def
+	now := s.clock.Now()
+	renewDue := due(w.renewAt, now)
+	if renewDue {
+		w.renewAt = now.Add(w.every)
+	}
+	timeoutDue, overrunDue := due(w.timeoutAt, now), due(w.overrunAt, now)
+	if timeoutDue {
+		w.timeoutAt = time.Time{}
+	}
+	if overrunDue {
+		w.overrunAt = time.Time{}
+	}
+	// Re-armed before renewing: the period runs start to start, and a
+	// test that saw the renewal knows the next one is armed.
+	if next := earliest(w.renewAt, w.timeoutAt, w.overrunAt); !next.IsZero() {
+		w.timer.Reset(next.Sub(now))
+		w.pending = true
+	}
+	if timeoutDue {
+		w.cancel(errTimeout)
+	}
+	if overrunDue {
+		w.overrun = true
+		s.log.Warn("run overran its expected runtime; the lock is kept by renewal",
+			slog.String("schedule", def.ID), slog.String("tick", w.f.tick.Format(time.RFC3339)),
+			slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", w.fence))
+	}
+	if renewDue {
+		if err := s.renew(w.h, w.every); err != nil {
+			// Never renew again nor re-acquire: another node may hold
+			// the lock now, so the job must stop at once.
+			s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", def.ID),
+				slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
+				slog.Any("error", err))
+			w.cancel(fmt.Errorf("%w: %w", errLockLost, err))
+			w.renewAt = time.Time{}
 		}
 	}
 }
