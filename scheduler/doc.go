@@ -9,6 +9,7 @@
 //   - run.go: running the job under its lock (renewal, timeout, overrun, panics).
 //   - claim.go: why and how a lock outlives its run by the clock-skew tolerance.
 //   - loop.go: Run, the firing loop over a heap of fire times, graceful stop.
+//   - pool.go: the workers that carry fired ticks, so none waits for another.
 //   - heap.go: that heap (O(log n) per fire, never a scan of all schedules).
 //   - scheduler.go: the API (Options, Schedule, New, Reload, Snapshot).
 //   - clock.go: the injected clock; scheduler/fakeclock drives it in tests.

@@ -20,3 +20,11 @@ func (s *Scheduler) IdleState() string {
 	}
 	return fmt.Sprintf("parked %v inflight %d wake pending %v head %s", s.parked, s.inflight, s.wakePending, head)
 }
+
+// WorkersStarted is how many worker goroutines the scheduler has started
+// (pool.go): the benchmarks report it next to the number of ticks.
+func (s *Scheduler) WorkersStarted() int {
+	s.work.mu.Lock()
+	defer s.work.mu.Unlock()
+	return s.work.started
+}

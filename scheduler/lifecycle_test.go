@@ -5,10 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -354,5 +356,66 @@ func TestTimeoutOnRealClockIsADeadline(t *testing.T) {
 	}
 	if sn := <-got; !sn.hasDeadline || !errors.Is(sn.err, context.DeadlineExceeded) {
 		t.Errorf("job saw deadline %v, err %v; want a deadline and DeadlineExceeded", sn.hasDeadline, sn.err)
+	}
+}
+
+// ctxLocker records the context of every TryLock.
+type ctxLocker struct {
+	scheduler.Locker
+	mu   sync.Mutex
+	ctxs []context.Context
+	left []time.Duration // time to the deadline, as TryLock saw it
+}
+
+func (c *ctxLocker) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	c.mu.Lock()
+	c.ctxs = append(c.ctxs, ctx)
+	if d, ok := ctx.Deadline(); ok {
+		c.left = append(c.left, time.Until(d))
+	} else {
+		c.left = append(c.left, -1)
+	}
+	c.mu.Unlock()
+	return c.Locker.TryLock(ctx, key, ttl)
+}
+
+// A lock answered after its lease is over is worthless, so every TryLock
+// is bounded by the TTL it asks for; ticks that fire together share one
+// deadline (the shortest TTL among them), and it is let go as soon as the
+// last of them has its answer, not kept for the TTL.
+func TestTryLockIsBoundedByTheShortestTTLOfItsBurst(t *testing.T) {
+	cl := &ctxLocker{}
+	h := newHarness(t, scheduler.Options{SafetyMargin: time.Second, MaxClockSkew: time.Second})
+	cl.Locker = h.locker
+	scheds := []scheduler.Schedule{
+		sched("short", everyMinute, hints.RequireGlobal, &countingJob{}),
+		sched("long", everyMinute, hints.RequireGlobal, &countingJob{}),
+		sched("local", everyMinute, hints.NodeLocal, &countingJob{}),
+	}
+	scheds[0].ExpectedRuntime = 10 * time.Second // TTL 11s
+	scheds[1].ExpectedRuntime = time.Hour
+	s, err := scheduler.New(scheduler.Options{Clock: h.clock, Locker: cl, Backend: hints.Distributed,
+		SafetyMargin: time.Second, Observer: h.rec}, scheds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.s = s
+	h.start()
+	h.step(time.Minute)
+	h.rec.waitRuns(t, 3)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.ctxs) != 2 {
+		t.Fatalf("%d TryLock calls, want 2 (the node_local schedule takes no lock)", len(cl.ctxs))
+	}
+	for i, left := range cl.left {
+		if left <= 0 || left > 11*time.Second {
+			t.Errorf("TryLock %d: deadline %v away, want within the shortest TTL of the burst (11s)", i, left)
+		}
+	}
+	for i, ctx := range cl.ctxs {
+		if ctx.Err() == nil {
+			t.Errorf("TryLock %d: its context is still live after every tick of the burst took its lock", i)
+		}
 	}
 }

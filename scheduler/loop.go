@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -64,8 +65,9 @@ type action struct {
 }
 
 // loop is the firing loop: one timer, always armed to the heap's head.
-// Each wake pops what is due, in time order, and hands every tick to its
-// own goroutine, so a slow lock backend never delays another schedule.
+// Each wake pops what is due, in time order, and hands every tick to a
+// goroutine of its own (pool.go), so a slow lock backend never delays
+// another schedule.
 func (s *Scheduler) loop(ctx context.Context) {
 	var timer Timer
 	defer func() {
@@ -120,12 +122,18 @@ func (s *Scheduler) loop(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-// popDueLocked pops every event due at now and decides what each means.
-// For a schedule whose clock jumped past several of its ticks, only the
+// popBatch bounds how many events the loop pops before it hands them out:
+// with thousands due at once, the first ticks start while the loop pops the
+// rest, and the lock the ticks' goroutines need to finish is never held
+// for long.
+const popBatch = 64
+
+// popDueLocked pops events due at now, at most popBatch, and decides what
+// each means. For a schedule whose clock jumped past several of its ticks, only the
 // latest due tick fires (no burst of catch-up runs); its lateness says by
 // how much the others were missed.
 func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
-	for {
+	for len(acts) < popBatch {
 		e := s.heap.head()
 		if e == nil || e.at > now.UnixNano() {
 			return acts
@@ -171,14 +179,16 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		}
 		acts = append(acts, a)
 	}
+	return acts
 }
 
 // dispatch reports and starts what popDueLocked decided.
 func (s *Scheduler) dispatch(acts []action) {
+	b := s.newBurst(acts)
 	for i := range acts {
 		a := &acts[i]
 		if a.release != nil {
-			go s.endClaim(a.release)
+			s.work.submit(task{release: a.release})
 			continue
 		}
 		s.obs.NextTick(a.next.id, a.next.next)
@@ -187,7 +197,50 @@ func (s *Scheduler) dispatch(acts []action) {
 			s.reportSkip(a.f, a.skip, 0)
 			continue
 		}
-		go s.handleTick(a.f)
+		if a.f.def.lock {
+			a.f.burst = b
+		}
+		s.work.submit(task{f: a.f})
+	}
+}
+
+// burst is the deadline of the lock requests of ticks the loop handed out
+// together: a TryLock answered after the lease it asked for would be
+// worthless, so each is bounded by its TTL. One context for the whole batch
+// (bounded by the shortest TTL in it) instead of one per tick: when
+// thousands of ticks fire at once, a timer and a context each were a fifth
+// of their cost.
+type burst struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	left   atomic.Int32 // ticks that have not yet taken their lock
+}
+
+// newBurst returns the burst of the locked ticks among acts, nil if none.
+func (s *Scheduler) newBurst(acts []action) *burst {
+	n, ttl := 0, time.Duration(0)
+	for i := range acts {
+		a := &acts[i]
+		if a.release == nil && a.skip == "" && a.f.def.lock {
+			n++
+			if ttl == 0 || a.f.def.ttl < ttl {
+				ttl = a.f.def.ttl
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	b := &burst{}
+	b.ctx, b.cancel = context.WithTimeout(s.jobCtx, ttl)
+	b.left.Store(int32(n))
+	return b
+}
+
+// done is called once by each tick of b when it no longer needs b.ctx.
+func (b *burst) done() {
+	if b.left.Add(-1) == 0 {
+		b.cancel()
 	}
 }
 
@@ -246,6 +299,7 @@ func (s *Scheduler) shutdown() {
 	}
 	grace.Stop()
 	s.cancelJobs()
+	s.work.close() // every tick has finished: only parked workers are left
 
 	s.mu.Lock()
 	var claims []*claim
@@ -317,7 +371,7 @@ func (s *Scheduler) notifyLocked() {
 }
 
 // waitIdle waits until the loop has handled every event due by the
-// scheduler's clock and no tick or release goroutine is in flight. Tests
+// scheduler's clock and no tick or release task is in flight. Tests
 // (through export_test.go) use it to step a fake clock deterministically.
 func (s *Scheduler) waitIdle(ctx context.Context) error {
 	for {

@@ -111,14 +111,15 @@ type Scheduler struct {
 	heap     eventHeap
 	started  bool // Run was called
 	stopping bool // Run's context ended: no new fires, no new claims
-	inflight int  // tick and release goroutines not finished
+	inflight int  // tick and release tasks not finished
 	parked   bool // the loop waits on its timer with nothing due
 	// wakePending: the loop was poked and has not yet taken the wake.
 	wakePending bool
 	idle        chan struct{}
 
-	wake chan struct{} // tells the loop the heap's head changed
-	wg   sync.WaitGroup
+	wake chan struct{}  // tells the loop the heap's head changed
+	wg   sync.WaitGroup // tick and release tasks not finished
+	work *pool          // the workers that carry them (pool.go)
 
 	// Set by Run before the loop starts.
 	stopCh     chan struct{}   // closed when shutdown begins: abandon ticks not started
@@ -181,6 +182,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		states: make(map[string]*schedState, len(schedules)),
 		wake:   make(chan struct{}, 1),
 	}
+	s.work = newPool(s.runTask)
 	s.claimer, _ = opts.Locker.(locking.Claimer)
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {

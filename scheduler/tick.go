@@ -11,7 +11,8 @@ import (
 // This file is where a tick is decided: DESIGN.md "A tick's life", steps
 // 1 to 8. Step 1 (overlap) is decided by the loop as the tick fires
 // (popDueLocked in loop.go), because it needs the schedule's state at that
-// instant; everything after it happens here, in the tick's own goroutine.
+// instant; everything after it happens here, on the tick's own goroutine
+// (a worker of pool.go).
 
 // fired is one tick handed from the loop to its goroutine.
 type fired struct {
@@ -20,6 +21,16 @@ type fired struct {
 	tick     time.Time // T, the scheduled time
 	lateness time.Duration
 	reuse    *locking.Handle // our lingering lock from the previous tick (claim.go)
+	burst    *burst          // bounds its TryLock; set when the tick locks
+}
+
+// runTask is what a worker (pool.go) does with a task.
+func (s *Scheduler) runTask(t task) {
+	if t.release != nil {
+		s.endClaim(t.release)
+		return
+	}
+	s.handleTick(t.f)
 }
 
 // handleTick carries tick f from step 2 to step 8.
@@ -92,6 +103,7 @@ func (s *Scheduler) handleTick(f fired) {
 // tick when there is one, else calls TryLock. It returns the handle, or
 // nil and why the tick is skipped.
 func (s *Scheduler) acquire(f fired) (*locking.Handle, SkipReason) {
+	defer f.burst.done()
 	id, ttl := f.def.ID, f.def.ttl
 	if h := f.reuse; h != nil {
 		if h.TTL() != ttl { // Reload changed the lease: take one of the new length
@@ -107,10 +119,9 @@ func (s *Scheduler) acquire(f fired) (*locking.Handle, SkipReason) {
 				slog.Int64("fence", h.Fence()), slog.Any("error", err))
 		}
 	}
-	// An answer slower than the TTL would be a lease already over.
-	ctx, cancel := context.WithTimeout(s.jobCtx, ttl)
-	h, err := s.opts.Locker.TryLock(ctx, id, ttl)
-	cancel()
+	// An answer slower than the TTL would be a lease already over: the
+	// burst's deadline is at most the TTL from when the tick was handed out.
+	h, err := s.opts.Locker.TryLock(f.burst.ctx, id, ttl)
 	switch {
 	case err != nil:
 		s.log.Warn("try-lock failed: tick not run", slog.String("schedule", id),

@@ -1,0 +1,140 @@
+package scheduler
+
+import "sync"
+
+// The goroutines that carry ticks.
+//
+// Ticks never wait for each other: a slow lock backend or a long job must
+// not delay another schedule. Starting a fresh goroutine for each tick
+// was the largest cost of a burst, though (10,000 schedules due
+// in the same second): creating it, growing its stack, and the Go
+// scheduler running the newest goroutine first while the loop that hands
+// out the rest waits behind them. So the loop queues ticks, first in first
+// out, and workers take them; a worker that finished a tick takes the next
+// one on the stack it already grew. No tick ever waits for another job to
+// end, as before (see pool).
+//
+// Between bursts at most maxIdleWorkers stay parked (a few KiB of stack
+// each); the others end. Shutdown ends them all once the queue is empty.
+
+// maxIdleWorkers bounds the workers kept parked between ticks. The ones
+// beyond it end, and are started afresh next time they are needed, which
+// costs what a goroutine per tick used to cost.
+const maxIdleWorkers = 64
+
+// task is one unit of work for a worker: a fired tick, or a lingering
+// claim whose time is up.
+type task struct {
+	f       fired
+	release *claim
+}
+
+// pool is the FIFO queue of tasks and the workers that drain it.
+//
+// A worker that takes a task may block in it for as long as the job runs,
+// so whenever the queue holds a task, some worker that is not in a task
+// must be on its way to the queue: a "spinning" worker, one that is awake
+// (or woken, or just started) and will look at the queue before it does
+// anything else. submit and every take keep that so, waking a parked
+// worker or starting one only when no worker spins. A burst of ticks that
+// never block is then carried by a few workers, each taking the next task
+// as it finishes one, instead of a goroutine each; ticks that block get a
+// worker each, as before. (The Go scheduler keeps its spinning threads
+// the same way.)
+type pool struct {
+	run func(task)
+
+	mu       sync.Mutex
+	cond     sync.Cond // parked workers wait here
+	queue    []task
+	head     int  // queue[head:] is waiting
+	spinning int  // workers on their way to the queue (see above)
+	idle     int  // parked workers not yet woken
+	parked   int  // parked workers, woken or not
+	closed   bool // no more tasks: workers end once the queue is empty
+	started  int  // workers started so far (the benchmarks report it)
+	wg       sync.WaitGroup
+}
+
+func newPool(run func(task)) *pool {
+	p := &pool{run: run}
+	p.cond.L = &p.mu
+	return p
+}
+
+// submit queues t.
+func (p *pool) submit(t task) {
+	p.mu.Lock()
+	if p.head > 0 && p.head >= len(p.queue)/2 {
+		// Compact before growing, so a queue that never quite empties
+		// does not keep its consumed prefix forever.
+		n := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[n:])
+		p.queue, p.head = p.queue[:n], 0
+	}
+	p.queue = append(p.queue, t)
+	if p.spinning == 0 {
+		p.spinLocked()
+	}
+	p.mu.Unlock()
+}
+
+// spinLocked gets one more worker spinning: a parked one, or a new one.
+func (p *pool) spinLocked() {
+	p.spinning++
+	if p.idle > 0 {
+		p.idle--
+		p.cond.Signal()
+		return
+	}
+	p.started++
+	p.wg.Add(1)
+	go p.worker()
+}
+
+// worker starts spinning (whoever started it counted it).
+func (p *pool) worker() {
+	defer p.wg.Done()
+	p.mu.Lock()
+	for {
+		if p.head < len(p.queue) {
+			t := p.queue[p.head]
+			p.queue[p.head] = task{} // drop the references for the GC
+			p.head++
+			if p.head == len(p.queue) {
+				p.queue, p.head = p.queue[:0], 0
+			}
+			// This worker may now block in t: hand the spinning on.
+			p.spinning--
+			if p.head < len(p.queue) && p.spinning == 0 {
+				p.spinLocked()
+			}
+			p.mu.Unlock()
+			p.run(t)
+			p.mu.Lock()
+			p.spinning++
+			continue
+		}
+		p.spinning--
+		if p.closed || p.parked >= maxIdleWorkers {
+			p.mu.Unlock()
+			return
+		}
+		p.idle++
+		p.parked++
+		p.cond.Wait() // whoever wakes it counts it spinning
+		p.parked--
+	}
+}
+
+// close ends the workers once the queue is drained and waits for them. No
+// task may be submitted after it is called.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.spinning += p.idle
+	p.idle = 0
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
