@@ -56,7 +56,9 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	}
 
 	start := s.clock.Now()
-	w := &watch{s: s, f: f, h: h, fence: fence, cancel: cancel, overrunAt: start.Add(def.ExpectedRuntime)}
+	w := s.newWatch()
+	w.f, w.h, w.fence, w.cancel = f, h, fence, cancel
+	w.overrunAt = start.Add(def.ExpectedRuntime)
 	if h != nil {
 		w.every = h.TTL() / 3
 		w.renewAt = start.Add(w.every)
@@ -69,6 +71,7 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	// After stop, no renewal is in flight or to come: the caller may
 	// release h.
 	overrun := w.stop()
+	s.watches.Put(w)
 
 	out := runOutcome{start: start, dur: s.clock.Now().Sub(start), err: err}
 	out.overrun = overrun || out.dur > def.ExpectedRuntime
@@ -113,18 +116,33 @@ type watch struct {
 	overrun bool
 }
 
+// newWatch returns an unused watch. Watches are kept for reuse, timer
+// included (a stopped timer is re-armed with Reset), because a burst of
+// ticks would otherwise allocate one of each per run.
+func (s *Scheduler) newWatch() *watch {
+	if w, ok := s.watches.Get().(*watch); ok {
+		return w
+	}
+	return &watch{s: s}
+}
+
 // start arms the timer. fire cannot run before start returns.
 func (w *watch) start(now time.Time) {
 	w.mu.Lock()
-	w.timer = w.s.clock.AfterFunc(earliest(w.renewAt, w.timeoutAt, w.overrunAt).Sub(now), w.fire)
+	d := earliest(w.renewAt, w.timeoutAt, w.overrunAt).Sub(now)
+	if w.timer == nil {
+		w.timer = w.s.clock.AfterFunc(d, w.fire)
+	} else {
+		w.timer.Reset(d)
+	}
 	w.pending = true
 	w.mu.Unlock()
 }
 
 // stop ends the watch once the job returned and reports whether an overrun
 // was noticed. It waits for a fire in progress or on its way, so no
-// renewal runs after it returns and no goroutine of the watch outlives
-// the tick.
+// renewal runs after it returns, no goroutine of the watch outlives the
+// tick, and the watch can be reused.
 func (w *watch) stop() (overrun bool) {
 	w.mu.Lock()
 	w.ended = true
@@ -138,6 +156,8 @@ func (w *watch) stop() (overrun bool) {
 	if wait != nil {
 		<-wait
 	}
+	// Reset for the next run; only s and timer are kept.
+	*w = watch{s: w.s, timer: w.timer}
 	return overrun
 }
 
@@ -146,14 +166,17 @@ func (w *watch) stop() (overrun bool) {
 // timer to what comes next.
 func (w *watch) fire() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.pending = false
 	if w.ended {
-		if w.endWait != nil {
-			close(w.endWait)
+		// Unlocked before stop hears of it: stop then resets w for reuse.
+		ch := w.endWait
+		w.mu.Unlock()
+		if ch != nil {
+			close(ch)
 		}
 		return
 	}
+	defer w.mu.Unlock()
 	s, def := w.s, w.f.def
 	now := s.clock.Now()
 	renewDue := due(w.renewAt, now)

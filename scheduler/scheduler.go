@@ -120,6 +120,8 @@ type Scheduler struct {
 	wake chan struct{}  // tells the loop the heap's head changed
 	wg   sync.WaitGroup // tick and release tasks not finished
 	work *pool          // the workers that carry them (pool.go)
+	// watches keeps stopped run watches (run.go) for reuse.
+	watches sync.Pool
 
 	// Set by Run before the loop starts.
 	stopCh     chan struct{}   // closed when shutdown begins: abandon ticks not started

@@ -1,0 +1,65 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking/memory"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// A run's watch (renewal, overrun) fires on a goroutine of its own and is
+// reused by the next run once stopped. Here, on the real clock, each job
+// ends within a couple of milliseconds of its first renewal, so the two
+// race, run after run; under -race that reuse must be safe, every run must
+// see its overrun, and no renewal may fail (a renewal after the release,
+// or of another run's handle, would; the lease has 20ms to spare).
+func TestWatchFiresRacingTheEndOfRuns(t *testing.T) {
+	const want = 60
+	rec := newRecorder()
+	var n atomic.Int64
+	job := scheduler.JobFunc(func(ctx context.Context, _ scheduler.Tick) error {
+		// 8 to 12ms: around the renewal at 10ms, after the overrun at 1µs.
+		d := 8*time.Millisecond + time.Duration(n.Add(1)%5)*time.Millisecond
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	})
+	const period = int64(30 * time.Millisecond)
+	scheds := []scheduler.Schedule{
+		{ID: "locked", Spec: stepSpec{period, 0}, Hint: hints.RequireGlobal,
+			ExpectedRuntime: time.Microsecond, Job: job},
+		{ID: "local", Spec: stepSpec{period, period / 2}, Hint: hints.NodeLocal,
+			ExpectedRuntime: time.Microsecond, Job: job},
+	}
+	// TTL = max(1µs + 10ms, 2*10ms + 10ms) = 30ms: renewed every 10ms.
+	s, err := scheduler.New(scheduler.Options{NodeID: "n", Locker: memory.New(), Backend: hints.Local,
+		SafetyMargin: 10 * time.Millisecond, MaxClockSkew: 10 * time.Millisecond, Observer: rec}, scheds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := running(t, s)
+	runs := rec.waitRuns(t, want)
+	stop()
+	runs = runs[:want]
+	for _, r := range runs {
+		if r.result != scheduler.ResultSuccess || !r.overrun {
+			t.Fatalf("run %+v: want success with its overrun noticed", r)
+		}
+	}
+	// The locked schedule's runs are there, not only the local one's.
+	locked := 0
+	for _, r := range runs {
+		if r.id == "locked" {
+			locked++
+		}
+	}
+	if locked < want/4 {
+		t.Errorf("only %d of %d runs were of the locked schedule", locked, want)
+	}
+}
