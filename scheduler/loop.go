@@ -65,9 +65,9 @@ type action struct {
 }
 
 // loop is the firing loop: one timer, always armed to the heap's head.
-// Each wake pops what is due, in time order, and hands every tick to a
-// goroutine of its own (pool.go), so a slow lock backend never delays
-// another schedule.
+// Each wake pops what is due, in time order, and queues every tick for the
+// workers (pool.go), which never let one tick wait for another: a slow
+// lock backend never delays another schedule.
 func (s *Scheduler) loop(ctx context.Context) {
 	var timer Timer
 	defer func() {
@@ -129,9 +129,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 const popBatch = 64
 
 // popDueLocked pops events due at now, at most popBatch, and decides what
-// each means. For a schedule whose clock jumped past several of its ticks, only the
-// latest due tick fires (no burst of catch-up runs); its lateness says by
-// how much the others were missed.
+// each means. For a schedule whose clock jumped past several of its ticks,
+// only the latest due tick fires (no burst of catch-up runs); its lateness
+// says by how much the others were missed.
 func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 	for len(acts) < popBatch {
 		e := s.heap.head()
