@@ -62,20 +62,19 @@ type claim struct {
 	ev   event // eventRelease in the loop's heap; ev.st is the schedule
 }
 
-// keepClaimLocked files h as st's lingering claim for tick, until tick +
-// 2*MaxClockSkew. It returns false when the claim is not kept (its time
-// already passed): the caller releases h now. A tick that ends while the
+// keepClaimLocked files c (its handle and tick set) as st's lingering
+// claim, until its tick + 2*MaxClockSkew. It returns false when the claim
+// is not kept (its time already passed): the caller releases c.h now. A tick that ends while the
 // scheduler stops keeps its claim too: shutdown releases it only when its
 // time is up (a release at once would let a node whose clock runs behind
 // run the tick again).
-func (s *Scheduler) keepClaimLocked(st *schedState, h *locking.Handle, tick time.Time) bool {
-	until := tick.Add(2 * s.opts.MaxClockSkew)
+func (s *Scheduler) keepClaimLocked(st *schedState, c *claim) bool {
+	until := c.tick.Add(2 * s.opts.MaxClockSkew)
 	if !s.clock.Now().Before(until) || st.claim != nil {
 		// st.claim is never set here in practice: a schedule's ticks hold
 		// one key, so only one of them can hold its lock at a time.
 		return false
 	}
-	c := &claim{h: h, tick: tick}
 	c.ev = event{at: until.UnixNano(), kind: eventRelease, index: -1, st: st, claim: c}
 	st.claim = c
 	s.heap.push(&c.ev)

@@ -31,6 +31,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Jobs and lock operations outlive ctx by the grace period, so they
 	// get a context of their own that only the end of the grace cancels.
 	s.jobCtx, s.cancelJobs = context.WithCancel(context.WithoutCancel(ctx))
+	for i := range s.runParents {
+		s.runParents[i].ctx, s.runParents[i].cancel = context.WithCancel(s.jobCtx)
+	}
 	now := s.clock.Now()
 	notes := make([]nextNote, 0, len(s.states))
 	for _, st := range s.states {
@@ -299,6 +302,9 @@ func (s *Scheduler) shutdown() {
 	}
 	grace.Stop()
 	s.cancelJobs()
+	for _, p := range s.runParents {
+		p.cancel() // cancelled with jobCtx already; this tells vet so
+	}
 	s.work.close() // every tick has finished: only parked workers are left
 
 	s.mu.Lock()

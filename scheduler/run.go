@@ -43,7 +43,7 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	if h != nil {
 		t.LockKey, t.FencingToken, fence = def.ID, h.Fence(), h.Fence()
 	}
-	ctx, cancel := context.WithCancelCause(s.jobCtx)
+	ctx, cancel := context.WithCancelCause(s.runParent())
 	defer cancel(nil)
 	// The timeout is a true context deadline on the real clock, so a job
 	// can read ctx.Deadline() and sees DeadlineExceeded; on any other
@@ -87,6 +87,13 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 	}
 	s.reportRun(f, out, fence)
 	return out
+}
+
+// runParent returns the parent of the next run's context: one of
+// runParents, in turn (see there).
+func (s *Scheduler) runParent() context.Context {
+	n := s.nextParent.Add(1)
+	return s.runParents[n%uint32(len(s.runParents))].ctx
 }
 
 // watch keeps an eye on one run while its job runs on the tick's

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
@@ -124,8 +125,17 @@ type Scheduler struct {
 	watches sync.Pool
 
 	// Set by Run before the loop starts.
-	stopCh     chan struct{}   // closed when shutdown begins: abandon ticks not started
-	jobCtx     context.Context // parent of job contexts: cancelled after the grace
+	stopCh chan struct{}   // closed when shutdown begins: abandon ticks not started
+	jobCtx context.Context // parent of job contexts: cancelled after the grace
+	// runParents stand between jobCtx and the runs' contexts. A context
+	// keeps its children in a map under its own mutex, so thousands of
+	// runs starting and ending at once on one parent queued on that
+	// mutex; runs take these in turn instead (runParent).
+	runParents [16]struct {
+		ctx    context.Context
+		cancel context.CancelFunc
+	}
+	nextParent atomic.Uint32
 	cancelJobs context.CancelFunc
 }
 

@@ -209,13 +209,17 @@ func (s *Scheduler) abandon(f fired, h *locking.Handle) bool {
 	return true
 }
 
-// finish ends a tick: it keeps claim as the tick's lingering lock (or
+// finish ends a tick: it keeps h as the tick's lingering lock (or
 // releases it when the claim is not kept) and records the outcome.
-func (s *Scheduler) finish(f fired, out runOutcome, claim *locking.Handle) {
+func (s *Scheduler) finish(f fired, out runOutcome, h *locking.Handle) {
+	var c *claim
+	if h != nil {
+		c = &claim{h: h, tick: f.tick} // allocated before the lock: the loop waits on it
+	}
 	s.mu.Lock()
-	if claim != nil && !s.keepClaimLocked(f.st, claim, f.tick) {
+	if c != nil && !s.keepClaimLocked(f.st, c) {
 		s.mu.Unlock()
-		s.release(f.def.ID, claim, "after the run")
+		s.release(f.def.ID, h, "after the run")
 		s.mu.Lock()
 	}
 	st := f.st
