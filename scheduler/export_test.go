@@ -28,3 +28,27 @@ func (s *Scheduler) WorkersStarted() int {
 	defer s.work.mu.Unlock()
 	return s.work.started
 }
+
+// WaitLoopParked waits until the firing loop has taken every wake and
+// armed its timer to the heap's head, even while ticks are in flight
+// (WaitIdle would wait for them): the step a test takes after Reload,
+// before it moves a fake clock the loop may still be re-arming against.
+func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.parked && !s.wakePending {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		ch := s.idle
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
