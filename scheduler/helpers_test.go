@@ -387,6 +387,19 @@ func (h *harness) idle() {
 	}
 }
 
+// loopParked waits until the firing loop has re-armed its timer after
+// its last wake, while ticks may still run (idle would wait for them).
+// A test moves the clock past the next fire only after it: moved while the
+// loop re-arms from the time it just read, the timer would fire late.
+func (h *harness) loopParked() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.s.WaitLoopParked(ctx); err != nil {
+		h.t.Fatalf("the loop never parked: %v (%s)", err, h.s.IdleState())
+	}
+}
+
 // step advances the clock by d and waits until the scheduler is idle.
 func (h *harness) step(d time.Duration) {
 	h.t.Helper()

@@ -185,6 +185,7 @@ func TestOverlap(t *testing.T) {
 			h := newHarness(t, scheduler.Options{}, s).start()
 			h.clock.Advance(time.Second)
 			job.waitStarted(t)
+			h.loopParked()
 			h.clock.Advance(time.Second)
 			if tc.wantSkip {
 				skips := h.rec.waitSkips(t, 1)
