@@ -33,7 +33,8 @@ func TestReloadKeepsRunningJobAndLock(t *testing.T) {
 	if who := h.heldBy("r"); who != "node-a" {
 		t.Fatalf("Reload dropped the running job's lock (held by %q)", who)
 	}
-	h.loopParked() // it re-arms after Reload; r's run keeps idle from helping
+	// The loop re-arms after Reload; r's run keeps idle from helping.
+	h.loopParked()
 	h.clock.Advance(time.Minute) // "r" no longer fires; "new" does
 	h.rec.waitRuns(t, 1)
 	select {
