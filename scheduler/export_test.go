@@ -34,21 +34,5 @@ func (s *Scheduler) WorkersStarted() int {
 // (WaitIdle would wait for them): the step a test takes after Reload,
 // before it moves a fake clock the loop may still be re-arming against.
 func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		if s.parked && !s.wakePending {
-			s.mu.Unlock()
-			return nil
-		}
-		if s.idle == nil {
-			s.idle = make(chan struct{})
-		}
-		ch := s.idle
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.waitUntil(ctx, func() bool { return s.parked && !s.wakePending })
 }

@@ -379,10 +379,14 @@ func (s *Scheduler) notifyLocked() {
 // waitIdle waits until the loop has handled every event due by the
 // scheduler's clock and no tick or release task is in flight. Tests
 // (through export_test.go) use it to step a fake clock deterministically.
-func (s *Scheduler) waitIdle(ctx context.Context) error {
+func (s *Scheduler) waitIdle(ctx context.Context) error { return s.waitUntil(ctx, s.idleLocked) }
+
+// waitUntil waits until cond, called under s.mu, holds; it re-checks
+// whenever the loop parks or a task finishes (notifyLocked).
+func (s *Scheduler) waitUntil(ctx context.Context, cond func() bool) error {
 	for {
 		s.mu.Lock()
-		if s.idleLocked() {
+		if cond() {
 			s.mu.Unlock()
 			return nil
 		}
