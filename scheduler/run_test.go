@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -41,7 +42,7 @@ func TestWatchFiresRacingTheEndOfRuns(t *testing.T) {
 	}
 	// TTL = max(1µs + 10ms, 2*10ms + 10ms) = 30ms: renewed every 10ms.
 	frozen := time.Now()
-	locker := memory.New(memory.WithClock(func() time.Time { return frozen }))
+	locker := &renewCounter{Locker: memory.New(memory.WithClock(func() time.Time { return frozen }))}
 	s, err := scheduler.New(scheduler.Options{NodeID: "n", Locker: locker, Backend: hints.Local,
 		SafetyMargin: 10 * time.Millisecond, MaxClockSkew: 10 * time.Millisecond, Observer: rec}, scheds)
 	if err != nil {
@@ -66,4 +67,20 @@ func TestWatchFiresRacingTheEndOfRuns(t *testing.T) {
 	if locked < want/4 {
 		t.Errorf("only %d of %d runs were of the locked schedule", locked, want)
 	}
+	// Jobs of 11 and 12ms outlive the renewal at 10ms: without renewals
+	// the test would race nothing.
+	if n := locker.renews.Load(); n == 0 {
+		t.Error("no run was renewed: the watch never fired during a run")
+	}
+}
+
+// renewCounter counts Renew calls.
+type renewCounter struct {
+	scheduler.Locker
+	renews atomic.Int64
+}
+
+func (r *renewCounter) Renew(ctx context.Context, h *locking.Handle) error {
+	r.renews.Add(1)
+	return r.Locker.Renew(ctx, h)
 }
