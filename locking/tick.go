@@ -1,0 +1,219 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// TickLocker is the scheduler's part of the lock contract: try-lock-tick
+// (DESIGN.md, "The lock contract" and its "Rules of the mark"). Every
+// backend implements it; `lock run` and other plain users keep TryLock.
+//
+// Each key (a schedule id) has a tick mark: the latest tick ever claimed for
+// it. The mark only moves forward and outlives every lock. TryLockTick
+// decides, in one atomic step on the backend and on the backend's clock:
+//
+//   - the request's own lock is found (a resent call after a lost reply):
+//     TickGranted, with the fence that call drew;
+//   - T lies more than MaxSkew ahead of the backend's clock: an error
+//     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
+//     changes;
+//   - the mark (raised to Floor, never past the backend's clock; a missing
+//     mark counts as the backend's time minus MaxSkew) is at or past T:
+//     TickDone;
+//   - the key is paused: the mark is raised to T, TickPaused;
+//   - T is more than max(MaxSkew, Window) behind the backend's clock: the
+//     mark is raised to T, TickMissed;
+//   - the lock is held: TickContended (nothing changes);
+//   - else the lock is taken, the mark raised to T and a fence drawn:
+//     TickGranted with a Handle that Renew and Release accept.
+//
+// The handle's fence is at least the backend's clock in microseconds and
+// above every fence the key had before, whatever data the backend lost.
+type TickLocker interface {
+	TryLockTick(ctx context.Context, req TickRequest) (TickAnswer, error)
+	// InitMarks creates the mark of every key that has none, at the
+	// backend's time: a schedule never runs a tick from before it was
+	// first loaded by any node. Existing marks are left alone.
+	InitMarks(ctx context.Context, keys []string) error
+}
+
+// TickRequest is one try-lock-tick.
+type TickRequest struct {
+	// Key is the schedule's key: its mark, pause flag and fence live there,
+	// and (unless PerTick) it is also the lock's key.
+	Key string
+	// Tick is T, the scheduled time being claimed.
+	Tick time.Time
+	// TTL is the lease of the lock taken.
+	TTL time.Duration
+	// PerTick makes the lock the tick's (Key and Tick) instead of the
+	// schedule's, for overlap = "allow": runs of consecutive ticks may
+	// overlap, each tick still once (the mark rules that).
+	PerTick bool
+	// Floor is the highest tick of Key the caller has itself seen decided
+	// (zero: none). A backend that lost or rewound the mark raises it to
+	// Floor (never past its own clock) before deciding.
+	Floor time.Time
+	// MaxSkew is the clock-skew tolerance: a T further ahead of the
+	// backend's clock is refused (ErrTickAhead); a missing mark counts as
+	// the backend's time minus MaxSkew.
+	MaxSkew time.Duration
+	// Window is the catch-up window: a T more than max(MaxSkew, Window)
+	// behind the backend's clock is TickMissed.
+	Window time.Duration
+	// Token, when set, is the token the lock is stored under (a caller
+	// retrying the same request passes the token of the first attempt so
+	// a resent call finds its own lock). Empty: the backend draws one.
+	Token string
+}
+
+// TickVerdict is try-lock-tick's decision.
+type TickVerdict uint8
+
+// The verdicts. Their strings are log values.
+const (
+	TickGranted   TickVerdict = iota + 1 // the lock is yours; run T
+	TickDone                             // T (or a later tick) was already claimed
+	TickContended                        // the lock is held by another run
+	TickPaused                           // the key is paused; T is consumed
+	TickMissed                           // T is later than the catch-up window; T is consumed
+)
+
+func (v TickVerdict) String() string {
+	switch v {
+	case TickGranted:
+		return "granted"
+	case TickDone:
+		return "done"
+	case TickContended:
+		return "contended"
+	case TickPaused:
+		return "paused"
+	case TickMissed:
+		return "missed"
+	}
+	return fmt.Sprintf("TickVerdict(%d)", uint8(v))
+}
+
+// TickAnswer is try-lock-tick's answer.
+type TickAnswer struct {
+	Verdict TickVerdict
+	// Handle is set with TickGranted only.
+	Handle *Handle
+	// Mark is the key's mark after the step (zero when the backend did not
+	// read it, e.g. on a resent call).
+	Mark time.Time
+	// Now is the backend's clock when it decided; callers measure their
+	// clock offset against it.
+	Now time.Time
+}
+
+// ErrTickAhead is wrapped by the error of a try-lock-tick whose T lies more
+// than MaxSkew ahead of the backend's clock: this node's clock runs ahead.
+var ErrTickAhead = errors.New("locking: tick is ahead of the backend's clock")
+
+// AheadError is the error of a refused future tick; it wraps ErrTickAhead.
+type AheadError struct {
+	Key     string
+	Tick    time.Time
+	Offset  time.Duration // T minus the backend's clock
+	MaxSkew time.Duration
+}
+
+func (e *AheadError) Error() string {
+	return fmt.Sprintf("locking: tick %s of %q is %v ahead of the backend's clock (max_clock_skew %v): this node's clock runs ahead",
+		e.Tick.UTC().Format(time.RFC3339Nano), e.Key, e.Offset, e.MaxSkew)
+}
+
+func (e *AheadError) Unwrap() error { return ErrTickAhead }
+
+// CheckTickRequest validates TryLockTick's arguments; every backend calls
+// it first. Errors wrap ErrInvalid.
+func CheckTickRequest(r TickRequest) error {
+	if err := CheckTryLock(r.Key, r.TTL); err != nil {
+		return err
+	}
+	switch {
+	case r.Tick.IsZero():
+		return fmt.Errorf("%w: zero tick for key %q", ErrInvalid, r.Key)
+	case r.MaxSkew < 0:
+		return fmt.Errorf("%w: negative max skew %v for key %q", ErrInvalid, r.MaxSkew, r.Key)
+	case r.Window < 0:
+		return fmt.Errorf("%w: negative catch-up window %v for key %q", ErrInvalid, r.Window, r.Key)
+	}
+	return nil
+}
+
+// DecideTick is the decision of try-lock-tick on already-read state, for
+// backends that decide in Go under a lock of their own (memory) and as the
+// reference the Lua and SQL versions follow. mark is the stored mark (ok
+// false when missing), paused the key's pause flag, held whether the lock
+// is held by someone else. It returns the verdict (0 for "take the lock")
+// and the mark to store (unchanged when equal to the effective mark).
+// ahead is non-zero when T is too far ahead (the offset).
+func DecideTick(r TickRequest, now time.Time, mark time.Time, ok, paused, held bool) (v TickVerdict, newMark time.Time, ahead time.Duration) {
+	if off := r.Tick.Sub(now); off > r.MaxSkew {
+		return 0, mark, off
+	}
+	eff := mark
+	if !ok {
+		eff = now.Add(-r.MaxSkew)
+	}
+	if fl := minTime(r.Floor, now); fl.After(eff) {
+		eff = fl
+	}
+	if !r.Tick.After(eff) {
+		return TickDone, eff, 0
+	}
+	if paused {
+		return TickPaused, r.Tick, 0
+	}
+	if now.Sub(r.Tick) > max(r.MaxSkew, r.Window) {
+		return TickMissed, r.Tick, 0
+	}
+	if held {
+		return TickContended, eff, 0
+	}
+	return 0, r.Tick, 0
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// TickLockKey is the key a per-tick lock (PerTick) is taken under, for
+// backends that keep locks by key: the schedule's key and T in
+// microseconds since the epoch. Listing shows it as such.
+func TickLockKey(key string, tick time.Time) string {
+	return fmt.Sprintf("%s@%d", key, tick.UnixMicro())
+}
+
+// Pause is a key's pause flag, read inside try-lock-tick (so a pause
+// committed before a grant always wins) and set by operators.
+type Pause struct {
+	Paused bool
+	// Until, when set, ends the pause by itself at that time (backend's
+	// clock); zero: until resumed.
+	Until time.Time
+	// Note says why (free text, shown to operators); empty allowed.
+	Note string
+}
+
+// Active reports whether p pauses a tick decided at now.
+func (p Pause) Active(now time.Time) bool {
+	return p.Paused && (p.Until.IsZero() || now.Before(p.Until))
+}
+
+// Pauser sets and reads pause flags where try-lock-tick reads them. Every
+// backend implements it. A pause takes effect for every try-lock-tick that
+// starts after SetPause returns.
+type Pauser interface {
+	SetPause(ctx context.Context, key string, p Pause) error
+	GetPause(ctx context.Context, key string) (Pause, error)
+}
