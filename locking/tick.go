@@ -217,3 +217,14 @@ type Pauser interface {
 	SetPause(ctx context.Context, key string, p Pause) error
 	GetPause(ctx context.Context, key string) (Pause, error)
 }
+
+// LeaseBounder is implemented by backends on which a silent holder can
+// lose its lock before its TTL runs out (Postgres drops a dead peer's
+// session, and with it its advisory locks, after the server's dead-peer
+// time). MaxLease is how long a lock is certain to last after its last
+// successful acquisition or renewal without another one; the scheduler
+// renews well within it and cancels a job whose lease ran out. Backends
+// that do not implement it keep a lock for its TTL.
+type LeaseBounder interface {
+	MaxLease() time.Duration
+}

@@ -44,8 +44,19 @@ type Schedule struct {
 	Jitter          time.Duration // a random delay in [0, Jitter) before the run
 	Timeout         time.Duration // the run's deadline; 0 = none
 	Overlap         Overlap       // "" = OverlapSkip
-	Job             Job
+	// CatchupWindow is how late a tick may still start, once (DESIGN.md
+	// "Catch-up"): 0 means the default, one period of the schedule (the
+	// time from the tick to the next one); NoCatchup means never late.
+	CatchupWindow time.Duration
+	// Spread is the upper bound of a stable per-schedule offset added to
+	// every tick (the same on every node and across restarts); 0: none.
+	Spread time.Duration
+	Job    Job
 }
+
+// NoCatchup as a Schedule's CatchupWindow never runs a late tick (the
+// config's catchup_window = "0s"); ticks on time still run.
+const NoCatchup time.Duration = -1
 
 // Locker is the part of the lock contract (locking.Locker) the scheduler
 // uses.
