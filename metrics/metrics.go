@@ -36,8 +36,8 @@ var (
 )
 
 var (
-	skipReasons = []scheduler.SkipReason{scheduler.SkipContended, scheduler.SkipBackendError, scheduler.SkipStillRunning}
-	runResults  = []scheduler.RunResult{scheduler.ResultSuccess, scheduler.ResultFailure, scheduler.ResultTimeout, scheduler.ResultLockLost}
+	skipReasons = []scheduler.SkipReason{scheduler.SkipContended, scheduler.SkipBackendError, scheduler.SkipStillRunning, scheduler.SkipPaused, scheduler.SkipMissed}
+	runResults  = []scheduler.RunResult{scheduler.ResultSuccess, scheduler.ResultFailure, scheduler.ResultTimeout, scheduler.ResultLockLost, scheduler.ResultCancelled}
 )
 
 // Metrics holds every bext-scheduler metric. It implements
@@ -50,6 +50,7 @@ type Metrics struct {
 	lateness    *prometheus.HistogramVec
 	nextTick    *prometheus.GaugeVec
 	overruns    *prometheus.CounterVec
+	clockOffset prometheus.Gauge
 
 	lockOps      *prometheus.CounterVec
 	lockDuration *prometheus.HistogramVec
@@ -61,7 +62,13 @@ type Metrics struct {
 	seen map[string]bool // schedules whose series are initialised
 }
 
-var _ scheduler.Observer = (*Metrics)(nil)
+var (
+	_ scheduler.Observer      = (*Metrics)(nil)
+	_ scheduler.ClockObserver = (*Metrics)(nil)
+)
+
+// ClockOffset sets bext_scheduler_clock_offset_seconds.
+func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }
 
 // Option configures New.
 type Option func(*options)
@@ -95,11 +102,11 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 		}, []string{"schedule"})),
 		skipped: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bext_scheduler_ticks_skipped_total",
-			Help: "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running).",
+			Help: "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed).",
 		}, []string{"schedule", "reason"})),
 		runs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bext_scheduler_runs_total",
-			Help: "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost).",
+			Help: "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).",
 		}, []string{"schedule", "result"})),
 		runDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bext_scheduler_run_duration_seconds",
@@ -132,6 +139,10 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 			Name: "bext_locking_held_locks",
 			Help: "Locks this process holds now, per backend.",
 		}, []string{"backend"})),
+		clockOffset: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bext_scheduler_clock_offset_seconds",
+			Help: "This node's clock minus the lock backend's, measured on the last try-lock-tick.",
+		})),
 		ready: newReadiness(o.now, o.readyWindow),
 		seen:  map[string]bool{},
 	}

@@ -165,4 +165,7 @@ func TestRequireGlobalOnMemoryWarns(t *testing.T) {
 }
 
 // Compile-time check that the real lock contract satisfies the scheduler's.
-var _ scheduler.Locker = locking.Locker(nil)
+var _ scheduler.Locker = (interface {
+	locking.Locker
+	locking.TickLocker
+})(nil)

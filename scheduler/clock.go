@@ -53,3 +53,19 @@ type offsetClock struct {
 }
 
 func (o offsetClock) Now() time.Time { return o.Clock.Now().Add(o.offset) }
+
+// bootClockOf returns the lease clock (lease.go) for c: CLOCK_BOOTTIME,
+// which counts time the host spent suspended, when c is the real clock
+// (offset or not: a lease is a duration); nil for any other clock, whose
+// Now then serves.
+func bootClockOf(c Clock) func() time.Time {
+	switch c := c.(type) {
+	case realClock:
+		return bootTime
+	case offsetClock:
+		if _, ok := c.Clock.(realClock); ok {
+			return bootTime
+		}
+	}
+	return nil
+}

@@ -55,6 +55,13 @@ func runCluster(t *testing.T, hint hints.Hint, wrap func(scheduler.Locker) sched
 func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step time.Duration,
 	wrap func(scheduler.Locker) scheduler.Locker) *cluster {
 	t.Helper()
+	return driveClusterOffsets(t, hint, expr, steps, step, clusterOffsets, wrap)
+}
+
+// driveClusterOffsets is driveCluster with the nodes' clock offsets.
+func driveClusterOffsets(t *testing.T, hint hints.Hint, expr string, steps int, step time.Duration,
+	offsets []time.Duration, wrap func(scheduler.Locker) scheduler.Locker) *cluster {
+	t.Helper()
 	base := fakeclock.New(t0)
 	mem := memory.New(memory.WithClock(base.Now))
 	c := &cluster{}
@@ -70,7 +77,7 @@ func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step ti
 		}()
 		drain(t, base, finished)
 	}()
-	for i, off := range clusterOffsets {
+	for i, off := range offsets {
 		id := fmt.Sprintf("node-%d", i)
 		var l scheduler.Locker = mem.Peer(id)
 		if wrap != nil {
@@ -103,7 +110,11 @@ func driveCluster(t *testing.T, hint hints.Hint, expr string, steps int, step ti
 	idle := func() {
 		for _, s := range nodes {
 			if err := s.WaitIdle(wctx); err != nil {
-				t.Fatalf("cluster never became idle: %v; %s", err, s.IdleState())
+				var all []string
+				for _, n := range nodes {
+					all = append(all, n.IdleState())
+				}
+				t.Fatalf("cluster never became idle: %v; %s; all nodes: %q; %d timers armed at %v", err, s.IdleState(), all, base.Armed(), base.Now())
 			}
 		}
 	}
@@ -213,20 +224,23 @@ func TestClusterBrokenBackendRunsNothing(t *testing.T) {
 	}
 }
 
-// Ticks 3s apart outlast the 2s claim, so every tick is a fresh race
-// between five nodes whose clocks disagree by up to 1.8s; stepping by
-// 250ms lets the nodes ahead win and those behind fire the same tick up
-// to 1.8s later. Only the clock-skew claim keeps those from running it again.
-func TestClusterSkewClaimStopsLateNodes(t *testing.T) {
+// Ticks 3s apart, five nodes whose clocks run behind the backend's by up
+// to 5×max_clock_skew, stepped by 250ms: the node on time wins nearly
+// every tick and the others fire the same tick up to 5s later, long after
+// its lock was released. The tick mark answers them "done": every tick
+// runs exactly once, and none is lost.
+func TestClusterMarkStopsNodesFarBehind(t *testing.T) {
 	const ticks = 600
-	c := driveCluster(t, hints.RequireGlobal, "*/3 * * * * *", ticks*12, 250*time.Millisecond, nil)
+	offsets := []time.Duration{0, -1250 * time.Millisecond, -2500 * time.Millisecond,
+		-3750 * time.Millisecond, -5 * time.Second}
+	c := driveClusterOffsets(t, hints.RequireGlobal, "*/3 * * * * *", ticks*12, 250*time.Millisecond, offsets, nil)
 	count := map[time.Time]int{}
 	winners := map[string]int{}
 	for _, r := range c.runs {
 		count[r.tick]++
 		winners[r.node]++
 	}
-	for i := 2; i < ticks-1; i++ {
+	for i := 2; i < ticks-2; i++ {
 		tick := t0.Add(time.Duration(3*i) * time.Second)
 		if count[tick] != 1 {
 			t.Errorf("tick %v ran %d times, want 1", tick, count[tick])
@@ -238,4 +252,34 @@ func TestClusterSkewClaimStopsLateNodes(t *testing.T) {
 		}
 	}
 	t.Logf("runs per node: %v", winners)
+}
+
+// One node's clock runs 3×max_clock_skew ahead: its try-lock-ticks are
+// refused, and the others still run every tick once.
+func TestClusterNodeAheadIsRefusedOthersRunEveryTick(t *testing.T) {
+	const ticks = 300
+	offsets := []time.Duration{0, -500 * time.Millisecond, 3 * time.Second}
+	c := driveClusterOffsets(t, hints.RequireGlobal, "*/1 * * * * *", ticks*4, 250*time.Millisecond, offsets, nil)
+	count := map[time.Time]int{}
+	for _, r := range c.runs {
+		count[r.tick]++
+		if r.node == "node-2" {
+			t.Fatalf("the node 3s ahead ran tick %v", r.tick)
+		}
+	}
+	for i := 5; i < ticks-5; i++ {
+		if tick := t0.Add(time.Duration(i) * time.Second); count[tick] != 1 {
+			t.Errorf("tick %v ran %d times, want 1", tick, count[tick])
+		}
+	}
+	_, skipped, _ := c.recs[2].snapshot()
+	errs := 0
+	for _, s := range skipped {
+		if s.reason == scheduler.SkipBackendError {
+			errs++
+		}
+	}
+	if errs < ticks-10 {
+		t.Errorf("the node ahead reported %d refused ticks, want about %d", errs, ticks)
+	}
 }

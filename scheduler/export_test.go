@@ -34,5 +34,7 @@ func (s *Scheduler) WorkersStarted() int {
 // (WaitIdle would wait for them): the step a test takes after Reload,
 // before it moves a fake clock the loop may still be re-arming against.
 func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
-	return s.waitUntil(ctx, func() bool { return s.parked && !s.wakePending })
+	return s.waitUntil(ctx, func() bool {
+		return s.parked && !s.wakePending && s.wakeAt > s.clock.Now().UnixNano()
+	})
 }

@@ -1,23 +1,20 @@
 package scheduler
 
-// eventKind orders events due at the same instant: a schedule's tick fires
-// before a lingering claim on it is released, so the tick can reuse the
-// claim instead of racing its release.
+// eventKind orders events due at the same instant (one kind today: a
+// schedule's next tick).
 type eventKind uint8
 
 const (
-	eventFire    eventKind = iota // a schedule's next tick
-	eventRelease                  // the end of a lingering claim (claim.go)
+	eventFire eventKind = iota // a schedule's next tick
 )
 
-// event is one entry of the loop's timer heap. Schedules and claims embed
-// theirs, so the heap allocates nothing per fire.
+// event is one entry of the loop's timer heap. Schedules embed theirs, so
+// the heap allocates nothing per fire.
 type event struct {
 	at    int64 // Unix nanoseconds by the scheduler's clock
 	kind  eventKind
 	index int // position in the heap; -1 when not in it
 	st    *schedState
-	claim *claim // set for eventRelease
 }
 
 // eventHeap is a 4-ary min-heap of events by (at, kind). Push, pop, fix

@@ -204,24 +204,27 @@ func (l *logRec) waitFor(t testing.TB, level slog.Level, msg string) {
 	l.wait(t, "log "+msg, func() bool { return l.count(level, msg) > 0 })
 }
 
-// faulty wraps a real Locker to inject faults: TryLock errors, a hook run
-// inside TryLock (a slow backend), and a lock lost under a holder.
+// faulty wraps a real Locker to inject faults: try-lock-tick errors, a
+// hook run inside it (a slow backend), and a lock lost under a holder.
 type faulty struct {
 	cond
 	inner scheduler.Locker
 
 	mu       sync.Mutex
-	tryErr   error  // TryLock returns it instead of asking inner
-	onTry    func() // runs inside TryLock, before inner answers
-	loseNext bool   // the next Renew finds its lock released under it
+	tryErr   error                           // TryLockTick returns it instead of asking inner
+	onTry    func()                          // runs inside TryLockTick, before inner answers
+	loseNext bool                            // the next Renew finds its lock released under it
+	renewErr func(ctx context.Context) error // when set, Renew returns its answer instead
 	tries    int
 	renews   int
 	releases int
+	reqs     []locking.TickRequest
 }
 
-func (f *faulty) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	f.mu.Lock()
 	f.tries++
+	f.reqs = append(f.reqs, req)
 	err, hook := f.tryErr, f.onTry
 	f.mu.Unlock()
 	defer f.broadcast()
@@ -229,9 +232,25 @@ func (f *faulty) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		hook()
 	}
 	if err != nil {
-		return nil, err
+		return locking.TickAnswer{}, err
 	}
-	return f.inner.TryLock(ctx, key, ttl)
+	return f.inner.TryLockTick(ctx, req)
+}
+
+func (f *faulty) InitMarks(ctx context.Context, keys []string) error {
+	f.mu.Lock()
+	err := f.tryErr
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.inner.InitMarks(ctx, keys)
+}
+
+func (f *faulty) setTryErr(err error) {
+	f.mu.Lock()
+	f.tryErr = err
+	f.mu.Unlock()
 }
 
 func (f *faulty) Renew(ctx context.Context, h *locking.Handle) error {
@@ -239,8 +258,12 @@ func (f *faulty) Renew(ctx context.Context, h *locking.Handle) error {
 	f.renews++
 	lose := f.loseNext
 	f.loseNext = false
+	hook := f.renewErr
 	f.mu.Unlock()
 	defer f.broadcast()
+	if hook != nil {
+		return hook(ctx)
+	}
 	if lose { // really lose it: the backend forgets the lock, then we ask
 		if err := f.inner.Release(ctx, h); err != nil {
 			return err
@@ -285,6 +308,9 @@ type harness struct {
 func newHarness(t *testing.T, opts scheduler.Options, scheds ...scheduler.Schedule) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: fakeclock.New(t0), rec: newRecorder(), logs: &logRec{}}
+	if fc, ok := opts.Clock.(*fakeclock.Clock); ok {
+		h.clock = fc // a second node on a test's clock: step moves that clock
+	}
 	h.mem = memory.New(memory.WithClock(h.clock.Now), memory.WithHolder("node-a"))
 	h.peer = h.mem.Peer("node-b")
 	h.locker = &faulty{inner: h.mem}

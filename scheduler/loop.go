@@ -3,23 +3,29 @@ package scheduler
 import (
 	"context"
 	"log/slog"
-	"sync"
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// releaseTimeout bounds one release at the end of a claim or at shutdown.
+// releaseTimeout bounds one release after a run or at shutdown.
 const releaseTimeout = 5 * time.Second
 
+// maxSleep bounds how long the loop sleeps on its timer before it reads
+// the wall clock again: a timer counts monotonic time, so after a host
+// suspend or a clock step it would fire late by that much.
+const maxSleep = 2 * time.Second
+
 // Run fires the schedules until ctx ends, then stops gracefully: no new
-// ticks fire, jobs already running get ShutdownGrace to finish before
-// their contexts are cancelled, ticks not yet started (waiting on jitter)
-// are abandoned, and every lock this scheduler holds is released with a
-// fresh context; a lingering claim (claim.go) only once its time is up, at
-// most 2*MaxClockSkew after its tick. Run returns nil once none of its
-// goroutines remain. It may be called once.
+// ticks fire, ticks waiting on their jitter start at once (their mark is
+// raised: no other node will run them), jobs already running get
+// ShutdownGrace to finish before their contexts are cancelled, and every
+// lock is released with a fresh context. At start it creates the marks of
+// schedules never loaded before and tries once each schedule's latest
+// missed tick within its catch-up window (catchup.go). Run returns nil
+// once none of its goroutines remain. It may be called once.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -30,7 +36,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.stopCh = make(chan struct{})
 	// Jobs and lock operations outlive ctx by the grace period, so they
 	// get a context of their own that only the end of the grace cancels.
-	s.jobCtx, s.cancelJobs = context.WithCancel(context.WithoutCancel(ctx))
+	s.jobCtx, s.cancelJobs = context.WithCancelCause(context.WithoutCancel(ctx))
 	for i := range s.runParents {
 		s.runParents[i].ctx, s.runParents[i].cancel = context.WithCancel(s.jobCtx)
 	}
@@ -47,7 +53,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	notes = nil
 
+	rec := s.startRecovery()
 	s.loop(ctx)
+	rec.wait()
 	s.shutdown()
 	return nil
 }
@@ -61,10 +69,9 @@ type nextNote struct {
 // action is what the loop decided for one due event; dispatch carries it
 // out after the lock is released.
 type action struct {
-	f       fired
-	skip    SkipReason // still_running: reported, not run
-	release *claim     // a claim whose time is up
-	next    nextNote
+	f    fired
+	skip SkipReason // still_running: reported, not run
+	next nextNote
 }
 
 // loop is the firing loop: one timer, always armed to the heap's head.
@@ -96,16 +103,18 @@ func (s *Scheduler) loop(ctx context.Context) {
 			continue
 		}
 		var fire <-chan time.Time
-		switch {
-		case h == nil && timer != nil:
-			timer.Stop()
-		case h != nil && timer == nil:
-			timer = s.clock.NewTimer(time.Duration(h.at - now))
-		case h != nil:
-			timer.Reset(time.Duration(h.at - now))
-		}
+		s.wakeAt = math.MaxInt64
 		if h != nil {
+			d := min(time.Duration(h.at-now), maxSleep)
+			s.wakeAt = now + int64(d)
+			if timer == nil {
+				timer = s.clock.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
 			fire = timer.C()
+		} else if timer != nil {
+			timer.Stop()
 		}
 		s.parked = true
 		s.notifyLocked()
@@ -142,14 +151,6 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			return acts
 		}
 		st := e.st
-		if e.kind == eventRelease {
-			s.heap.remove(e)
-			st.claim = nil
-			s.inflight++
-			s.wg.Add(1)
-			acts = append(acts, action{release: e.claim})
-			continue
-		}
 		spec := st.def.Spec
 		tick := st.next
 		next := spec.Next(tick)
@@ -174,11 +175,6 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			st.active++
 			s.inflight++
 			s.wg.Add(1)
-			if c := st.claim; c != nil { // step 7: reuse our lingering lock
-				s.heap.remove(&c.ev)
-				st.claim = nil
-				a.f.reuse = c.h
-			}
 		}
 		acts = append(acts, a)
 	}
@@ -190,10 +186,6 @@ func (s *Scheduler) dispatch(acts []action) {
 	b := s.newBurst(acts)
 	for i := range acts {
 		a := &acts[i]
-		if a.release != nil {
-			s.work.submit(task{release: a.release})
-			continue
-		}
 		s.obs.NextTick(a.next.id, a.next.next)
 		s.obs.TickFired(a.f.st.id, a.f.tick, a.f.lateness)
 		if a.skip != "" {
@@ -224,7 +216,7 @@ func (s *Scheduler) newBurst(acts []action) *burst {
 	n, ttl := 0, time.Duration(0)
 	for i := range acts {
 		a := &acts[i]
-		if a.release == nil && a.skip == "" && a.f.def.lock {
+		if a.skip == "" && a.f.def.lock {
 			n++
 			if ttl == 0 || a.f.def.ttl < ttl {
 				ttl = a.f.def.ttl
@@ -279,7 +271,8 @@ func (s *Scheduler) pokeLocked() {
 }
 
 // shutdown runs after the loop stopped: it gives running jobs the grace,
-// then cancels them, waits for every goroutine, and releases the claims.
+// then cancels them and waits for every goroutine. Each tick releases its
+// own lock when its run ends (step 7), so nothing is left to release here.
 func (s *Scheduler) shutdown() {
 	close(s.stopCh)
 	done := make(chan struct{})
@@ -297,59 +290,21 @@ func (s *Scheduler) shutdown() {
 	case <-grace.C():
 		s.log.Warn("shutdown grace ran out: cancelling running jobs",
 			slog.Duration("grace", s.opts.ShutdownGrace))
-		s.cancelJobs()
+		s.cancelJobs(errShutdown)
 		<-done
 	}
 	grace.Stop()
-	s.cancelJobs()
+	s.cancelJobs(errShutdown)
 	for _, p := range s.runParents {
 		p.cancel() // cancelled with jobCtx already; this tells vet so
 	}
 	s.work.close() // every tick has finished: only parked workers are left
 
 	s.mu.Lock()
-	var claims []*claim
 	for _, st := range s.states {
-		if c := st.claim; c != nil {
-			s.heap.remove(&c.ev)
-			st.claim = nil
-			claims = append(claims, c)
-		}
 		s.forgetIfDoneLocked(st)
 	}
 	s.mu.Unlock()
-	// A claim is released only when its time is up, as it would be if the
-	// node kept running: released at once, it would let a node whose clock
-	// runs behind fire the claimed tick after us and run it again (the e2e
-	// cluster run caught exactly that on a graceful stop). The wait is at
-	// most 2*MaxClockSkew.
-	last := int64(0)
-	for _, c := range claims {
-		last = max(last, c.ev.at)
-	}
-	if d := time.Duration(last - s.clock.Now().UnixNano()); d > 0 {
-		wait := s.clock.NewTimer(d)
-		// Logged once the timer is armed, so a test that reads the line
-		// can move its clock past the claims.
-		s.log.Info("shutting down: keeping tick claims until their time is up",
-			slog.Int("claims", len(claims)), slog.Duration("for", d))
-		<-wait.C()
-		wait.Stop()
-	}
-	// Releases go in parallel, a few at a time: one slow answer must not
-	// hold every other lock for its timeout.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for _, c := range claims {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			s.release(c.ev.st.id, c.h, "shutdown")
-			<-sem
-		}()
-	}
-	wg.Wait()
 }
 
 // release gives h back with a fresh context: the one that got here may be
@@ -407,6 +362,9 @@ func (s *Scheduler) idleLocked() bool {
 	if s.inflight > 0 || !s.parked || s.wakePending {
 		return false
 	}
+	// Parked, but the timer may have come due (maxSleep) without the loop
+	// having woken yet: not idle until it has re-armed.
+	now := s.clock.Now().UnixNano()
 	h := s.heap.head()
-	return h == nil || h.at > s.clock.Now().UnixNano()
+	return (h == nil || h.at > now) && s.wakeAt > now
 }

@@ -11,6 +11,8 @@ const (
 	SkipContended    SkipReason = "contended"     // another node holds the lock
 	SkipBackendError SkipReason = "backend_error" // the lock backend failed or answered too late
 	SkipStillRunning SkipReason = "still_running" // previous run still going, overlap = "skip"
+	SkipPaused       SkipReason = "paused"        // the schedule is paused cluster-wide
+	SkipMissed       SkipReason = "missed"        // later than its catch-up window
 )
 
 // RunResult is how a run ended. Its string values are the `result` label of
@@ -23,6 +25,9 @@ const (
 	ResultFailure  RunResult = "failure"
 	ResultTimeout  RunResult = "timeout"
 	ResultLockLost RunResult = "lock_lost"
+	// ResultCancelled: shutdown's grace ran out and cancelled the job. Not
+	// a failure of the job: a rolling restart must not page anyone.
+	ResultCancelled RunResult = "cancelled"
 )
 
 // Observer receives every tick's outcome. The metrics package implements it;
@@ -41,6 +46,13 @@ type Observer interface {
 	// NextTick: the schedule's next fire time is next; the zero time means
 	// the schedule was removed (so gauges can drop its series).
 	NextTick(id string, next time.Time)
+}
+
+// ClockObserver is implemented by observers that want this node's clock
+// offset against the lock backend's (this node's clock minus the
+// backend's), measured on every try-lock-tick.
+type ClockObserver interface {
+	ClockOffset(d time.Duration)
 }
 
 // NopObserver ignores everything.

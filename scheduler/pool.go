@@ -21,11 +21,9 @@ import "sync"
 // costs what a goroutine per tick used to cost.
 const maxIdleWorkers = 64
 
-// task is one unit of work for a worker: a fired tick, or a lingering
-// claim whose time is up.
+// task is one unit of work for a worker: a fired tick.
 type task struct {
-	f       fired
-	release *claim
+	f fired
 }
 
 // pool is the FIFO queue of tasks and the workers that drain it.

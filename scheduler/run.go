@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
-
-	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // Causes of a job context's cancellation, told apart by context.Cause.
@@ -18,6 +16,11 @@ var (
 	// cause the usual way sees a deadline.
 	errTimeout  = fmt.Errorf("scheduler: run timed out: %w", context.DeadlineExceeded)
 	errLockLost = errors.New("scheduler: lock lost during the run")
+	// errLeaseExpired: the lease deadline passed (lease.go) before a
+	// renewal extended it; the lock may be another node's by now.
+	errLeaseExpired = errors.New("scheduler: lease deadline passed")
+	// errShutdown: the shutdown grace ran out.
+	errShutdown = errors.New("scheduler: shutdown grace ran out")
 )
 
 // runOutcome is how a tick ended, for finish and Snapshot.
@@ -32,16 +35,24 @@ type runOutcome struct {
 }
 
 // runJob is step 6: it runs f's job, on the tick's goroutine, with a
-// context that the timeout, a failed renewal or the end of the shutdown
-// grace cancels. Meanwhile a watch (below) renews h about every TTL/3 (h is
-// nil for a node-local run) and notices an overrun once. runJob reports
-// the run (step 8).
-func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
+// context that the timeout, a failed renewal, the lease deadline or the
+// end of the shutdown grace cancels. Meanwhile a watch (below) renews l
+// every third of its lease (l is nil for a node-local run) and notices an
+// overrun once. runJob reports the run (step 8).
+func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID}
 	var fence int64
-	if h != nil {
-		t.LockKey, t.FencingToken, fence = def.ID, h.Fence(), h.Fence()
+	if l != nil {
+		t.LockKey, t.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
+		if s.expired(l) {
+			// The job starts only before the lease deadline (a tick that
+			// waited out its lease in the jitter, or a node frozen since).
+			out := runOutcome{result: ResultLockLost, start: s.clock.Now(),
+				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
+			s.reportRun(f, out, fence)
+			return out
+		}
 	}
 	ctx, cancel := context.WithCancelCause(s.runParent())
 	defer cancel(nil)
@@ -57,11 +68,10 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 
 	start := s.clock.Now()
 	w := s.newWatch()
-	w.f, w.h, w.fence, w.cancel = f, h, fence, cancel
+	w.f, w.l, w.fence, w.cancel = f, l, fence, cancel
 	w.overrunAt = start.Add(def.ExpectedRuntime)
-	if h != nil {
-		w.every = h.TTL() / 3
-		w.renewAt = start.Add(w.every)
+	if l != nil {
+		w.renewAt = start.Add(l.every)
 	}
 	if def.Timeout > 0 && !realTime {
 		w.timeoutAt = start.Add(def.Timeout)
@@ -80,6 +90,8 @@ func (s *Scheduler) runJob(f fired, h *locking.Handle) runOutcome {
 		out.result = ResultLockLost
 	case errors.Is(cause, errTimeout):
 		out.result = ResultTimeout
+	case errors.Is(cause, errShutdown):
+		out.result = ResultCancelled
 	case err != nil:
 		out.result = ResultFailure
 	default:
@@ -104,10 +116,9 @@ func (s *Scheduler) runParent() context.Context {
 type watch struct {
 	s      *Scheduler
 	f      fired
-	h      *locking.Handle // nil for a node-local run: nothing to renew
+	l      *lease // nil for a node-local run: nothing to renew
 	fence  int64
 	cancel context.CancelCauseFunc
-	every  time.Duration // the renewal period, TTL/3
 
 	mu    sync.Mutex // held by fire throughout, renewal included
 	timer Timer
@@ -188,7 +199,7 @@ func (w *watch) fire() {
 	now := s.clock.Now()
 	renewDue := due(w.renewAt, now)
 	if renewDue {
-		w.renewAt = now.Add(w.every)
+		w.renewAt = now.Add(w.l.every)
 	}
 	timeoutDue, overrunDue := due(w.timeoutAt, now), due(w.overrunAt, now)
 	if timeoutDue {
@@ -213,7 +224,7 @@ func (w *watch) fire() {
 			slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", w.fence))
 	}
 	if renewDue {
-		if err := s.renew(w.h, w.every); err != nil {
+		if err := s.renewLease(w.l); err != nil {
 			// Never renew again nor re-acquire: another node may hold
 			// the lock now, so the job must stop at once.
 			s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", def.ID),

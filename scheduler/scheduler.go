@@ -24,9 +24,10 @@ type Overlap string
 // Overlap policies.
 const (
 	OverlapSkip Overlap = "skip" // skip the tick (reason still_running); the default
-	// OverlapAllow runs it alongside. Under a lock the running tick holds
-	// the schedule's key, so the new one is skipped as contended: overlap
-	// really happens only for node-local runs.
+	// OverlapAllow runs it alongside. Under a lock, the lock is the
+	// tick's (schedule id and tick time), not the schedule's: runs of
+	// consecutive ticks may overlap across the cluster, each tick still
+	// once (the tick mark rules that).
 	OverlapAllow Overlap = "allow"
 )
 
@@ -58,10 +59,11 @@ type Schedule struct {
 // config's catchup_window = "0s"); ticks on time still run.
 const NoCatchup time.Duration = -1
 
-// Locker is the part of the lock contract (locking.Locker) the scheduler
-// uses.
+// Locker is the part of the lock contract (locking.Locker and
+// locking.TickLocker) the scheduler uses. A backend that also implements
+// locking.LeaseBounder (Postgres) bounds every lease by its MaxLease.
 type Locker interface {
-	TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error)
+	locking.TickLocker
 	Renew(ctx context.Context, h *locking.Handle) error
 	Release(ctx context.Context, h *locking.Handle) error
 }
@@ -72,7 +74,7 @@ type Options struct {
 	Locker        Locker        // nil: no backend configured
 	Backend       hints.Backend // what Locker is: None, Local (memory) or Distributed
 	SafetyMargin  time.Duration // default 5s; added to every lock TTL
-	MaxClockSkew  time.Duration // default 1s; the clock-skew tolerance (claim.go)
+	MaxClockSkew  time.Duration // default 1s; the clock-skew tolerance (try-lock-tick)
 	ShutdownGrace time.Duration // default 30s; how long running jobs get at stop
 	Clock         Clock         // default RealClock()
 	Observer      Observer      // default NopObserver
@@ -99,38 +101,41 @@ var ErrRunning = errors.New("scheduler: Run called twice")
 
 // LockTTL is the lease a tick's lock is taken with: the expected runtime,
 // plus the jitter spent holding it before the run, plus a safety margin
-// (DESIGN step 3), raised to at least 2*skew + margin so the clock-skew
-// claim (claim.go) never outlives the lease. `next` prints this value.
+// (DESIGN step 3). `next` prints this value. (skew is kept for callers:
+// the tick mark, not the lock, now covers the clock skew.)
 func LockTTL(expected, jitter, margin, skew time.Duration) time.Duration {
-	return max(expected+jitter+margin, 2*skew+margin)
+	return expected + jitter + margin
 }
 
 // Scheduler fires schedules and runs their ticks. Create it with New,
 // start it with Run; Reload and Snapshot are safe to call at any time,
 // from any goroutine.
 type Scheduler struct {
-	opts Options // defaults filled in
-	// claimer is opts.Locker when its locks die with their holder and the
-	// tick's claim must be recorded (claim.go); nil otherwise, resolved
-	// once so other backends pay nothing per tick.
-	claimer locking.Claimer
-	clock   Clock
-	obs     Observer
-	log     *slog.Logger
+	opts  Options // defaults filled in
+	clock Clock
+	obs   Observer
+	log   *slog.Logger
+	// Resolved once at New, so a tick pays nothing to find them.
+	clockObs  ClockObserver    // obs, when it wants clock offsets
+	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
+	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
+	backend   backendState     // outage and recovery (catchup.go)
 
 	mu       sync.Mutex
 	states   map[string]*schedState // by ID; also removed ones still busy
 	heap     eventHeap
 	started  bool // Run was called
-	stopping bool // Run's context ended: no new fires, no new claims
-	inflight int  // tick and release tasks not finished
+	stopping bool // Run's context ended: no new fires
+	inflight int  // tick tasks not finished
 	parked   bool // the loop waits on its timer with nothing due
+	// wakeAt is when the parked loop's timer comes due (Unix ns).
+	wakeAt int64
 	// wakePending: the loop was poked and has not yet taken the wake.
 	wakePending bool
 	idle        chan struct{}
 
 	wake chan struct{}  // tells the loop the heap's head changed
-	wg   sync.WaitGroup // tick and release tasks not finished
+	wg   sync.WaitGroup // tick tasks not finished
 	work *pool          // the workers that carry them (pool.go)
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
@@ -147,7 +152,7 @@ type Scheduler struct {
 		cancel context.CancelFunc
 	}
 	nextParent atomic.Uint32
-	cancelJobs context.CancelFunc
+	cancelJobs context.CancelCauseFunc
 }
 
 // compiled is a validated Schedule with what the scheduler derives from it
@@ -166,9 +171,16 @@ type schedState struct {
 	fire    event     // the next tick in the heap (index -1 when not)
 	next    time.Time // fire.at as a time, in the spec's location
 	active  int       // ticks of it in flight on this node
-	claim   *claim    // the lingering lock of its last tick, if any
-	removed bool      // gone from the set; kept while active or claimed
-	last    lastOutcome
+	removed bool      // gone from the set; kept while active
+	// decided is the latest tick of it this node has seen decided by the
+	// backend (granted, done, paused, missed): the floor it passes with
+	// try-lock-tick, so a backend that lost its marks cannot make a tick
+	// this node saw decided run again.
+	decided time.Time
+	// owed: a tick of it failed on the backend; the catch-up tries its
+	// latest tick when the backend answers again (catchup.go).
+	owed bool
+	last lastOutcome
 }
 
 type lastOutcome struct {
@@ -205,8 +217,13 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		states: make(map[string]*schedState, len(schedules)),
 		wake:   make(chan struct{}, 1),
 	}
+	s.backend.poke = make(chan struct{}, 1)
 	s.work = newPool(s.runTask)
-	s.claimer, _ = opts.Locker.(locking.Claimer)
+	s.clockObs, _ = opts.Observer.(ClockObserver)
+	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
+		s.maxLease = lb.MaxLease()
+	}
+	s.bootClock = bootClockOf(opts.Clock)
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err
@@ -216,6 +233,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		st.fire = event{kind: eventFire, index: -1, st: st}
 		s.states[c.ID] = st
 	}
+	s.markLater(defs)
 	return s, nil
 }
 
@@ -361,6 +379,7 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 		return err
 	}
 	var notes []nextNote
+	var added []*compiled
 	s.mu.Lock()
 	now := s.clock.Now()
 	keep := make(map[string]bool, len(defs))
@@ -372,8 +391,14 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 			st.fire = event{kind: eventFire, index: -1, st: st}
 			s.states[c.ID] = st
 		}
+		same := st.def != nil && !st.removed && sameTiming(st.def, c) && st.fire.index >= 0
+		if st.def == nil || st.removed {
+			added = append(added, c)
+		}
 		st.def, st.removed = c, false
-		if s.started && !s.stopping {
+		// An unchanged schedule keeps its next tick: rescheduled from now,
+		// a tick due but not yet popped by the loop would be lost.
+		if s.started && !s.stopping && !same {
 			notes = append(notes, s.scheduleLocked(st, now))
 		}
 	}
@@ -394,7 +419,23 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 	for _, n := range notes {
 		s.obs.NextTick(n.id, n.next)
 	}
+	if len(added) > 0 {
+		s.markLater(added)
+		select {
+		case s.backend.poke <- struct{}{}:
+		default:
+		}
+	}
 	return nil
+}
+
+// sameTiming reports whether two definitions of a schedule fire at the
+// same times, so Reload can keep its next tick.
+func sameTiming(a, b *compiled) bool {
+	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread {
+		return false
+	}
+	return a.Location.String() == b.Location.String()
 }
 
 // Snapshot returns every schedule's state, sorted by ID.
@@ -417,9 +458,9 @@ func (s *Scheduler) Snapshot() []ScheduleState {
 }
 
 // forgetIfDoneLocked drops a removed schedule's state once nothing of it
-// is in flight or claimed.
+// is in flight.
 func (s *Scheduler) forgetIfDoneLocked(st *schedState) {
-	if st.removed && st.active == 0 && st.claim == nil && s.states[st.id] == st {
+	if st.removed && st.active == 0 && s.states[st.id] == st {
 		delete(s.states, st.id)
 	}
 }

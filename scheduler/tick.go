@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -9,10 +10,17 @@ import (
 )
 
 // This file is where a tick is decided: DESIGN.md "A tick's life", steps
-// 1 to 8. Step 1 (overlap) is decided by the loop as the tick fires
+// 1 to 8. Step 1's overlap check is made by the loop as the tick fires
 // (popDueLocked in loop.go), because it needs the schedule's state at that
-// instant; everything after it happens here, on the tick's own goroutine
-// (a worker of pool.go).
+// instant; the pause check is made by the backend inside try-lock-tick.
+// Everything else happens here, on the tick's own goroutine (a worker of
+// pool.go).
+//
+// What keeps a tick from running twice is the backend's tick mark, not a
+// lock held after the run: try-lock-tick answers "done" to every node that
+// asks for T once T was claimed, however far behind its clock runs, so the
+// lock is released the moment the run ends (step 7) and the next tick is
+// free to run anywhere.
 
 // fired is one tick handed from the loop to its goroutine.
 type fired struct {
@@ -20,18 +28,12 @@ type fired struct {
 	def      *compiled // the definition the tick fired with (Reload may swap st.def)
 	tick     time.Time // T, the scheduled time
 	lateness time.Duration
-	reuse    *locking.Handle // our lingering lock from the previous tick (claim.go)
-	burst    *burst          // bounds its TryLock; set when the tick locks
+	catchup  bool   // tried by the catch-up (catchup.go), not by the loop
+	burst    *burst // bounds its try-lock-tick; set when the tick locks
 }
 
 // runTask is what a worker (pool.go) does with a task.
-func (s *Scheduler) runTask(t task) {
-	if t.release != nil {
-		s.endClaim(t.release)
-		return
-	}
-	s.handleTick(t.f)
-}
+func (s *Scheduler) runTask(t task) { s.handleTick(t.f) }
 
 // handleTick carries tick f from step 2 to step 8.
 func (s *Scheduler) handleTick(f fired) {
@@ -39,189 +41,205 @@ func (s *Scheduler) handleTick(f fired) {
 
 	// Step 2: resolve the hint (done once per schedule by compile).
 	if !f.def.lock {
-		if s.abandon(f, nil) {
+		// No backend decides for a node-local tick: this node applies the
+		// catch-up window itself (a node stopped across a tick runs it
+		// late, once, within the window).
+		if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
+			s.reportSkip(f, SkipMissed, 0)
+			s.finish(f, runOutcome{skip: SkipMissed})
 			return
 		}
-		s.finish(f, s.runJob(f, nil), nil)
+		if s.abandon(f) {
+			return
+		}
+		s.finish(f, s.runJob(f, nil))
 		return
 	}
 
-	// Steps 3 and 4: take the lock (TTL from compile), or reuse ours.
-	h, why := s.acquire(f)
-	if h == nil {
+	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
+	// done, paused, missed, contended or granted, on its own clock.
+	l, why := s.acquire(f)
+	if l == nil {
+		if f.catchup {
+			// A catch-up try that was not granted is no tick of this
+			// node's: another node ran it, or it was decided otherwise.
+			s.finish(f, runOutcome{abandoned: true})
+			return
+		}
 		s.reportSkip(f, why, 0)
-		s.finish(f, runOutcome{skip: why}, nil)
+		s.finish(f, runOutcome{skip: why})
 		return
 	}
-	// On a backend whose locks die with their holder (Postgres), record
-	// the claim of step 7 now, for this tick (a reused lock too): if this
-	// node dies before the claim's time, the tick must stay claimed all
-	// the same (claim.go).
-	if !s.recordClaim(f, h) {
-		s.reportSkip(f, SkipBackendError, h.Fence())
-		s.finish(f, runOutcome{skip: SkipBackendError}, nil)
-		return
+	h := l.h
+	if f.catchup {
+		s.obs.TickFired(f.st.id, f.tick, s.clock.Now().Sub(f.tick))
 	}
-	// A lock granted after T + MaxClockSkew may be one another node just
-	// released after running T: running would run T twice. Keep the claim
-	// anyway, or yet another late node could take T after us.
-	if late := s.clock.Now().Sub(f.tick); late > s.opts.MaxClockSkew {
-		s.log.Warn("lock granted late: tick not run", slog.String("schedule", f.def.ID),
-			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Duration("late", late),
-			slog.Int64("fence", h.Fence()))
+
+	// Step 5: the jitter, spent holding the lock. Shutdown ends the wait
+	// and the job starts at once: T is marked, no other node will run it.
+	if !s.waitJitter(f, l) {
+		s.release(f.def.ID, h, "lock lost during the jitter")
 		s.reportSkip(f, SkipBackendError, h.Fence())
-		s.finish(f, runOutcome{skip: SkipBackendError}, h)
+		s.finish(f, runOutcome{skip: SkipBackendError})
 		return
 	}
 
-	// Step 5: the jitter, spent holding the lock.
-	switch s.waitJitter(f, h) {
-	case jitterLost:
-		s.reportSkip(f, SkipBackendError, h.Fence())
-		s.finish(f, runOutcome{skip: SkipBackendError}, nil)
-		return
-	case jitterStopped:
-		s.abandon(f, h)
-		return
-	}
-	if s.abandon(f, h) {
-		return
-	}
-
-	// Step 6: run, renewing the lock.
-	out := s.runJob(f, h)
-	// Step 7: keep the tick claimed (claim.go), unless the lock is gone.
-	keep := h
-	if out.result == ResultLockLost {
-		keep = nil
+	// Step 6: run, renewing the lock; the run's watch cancels the job when
+	// the lease deadline passes (run.go).
+	out := s.runJob(f, l)
+	// Step 7: release at once. The mark, not the lock, keeps T from
+	// running again. A lost lock is not ours to release.
+	if out.result != ResultLockLost {
+		s.release(f.def.ID, h, "after the run")
 	}
 	// Step 8: runJob reported the run; finish records it.
-	s.finish(f, out, keep)
+	s.finish(f, out)
 }
 
-// acquire takes f's lock: it renews the lingering lock of the previous
-// tick when there is one, else calls TryLock. It returns the handle, or
-// nil and why the tick is skipped.
-func (s *Scheduler) acquire(f fired) (*locking.Handle, SkipReason) {
+// acquire is step 4: try-lock-tick for f. It returns the granted lease,
+// or nil and why the tick is skipped.
+func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
 	defer f.burst.done()
-	id, ttl := f.def.ID, f.def.ttl
-	if h := f.reuse; h != nil {
-		if h.TTL() != ttl { // Reload changed the lease: take one of the new length
-			s.release(id, h, "lease changed")
-		} else {
-			ctx, cancel := context.WithTimeout(s.jobCtx, ttl/3)
-			err := s.opts.Locker.Renew(ctx, h)
-			cancel()
-			if err == nil {
-				return h, ""
-			}
-			s.log.Warn("lingering lock lost: trying to take it afresh", slog.String("schedule", id),
-				slog.Int64("fence", h.Fence()), slog.Any("error", err))
+	st, def := f.st, f.def
+	s.mu.Lock()
+	floor := st.decided
+	s.mu.Unlock()
+	req := locking.TickRequest{
+		Key:     def.ID,
+		Tick:    f.tick,
+		TTL:     def.ttl,
+		PerTick: def.Overlap == OverlapAllow,
+		Floor:   floor,
+		MaxSkew: s.opts.MaxClockSkew,
+		Window:  s.window(def, f.tick),
+	}
+	ctx := f.burst.ctx
+	sent := s.leaseNow()
+	before := s.clock.Now()
+	ans, err := s.opts.Locker.TryLockTick(ctx, req)
+	if err != nil {
+		var ahead *locking.AheadError
+		if errors.As(err, &ahead) {
+			// This node's clock runs ahead of the backend's: its ticks are
+			// refused until the clock is fixed, and the others run them.
+			s.clockOffset(ahead.Offset)
+			s.log.Error("tick refused: this node's clock runs ahead of the lock backend's",
+				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
+				slog.Duration("offset", ahead.Offset), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
+			return nil, SkipBackendError
 		}
-	}
-	// An answer slower than the TTL would be a lease already over: the
-	// burst's deadline is at most the TTL from when the tick was handed out.
-	h, err := s.opts.Locker.TryLock(f.burst.ctx, id, ttl)
-	switch {
-	case err != nil:
-		s.log.Warn("try-lock failed: tick not run", slog.String("schedule", id),
-			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Any("error", err))
+		s.backendFailed(st, f.tick, err)
 		return nil, SkipBackendError
-	case h == nil:
-		return nil, SkipContended
 	}
-	return h, ""
+	after := s.clock.Now()
+	if !ans.Now.IsZero() {
+		// This node's clock minus the backend's, read at the middle of the
+		// round trip.
+		s.clockOffset(before.Add(after.Sub(before) / 2).Sub(ans.Now))
+	}
+	s.backendAnswered()
+
+	decided := ans.Verdict != locking.TickContended
+	s.mu.Lock()
+	if decided && f.tick.After(st.decided) {
+		st.decided = f.tick
+	}
+	s.mu.Unlock()
+
+	switch ans.Verdict {
+	case locking.TickGranted:
+		if ans.Handle == nil {
+			s.log.Error("try-lock-tick granted without a handle: tick not run", slog.String("schedule", def.ID))
+			return nil, SkipBackendError
+		}
+		return s.newLease(ans.Handle, sent), ""
+	case locking.TickDone, locking.TickContended:
+		return nil, SkipContended
+	case locking.TickPaused:
+		return nil, SkipPaused
+	case locking.TickMissed:
+		return nil, SkipMissed
+	}
+	s.log.Error("try-lock-tick answered an unknown verdict: tick not run", slog.String("schedule", def.ID),
+		slog.String("verdict", ans.Verdict.String()))
+	return nil, SkipBackendError
 }
 
-type jitterEnd int
+// clockOffset reports this node's clock offset to an observer that wants it.
+func (s *Scheduler) clockOffset(d time.Duration) {
+	if s.clockObs != nil {
+		s.clockObs.ClockOffset(d)
+	}
+}
 
-const (
-	jitterDone    jitterEnd = iota // waited; run now
-	jitterLost                     // renewing failed: the lock is gone
-	jitterStopped                  // shutdown began: do not run
-)
+// window is the catch-up window of tick T of def: how late T may still
+// start. The default is one period (until the next tick is due).
+func (s *Scheduler) window(def *compiled, tick time.Time) time.Duration {
+	switch w := def.CatchupWindow; {
+	case w == NoCatchup:
+		return 0
+	case w > 0:
+		return w
+	}
+	if next := def.Spec.Next(tick); !next.IsZero() {
+		return next.Sub(tick)
+	}
+	return 0
+}
 
-// waitJitter waits a random delay in [0, Jitter) while holding h, renewing
-// it when the delay is longer than a third of its TTL.
-func (s *Scheduler) waitJitter(f fired, h *locking.Handle) jitterEnd {
+// waitJitter waits a random delay in [0, Jitter) while holding l,
+// renewing it as a run would. It returns false when the lock was lost.
+// Shutdown ends the wait early: the job then starts at once.
+func (s *Scheduler) waitJitter(f fired, l *lease) bool {
 	if f.def.Jitter <= 0 {
-		return jitterDone
+		return true
 	}
 	d := time.Duration(s.opts.Rand(int64(f.def.Jitter)))
 	if d <= 0 {
-		return jitterDone
+		return true
 	}
 	d = min(d, f.def.Jitter-1)
 	wait := s.clock.NewTimer(d)
 	defer wait.Stop()
-	every := h.TTL() / 3
-	var renewC <-chan time.Time
-	if d > every {
-		r := s.clock.NewTimer(every)
-		defer r.Stop()
-		renewC = r.C()
-		for {
-			select {
-			case <-wait.C():
-				return jitterDone
-			case <-s.stopCh:
-				return jitterStopped
-			case <-renewC:
-				r.Reset(every) // before renewing, as in runJob
-				if err := s.renew(h, every); err != nil {
-					s.log.Error("lock lost during jitter: tick not run", slog.String("schedule", f.def.ID),
-						slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", h.Fence()),
-						slog.Any("error", err))
-					return jitterLost
-				}
+	r := s.clock.NewTimer(l.every)
+	defer r.Stop()
+	for {
+		select {
+		case <-wait.C():
+			return true
+		case <-s.stopCh:
+			return true
+		case <-r.C():
+			r.Reset(l.every) // before renewing, as in runJob
+			if err := s.renewLease(l); err != nil {
+				s.log.Error("lock lost during jitter: tick not run", slog.String("schedule", f.def.ID),
+					slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", l.h.Fence()),
+					slog.Any("error", err))
+				return false
 			}
 		}
 	}
-	select {
-	case <-wait.C():
-		return jitterDone
-	case <-s.stopCh:
-		return jitterStopped
-	}
 }
 
-// renew extends h, bounded by timeout.
-func (s *Scheduler) renew(h *locking.Handle, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(s.jobCtx, timeout)
-	defer cancel()
-	return s.opts.Locker.Renew(ctx, h)
-}
-
-// abandon reports whether shutdown began before f's job started; if so it
-// drops the tick (logged, lock released) and finishes it.
-func (s *Scheduler) abandon(f fired, h *locking.Handle) bool {
+// abandon reports whether shutdown began before node-local f's job
+// started; if so it drops the tick (logged) and finishes it. A locked tick
+// is never abandoned once granted: its mark is raised, so no other node
+// would run it.
+func (s *Scheduler) abandon(f fired) bool {
 	select {
 	case <-s.stopCh:
 	default:
 		return false
 	}
-	s.log.Info("shutting down: tick abandoned before its run", slog.String("schedule", f.def.ID),
+	s.log.Info("shutting down: node-local tick abandoned before its run", slog.String("schedule", f.def.ID),
 		slog.String("tick", f.tick.Format(time.RFC3339)))
-	if h != nil {
-		s.release(f.def.ID, h, "tick abandoned")
-	}
-	s.finish(f, runOutcome{abandoned: true}, nil)
+	s.finish(f, runOutcome{abandoned: true})
 	return true
 }
 
-// finish ends a tick: it keeps h as the tick's lingering lock (or
-// releases it when the claim is not kept) and records the outcome.
-func (s *Scheduler) finish(f fired, out runOutcome, h *locking.Handle) {
-	var c *claim
-	if h != nil {
-		c = &claim{h: h, tick: f.tick} // allocated before the lock: the loop waits on it
-	}
+// finish ends a tick and records its outcome.
+func (s *Scheduler) finish(f fired, out runOutcome) {
 	s.mu.Lock()
-	if c != nil && !s.keepClaimLocked(f.st, c) {
-		s.mu.Unlock()
-		s.release(f.def.ID, h, "after the run")
-		s.mu.Lock()
-	}
 	st := f.st
 	if !out.abandoned {
 		st.last.tick, st.last.skip = f.tick, out.skip
@@ -245,6 +263,9 @@ func (s *Scheduler) reportSkip(f fired, why SkipReason, fence int64) {
 	case SkipContended:
 		level = slog.LevelDebug
 	case SkipBackendError:
+		// Logged once per outage by backendFailed; each tick at debug.
+		level = slog.LevelDebug
+	case SkipMissed:
 		level = slog.LevelWarn
 	}
 	if !s.log.Enabled(context.Background(), level) {
@@ -265,6 +286,9 @@ func (s *Scheduler) reportRun(f fired, out runOutcome, fence int64) {
 		slog.String("schedule", f.st.id), slog.String("tick", f.tick.Format(time.RFC3339)),
 		slog.String("outcome", string(out.result)), slog.Duration("duration", out.dur),
 		slog.Int64("fence", fence), slog.Bool("overrun", out.overrun),
+	}
+	if f.lateness > s.opts.MaxClockSkew {
+		attrs = append(attrs, slog.Duration("late", f.lateness))
 	}
 	if out.err != nil {
 		attrs = append(attrs, slog.Any("error", out.err))

@@ -1,0 +1,281 @@
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Catch-up (DESIGN.md "Catch-up"): when a node starts, or its backend
+// comes back after an outage, the most recent tick of each locked schedule
+// that was due within its catch-up window and that this node has not seen
+// decided is tried once, late. The tick mark makes the race between nodes
+// harmless: one of them is granted, the others are told "done". Older
+// missed ticks are never replayed, and a schedule whose next tick is due
+// before a late run would end (within expected_runtime) is left to that
+// tick.
+//
+// Marks: a schedule never runs a tick from before it was first loaded by
+// any node, because the first node to load it creates its mark at the
+// backend's time (InitMarks) before anything is caught up. Schedules whose
+// marks could not be created (backend down at start) are retried with the
+// outage's probes.
+
+// startTimeout bounds the marks and catch-up made before the loop starts:
+// a backend that does not answer must not hold back node-local ticks.
+const startTimeout = 2 * time.Second
+
+// probeEvery is how often a node whose backend failed asks it again, so
+// that a weekly job missed during an outage runs soon after the backend
+// returns, not at its next tick.
+const probeEvery = time.Second
+
+// backendState tracks outages of the lock backend on this node.
+type backendState struct {
+	down    atomic.Bool  // a call failed and none succeeded since
+	skipped atomic.Int64 // ticks skipped as backend_error in this outage
+	poke    chan struct{}
+
+	mu       sync.Mutex
+	unmarked []string // locked schedules whose marks are not yet created
+}
+
+// backendFailed records that tick's try-lock-tick of st failed. The first
+// failure of an outage is logged as a warning; the others at debug, so an
+// outage costs one line per node, not one per tick.
+func (s *Scheduler) backendFailed(st *schedState, tick time.Time, err error) {
+	s.mu.Lock()
+	st.owed = true
+	s.mu.Unlock()
+	n := s.backend.skipped.Add(1)
+	if s.backend.down.CompareAndSwap(false, true) {
+		s.log.Warn("lock backend failed: locked ticks are skipped until it answers again",
+			slog.String("schedule", st.id), slog.String("tick", tick.Format(time.RFC3339)), slog.Any("error", err))
+		select {
+		case s.backend.poke <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if n%1000 == 0 || s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("try-lock-tick failed", slog.String("schedule", st.id),
+			slog.String("tick", tick.Format(time.RFC3339)), slog.Any("error", err))
+	}
+}
+
+// backendAnswered records a successful try-lock-tick; the first one after
+// an outage starts the catch-up of the schedules it made skip.
+func (s *Scheduler) backendAnswered() {
+	if !s.backend.down.Load() || !s.backend.down.CompareAndSwap(true, false) {
+		return
+	}
+	s.recovered()
+}
+
+// recovered logs the end of an outage and catches up what it made skip.
+func (s *Scheduler) recovered() {
+	s.log.Info("lock backend answers again", slog.Int64("ticks_skipped", s.backend.skipped.Swap(0)))
+	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st.owed })
+}
+
+// initMarks creates the marks of the schedules not yet marked. With probe
+// set it also asks for the marks of the schedules an outage made skip,
+// which changes nothing (they exist) but is a real round trip: the probe
+// that tells a failed backend is back. It reports whether the backend
+// answered.
+func (s *Scheduler) initMarks(ctx context.Context, probe bool) bool {
+	s.backend.mu.Lock()
+	keys := s.backend.unmarked
+	s.backend.mu.Unlock()
+	n := len(keys)
+	if probe {
+		keys = append(keys[:n:n], s.owedKeys()...)
+	}
+	if len(keys) == 0 {
+		return true
+	}
+	if err := s.opts.Locker.InitMarks(ctx, keys); err != nil {
+		if s.backend.down.CompareAndSwap(false, true) {
+			s.log.Warn("lock backend failed: could not create the tick marks of new schedules; retrying",
+				slog.Int("schedules", len(keys)), slog.Any("error", err))
+		}
+		return false
+	}
+	s.backend.mu.Lock()
+	// Reload may have appended meanwhile: keep what came after.
+	s.backend.unmarked = append(s.backend.unmarked[:0:0], s.backend.unmarked[n:]...)
+	s.backend.mu.Unlock()
+	return true
+}
+
+// owedKeys returns the ids of the schedules an outage made skip.
+func (s *Scheduler) owedKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, st := range s.states {
+		if st.owed && !st.removed && st.def.lock {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// markLater files the ids of locked schedules for InitMarks.
+func (s *Scheduler) markLater(defs []*compiled) {
+	s.backend.mu.Lock()
+	for _, c := range defs {
+		if c.lock {
+			s.backend.unmarked = append(s.backend.unmarked, c.ID)
+		}
+	}
+	s.backend.mu.Unlock()
+}
+
+// recovery is the goroutine that probes the backend during an outage.
+type recovery struct {
+	stop func()
+	done chan struct{}
+}
+
+func (r recovery) wait() {
+	if r.stop != nil {
+		r.stop()
+		<-r.done
+	}
+}
+
+// startRecovery creates the marks and catches up once, before the loop
+// starts (bounded by startTimeout), then starts the goroutine that probes
+// a failed backend every probeEvery until it answers, catches up what the
+// outage made skip, and creates the marks of schedules Reload added.
+func (s *Scheduler) startRecovery() recovery {
+	if s.opts.Locker == nil {
+		return recovery{}
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, startTimeout)
+	ok := s.initMarks(ctx, false)
+	cancel()
+	if ok {
+		s.catchUp(s.clock.Now(), func(*schedState) bool { return true })
+	} else {
+		s.mu.Lock()
+		for _, st := range s.states {
+			st.owed = true
+		}
+		s.mu.Unlock()
+	}
+	stop := make(chan struct{})
+	r := recovery{done: make(chan struct{})}
+	r.stop = sync.OnceFunc(func() { close(stop) })
+	go func() {
+		defer close(r.done)
+		var retry Timer
+		defer func() {
+			if retry != nil {
+				retry.Stop()
+			}
+		}()
+		for {
+			var retryC <-chan time.Time
+			if s.backend.down.Load() || s.hasUnmarked() {
+				if retry == nil {
+					retry = s.clock.NewTimer(probeEvery)
+				} else {
+					retry.Reset(probeEvery)
+				}
+				retryC = retry.C()
+			}
+			select {
+			case <-stop:
+				return
+			case <-s.backend.poke:
+			case <-retryC:
+			}
+			ctx, cancel := context.WithTimeout(s.jobCtx, startTimeout)
+			ok := s.initMarks(ctx, s.backend.down.Load())
+			cancel()
+			if ok && s.backend.down.CompareAndSwap(true, false) {
+				s.recovered()
+			}
+		}
+	}()
+	return r
+}
+
+func (s *Scheduler) hasUnmarked() bool {
+	s.backend.mu.Lock()
+	defer s.backend.mu.Unlock()
+	return len(s.backend.unmarked) > 0
+}
+
+// catchUp tries once, late, the latest tick within its window of each
+// locked schedule chosen by which, unless this node saw it decided, it
+// still runs the schedule, or its next tick comes before a late run would
+// end.
+func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
+	var acts []action
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return
+	}
+	for _, st := range s.states {
+		if st.removed || !which(st) {
+			continue
+		}
+		st.owed = false
+		def := st.def
+		if !def.lock || st.active > 0 {
+			continue
+		}
+		prev := prevTick(def.Spec, now, max(s.window(def, now), s.opts.MaxClockSkew))
+		if prev.IsZero() || !prev.After(st.decided) {
+			continue
+		}
+		if now.Sub(prev) > max(s.window(def, prev), s.opts.MaxClockSkew) {
+			continue
+		}
+		if next := def.Spec.Next(now); !next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
+			continue
+		}
+		st.active++
+		s.inflight++
+		s.wg.Add(1)
+		acts = append(acts, action{f: fired{st: st, def: def, tick: prev, lateness: now.Sub(prev), catchup: true}})
+	}
+	s.mu.Unlock()
+	if len(acts) == 0 {
+		return
+	}
+	b := s.newBurst(acts)
+	for i := range acts {
+		acts[i].f.burst = b
+		s.log.Debug("catch-up: trying a tick this node has not seen decided", slog.String("schedule", acts[i].f.def.ID),
+			slog.String("tick", acts[i].f.tick.Format(time.RFC3339)), slog.Duration("late", acts[i].f.lateness))
+		s.work.submit(task{f: acts[i].f})
+	}
+}
+
+// prevTick returns spec's latest tick at or before now, if one lies within
+// limit of now (zero otherwise). It probes back from now in doubling steps,
+// so a long window costs a few dozen Next calls, not one per tick.
+func prevTick(spec Spec, now time.Time, limit time.Duration) time.Time {
+	for d := time.Second; ; d *= 2 {
+		t := spec.Next(now.Add(-d))
+		if !t.IsZero() && !t.After(now) {
+			for {
+				n := spec.Next(t)
+				if n.IsZero() || n.After(now) {
+					return t
+				}
+				t = n
+			}
+		}
+		if d > limit {
+			return time.Time{}
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// A lease is how long this node may trust that it holds a tick's lock
+// (DESIGN.md step 6). It runs from the moment the node *sent* its last
+// successful acquisition or renewal, for the backend's lease (the TTL on
+// Redis and memory; on Postgres, which drops a silent peer's session and
+// its locks after the server's dead-peer time, the shorter of the two),
+// minus the safety margin. The job and each retry start only before the
+// deadline, and the run's watch cancels the job when it passes, whether or
+// not a renewal has answered: a node frozen past its lease (SIGSTOP, GC, a
+// VM pause) cancels its job the moment it runs again, without first
+// waiting for the backend.
+//
+// The deadline is read on leaseClock, which counts time the host spent
+// suspended (CLOCK_BOOTTIME), so a laptop lid or a VM suspend cannot make
+// an expired lease look alive.
+type lease struct {
+	h     *locking.Handle
+	len   time.Duration // usable lease: backend lease minus the safety margin
+	every time.Duration // renewal period: a third of len
+	until time.Time     // deadline on leaseClock
+}
+
+// newLease starts the lease of h, acquired by a request sent at sent.
+func (s *Scheduler) newLease(h *locking.Handle, sent time.Time) *lease {
+	n := s.leaseLen(h.TTL())
+	return &lease{h: h, len: n, every: n / 3, until: sent.Add(n)}
+}
+
+// leaseLen is the usable lease of a lock taken with ttl.
+func (s *Scheduler) leaseLen(ttl time.Duration) time.Duration {
+	full := ttl
+	if s.maxLease > 0 && s.maxLease < full {
+		full = s.maxLease
+	}
+	if n := full - s.opts.SafetyMargin; n >= full/4 {
+		return n
+	}
+	// A margin as large as the lease itself (a short Postgres dead-peer
+	// time): keep a quarter of the lease rather than none.
+	return full / 4
+}
+
+// renewLease renews l, bounded by what is left of it: a renewal that has
+// not answered by the deadline has failed. On success the deadline moves
+// to the renewal's send time plus the lease.
+func (s *Scheduler) renewLease(l *lease) error {
+	sent := s.leaseNow()
+	left := l.until.Sub(sent)
+	if left <= 0 {
+		return fmt.Errorf("%w: lease ran out %v ago", errLeaseExpired, -left)
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, min(left, l.every))
+	defer cancel()
+	if err := s.opts.Locker.Renew(ctx, l.h); err != nil {
+		return err
+	}
+	l.until = sent.Add(l.len)
+	return nil
+}
+
+// expired reports whether l's deadline has passed.
+func (s *Scheduler) expired(l *lease) bool { return !s.leaseNow().Before(l.until) }
+
+// leaseNow reads the lease clock: CLOCK_BOOTTIME on the real clock, the
+// injected clock otherwise.
+func (s *Scheduler) leaseNow() time.Time {
+	if s.bootClock != nil {
+		return s.bootClock()
+	}
+	return s.clock.Now()
+}
