@@ -5,9 +5,11 @@
 
 -- The client may resend this script after a lost reply (a retried EVALSHA).
 -- Finding our own value means the first run took the lock: answer with the
--- fence it drew, not with "held".
+-- fence it drew, not with "held"; the lease counts from now, as the caller
+-- believes.
 local fence = own_fence(KEYS[1], ARGV[1], ARGV[2])
 if fence then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return fence
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then

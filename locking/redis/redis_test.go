@@ -62,6 +62,20 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		TTLExpiry: true,
+		// The clock try-lock-tick decides on: the server's.
+		Now: func() time.Time {
+			now, err := admin.Time(context.Background()).Result()
+			if err != nil {
+				t.Fatalf("TIME: %v", err)
+			}
+			return now
+		},
+		ForgetMark: func(t testing.TB, key string) {
+			mk := prefixFor(t) + "{" + key + "}" + markSuffix
+			if err := admin.Del(context.Background(), mk).Err(); err != nil {
+				t.Fatalf("forgetting the mark %s: %v", mk, err)
+			}
+		},
 	})
 }
 

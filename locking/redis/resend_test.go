@@ -160,7 +160,14 @@ func TestResentTickAnsweredGranted(t *testing.T) {
 		other.Token = ""
 		mustTick(t, l, other, locking.TickDone)
 
+		// The lease the caller believes it has counts from the resend.
+		if err := admin.PExpire(ctx, l.lockKey("resent"), 5*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
 		a := mustTick(t, l, req, locking.TickGranted)
+		if pttl := admin.PTTL(ctx, l.lockKey("resent")).Val(); pttl <= 5*time.Second {
+			t.Errorf("lease after the resend = %v, want renewed to the TTL %v", pttl, req.TTL)
+		}
 		if a.Handle.Fence() != fence || a.Handle.Token() != token {
 			t.Fatalf("resend with the same token: fence %d, want %d drawn by the first call", a.Handle.Fence(), fence)
 		}

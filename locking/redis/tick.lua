@@ -10,8 +10,8 @@
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
 -- the step.
 local token, holder, ttl = ARGV[1], ARGV[2], ARGV[3]
-local tick_s, floor_s, skew_s = ARGV[4], ARGV[5], ARGV[6]
-local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(ARGV[7])
+local tick_s, floor_s = ARGV[4], ARGV[5]
+local tick, skew, window = tonumber(tick_s), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now, now_s = clock()
 
 local function mark_now()
@@ -19,9 +19,11 @@ local function mark_now()
 end
 
 -- A resent call (its first reply lost) finds its own lock: granted, with the
--- fence it drew, whatever the mark says now.
+-- fence it drew, whatever the mark says now; the lease counts from now, as
+-- the caller believes.
 local fence = own_fence(KEYS[1], token, holder)
 if fence then
+  redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, fence, mark_now(), now, 0}
 end
 
@@ -50,13 +52,11 @@ if floor_s ~= '' then
   end
 end
 
--- keep_mark stores the effective mark when it differs from the stored one.
+-- keep_mark stores the effective mark when the floor raised it. A missing
+-- mark that was only read (as now - skew) stays missing: stored, it would
+-- stop moving with the clock.
 local function keep_mark()
-  if eff_s == nil then
-    -- now - skew, made by Redis from exact strings.
-    redis.call('SET', KEYS[3], now_s)
-    redis.call('DECRBY', KEYS[3], skew_s)
-  elseif eff_s ~= stored then
+  if eff_s ~= nil and eff_s ~= stored then
     redis.call('SET', KEYS[3], eff_s)
   end
 end
