@@ -3,16 +3,17 @@
 -- ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms.
 -- Returns the fence (>= 1) when taken, 0 when someone else holds the lock.
 
--- The client may resend this script after a lost reply (a retried EVALSHA).
--- Finding our own value means the first run took the lock: answer with the
--- fence it drew, not with "held"; the lease counts from now, as the caller
--- believes.
-local fence = own_fence(KEYS[1], ARGV[1], ARGV[2])
-if fence then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return fence
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local v = redis.call('GET', KEYS[1])
+if v then
+  -- The client may resend this script after a lost reply (a retried
+  -- EVALSHA). Finding our own value means the first run took the lock:
+  -- answer with the fence it drew, not with "held"; the lease counts from
+  -- now, as the caller believes.
+  local fence = own_fence(v, ARGV[1], ARGV[2])
+  if fence then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return fence
+  end
   return 0
 end
 local now, now_s = clock()

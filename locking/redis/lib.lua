@@ -20,13 +20,10 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(us), t[1] .. string.rep('0', 6 - #us) .. us
 end
 
--- own_fence returns the fence of lock if it holds this token and holder
--- (the call is a resend of one whose reply was lost), else nil.
-local function own_fence(lock, token, holder)
-  local v = redis.call('GET', lock)
-  if not v then
-    return nil
-  end
+-- own_fence returns the fence of a lock whose stored value is v if v is
+-- this token and holder's (the call is a resend of one whose reply was
+-- lost), else nil.
+local function own_fence(v, token, holder)
   local p = token .. '#'
   if string.sub(v, 1, #p) ~= p then
     return nil
@@ -44,11 +41,13 @@ end
 -- to another backend and back) never hands out a fence already given.
 local function grant(lock, counter, token, holder, ttl, now, now_s)
   local fence = redis.call('INCR', counter)
+  local fence_s = now_s
   if fence < now then
     redis.call('SET', counter, now_s)
     fence = now
+  else
+    fence_s = redis.call('GET', counter) -- the counter's own decimal: exact
   end
-  -- The counter's own decimal, as Redis stores it: exact.
-  redis.call('SET', lock, token .. '#' .. redis.call('GET', counter) .. holder, 'PX', ttl)
+  redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
   return fence
 end

@@ -21,7 +21,8 @@ end
 -- A resent call (its first reply lost) finds its own lock: granted, with the
 -- fence it drew, whatever the mark says now; the lease counts from now, as
 -- the caller believes.
-local fence = own_fence(KEYS[1], token, holder)
+local held = redis.call('GET', KEYS[1])
+local fence = held and own_fence(held, token, holder)
 if fence then
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, fence, mark_now(), now, 0}
@@ -83,7 +84,7 @@ if now - tick > math.max(skew, window) then
   return {5, 0, tick, now, 0}
 end
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if held then
   keep_mark()
   return {3, 0, eff, now, 0}
 end
