@@ -70,7 +70,7 @@ func (l *Locker) durability(ctx context.Context, c goredis.Cmdable, node string)
 	if err != nil {
 		if rerr := goredis.Error(nil); errors.As(err, &rerr) {
 			// The server answered, refusing CONFIG: say what we could not check.
-			return []string{fmt.Sprintf("redis%s: cannot read CONFIG (%v): persistence (appendonly, save) and maxmemory-policy are unchecked; "+
+			return []string{fmt.Sprintf("locking/redis%s: cannot read CONFIG (%v): persistence (appendonly, save) and maxmemory-policy are unchecked; "+
 				"locks and tick marks need persistence on and maxmemory-policy noeviction", at, err)}, nil
 		}
 		return nil, err
@@ -78,11 +78,11 @@ func (l *Locker) durability(ctx context.Context, c goredis.Cmdable, node string)
 	var out []string
 	a, s := aof.Val()["appendonly"], save.Val()["save"]
 	if a != "yes" && strings.TrimSpace(s) == "" {
-		out = append(out, fmt.Sprintf("redis%s: persistence is off (appendonly %q, save %q): a restart loses every lock and tick mark; "+
-			"set appendonly yes (or a save schedule) for the lock to survive restarts", at, a, s))
+		out = append(out, fmt.Sprintf("locking/redis%s: persistence is off (appendonly %q, save %q): a restart loses every lock and tick mark; "+
+			"set appendonly yes (or a save schedule) for them to survive restarts", at, a, s))
 	}
 	if p := policy.Val()["maxmemory-policy"]; p != "noeviction" {
-		out = append(out, fmt.Sprintf("redis%s: maxmemory-policy is %q: under memory pressure Redis may evict a lock (a second holder) or a tick mark (a second run); "+
+		out = append(out, fmt.Sprintf("locking/redis%s: maxmemory-policy is %q: under memory pressure Redis may evict a lock (a second holder) or a tick mark (a second run); "+
 			"set maxmemory-policy noeviction", at, p))
 	}
 	return out, nil

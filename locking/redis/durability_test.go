@@ -26,6 +26,7 @@ func TestDurabilityWarnings(t *testing.T) {
 		if len(w) != len(want) {
 			t.Fatalf("Durability = %q, want %d warnings naming %q", w, len(want), want)
 		}
+		t.Logf("warnings: %q", w)
 		for i, s := range want {
 			if !strings.Contains(w[i], s) {
 				t.Errorf("warning %q does not name %q", w[i], s)

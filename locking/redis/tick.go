@@ -113,12 +113,13 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	case tickMissed:
 		ans.Verdict = locking.TickMissed
 	case tickAhead:
-		return ans, &locking.AheadError{
+		// The answer keeps Now: the caller may measure its offset from it.
+		return ans, fmt.Errorf("locking/redis: try-lock-tick: %w", &locking.AheadError{
 			Key:     req.Key,
 			Tick:    req.Tick,
 			Offset:  time.Duration(ahead) * time.Microsecond,
 			MaxSkew: req.MaxSkew,
-		}
+		})
 	default:
 		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: verdict %d", req.Key, errReply, verdict)
 	}
