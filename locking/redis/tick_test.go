@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,11 +125,12 @@ func TestTickPerTick(t *testing.T) {
 	ctx := context.Background()
 
 	t0 := time.Now().Truncate(time.Second)
-	req := func(tick time.Time) locking.TickRequest {
-		r := tickReq("s", tick)
+	reqFor := func(key string, tick time.Time) locking.TickRequest {
+		r := tickReq(key, tick)
 		r.PerTick = true
 		return r
 	}
+	req := func(tick time.Time) locking.TickRequest { return reqFor("s", tick) }
 	h0 := mustTick(t, a, req(t0), locking.TickGranted).Handle
 	h1 := mustTick(t, b, req(t0.Add(time.Second)), locking.TickGranted).Handle
 	mustTick(t, b, req(t0), locking.TickDone)
@@ -179,6 +181,54 @@ func TestTickPerTick(t *testing.T) {
 	}
 	if err := b.Release(ctx, h1); err != nil {
 		t.Errorf("Release of the per-tick lock: %v", err)
+	}
+
+	// Eight nodes race for a tick (of another key: "s" is paused): one is
+	// granted, the others told done or contended.
+	t2 := t0
+	const nodes = 8
+	answers := make(chan locking.TickAnswer, nodes)
+	errs := make(chan error, nodes)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range nodes {
+		n := openLocker(t, Options{URL: url, KeyPrefix: prefix})
+		wg.Go(func() {
+			<-start
+			a, err := n.TryLockTick(ctx, reqFor("race", t2))
+			answers <- a
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("racing TryLockTick: %v", err)
+		}
+	}
+	granted := 0
+	for a := range answers {
+		if a.Verdict == locking.TickGranted {
+			granted++
+		} else if a.Verdict != locking.TickDone && a.Verdict != locking.TickContended {
+			t.Errorf("racing TryLockTick = %v", a.Verdict)
+		}
+	}
+	if granted != 1 {
+		t.Errorf("%d of %d racing nodes granted tick %v, want exactly 1", granted, nodes, t2)
+	}
+
+	// Close gives back the per-tick locks the Locker holds.
+	h3 := mustTick(t, a, reqFor("closed", t0), locking.TickGranted).Handle
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	tk := a.lockKey("closed") + tickSuffix + strconv.FormatInt(t0.UnixMicro(), 10)
+	if n := admin.Exists(ctx, tk).Val(); n != 0 {
+		t.Errorf("per-tick lock %s (%v) still there after Close", tk, h3)
 	}
 }
 
