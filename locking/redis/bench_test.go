@@ -218,3 +218,52 @@ func BenchmarkVsFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTryLockTick alternates try-lock-tick+release (the scheduler's
+// locked tick) with try-lock+release on other keys, op by op, and reports
+// each one's mean time: the tick script's extra work (mark, pause flag,
+// clock) against the plain acquire, in the same round trips.
+func BenchmarkTryLockTick(b *testing.B) {
+	l := benchLocker(b)
+	b.Cleanup(func() { _ = l.Close(context.Background()) })
+	tl := l.(*Locker)
+	ctx := b.Context()
+	keys, tkeys := make([]string, benchKeys), make([]string, benchKeys)
+	last := make([]time.Time, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/lock/%02d", i)
+		tkeys[i] = fmt.Sprintf("bench/tick/%02d", i)
+	}
+	var tickNs, lockNs int64
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := i % benchKeys
+		start := time.Now()
+		// Each key's next tick: now, or just after its last one.
+		tick := start.Truncate(time.Microsecond)
+		if !tick.After(last[k]) {
+			tick = last[k].Add(time.Microsecond)
+		}
+		last[k] = tick
+		a, err := tl.TryLockTick(ctx, locking.TickRequest{Key: tkeys[k], Tick: tick, TTL: benchTTL, MaxSkew: 5 * time.Second})
+		if err != nil || a.Verdict != locking.TickGranted {
+			b.Fatalf("TryLockTick = %v, %v", a.Verdict, err)
+		}
+		if err := l.Release(ctx, a.Handle); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		tickNs += int64(mid.Sub(start))
+		h, err := l.TryLock(ctx, keys[k], benchTTL)
+		if err != nil || h == nil {
+			b.Fatalf("TryLock = %v, %v", h, err)
+		}
+		if err := l.Release(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+		lockNs += int64(time.Since(mid))
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tickNs)/n, "tick-ns/op")
+	b.ReportMetric(float64(lockNs)/n, "lock-ns/op")
+}

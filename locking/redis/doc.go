@@ -6,37 +6,73 @@
 //
 // Every operation is one round trip, bounded by Options.OpTimeout:
 //
-//   - try-lock runs acquire.lua: SET lock value NX PX ttl and, only if that
-//     took the lock, INCR of the key's fencing counter, atomically. The
-//     reply is the new fence, or 0 when someone else holds the lock.
+//   - try-lock runs acquire.lua: if the lock is free, SET it with PX ttl
+//     and draw the key's next fence, atomically. The reply is the fence, or
+//     0 when someone else holds the lock.
+//   - try-lock-tick runs tick.lua: the decision of locking.DecideTick
+//     (resent call, ahead, done, paused, missed, contended, granted) made
+//     in one script on the server's clock (TIME), reading and raising the
+//     key's tick mark and reading its pause flag. The reply is five
+//     integers: verdict, fence, mark, the server's time, ahead offset.
 //   - renew runs renew.lua: PEXPIRE only if the lock still holds our value.
 //   - release runs release.lua: DEL only if the lock still holds our value.
+//   - InitMarks creates absent marks at the server's time (SET NX), one
+//     pipelined round trip per 500 keys; SetPause and GetPause write and
+//     read the pause flag.
 //
 // Scripts run by EVALSHA and fall back to EVAL after a restart flushed
 // the script cache. Replies are decoded strictly as integers: a 0, a nil or
 // a reply of any other type is never taken for success.
 //
+// Microsecond times and fences (about 1.8e15) are exact in Lua's numbers
+// but print as 1.7960416032329e+15, so the scripts never build a string
+// from one: what they write is a string the caller passed, one made from
+// TIME's own strings, or one Redis made (INCR); what they return are
+// integers.
+//
 // # Keys
 //
-// For prefix P and key K, the lock is P{K} and its fencing counter
-// P{K}:fence. The braces make K a Redis Cluster hash tag, so the two share
-// a slot and one script can touch both. The stored value is the handle's
-// random token, then "|" and Options.Holder when set; List shows the
-// holder, never the token.
+// For prefix P and key K (everything in K's hash slot, the braces making K
+// a Redis Cluster hash tag, so one script can touch them all):
+//
+//	P{K}            the lock (try-lock, and try-lock-tick for the schedule)
+//	P{K}:tick:<T>   a per-tick lock (TickRequest.PerTick), T in µs since
+//	                the epoch; List shows it as locking.TickLockKey
+//	P{K}:fence      the fencing counter, shared by all of K's locks
+//	P{K}:mark       the tick mark, T in µs as a decimal string; no expiry
+//	P{K}:pause      the pause flag, a hash: note, and until (µs) when set
+//
+// A lock's value is its random token, "#", the fence it drew, then "|" and
+// Options.Holder when set. Keeping the fence with the lock answers a
+// resent call (same token) with its own fence even when another lock of
+// the key (a later tick's) drew a higher one since. List shows the holder,
+// never the token.
+//
+// # Fences
 //
 // The fencing counter never expires, so fences keep increasing across
-// lock expiries and releases. A new counter starts at the Redis server's
-// clock in microseconds, not at 1: if Redis loses its data (a restart
-// without persistence, a failover to a replica that had not received the
-// last writes, FLUSHALL), the counter restarts above every fence handed out
-// before, so a resource that refuses fences lower than the highest it has
-// seen still refuses a stale holder and accepts the new one. What no lock
-// service can prevent after data loss is two holders at once (the old one
-// stalled, the new one granted by the empty Redis); fencing is what makes
-// that harmless. This assumes the server's clock does not step back by more
-// than the time since the lost data was written, and fewer than a million
-// acquisitions a second per key. Use persistence (appendonly) where it
-// matters; DESIGN says single-instance Redlock for this reason.
+// lock expiries and releases. Every acquisition draws the larger of the
+// counter plus one and the server's clock in microseconds. So when Redis
+// loses or rewinds data (a restart without persistence, an AOF everysec
+// crash, a failover to a replica that had not received the last writes,
+// FLUSHALL, a switch to Postgres and back), the next fence is still above
+// every fence handed out before, and a resource that refuses fences lower
+// than the highest it has seen still refuses a stale holder and accepts
+// the new one. What no lock service can prevent after data loss is two
+// holders at once (the old one stalled, the new one granted by the empty
+// Redis); fencing is what makes that harmless. This assumes the server's
+// clock does not step back by more than the time since the lost data was
+// written, and fewer than a million acquisitions a second per key.
+//
+// # Durability
+//
+// Locks and tick marks live in Redis memory: run it with persistence
+// (appendonly yes, or at least RDB snapshots) and maxmemory-policy
+// noeviction (an evicted lock is a second holder, an evicted mark a second
+// run). Locker.Durability reads both settings with CONFIG GET and returns
+// a warning naming each one that is not so (or one saying they are
+// unchecked where CONFIG is refused). A mark Redis lost is raised back by
+// the caller's TickRequest.Floor.
 //
 // # URLs
 //
@@ -73,7 +109,11 @@
 //
 // A try-lock whose reply is lost (a timeout after Redis ran the script)
 // may leave a lock that no handle owns; it expires with its TTL. go-redis
-// resends a command only when the connection failed before a reply, and
-// acquire.lua answers a resend of its own acquisition with the fence it
-// drew, so a retry never reports "held" for a lock it took.
+// resends a command by itself when the connection ended before the reply
+// (EOF, as TestResentTickAnsweredGranted shows), and both acquire.lua and
+// tick.lua answer a resend of their own acquisition (same token and
+// holder) with the fence it drew and a fresh lease, so a retry never
+// reports "held" or "done" for a lock it took. A caller that resends after
+// an error passes the first attempt's token in TickRequest.Token for the
+// same answer.
 package redis

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,9 +27,12 @@ func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 	if err := l.checkOpen(); err != nil {
 		return nil, err
 	}
-	// Lock keys end with '}' (prefix + "{" + key + "}"); fence keys end
-	// with ":fence", so this pattern never matches them.
-	match := globEscape(l.prefix) + `\{*}`
+	// Everything under the prefix: locks end with '}' (prefix{key}) and
+	// per-tick locks with "}:tick:" and T; scanNode drops the fence
+	// counters, marks and pause flags kept next to them. One SCAN with a
+	// broad pattern walks the keyspace once, where a pattern per kind
+	// would walk it twice.
+	match := globEscape(l.prefix) + `\{*`
 
 	var (
 		mu  sync.Mutex
@@ -71,6 +75,7 @@ func (l *Locker) scanNode(ctx context.Context, c goredis.Cmdable, match string) 
 		if err != nil {
 			return out, err
 		}
+		keys = l.lockKeys(keys)
 		if len(keys) > 0 {
 			infos, err := l.describe(ctx, c, keys)
 			if err != nil {
@@ -85,6 +90,50 @@ func (l *Locker) scanNode(ctx context.Context, c goredis.Cmdable, match string) 
 	}
 }
 
+// lockKeys keeps the keys of locks and per-tick locks, in place.
+func (l *Locker) lockKeys(keys []string) []string {
+	out := keys[:0]
+	for _, k := range keys {
+		if _, ok := l.listedKey(k); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// listedKey is the key List shows for the Redis key k: the caller's key
+// for a lock (prefix{key}), locking.TickLockKey for a per-tick lock
+// (prefix{key}:tick:T); ok is false for anything else (fence counters,
+// marks, pause flags, foreign keys).
+func (l *Locker) listedKey(k string) (key string, ok bool) {
+	rest, ok := strings.CutPrefix(k, l.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	if key, ok := strings.CutSuffix(rest, "}"); ok {
+		return key, true
+	}
+	// The last "}:tick:" ends the key: the caller's key may contain one,
+	// the tick's digits cannot.
+	i := strings.LastIndex(rest, "}"+tickSuffix)
+	if i < 0 {
+		return "", false
+	}
+	us, err := strconv.ParseInt(rest[i+1+len(tickSuffix):], 10, 64)
+	if err != nil {
+		return "", false
+	}
+	return locking.TickLockKey(rest[:i], time.UnixMicro(us)), true
+}
+
+// fenceKey is the fence counter of the lock or per-tick lock k.
+func fenceKey(k string) string {
+	if strings.HasSuffix(k, "}") {
+		return k + fenceSuffix
+	}
+	return k[:strings.LastIndex(k, "}"+tickSuffix)+1] + fenceSuffix
+}
+
 func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string) ([]locking.LockInfo, error) {
 	type cmds struct {
 		value *goredis.StringCmd
@@ -96,7 +145,7 @@ func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string)
 	defer cancel()
 	_, err := c.Pipelined(opCtx, func(p goredis.Pipeliner) error {
 		for i, k := range keys {
-			all[i] = cmds{p.Get(opCtx, k), p.PTTL(opCtx, k), p.Get(opCtx, k+fenceSuffix)}
+			all[i] = cmds{p.Get(opCtx, k), p.PTTL(opCtx, k), p.Get(opCtx, fenceKey(k))}
 		}
 		return nil
 	})
@@ -113,15 +162,32 @@ func (l *Locker) describe(ctx context.Context, c goredis.Cmdable, keys []string)
 		if ttl < 0 {
 			ttl = 0 // -1 no expiry (never set by us), -2 gone
 		}
-		fence, _ := all[i].fence.Int64()
+		// The fence the lock drew, stored with it; the counter for a
+		// value written by an older version, which kept none.
+		fence, ok := valueFence(v)
+		if !ok {
+			fence, _ = all[i].fence.Int64()
+		}
+		key, _ := l.listedKey(k)
 		out = append(out, locking.LockInfo{
-			Key:     strings.TrimSuffix(strings.TrimPrefix(k, l.prefix+"{"), "}"),
+			Key:     key,
 			Fence:   fence,
 			TTLLeft: ttl.Round(time.Millisecond),
 			Holder:  splitValue(v),
 		})
 	}
 	return out, nil
+}
+
+// valueFence returns the fence stored in a lock's value (see lib.lua).
+func valueFence(v string) (int64, bool) {
+	v, _, _ = strings.Cut(v, holderSep)
+	_, f, ok := strings.Cut(v, fenceSep)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f, 10, 64)
+	return n, err == nil
 }
 
 // globEscape quotes the characters SCAN MATCH treats as a pattern.

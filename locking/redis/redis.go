@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,16 +21,34 @@ const (
 	DefaultOpTimeout = 2 * time.Second
 )
 
-// fenceSuffix makes a lock key into its fencing counter's key.
-const fenceSuffix = ":fence"
+// Suffixes that make a lock key (prefix{key}) into the keys kept next to
+// it, in its hash slot: the fencing counter, the tick mark, the pause flag
+// and the per-tick locks (tickSuffix + T in microseconds). None of them
+// ends with '}', which is how List tells them from the locks.
+const (
+	fenceSuffix = ":fence"
+	markSuffix  = ":mark"
+	pauseSuffix = ":pause"
+	tickSuffix  = ":tick:"
+)
 
-// holderSep separates the token from the holder in the stored value. The
-// token is hex, so the first separator always ends it.
-const holderSep = "|"
+// The stored value of a lock is token + fenceSep + fence, then holderSep +
+// Options.Holder when set. The token is hex and the fence decimal, so the
+// first holderSep always starts the holder.
+const (
+	fenceSep  = "#"
+	holderSep = "|"
+)
 
 var (
+	//go:embed lib.lua
+	libSrc string
 	//go:embed acquire.lua
 	acquireSrc string
+	//go:embed tick.lua
+	tickSrc string
+	//go:embed initmark.lua
+	initMarkSrc string
 	//go:embed renew.lua
 	renewSrc string
 	//go:embed release.lua
@@ -37,9 +56,11 @@ var (
 
 	// The scripts run by EVALSHA, falling back to EVAL (which also loads
 	// them) on NOSCRIPT, e.g. after a Redis restart flushed the cache.
-	acquireScript = goredis.NewScript(acquireSrc)
-	renewScript   = goredis.NewScript(renewSrc)
-	releaseScript = goredis.NewScript(releaseSrc)
+	acquireScript  = goredis.NewScript(libSrc + acquireSrc)
+	tickScript     = goredis.NewScript(libSrc + tickSrc)
+	initMarkScript = goredis.NewScript(initMarkSrc)
+	renewScript    = goredis.NewScript(renewSrc)
+	releaseScript  = goredis.NewScript(releaseSrc)
 )
 
 // Options configure a Locker.
@@ -64,7 +85,7 @@ type Locker struct {
 	ownsClient bool // Close closes the client only when Open made it
 	prefix     string
 	opTimeout  time.Duration
-	holder     string
+	holderArg  string // "" or holderSep + Options.Holder, as stored after the fence
 
 	mu     sync.Mutex
 	closed bool
@@ -111,9 +132,16 @@ func New(client goredis.UniversalClient, opts Options) *Locker {
 		client:    client,
 		prefix:    opts.KeyPrefix,
 		opTimeout: opts.OpTimeout,
-		holder:    opts.Holder,
+		holderArg: holderArg(opts.Holder),
 		held:      make(map[*locking.Handle]struct{}),
 	}
+}
+
+func holderArg(holder string) string {
+	if holder == "" {
+		return ""
+	}
+	return holderSep + holder
 }
 
 func withDefaults(o Options) Options {
@@ -146,24 +174,26 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	// One allocation for both keys: the fence key is the lock key plus a
 	// suffix, so the lock key is a prefix of it.
 	fenceKey := l.prefix + "{" + key + "}" + fenceSuffix // = lockKey(key) + fenceSuffix
-	st := &heldLock{lockKey: fenceKey[:len(fenceKey)-len(fenceSuffix)], value: token}
-	if l.holder != "" {
-		st.value = token + holderSep + l.holder
-	}
+	lockKey := fenceKey[:len(fenceKey)-len(fenceSuffix)]
 
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	fence, err := replyInt(acquireScript.Run(opCtx, l.client,
-		[]string{st.lockKey, fenceKey}, st.value, ttl.Milliseconds()))
+		[]string{lockKey, fenceKey}, token, l.holderArg, ttl.Milliseconds()))
 	switch {
 	case err != nil:
 		return nil, l.opError(ctx, "try-lock", key, err)
 	case fence == 0:
 		return nil, nil // held by someone else
 	case fence < 0:
-		return nil, fmt.Errorf("locking/redis: try-lock %q: unexpected reply %d", key, fence)
+		return nil, fmt.Errorf("locking/redis: try-lock %q: %w: fence %d", key, errReply, fence)
 	}
+	return l.track(ctx, key, lockKey, token, fence, ttl)
+}
 
+// track builds the handle of a lock just taken and registers it for Close.
+func (l *Locker) track(ctx context.Context, key, lockKey, token string, fence int64, ttl time.Duration) (*locking.Handle, error) {
+	st := &heldLock{lockKey: lockKey, value: l.storedValue(token, fence)}
 	h := locking.NewHandle(l, key, token, fence, ttl, st)
 	l.mu.Lock()
 	if l.closed {
@@ -176,6 +206,13 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	l.held[h] = struct{}{}
 	l.mu.Unlock()
 	return h, nil
+}
+
+// storedValue is the value the scripts store for a lock of token with fence
+// (see lib.lua); renew and release compare it exactly.
+func (l *Locker) storedValue(token string, fence int64) string {
+	var b [20]byte
+	return token + fenceSep + string(strconv.AppendInt(b[:0], fence, 10)) + l.holderArg
 }
 
 // Renew extends the lock by its TTL from now, if it is still h's.

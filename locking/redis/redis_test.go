@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,20 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		TTLExpiry: true,
+		// The clock try-lock-tick decides on: the server's.
+		Now: func() time.Time {
+			now, err := admin.Time(context.Background()).Result()
+			if err != nil {
+				t.Fatalf("TIME: %v", err)
+			}
+			return now
+		},
+		ForgetMark: func(t testing.TB, key string) {
+			mk := prefixFor(t) + "{" + key + "}" + markSuffix
+			if err := admin.Del(context.Background(), mk).Err(); err != nil {
+				t.Fatalf("forgetting the mark %s: %v", mk, err)
+			}
+		},
 	})
 }
 
@@ -79,8 +94,8 @@ func TestTryLockContentionAndFence(t *testing.T) {
 	if h, err := a.TryLock(ctx, "job", time.Minute); h != nil || err != nil {
 		t.Fatalf("second TryLock by the holder's Locker = %v, %v; want (nil, nil): not re-entrant", h, err)
 	}
-	if got, want := storedValue(t, admin, a, "job"), h1.Token()+"|node-a"; got != want {
-		t.Fatalf("stored value = %q, want token|holder %q", got, want)
+	if got, want := storedValue(t, admin, a, "job"), fmt.Sprintf("%s#%d|node-a", h1.Token(), h1.Fence()); got != want {
+		t.Fatalf("stored value = %q, want token#fence|holder %q", got, want)
 	}
 	if err := a.Release(ctx, h1); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -263,9 +278,9 @@ func TestAcquireScriptIsIdempotentForItsOwnValue(t *testing.T) {
 	prefix := testPrefix(t, admin)
 	ctx := context.Background()
 	keys := []string{prefix + "{k}", prefix + "{k}" + fenceSuffix}
-	run := func(value string) int64 {
+	run := func(token string) int64 {
 		t.Helper()
-		n, err := replyInt(acquireScript.Run(ctx, admin, keys, value, int64(60000)))
+		n, err := replyInt(acquireScript.Run(ctx, admin, keys, token, "|holder", int64(60000)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,53 @@
+-- lib: functions shared by acquire.lua and tick.lua (prepended to each).
+--
+-- Numbers: microsecond times and fences (about 1.8e15) are exact in Lua's
+-- doubles (below 2^53) and compared as numbers, but Lua formats such a
+-- number as 1.7960416032329e+15, so no string is ever built from one. What
+-- is written to Redis is either a string the caller passed, one built from
+-- TIME's own strings, or made by Redis itself (INCR, DECRBY); values sent
+-- back are integers, which Redis converts exactly.
+--
+-- A lock's stored value is token .. '#' .. fence .. holder, where holder is
+-- '' or '|' followed by the holder's name: the fence it drew is kept with
+-- the lock, so a resent call is answered with its own fence even when other
+-- locks of the key (per-tick locks) drew later ones since.
+
+-- clock returns the server's time in microseconds, as a number and as its
+-- exact decimal string.
+local function clock()
+  local t = redis.call('TIME')
+  local us = t[2]
+  return tonumber(t[1]) * 1000000 + tonumber(us), t[1] .. string.rep('0', 6 - #us) .. us
+end
+
+-- own_fence returns the fence of a lock whose stored value is v if v is
+-- this token and holder's (the call is a resend of one whose reply was
+-- lost), else nil.
+local function own_fence(v, token, holder)
+  local p = token .. '#'
+  if string.sub(v, 1, #p) ~= p then
+    return nil
+  end
+  local f, rest = string.match(string.sub(v, #p + 1), '^(%d+)(.*)$')
+  if f == nil or rest ~= holder then
+    return nil
+  end
+  return tonumber(f)
+end
+
+-- grant takes lock for ttl ms and draws its fence: one above the counter and
+-- at least the server's clock, so a counter Redis lost or rewound (no
+-- persistence, an AOF everysec crash, a lagging replica promoted, a switch
+-- to another backend and back) never hands out a fence already given.
+local function grant(lock, counter, token, holder, ttl, now, now_s)
+  local fence = redis.call('INCR', counter)
+  local fence_s = now_s
+  if fence < now then
+    redis.call('SET', counter, now_s)
+    fence = now
+  else
+    fence_s = redis.call('GET', counter) -- the counter's own decimal: exact
+  end
+  redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
+  return fence
+end

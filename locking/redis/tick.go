@@ -1,0 +1,262 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+var (
+	_ locking.TickLocker = (*Locker)(nil)
+	_ locking.Pauser     = (*Locker)(nil)
+)
+
+// Verdict codes of tick.lua's reply.
+const (
+	tickGranted   = 1
+	tickDone      = 2
+	tickContended = 3
+	tickPaused    = 4
+	tickMissed    = 5
+	tickAhead     = 6
+)
+
+// tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
+// now, ahead.
+const tickReplyLen = 5
+
+// initMarksBatch bounds how many marks one InitMarks round trip creates, so
+// that each stays short on the server and within OpTimeout.
+const initMarksBatch = 500
+
+// TryLockTick is try-lock-tick (locking.TickLocker): tick.lua makes the
+// decision of locking.DecideTick in one script on the server's clock, with
+// times counted in whole microseconds (T's nanoseconds are dropped). The
+// lock is the schedule's (prefix{key}) or, with PerTick, the tick's
+// (prefix{key}:tick:<T in µs>); the fence counter, mark and pause flag are
+// the schedule's, all in the key's hash slot.
+//
+// A request carrying the Token of an earlier one whose reply was lost is
+// answered from the lock that call took: granted, with its fence. go-redis
+// resends a script by itself when the connection broke before the reply
+// (EOF), and the resend is answered the same way.
+func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	if err := locking.CheckTickRequest(req); err != nil {
+		return locking.TickAnswer{}, err
+	}
+	token := req.Token
+	if token == "" {
+		var err error
+		if token, err = locking.NewToken(); err != nil {
+			return locking.TickAnswer{}, err
+		}
+	} else if err := checkToken(req.Key, token); err != nil {
+		return locking.TickAnswer{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return locking.TickAnswer{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w", req.Key, context.Cause(ctx))
+	}
+
+	base := l.lockKey(req.Key)
+	tick := req.Tick.UnixMicro()
+	lockKey, handleKey := base, req.Key
+	if req.PerTick {
+		lockKey = base + tickSuffix + strconv.FormatInt(tick, 10)
+		handleKey = locking.TickLockKey(req.Key, req.Tick)
+	}
+	floor := "" // none
+	if !req.Floor.IsZero() {
+		floor = strconv.FormatInt(req.Floor.UnixMicro(), 10)
+	}
+
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	r, err := replyInts(tickScript.Run(opCtx, l.client,
+		[]string{lockKey, base + fenceSuffix, base + markSuffix, base + pauseSuffix},
+		token, l.holderArg, req.TTL.Milliseconds(),
+		strconv.FormatInt(tick, 10), floor,
+		strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
+		strconv.FormatInt(req.Window.Microseconds(), 10)), tickReplyLen)
+	if err != nil {
+		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", req.Key, err)
+	}
+	verdict, fence, mark, now, ahead := r[0], r[1], r[2], r[3], r[4]
+	ans := locking.TickAnswer{Now: time.UnixMicro(now)}
+	if mark != 0 {
+		ans.Mark = time.UnixMicro(mark)
+	}
+	switch verdict {
+	case tickGranted:
+		if fence <= 0 {
+			return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: granted with fence %d", req.Key, errReply, fence)
+		}
+		h, err := l.track(ctx, handleKey, lockKey, token, fence, req.TTL)
+		if err != nil {
+			return locking.TickAnswer{}, err
+		}
+		ans.Verdict, ans.Handle = locking.TickGranted, h
+	case tickDone:
+		ans.Verdict = locking.TickDone
+	case tickContended:
+		ans.Verdict = locking.TickContended
+	case tickPaused:
+		ans.Verdict = locking.TickPaused
+	case tickMissed:
+		ans.Verdict = locking.TickMissed
+	case tickAhead:
+		// The answer keeps Now: the caller may measure its offset from it.
+		return ans, fmt.Errorf("locking/redis: try-lock-tick: %w", &locking.AheadError{
+			Key:     req.Key,
+			Tick:    req.Tick,
+			Offset:  time.Duration(ahead) * time.Microsecond,
+			MaxSkew: req.MaxSkew,
+		})
+	default:
+		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: verdict %d", req.Key, errReply, verdict)
+	}
+	return ans, nil
+}
+
+// checkToken refuses a caller's token the stored value could not carry
+// unambiguously (see lib.lua).
+func checkToken(key, token string) error {
+	if strings.ContainsAny(token, fenceSep+holderSep) || locking.CheckKey(token) != nil {
+		return fmt.Errorf("%w: token for key %q must be printable, without %q or %q", locking.ErrInvalid, key, fenceSep, holderSep)
+	}
+	return nil
+}
+
+// InitMarks creates the tick mark of every key that has none at the
+// server's time (SET NX in a script reading TIME), pipelined in batches;
+// existing marks are left alone.
+func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
+	for _, k := range keys {
+		if err := locking.CheckKey(k); err != nil {
+			return err
+		}
+	}
+	if err := l.checkOpen(); err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), initMarksBatch)]
+		keys = keys[len(batch):]
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("locking/redis: init marks: %w", context.Cause(ctx))
+		}
+		opCtx, cancel := l.opContext(ctx)
+		cmds, err := l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
+			for _, k := range batch {
+				// EVAL, not EVALSHA: a pipeline cannot fall back on
+				// NOSCRIPT, and this runs once per load.
+				initMarkScript.Eval(opCtx, p, []string{l.lockKey(k) + markSuffix})
+			}
+			return nil
+		})
+		cancel()
+		if err == nil {
+			for _, c := range cmds {
+				if _, err = replyInt(c.(*goredis.Cmd)); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return l.opError(ctx, "init marks", "", err)
+		}
+	}
+	return nil
+}
+
+// SetPause sets or clears key's pause flag, the hash prefix{key}:pause
+// (fields note and, when set, until in µs), which tick.lua reads. Clearing
+// deletes it. The write is acknowledged by the one server every
+// try-lock-tick of key runs on, so it wins over every later one.
+func (l *Locker) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	if err := locking.CheckKey(key); err != nil {
+		return err
+	}
+	if err := l.checkOpen(); err != nil {
+		return err
+	}
+	pk := l.lockKey(key) + pauseSuffix
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	var err error
+	if !p.Paused {
+		err = l.client.Del(opCtx, pk).Err()
+	} else {
+		fields := []any{"note", p.Note}
+		if !p.Until.IsZero() {
+			fields = append(fields, "until", strconv.FormatInt(p.Until.UnixMicro(), 10))
+		}
+		// One transaction: no try-lock-tick sees the old until with the
+		// new pause.
+		_, err = l.client.TxPipelined(opCtx, func(tx goredis.Pipeliner) error {
+			tx.Del(opCtx, pk)
+			tx.HSet(opCtx, pk, fields...)
+			return nil
+		})
+	}
+	if err != nil {
+		return l.opError(ctx, "set pause", key, err)
+	}
+	return nil
+}
+
+// GetPause reads key's pause flag as stored (an expired Until included;
+// Pause.Active tells).
+func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	if err := locking.CheckKey(key); err != nil {
+		return locking.Pause{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return locking.Pause{}, err
+	}
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	m, err := l.client.HGetAll(opCtx, l.lockKey(key)+pauseSuffix).Result()
+	if err != nil {
+		return locking.Pause{}, l.opError(ctx, "get pause", key, err)
+	}
+	if len(m) == 0 {
+		return locking.Pause{}, nil
+	}
+	p := locking.Pause{Paused: true, Note: m["note"]}
+	if u, ok := m["until"]; ok {
+		us, err := strconv.ParseInt(u, 10, 64)
+		if err != nil {
+			return locking.Pause{}, fmt.Errorf("locking/redis: get pause %q: %w: until %q", key, errReply, u)
+		}
+		p.Until = time.UnixMicro(us)
+	}
+	return p, nil
+}
+
+// replyInts decodes a script's reply strictly as an array of n integers.
+func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != n {
+		return nil, fmt.Errorf("%w: %T %v, want %d integers", errReply, v, v, n)
+	}
+	out := make([]int64, n)
+	for i, x := range a {
+		if out[i], ok = x.(int64); !ok {
+			return nil, fmt.Errorf("%w: element %d is %T %v, want an integer", errReply, i, x, x)
+		}
+	}
+	return out, nil
+}
