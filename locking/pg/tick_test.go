@@ -231,13 +231,21 @@ func TestTickDeletedRowWithoutFloorRegrants(t *testing.T) {
 
 // waitBlocked waits until a statement of application_name bext-scheduler
 // waits on a lock (a row lock the admin holds), as pg_stat_activity shows.
+// It asks on a connection of its own: the admin's is in the transaction
+// holding the row, where pg_stat_activity would be one cached snapshot.
 func (c *cluster) waitBlocked() {
 	c.t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.url)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
 		// Asked, not slept on: Postgres is the only one who knows.
-		err := c.admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'bext-scheduler' AND wait_event_type = 'Lock' AND datname = current_database()
 			AND query LIKE '%tick_mark%'`).Scan(&n)
 		if err != nil {
