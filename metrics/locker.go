@@ -23,6 +23,16 @@ const (
 	resultOK        = "ok"
 	resultLost      = "lost"
 	resultError     = "error"
+
+	// The try_lock results only try-lock-tick gives: the tick was not run
+	// here, and not because of contention or a failure. A granted tick is
+	// "acquired" (a lock was taken) and a contended one "contended", as
+	// with TryLock, so acquired/(acquired+contended) stays the contention
+	// ratio; a refused future tick (ErrTickAhead) is "error", as every call
+	// that returns an error.
+	resultDone   = "done"
+	resultPaused = "paused"
+	resultMissed = "missed"
 )
 
 // lister is implemented by backends that can list the locks they hold.
@@ -40,8 +50,11 @@ type lister interface {
 // Ping(ctx) error (forwarded, or nil when l cannot ping),
 // List(ctx) ([]locking.LockInfo, error) (forwarded, or an error wrapping
 // errors.ErrUnsupported) and Unwrap() locking.Locker; and it is a
-// locking.Claimer exactly when l is, so callers can tell whether the
-// backend needs claims recorded.
+// locking.Claimer, locking.LeaseBounder, locking.TickLocker and
+// locking.Pauser each exactly when l is, so callers can tell what the
+// backend does by asserting on the wrapper. TryLockTick is counted and
+// timed as op try_lock (results: see resultDone); InitMarks, SetPause,
+// GetPause, Claim and MaxLease are forwarded uncounted.
 func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Locker {
 	il := &instrumented{
 		next:    l,
@@ -54,8 +67,12 @@ func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Lock
 	}
 	// Every series is created here, at zero ("no errors yet" reads as 0,
 	// not absent), and resolved once so an operation costs no label lookup.
+	tryLock := []string{resultAcquired, resultContended, resultError}
+	if _, ok := l.(locking.TickLocker); ok {
+		tryLock = append(tryLock, resultDone, resultPaused, resultMissed)
+	}
 	for op, results := range map[string][]string{
-		opTryLock: {resultAcquired, resultContended, resultError},
+		opTryLock: tryLock,
 		opRenew:   {resultOK, resultLost, resultError},
 		opRelease: {resultOK, resultLost, resultError},
 	} {
@@ -67,10 +84,7 @@ func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Lock
 	}
 	il.gauge.Add(0)
 	m.ready.track(backend, il)
-	if _, ok := l.(locking.Claimer); ok {
-		return instrumentedClaimer{il}
-	}
-	return il
+	return il.withOptional()
 }
 
 type instrumented struct {
@@ -159,23 +173,18 @@ func (l *instrumented) List(ctx context.Context) ([]locking.LockInfo, error) {
 	return infos, err
 }
 
-// instrumentedClaimer is an instrumented Locker over a locking.Claimer.
-type instrumentedClaimer struct{ *instrumented }
-
-// Claim forwards to the wrapped Claimer.
-func (l instrumentedClaimer) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
-	err := l.next.(locking.Claimer).Claim(ctx, h, d)
-	l.m.ready.record(err)
-	return err
-}
-
 // Unwrap returns the wrapped Locker.
 func (l *instrumented) Unwrap() locking.Locker { return l.next }
 
 func (l *instrumented) observe(op, result string, start time.Time, err error) {
+	l.count(op, result, start)
+	l.m.ready.record(err)
+}
+
+// count counts one operation under its result and records its duration.
+func (l *instrumented) count(op, result string, start time.Time) {
 	l.ops[op][result].Inc()
 	l.timing[op].Observe(time.Since(start).Seconds())
-	l.m.ready.record(err)
 }
 
 func (l *instrumented) hold(h *locking.Handle) {

@@ -121,7 +121,7 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 		}, []string{"schedule"})),
 		lockOps: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bext_locking_operations_total",
-			Help: "Lock operations, per backend, op (try_lock, renew, release) and result (acquired, contended, ok, lost, error).",
+			Help: "Lock operations, per backend, op (try_lock, renew, release) and result (acquired, contended, ok, lost, error; try-lock-tick also done, paused, missed).",
 		}, []string{"backend", "op", "result"})),
 		lockDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bext_locking_operation_duration_seconds",

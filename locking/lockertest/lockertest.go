@@ -50,6 +50,20 @@ type Backend struct {
 	// session each); 0 means no limit. The suite holds min(MaxHeld, 10000)
 	// distinct keys, and beyond MaxHeld expects a clear error, not contention.
 	MaxHeld int
+
+	// Now reads the backend's clock, the one try-lock-tick decides on
+	// (Redis TIME, Postgres clock_timestamp(), memory's injected clock).
+	// The tick cases place their ticks relative to it, and check fences
+	// against it in microseconds. nil means time.Now (a backend on this
+	// machine's clock).
+	Now func() time.Time
+
+	// ForgetMark deletes the tick mark of key (a TryLockTick key of this
+	// test) the way a store that lost data would: Redis DEL of the mark
+	// key, Postgres DELETE of the mark row, memory a test hook. It must
+	// leave locks, fences and pause flags alone. Required by the cases about
+	// a missing mark and Floor, which fail without it.
+	ForgetMark func(t testing.TB, key string)
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest
@@ -59,7 +73,7 @@ func Run(t *testing.T, b Backend) {
 	if b.New == nil || b.Expire == nil {
 		t.Fatal("lockertest: Backend.New and Backend.Expire are required")
 	}
-	for _, c := range cases {
+	for _, c := range append(cases[:len(cases):len(cases)], tickCases...) {
 		t.Run(c.name, func(t *testing.T) { c.run(newSuite(t, b)) })
 	}
 }
@@ -112,6 +126,14 @@ func (s *suite) locker() locking.Locker {
 // key returns a key unique to this case.
 func (s *suite) key(name string) string {
 	return "lockertest/" + s.t.Name() + "/" + name
+}
+
+// now reads the backend's clock (Backend.Now, else this machine's).
+func (s *suite) now() time.Time {
+	if s.b.Now != nil {
+		return s.b.Now()
+	}
+	return time.Now()
 }
 
 // passTime moves time forward by d: the backend's clock when it has one,

@@ -17,10 +17,15 @@
 // Fencing tokens come from one counter per shard of the table. A key always
 // lives in the same shard, so its tokens strictly increase across release
 // and expiry (though not by one: other keys share the counter), and the
-// memory this costs is fixed (no per-key history). The counters start at
-// the wall-clock time in nanoseconds when the table is made, so a restarted
-// process still issues larger tokens than before, unless the clock was
-// stepped back in between.
+// memory this costs is fixed (no per-key history). Every token is also at
+// least the clock in microseconds, as on every backend, so a restarted
+// process (or a switch to another backend and back) still issues larger
+// tokens than before, unless the clock was stepped back in between.
+//
+// Try-lock-tick (locking.TickLocker) keeps each key's tick mark and pause
+// flag in the same table, so peers share them like nodes share a backend,
+// and decides with locking.DecideTick under the shard's mutex: one atomic
+// step. Marks and pause flags outlive locks and are never swept.
 //
 // Several Lockers can share one table (Peer): they exclude each other, and
 // each releases only its own locks on Close.
@@ -38,8 +43,9 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// Locker is an in-process lock backend. It implements locking.Locker and
-// locking.Pinger, and is safe for concurrent use.
+// Locker is an in-process lock backend. It implements locking.Locker,
+// locking.TickLocker, locking.Pauser and locking.Pinger, and is safe for
+// concurrent use.
 type Locker struct {
 	tab    *table
 	holder string
@@ -47,8 +53,10 @@ type Locker struct {
 }
 
 var (
-	_ locking.Locker = (*Locker)(nil)
-	_ locking.Pinger = (*Locker)(nil)
+	_ locking.Locker     = (*Locker)(nil)
+	_ locking.Pinger     = (*Locker)(nil)
+	_ locking.TickLocker = (*Locker)(nil)
+	_ locking.Pauser     = (*Locker)(nil)
 )
 
 // Option configures New.
@@ -115,7 +123,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
 	}
-	now := l.tab.elapsed()
+	wall, now := l.tab.now()
 	if cur, ok := s.m[key]; ok && now < cur.expires {
 		s.mu.Unlock()
 		return nil, nil
@@ -125,14 +133,15 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		s.mu.Unlock()
 		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
 	}
-	s.fence++
-	fence := s.fence
-	s.m[key] = entry{owner: l, expires: expiry(now, ttl), fence: fence} // replaces an expired entry, if any
+	fence := s.nextFence(wall)
+	// memory recognises an acquisition by its fence; the token serves the
+	// caller (logs, job environment), proves the handle is fresh, and lets
+	// a resent try-lock-tick find its lock.
+	token := hex.EncodeToString(tok[:])
+	s.m[key] = entry{owner: l, expires: expiry(now, ttl), fence: fence, token: token} // replaces an expired entry, if any
 	s.sweepIfGrown(now)
 	s.mu.Unlock()
-	// memory recognises an acquisition by its fence; the token serves the
-	// caller (logs, job environment) and proves the handle is fresh.
-	return locking.NewHandle(l, key, hex.EncodeToString(tok[:]), fence, ttl, nil), nil
+	return locking.NewHandle(l, key, token, fence, ttl, nil), nil
 }
 
 // Renew extends the lock by its TTL from now. It returns an error wrapping

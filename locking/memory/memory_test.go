@@ -70,13 +70,26 @@ func (c *cluster) New(t testing.TB) locking.Locker {
 	return root.Peer("node-n")
 }
 
+// ForgetMark deletes key's mark from the table of t's lockers.
+func (c *cluster) ForgetMark(t testing.TB, key string) {
+	c.mu.Lock()
+	root, ok := c.roots[t]
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("ForgetMark(%q): this test made no locker", key)
+	}
+	root.ForgetMark(key)
+}
+
 func TestConformance(t *testing.T) {
 	c := &cluster{clock: newFakeClock(), roots: map[testing.TB]*memory.Locker{}}
 	lockertest.Run(t, lockertest.Backend{
-		New:       c.New,
-		Expire:    func(testing.TB, string) { c.clock.Advance(expireAll) },
-		TTLExpiry: true,
-		Advance:   c.clock.Advance,
+		New:        c.New,
+		Expire:     func(testing.TB, string) { c.clock.Advance(expireAll) },
+		TTLExpiry:  true,
+		Advance:    c.clock.Advance,
+		Now:        c.clock.Now,
+		ForgetMark: c.ForgetMark,
 	})
 }
 
@@ -100,6 +113,16 @@ func TestConformanceRealClock(t *testing.T) {
 		},
 		Expire:    func(testing.TB, string) { offset.Add(int64(expireAll)) },
 		TTLExpiry: true,
+		Now:       clock,
+		ForgetMark: func(t testing.TB, key string) {
+			mu.Lock()
+			root, ok := roots[t]
+			mu.Unlock()
+			if !ok {
+				t.Fatalf("ForgetMark(%q): this test made no locker", key)
+			}
+			root.ForgetMark(key)
+		},
 	})
 }
 

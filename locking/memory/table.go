@@ -38,14 +38,24 @@ type table struct {
 	// arithmetic, and with the real clock one monotonic reading (time.Since)
 	// costs half of time.Now, which reads the wall clock too.
 	elapsed func() time.Duration
-	seed    maphash.Seed
-	shards  [numShards]shard
+	// clock reads the table's clock as a time: the wall time that marks,
+	// pauses and the floor of fences are in. epoch is its reading when the
+	// table was made, so clock().Sub(epoch) is what elapsed returns.
+	clock  func() time.Time
+	epoch  time.Time
+	seed   maphash.Seed
+	shards [numShards]shard
 }
 
 // shard is one mutex-guarded part of the table.
 type shard struct {
 	mu sync.Mutex
 	m  map[string]entry
+	// marks and pauses are the tick marks and pause flags of the keys of
+	// this shard (try-lock-tick). Unlike locks they are never swept: a mark
+	// outlives every lock, and there is one per schedule, not per run.
+	marks  map[string]time.Time
+	pauses map[string]locking.Pause
 	// fence is the last fencing token issued in this shard. A key always
 	// hashes to the same shard, so its tokens strictly increase.
 	fence int64
@@ -73,6 +83,9 @@ type entry struct {
 	owner   *Locker
 	expires time.Duration // on the table's elapsed clock
 	fence   int64
+	// token is the handle's token, so that a resent try-lock-tick carrying
+	// it is answered from this lock.
+	token string
 }
 
 // newTable makes a table on the clock now; nil means the real clock.
@@ -80,29 +93,68 @@ func newTable(now func() time.Time) *table {
 	var epoch time.Time
 	var elapsed func() time.Duration
 	if now == nil {
+		now = time.Now
 		epoch = time.Now()
 		elapsed = func() time.Duration { return time.Since(epoch) }
 	} else {
 		epoch = now()
 		elapsed = func() time.Duration { return now().Sub(epoch) }
 	}
-	// Fencing tokens start from the wall clock in nanoseconds, so a new
-	// process (a restarted single-node scheduler) issues larger tokens than
-	// the last one did, unless the clock was stepped back or the old process
-	// took more than one lock per nanosecond per shard.
-	fence := max(epoch.UnixNano(), 0)
-	t := &table{elapsed: elapsed, seed: maphash.MakeSeed()}
+	t := &table{elapsed: elapsed, clock: now, epoch: epoch, seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]entry)
+		t.shards[i].marks = make(map[string]time.Time)
+		t.shards[i].pauses = make(map[string]locking.Pause)
 		t.shards[i].sweepAt = minSweepLen
 		t.shards[i].used = len(t.shards[i].random) // empty: filled on first use
-		t.shards[i].fence = fence
 	}
 	return t
 }
 
+// now reads the clock once: the time, and the time since the table was
+// made (monotonic on the real clock, as elapsed).
+func (t *table) now() (time.Time, time.Duration) {
+	now := t.clock()
+	return now, now.Sub(t.epoch)
+}
+
+func (t *table) shardIndex(key string) int {
+	return int(maphash.String(t.seed, key) & (numShards - 1))
+}
+
 func (t *table) shardFor(key string) *shard {
-	return &t.shards[maphash.String(t.seed, key)&(numShards-1)]
+	return &t.shards[t.shardIndex(key)]
+}
+
+// lockShards locks the shards of keys a and b, in index order so that two
+// callers locking the same pair cannot deadlock, and returns the unlock.
+// try-lock-tick needs both when its lock (a per-tick key) and its mark (the
+// schedule's key) live in different shards: one atomic step.
+func (t *table) lockShards(a, b string) (sa, sb *shard, unlock func()) {
+	i, j := t.shardIndex(a), t.shardIndex(b)
+	sa, sb = &t.shards[i], &t.shards[j]
+	switch {
+	case i == j:
+		sa.mu.Lock()
+		return sa, sb, sa.mu.Unlock
+	case i > j:
+		sb.mu.Lock()
+		sa.mu.Lock()
+	default:
+		sa.mu.Lock()
+		sb.mu.Lock()
+	}
+	return sa, sb, func() { sa.mu.Unlock(); sb.mu.Unlock() }
+}
+
+// nextFence draws a fencing token from s: above the last one s issued and
+// at least the clock in microseconds, so fences stay above those of an
+// earlier process (a restart, a switch of backend and back) whatever it
+// issued them on, as long as the clock was not stepped back. Call with
+// s.mu held.
+func (s *shard) nextFence(now time.Time) int64 {
+	s.fence = max(s.fence+1, now.UnixMicro())
+	return s.fence
 }
 
 // own reports whether the acquisition of key with this fence is still the

@@ -1,0 +1,686 @@
+package lockertest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// The cases of try-lock-tick and the pause flag (locking/tick.go; DESIGN.md,
+// "The lock contract" and its "Rules of the mark"). Every backend's Locker
+// implements locking.TickLocker and locking.Pauser; the cases fail, naming
+// the missing interface, when it does not.
+//
+// Ticks are placed relative to the backend's clock (Backend.Now) and
+// truncated to the millisecond, which every backend stores exactly. The
+// offsets stay within tickSkew of that clock, so a backend on a real clock
+// decides them the same way however slow the machine is.
+
+// The request parameters most cases use.
+const (
+	tickSkew   = 5 * time.Second // MaxSkew
+	tickWindow = time.Minute     // Window
+	// clockSlack bounds how far TickAnswer.Now may lie outside the
+	// Backend.Now readings taken around the call.
+	clockSlack = time.Second
+)
+
+var tickCases = []testCase{
+	{"Tick/GrantedThenDoneOrContended", caseTickGranted},
+	{"Tick/MarkMonotone", caseTickMonotone},
+	{"Tick/AheadRefused", caseTickAhead},
+	{"Tick/MissedConsumesTick", caseTickMissed},
+	{"Tick/WindowZero", caseTickWindowZero},
+	{"Tick/MissingMark", caseTickMissingMark},
+	{"Tick/FloorRaisesForgottenMark", caseTickFloor},
+	{"Tick/InitMarks", caseTickInitMarks},
+	{"Tick/PerTick", caseTickPerTick},
+	{"Tick/ResentCall", caseTickResent},
+	{"Tick/StaleHandle", caseTickStaleHandle},
+	{"Tick/Race", caseTickRace},
+	{"Tick/AnswerNow", caseTickAnswerNow},
+	{"Tick/Cancelled", caseTickCancelled},
+	{"Tick/Closed", caseTickClosed},
+	{"Fence/AtLeastClockMicros", caseFenceClock},
+	{"Pause/ConsumesDueTick", caseTickPaused},
+	{"Pause/Until", caseTickPauseUntil},
+	{"Pause/RoundTrip", casePauseRoundTrip},
+	{"BadInput/TryLockTick", caseBadTick},
+}
+
+// The ticks are claimed at T, T+1s, … in order; each case's key is its own,
+// so its mark starts missing.
+
+// A granted tick draws a fence (at least the clock in microseconds) and
+// raises the mark: the same T from another node, or an earlier T, is done;
+// a later T while the lock is held is contended; after release it is
+// granted with a higher fence.
+func caseTickGranted(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	before := s.now()
+	h1 := s.grant(a, s.tickReq(k, t1), "locker A at T")
+	if h1.Key() != k {
+		s.t.Errorf("handle Key() = %q, want the request's key %q", short(h1.Key()), short(k))
+	}
+	if h1.TTL() != longTTL {
+		s.t.Errorf("handle TTL() = %v, want the request's %v", h1.TTL(), longTTL)
+	}
+	if floor := before.UnixMicro(); h1.Fence() < floor {
+		s.t.Errorf("fence %d is below the backend's clock in microseconds before the call (%d)", h1.Fence(), floor)
+	}
+	s.wantTick(b, s.tickReq(k, t1), locking.TickDone, "locker B (another node) at the same T")
+	s.wantTick(a, s.tickReq(k, t1), locking.TickDone, "locker A again at the same T")
+	s.wantTick(b, s.tickReq(k, t1.Add(-time.Second)), locking.TickDone, "locker B at T-1s")
+	s.wantTick(b, s.tickReq(k, t1.Add(time.Second)), locking.TickContended, "locker B at T+1s while A holds the lock")
+	s.wantTick(a, s.tickReq(k, t1.Add(time.Second)), locking.TickContended, "locker A at T+1s while it holds the lock itself")
+	s.mustRelease(a, h1, "locker A")
+	h2 := s.grant(b, s.tickReq(k, t1.Add(time.Second)), "locker B at T+1s after A released (contended must not have raised the mark)")
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("fence at T+1s = %d, want > %d (T's)", h2.Fence(), h1.Fence())
+	}
+	s.mustRelease(b, h2, "locker B")
+}
+
+// The mark only moves forward, whoever holds the lock and across a fresh
+// Locker (a restarted client), and fences keep increasing with it.
+func caseTickMonotone(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	var last int64
+	grant := func(l locking.Locker, tick time.Time, who string) {
+		s.t.Helper()
+		h := s.grant(l, s.tickReq(k, tick), who)
+		if h.Fence() <= last {
+			s.t.Fatalf("%s: fence %d, want > %d (the previous grant's)", who, h.Fence(), last)
+		}
+		last = h.Fence()
+		s.mustRelease(l, h, who)
+	}
+	grant(a, t1, "locker A at T")
+	s.wantTick(b, s.tickReq(k, t1), locking.TickDone, "locker B at T after A released")
+	grant(b, t1.Add(time.Second), "locker B at T+1s")
+	s.wantTick(a, s.tickReq(k, t1), locking.TickDone, "locker A at T after B claimed T+1s")
+	s.wantTick(a, s.tickReq(k, t1.Add(time.Second)), locking.TickDone, "locker A at T+1s")
+	c := s.locker() // a client restarted: nothing carried over but the backend
+	s.wantTick(c, s.tickReq(k, t1.Add(time.Second)), locking.TickDone, "fresh locker C at T+1s")
+	s.wantTick(c, s.tickReq(k, t1), locking.TickDone, "fresh locker C at T")
+	grant(c, t1.Add(2*time.Second), "fresh locker C at T+2s")
+	s.wantTick(a, s.tickReq(k, t1.Add(2*time.Second)), locking.TickDone, "locker A at T+2s")
+}
+
+// A T further than MaxSkew ahead of the backend's clock is an error
+// wrapping ErrTickAhead, an *AheadError naming the offset; it changes
+// nothing. A T less far ahead is granted.
+func caseTickAhead(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	before := s.now()
+	future := before.Add(time.Hour).Truncate(time.Millisecond)
+	ans, err := s.ticker(a).TryLockTick(s.ctx, s.tickReq(k, future))
+	after := s.now()
+	if ans.Handle != nil {
+		s.t.Fatalf("TryLockTick an hour ahead returned handle %v, want an error", ans.Handle)
+	}
+	s.wantErrIs(err, locking.ErrTickAhead, "TryLockTick an hour ahead of the backend's clock")
+	var ae *locking.AheadError
+	if !errors.As(err, &ae) {
+		s.t.Fatalf("TryLockTick an hour ahead = %v (%T), want an error that errors.As finds a *locking.AheadError in", err, err)
+	}
+	// Offset is T minus the backend's clock when it decided, which lies
+	// between the readings taken before and after the call.
+	if lo, hi := future.Sub(after)-clockSlack, future.Sub(before)+clockSlack; ae.Offset < lo || ae.Offset > hi {
+		s.t.Errorf("AheadError.Offset = %v, want T minus the backend's clock, in [%v, %v]", ae.Offset, lo, hi)
+	}
+	if ae.Key != k || !ae.Tick.Equal(future) || ae.MaxSkew != tickSkew {
+		s.t.Errorf("AheadError = {Key %q, Tick %v, MaxSkew %v}, want {%q, %v, %v}", short(ae.Key), ae.Tick, ae.MaxSkew, short(k), future, tickSkew)
+	}
+	s.t.Logf("refused: %v", err)
+	// Nothing changed: neither the mark (an on-time tick is granted) nor
+	// the lock (it was free for that).
+	t1 := s.onTime()
+	h := s.grant(b, s.tickReq(k, t1), "locker B on time after A's refused future tick")
+	s.mustRelease(b, h, "locker B")
+	// Within MaxSkew ahead is not refused.
+	h = s.grant(b, s.tickReq(k, t1.Add(tickSkew/2)), "locker B at MaxSkew/2 ahead")
+	s.mustRelease(b, h, "locker B")
+}
+
+// A T more than max(MaxSkew, Window) behind the backend's clock is missed
+// and consumed: asked again, it is done. Within the window it is granted.
+func caseTickMissed(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	now := s.onTime()
+	// An old mark, without waiting: a request with a large MaxSkew claims
+	// a tick 50s back (a missing mark counts as now minus MaxSkew).
+	wide := s.tickReq(k, now.Add(-50*time.Second))
+	wide.MaxSkew, wide.Window = 2*time.Minute, 0
+	h := s.grant(a, wide, "locker A at T-50s with MaxSkew 2m")
+	s.mustRelease(a, h, "locker A")
+
+	// 30s late, beyond MaxSkew 5s and Window 10s: missed.
+	late := s.tickReq(k, now.Add(-30*time.Second))
+	late.Window = 10 * time.Second
+	ans := s.wantTick(b, late, locking.TickMissed, "locker B at T-30s (Window 10s)")
+	if !ans.Mark.Equal(late.Tick) {
+		s.t.Errorf("mark after a missed tick = %v, want the tick %v (consumed)", ans.Mark, late.Tick)
+	}
+	s.wantTick(a, late, locking.TickDone, "locker A at the missed tick")
+	late.Window = time.Hour // a wider window does not bring it back
+	s.wantTick(a, late, locking.TickDone, "locker A at the missed tick with a 1h window")
+
+	// 20s late, beyond MaxSkew but within a 1m window: granted (catch-up).
+	h = s.grant(b, s.tickReq(k, now.Add(-20*time.Second)), "locker B at T-20s within Window 1m")
+	s.mustRelease(b, h, "locker B")
+	// The missed tick took no lock.
+	h = s.grant(a, s.tickReq(k, now), "locker A on time")
+	s.mustRelease(a, h, "locker A")
+}
+
+// Window 0 (no catch-up) still grants a tick that is on time.
+func caseTickWindowZero(s *suite) {
+	a := s.locker()
+	k := s.key("k")
+	r := s.tickReq(k, s.onTime())
+	r.Window = 0
+	h := s.grant(a, r, "locker A on time with Window 0")
+	s.mustRelease(a, h, "locker A")
+}
+
+// A missing mark counts as the backend's time minus MaxSkew: a T older
+// than that (though within the window) is done, a T after it granted.
+func caseTickMissingMark(s *suite) {
+	s.needForgetMark()
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	ahead := s.onTime().Add(3 * time.Second)
+	h := s.grant(a, s.tickReq(k, ahead), "locker A at now+3s")
+	s.mustRelease(a, h, "locker A")
+	s.b.ForgetMark(s.t, k)
+	now := s.onTime()
+	s.wantTick(b, s.tickReq(k, now.Add(-2*tickSkew)), locking.TickDone,
+		"locker B at now-2*MaxSkew after the mark was forgotten (a missing mark is now-MaxSkew)")
+	h = s.grant(b, s.tickReq(k, now.Add(time.Second)), "locker B at now+1s after the mark was forgotten (it was now+3s)")
+	if h.Fence() <= 0 {
+		s.t.Errorf("fence after a forgotten mark = %d", h.Fence())
+	}
+	s.mustRelease(b, h, "locker B")
+}
+
+// Floor raises a forgotten mark (a request with Floor >= T is done), but
+// never past the backend's clock.
+func caseTickFloor(s *suite) {
+	s.needForgetMark()
+	a, b := s.locker(), s.locker()
+	k, k2 := s.key("k"), s.key("k2")
+	t1 := s.onTime()
+	h := s.grant(a, s.tickReq(k, t1), "locker A at T")
+	s.mustRelease(a, h, "locker A")
+	s.b.ForgetMark(s.t, k)
+	r := s.tickReq(k, t1)
+	r.Floor = t1
+	s.wantTick(b, r, locking.TickDone, "locker B at T with Floor T after the mark was forgotten")
+	// The floor was stored: without it, T is still done.
+	s.wantTick(b, s.tickReq(k, t1), locking.TickDone, "locker B at T without Floor after a Floor raised the forgotten mark")
+
+	// A Floor an hour ahead lifts a missing mark only to the backend's
+	// clock, so a tick 2s ahead (within MaxSkew) is granted.
+	r = s.tickReq(k2, s.onTime().Add(2*time.Second))
+	r.Floor = r.Tick.Add(time.Hour)
+	h = s.grant(a, r, "locker A at now+2s with Floor now+1h (Floor must stop at the backend's clock)")
+	s.mustRelease(a, h, "locker A")
+}
+
+// InitMarks creates absent marks at the backend's time and leaves existing
+// marks alone.
+func caseTickInitMarks(s *suite) {
+	a, b := s.locker(), s.locker()
+	fresh, existing := s.key("fresh"), s.key("existing")
+	ahead := s.onTime().Add(3 * time.Second)
+	h := s.grant(a, s.tickReq(existing, ahead), "locker A on the existing key at now+3s")
+	s.mustRelease(a, h, "locker A")
+
+	before := s.onTime()
+	if err := s.ticker(b).InitMarks(s.ctx, []string{fresh, existing}); err != nil {
+		s.t.Fatalf("InitMarks = %v", err)
+	}
+	// Without InitMarks this tick would be granted (a missing mark is
+	// now-MaxSkew); the mark created at the backend's time covers it.
+	s.wantTick(a, s.tickReq(fresh, before.Add(-time.Second)), locking.TickDone, "locker A on the fresh key, 1s before InitMarks")
+	t1 := s.onTime().Add(time.Second)
+	h = s.grant(a, s.tickReq(fresh, t1), "locker A on the fresh key, 1s after InitMarks")
+	s.mustRelease(a, h, "locker A")
+	// The existing mark (now+3s) was not lowered to the backend's time.
+	s.wantTick(a, s.tickReq(existing, ahead.Add(-time.Second)), locking.TickDone, "locker A on the existing key, before its mark")
+
+	// Again: marks that exist now stay where they are.
+	if err := s.ticker(a).InitMarks(s.ctx, []string{fresh, existing}); err != nil {
+		s.t.Fatalf("second InitMarks = %v", err)
+	}
+	s.wantTick(b, s.tickReq(fresh, t1), locking.TickDone, "locker B on the fresh key at its granted tick, after a second InitMarks")
+	if err := s.ticker(a).InitMarks(s.ctx, nil); err != nil {
+		s.t.Fatalf("InitMarks(nil) = %v, want nil", err)
+	}
+}
+
+// PerTick: consecutive ticks are granted while the first lock is held,
+// each once, with independent handles and increasing fences.
+func caseTickPerTick(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r1, r2 := s.tickReq(k, t1), s.tickReq(k, t1.Add(time.Second))
+	r1.PerTick, r2.PerTick = true, true
+	h1 := s.grant(a, r1, "locker A at T, per tick")
+	h2 := s.grant(b, r2, "locker B at T+1s, per tick, while A holds T")
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("fence at T+1s = %d, want > %d (T's): the key's fences increase across per-tick locks", h2.Fence(), h1.Fence())
+	}
+	s.wantTick(b, r1, locking.TickDone, "locker B at T, per tick")
+	s.wantTick(a, r2, locking.TickDone, "locker A at T+1s, per tick")
+	s.mustRenew(a, h1, "locker A (T)")
+	s.mustRenew(b, h2, "locker B (T+1s)")
+	s.mustRelease(a, h1, "locker A (T)")
+	s.mustRenew(b, h2, "locker B (T+1s) after A released T")
+	s.wantErrIs(a.Renew(s.ctx, h1), locking.ErrLockLost, "locker A: Renew of the released T")
+	s.mustRelease(b, h2, "locker B (T+1s)")
+}
+
+// A resent call (same request, same Token, sent again while the first
+// call's lock is held) is answered from its own lock: granted, same fence.
+func caseTickResent(s *suite) {
+	for _, perTick := range []bool{false, true} {
+		name := "schedule lock"
+		if perTick {
+			name = "per-tick lock"
+		}
+		a, b := s.locker(), s.locker()
+		k := s.key(name)
+		tok, err := locking.NewToken()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		r := s.tickReq(k, s.onTime())
+		r.PerTick, r.Token = perTick, tok
+		h1 := s.grant(a, r, name+": locker A")
+		if h1.Token() != tok {
+			s.t.Errorf("%s: handle token differs from the request's Token", name)
+		}
+		ans := s.wantTick(a, r, locking.TickGranted, name+": locker A resending the same request (reply lost)")
+		h2 := ans.Handle
+		if h2.Fence() != h1.Fence() {
+			s.t.Fatalf("%s: resent call's fence = %d, want the first call's %d", name, h2.Fence(), h1.Fence())
+		}
+		other := r
+		if other.Token, err = locking.NewToken(); err != nil {
+			s.t.Fatal(err)
+		}
+		s.wantTick(b, other, locking.TickDone, name+": locker B, same tick, another token")
+		s.mustRenew(a, h2, name+": locker A with the resent call's handle")
+		s.mustRelease(a, h2, name+": locker A with the resent call's handle")
+		s.wantErrIs(a.Release(s.ctx, h1), locking.ErrLockLost, name+": Release of the first call's handle after the resent one released the lock")
+		s.wantTick(a, r, locking.TickDone, name+": the same request after its lock was released")
+	}
+}
+
+// A handle from TryLockTick works with Renew and Release, and once stale
+// it cannot touch a newer holder's lock.
+func caseTickStaleHandle(s *suite) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	stale := s.grant(a, s.tickReq(k, s.onTime()), "locker A")
+	s.mustRenew(a, stale, "locker A")
+	s.b.Expire(s.t, k)
+	t2 := s.onTime() // after Expire, which may have moved the clock
+	fresh := s.grant(b, s.tickReq(k, t2), "locker B after A's lock was expired")
+	if fresh.Fence() <= stale.Fence() {
+		s.t.Errorf("fence after expiry = %d, want > %d", fresh.Fence(), stale.Fence())
+	}
+	if err := a.Renew(s.ctx, stale); err == nil {
+		s.t.Fatal("locker A: Renew of a stale tick handle = nil, want an error: B holds the key now")
+	}
+	if err := a.Release(s.ctx, stale); err == nil {
+		s.t.Fatal("locker A: Release of a stale tick handle = nil, want an error: B holds the key now")
+	}
+	s.wantTick(c, s.tickReq(k, t2.Add(time.Second)), locking.TickContended, "locker C after A's stale renew and release (B must still hold the key)")
+	s.mustRenew(b, fresh, "locker B")
+	s.mustRelease(b, fresh, "locker B")
+	h := s.grant(c, s.tickReq(k, t2.Add(time.Second)), "locker C after B released")
+	s.mustRelease(c, h, "locker C")
+}
+
+// raceN nodes ask for the same tick at once: exactly one is granted, the
+// others are told done (or contended), nobody sees an error.
+func caseTickRace(s *suite) {
+	k := s.key("k")
+	r := s.tickReq(k, s.onTime())
+	lockers := make([]locking.TickLocker, raceN)
+	plain := make([]locking.Locker, raceN)
+	for i := range lockers {
+		plain[i] = s.locker()
+		lockers[i] = s.ticker(plain[i])
+	}
+	answers := make([]locking.TickAnswer, raceN)
+	errs := make([]error, raceN)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range raceN {
+		wg.Go(func() {
+			<-start
+			answers[i], errs[i] = lockers[i].TryLockTick(s.ctx, r)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, ans := range answers {
+		switch {
+		case errs[i] != nil:
+			s.t.Errorf("node %d: TryLockTick = error %v", i, errs[i])
+		case ans.Verdict == locking.TickGranted:
+			if winner >= 0 {
+				s.t.Errorf("nodes %d and %d were both granted tick %v: it runs twice", winner, i, r.Tick)
+			}
+			winner = i
+		case ans.Verdict != locking.TickDone && ans.Verdict != locking.TickContended:
+			s.t.Errorf("node %d: verdict %v, want done or contended", i, ans.Verdict)
+		}
+	}
+	if s.t.Failed() {
+		return
+	}
+	if winner < 0 {
+		s.t.Fatalf("none of %d nodes was granted the free tick", raceN)
+	}
+	s.mustRelease(plain[winner], answers[winner].Handle, "the winner")
+}
+
+// TickAnswer.Now is the backend's clock when it decided.
+func caseTickAnswerNow(s *suite) {
+	a := s.locker()
+	k := s.key("k")
+	check := func(r locking.TickRequest, want locking.TickVerdict, who string) {
+		s.t.Helper()
+		before := s.now()
+		ans := s.wantTick(a, r, want, who)
+		after := s.now()
+		if ans.Now.Before(before.Add(-clockSlack)) || ans.Now.After(after.Add(clockSlack)) {
+			s.t.Errorf("%s: TickAnswer.Now = %v, want the backend's clock, within %v of [%v, %v]", who, ans.Now, clockSlack, before, after)
+		}
+		if ans.Handle != nil {
+			s.mustRelease(a, ans.Handle, who)
+		}
+	}
+	t1 := s.onTime()
+	check(s.tickReq(k, t1), locking.TickGranted, "granted")
+	check(s.tickReq(k, t1), locking.TickDone, "done")
+}
+
+// A cancelled context is an error and claims nothing.
+func caseTickCancelled(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	cancelled, cancel := context.WithCancel(s.ctx)
+	cancel()
+	r := s.tickReq(k, s.onTime())
+	ans, err := s.ticker(a).TryLockTick(cancelled, r)
+	if ans.Handle != nil {
+		s.t.Fatalf("TryLockTick with a cancelled context returned handle %v", ans.Handle)
+	}
+	s.wantErrIs(err, context.Canceled, "TryLockTick with a cancelled context")
+	h := s.grant(b, r, "locker B at the same tick (the cancelled call must not have claimed it)")
+	s.mustRelease(b, h, "locker B")
+}
+
+// After Close, the tick and pause operations return ErrClosed.
+func caseTickClosed(s *suite) {
+	a := s.locker()
+	k := s.key("k")
+	if err := a.Close(s.ctx); err != nil {
+		s.t.Fatalf("Close = %v", err)
+	}
+	_, err := s.ticker(a).TryLockTick(s.ctx, s.tickReq(k, s.onTime()))
+	s.wantErrIs(err, locking.ErrClosed, "TryLockTick after Close")
+	s.wantErrIs(s.ticker(a).InitMarks(s.ctx, []string{k}), locking.ErrClosed, "InitMarks after Close")
+	s.wantErrIs(s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true}), locking.ErrClosed, "SetPause after Close")
+	_, err = s.pauser(a).GetPause(s.ctx, k)
+	s.wantErrIs(err, locking.ErrClosed, "GetPause after Close")
+}
+
+// Every fence, of TryLock and TryLockTick, is at least the backend's clock
+// in microseconds (so it stays above fences drawn before the backend lost
+// its data), also after the clock moved on.
+func caseFenceClock(s *suite) {
+	a := s.locker()
+	k, kt := s.key("k"), s.key("tick")
+	check := func(who string) {
+		s.t.Helper()
+		floor := s.now().UnixMicro()
+		h := s.mustLock(a, k, longTTL, who+": TryLock")
+		if h.Fence() < floor {
+			s.t.Errorf("%s: TryLock fence %d is below the backend's clock in microseconds (%d)", who, h.Fence(), floor)
+		}
+		s.mustRelease(a, h, who)
+		floor = s.now().UnixMicro()
+		ht := s.grant(a, s.tickReq(kt, s.onTime()), who+": TryLockTick")
+		if ht.Fence() < floor {
+			s.t.Errorf("%s: TryLockTick fence %d is below the backend's clock in microseconds (%d)", who, ht.Fence(), floor)
+		}
+		s.mustRelease(a, ht, who)
+	}
+	check("now")
+	if s.b.Advance != nil {
+		s.b.Advance(time.Hour)
+		check("an hour later")
+	}
+}
+
+// A pause read inside try-lock-tick consumes a due tick: after resume the
+// same tick is done, never replayed. Pausing one node pauses them all.
+func caseTickPaused(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	t1 := s.onTime()
+	ans := s.wantTick(b, s.tickReq(k, t1), locking.TickPaused, "locker B at T while paused (by A)")
+	if !ans.Mark.Equal(t1) {
+		s.t.Errorf("mark after a paused tick = %v, want the tick %v (consumed)", ans.Mark, t1)
+	}
+	s.wantTick(b, s.tickReq(k, t1.Add(time.Second)), locking.TickPaused, "locker B at T+1s while paused")
+	s.wantTick(a, s.tickReq(k, t1), locking.TickDone, "locker A at T while paused (already decided)")
+	if err := s.pauser(b).SetPause(s.ctx, k, locking.Pause{}); err != nil {
+		s.t.Fatalf("SetPause (resume) = %v", err)
+	}
+	s.wantTick(a, s.tickReq(k, t1), locking.TickDone, "locker A at T after resume (paused ticks are never replayed)")
+	s.wantTick(a, s.tickReq(k, t1.Add(time.Second)), locking.TickDone, "locker A at T+1s after resume")
+	h := s.grant(a, s.tickReq(k, t1.Add(2*time.Second)), "locker A at T+2s after resume (paused ticks took no lock)")
+	s.mustRelease(a, h, "locker A")
+}
+
+// Until ends a pause by itself: in the past it does not pause, in the
+// future it does.
+func caseTickPauseUntil(s *suite) {
+	a := s.locker()
+	past, future := s.key("past"), s.key("future")
+	now := s.onTime()
+	if err := s.pauser(a).SetPause(s.ctx, past, locking.Pause{Paused: true, Until: now.Add(-time.Minute)}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	if err := s.pauser(a).SetPause(s.ctx, future, locking.Pause{Paused: true, Until: now.Add(time.Hour)}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	h := s.grant(a, s.tickReq(past, now), "a key paused until a minute ago")
+	s.mustRelease(a, h, "locker A")
+	s.wantTick(a, s.tickReq(future, now), locking.TickPaused, "a key paused until an hour from now")
+}
+
+// GetPause returns what SetPause stored, to another node too; a key never
+// paused reads as the zero Pause.
+func casePauseRoundTrip(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	check := func(want locking.Pause, who string) {
+		s.t.Helper()
+		got, err := s.pauser(b).GetPause(s.ctx, k)
+		if err != nil {
+			s.t.Fatalf("%s: GetPause = %v", who, err)
+		}
+		if got.Paused != want.Paused || !got.Until.Equal(want.Until) || got.Note != want.Note {
+			s.t.Errorf("%s: GetPause = %+v, want %+v", who, got, want)
+		}
+	}
+	set := func(p locking.Pause, who string) {
+		s.t.Helper()
+		if err := s.pauser(a).SetPause(s.ctx, k, p); err != nil {
+			s.t.Fatalf("%s: SetPause(%+v) = %v", who, p, err)
+		}
+		check(p, who)
+	}
+	check(locking.Pause{}, "never paused")
+	set(locking.Pause{Paused: true, Until: s.now().Add(time.Hour).Truncate(time.Second), Note: "maintenance — DB migration ✓"}, "paused until")
+	set(locking.Pause{Paused: true}, "paused, no end")
+	set(locking.Pause{}, "resumed")
+}
+
+// Bad TryLockTick, InitMarks and pause arguments are errors wrapping
+// ErrInvalid, never panics, and claim nothing.
+func caseBadTick(s *suite) {
+	a := s.locker()
+	k := s.key("k")
+	tl, p := s.ticker(a), s.pauser(a)
+	good := s.tickReq(k, s.onTime())
+	bad := []struct {
+		name string
+		edit func(*locking.TickRequest)
+	}{
+		{"zero tick", func(r *locking.TickRequest) { r.Tick = time.Time{} }},
+		{"negative window", func(r *locking.TickRequest) { r.Window = -time.Second }},
+		{"negative max skew", func(r *locking.TickRequest) { r.MaxSkew = -time.Second }},
+		{"empty key", func(r *locking.TickRequest) { r.Key = "" }},
+		{"zero TTL", func(r *locking.TickRequest) { r.TTL = 0 }},
+		{"control character in key", func(r *locking.TickRequest) { r.Key += "\n" }},
+	}
+	for _, c := range bad {
+		r := good
+		c.edit(&r)
+		var ans locking.TickAnswer
+		var err error
+		s.noPanic("TryLockTick with "+c.name, func() { ans, err = tl.TryLockTick(s.ctx, r) })
+		if ans.Handle != nil {
+			s.t.Errorf("TryLockTick with %s returned handle %v, want an error wrapping ErrInvalid", c.name, ans.Handle)
+			continue
+		}
+		if !errors.Is(err, locking.ErrInvalid) {
+			s.t.Errorf("TryLockTick with %s = %v, want an error wrapping ErrInvalid", c.name, err)
+		}
+	}
+	var err error
+	s.noPanic("InitMarks with an empty key", func() { err = tl.InitMarks(s.ctx, []string{k, ""}) })
+	if !errors.Is(err, locking.ErrInvalid) {
+		s.t.Errorf("InitMarks with an empty key = %v, want an error wrapping ErrInvalid", err)
+	}
+	s.noPanic("SetPause with an empty key", func() { err = p.SetPause(s.ctx, "", locking.Pause{Paused: true}) })
+	if !errors.Is(err, locking.ErrInvalid) {
+		s.t.Errorf("SetPause with an empty key = %v, want an error wrapping ErrInvalid", err)
+	}
+	s.noPanic("GetPause with an empty key", func() { _, err = p.GetPause(s.ctx, "") })
+	if !errors.Is(err, locking.ErrInvalid) {
+		s.t.Errorf("GetPause with an empty key = %v, want an error wrapping ErrInvalid", err)
+	}
+	// None of them claimed the tick or created the mark (an InitMarks that
+	// failed on a bad key may still have created k's: then the tick, made
+	// before it, is done; allow neither error nor a second grant).
+	ans, err := tl.TryLockTick(s.ctx, good)
+	if err != nil || (ans.Verdict != locking.TickGranted && ans.Verdict != locking.TickDone) {
+		s.t.Fatalf("the valid request after the bad ones = %v, %v; want granted (or done if InitMarks created the mark)", ans.Verdict, err)
+	}
+	if ans.Handle != nil {
+		s.mustRelease(a, ans.Handle, "locker A")
+	}
+}
+
+// ticker returns l as a TickLocker, or fails the case: every backend
+// implements try-lock-tick.
+func (s *suite) ticker(l locking.Locker) locking.TickLocker {
+	s.t.Helper()
+	tl, ok := l.(locking.TickLocker)
+	if !ok {
+		s.t.Fatalf("%T does not implement locking.TickLocker: every backend must (locking/tick.go)", l)
+	}
+	return tl
+}
+
+// pauser returns l as a Pauser, or fails the case.
+func (s *suite) pauser(l locking.Locker) locking.Pauser {
+	s.t.Helper()
+	p, ok := l.(locking.Pauser)
+	if !ok {
+		s.t.Fatalf("%T does not implement locking.Pauser: every backend must (locking/tick.go)", l)
+	}
+	return p
+}
+
+// needForgetMark fails a case that needs Backend.ForgetMark without it.
+func (s *suite) needForgetMark() {
+	s.t.Helper()
+	if s.b.ForgetMark == nil {
+		s.t.Fatal("Backend.ForgetMark is required: this case checks what a backend does with a mark it lost")
+	}
+}
+
+// onTime is a tick due now on the backend's clock, to the millisecond.
+func (s *suite) onTime() time.Time {
+	return s.now().Truncate(time.Millisecond)
+}
+
+// tickReq is the usual request: schedule lock, MaxSkew 5s, Window 1m.
+func (s *suite) tickReq(key string, tick time.Time) locking.TickRequest {
+	return locking.TickRequest{Key: key, Tick: tick, TTL: longTTL, MaxSkew: tickSkew, Window: tickWindow}
+}
+
+// wantTick asks l for r and fails the case unless the verdict is want,
+// with a handle exactly when granted, and a mark consistent with it.
+func (s *suite) wantTick(l locking.Locker, r locking.TickRequest, want locking.TickVerdict, who string) locking.TickAnswer {
+	s.t.Helper()
+	ans, err := s.ticker(l).TryLockTick(s.ctx, r)
+	if err != nil {
+		s.t.Fatalf("%s: TryLockTick(%q, T=%v) = error %v, want %v", who, short(r.Key), r.Tick, err, want)
+	}
+	if ans.Verdict != want {
+		if ans.Handle != nil {
+			_ = l.Release(s.ctx, ans.Handle)
+		}
+		s.t.Fatalf("%s: TryLockTick(%q, T=%v) = %v (mark %v), want %v", who, short(r.Key), r.Tick, ans.Verdict, ans.Mark, want)
+	}
+	switch {
+	case want == locking.TickGranted && ans.Handle == nil:
+		s.t.Fatalf("%s: granted without a handle", who)
+	case want != locking.TickGranted && ans.Handle != nil:
+		s.t.Fatalf("%s: %v with handle %v, want none", who, want, ans.Handle)
+	case want == locking.TickDone && !ans.Mark.IsZero() && ans.Mark.Before(r.Tick):
+		s.t.Errorf("%s: done with mark %v before the tick %v", who, ans.Mark, r.Tick)
+	}
+	return ans
+}
+
+// grant asks l for r, wants it granted with a handle whose fence is
+// positive and mark is T, and returns the handle.
+func (s *suite) grant(l locking.Locker, r locking.TickRequest, who string) *locking.Handle {
+	s.t.Helper()
+	ans := s.wantTick(l, r, locking.TickGranted, who)
+	if ans.Handle.Fence() <= 0 {
+		s.t.Errorf("%s: fence %d, want > 0", who, ans.Handle.Fence())
+	}
+	if !ans.Mark.Equal(r.Tick) {
+		s.t.Errorf("%s: granted with mark %v, want the tick %v", who, ans.Mark, r.Tick)
+	}
+	return ans.Handle
+}

@@ -1,0 +1,164 @@
+package memory
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// TryLockTick is try-lock-tick (locking.TickLocker): in one step under the
+// shard mutexes of the key (its mark and pause flag) and of the lock (the
+// key, or the tick's key with PerTick), it answers a resent call from its
+// own lock, else decides with locking.DecideTick on the table's clock.
+func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	if err := ctx.Err(); err != nil {
+		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
+	}
+	if l.closed.Load() {
+		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+	}
+	if err := locking.CheckTickRequest(r); err != nil {
+		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick: %w", err)
+	}
+	lockKey := r.Key
+	if r.PerTick {
+		lockKey = locking.TickLockKey(r.Key, r.Tick)
+	}
+	ms, ls, unlock := l.tab.lockShards(r.Key, lockKey)
+	defer unlock()
+	// Checked again under the shard locks, as in TryLock: Close cannot miss
+	// a lock taken here.
+	if l.closed.Load() {
+		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+	}
+	wall, now := l.tab.now()
+	ans := locking.TickAnswer{Now: wall}
+	mark, hasMark := ms.marks[r.Key]
+	cur, held := ls.m[lockKey]
+	held = held && now < cur.expires
+
+	if held && r.Token != "" && cur.token == r.Token {
+		// A resent call: the first one took this lock and its answer was
+		// lost. It is granted again with the same acquisition, and the
+		// lease counts from now, as the caller believes.
+		cur.expires = expiry(now, r.TTL)
+		ls.m[lockKey] = cur
+		ans.Verdict, ans.Mark = locking.TickGranted, mark
+		ans.Handle = locking.NewHandle(l, lockKey, cur.token, cur.fence, r.TTL, nil)
+		return ans, nil
+	}
+
+	v, newMark, ahead := locking.DecideTick(r, wall, mark, hasMark, ms.pauses[r.Key].Active(wall), held)
+	if ahead != 0 {
+		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick: %w",
+			&locking.AheadError{Key: r.Key, Tick: r.Tick, Offset: ahead, MaxSkew: r.MaxSkew})
+	}
+	var token string
+	if v == 0 {
+		// Drawn before anything changes, so a failure leaves no trace.
+		token = r.Token
+		if token == "" {
+			tok, err := ls.token()
+			if err != nil {
+				return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
+			}
+			token = hex.EncodeToString(tok[:])
+		}
+	}
+	// Store the mark when the step raised it. A missing mark that the step
+	// only read (as the clock minus MaxSkew) stays missing: stored, it
+	// would stop moving with the clock.
+	base := mark
+	if !hasMark {
+		base = wall.Add(-r.MaxSkew)
+	}
+	if newMark.After(base) {
+		ms.marks[r.Key] = newMark
+	}
+	ans.Mark = newMark
+	if v != 0 {
+		ans.Verdict = v
+		return ans, nil
+	}
+	// The fence is above the last of both shards: the schedule's fences
+	// increase across its per-tick locks and its plain ones.
+	ms.fence = max(ms.fence, ls.fence)
+	fence := ms.nextFence(wall)
+	ls.fence = fence
+	ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token}
+	ls.sweepIfGrown(now)
+	ans.Verdict = locking.TickGranted
+	ans.Handle = locking.NewHandle(l, lockKey, token, fence, r.TTL, nil)
+	return ans, nil
+}
+
+// InitMarks creates the mark of every key that has none at the table's
+// clock, and leaves existing marks alone. It checks every key before it
+// creates any.
+func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: init marks: %w", err)
+	}
+	if l.closed.Load() {
+		return fmt.Errorf("memory: init marks: %w", locking.ErrClosed)
+	}
+	for _, k := range keys {
+		if err := locking.CheckKey(k); err != nil {
+			return fmt.Errorf("memory: init marks: %w", err)
+		}
+	}
+	for _, k := range keys {
+		s := l.tab.shardFor(k)
+		s.mu.Lock()
+		if _, ok := s.marks[k]; !ok {
+			s.marks[k], _ = l.tab.now()
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// SetPause sets key's pause flag; every try-lock-tick that starts after it
+// returns reads it. The zero Pause (resumed) removes the flag.
+func (l *Locker) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	if err := l.checkKey(ctx, "set pause", key); err != nil {
+		return err
+	}
+	s := l.tab.shardFor(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p == (locking.Pause{}) {
+		delete(s.pauses, key)
+		return nil
+	}
+	s.pauses[key] = p
+	return nil
+}
+
+// GetPause returns key's pause flag as SetPause stored it; the zero Pause
+// when it has none.
+func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	if err := l.checkKey(ctx, "get pause", key); err != nil {
+		return locking.Pause{}, err
+	}
+	s := l.tab.shardFor(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pauses[key], nil
+}
+
+// checkKey does what the pause methods share: context, closed Locker, key.
+func (l *Locker) checkKey(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: %s %q: %w", op, key, err)
+	}
+	if l.closed.Load() {
+		return fmt.Errorf("memory: %s %q: %w", op, key, locking.ErrClosed)
+	}
+	if err := locking.CheckKey(key); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
+	}
+	return nil
+}
