@@ -14,10 +14,11 @@ import (
 // TryLockTick is try-lock-tick (locking.TickLocker) in one statement and
 // one round trip (sql.go, tryLockTickSQL): the advisory lock, the mark, the
 // fence and the pause flag, decided on the database clock. The mark, pause
-// and token live in the key's bext_lock_fences row. A key this Locker holds
-// answers contended without asking, unless the request is a resent call
-// of the one holding it (same key, T and Token): that is answered granted
-// from the lock it holds.
+// and token live in the key's bext_lock_fences row. A lock this Locker
+// holds answers without asking (asking from its session would succeed by
+// re-entrancy): granted from that lock for a resent call of the request
+// holding it (same key, T and Token), done when it was granted for T or a
+// later tick, else contended.
 //
 // T is taken at microsecond precision.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
@@ -58,6 +59,11 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 			}
 			// Released meanwhile: ask again (Postgres answers done).
 			return l.TryLockTick(ctx, req)
+		}
+		if mine != nil && mine.tick && mine.rowKey == req.Key && mine.tickUS >= tickUS {
+			// The lock we hold was granted for T or later: the mark is
+			// there already, and done comes before contended.
+			return locking.TickAnswer{Verdict: locking.TickDone, Mark: time.UnixMicro(mine.tickUS)}, nil
 		}
 		return locking.TickAnswer{Verdict: locking.TickContended}, nil
 	}
