@@ -187,6 +187,7 @@ func (l *Locker) connect(ctx context.Context) (*session, error) {
 	if keyPID == s.pid {
 		return s, nil // Postgres itself
 	}
+	s0pid := s.pid
 	if known, err := l.pooler.get(); known {
 		if err != nil {
 			closeConn(l, ctx, s.conn)
@@ -198,6 +199,9 @@ func (l *Locker) connect(ctx context.Context) (*session, error) {
 	// session pool of one, s would hold the only one.
 	closeConn(l, ctx, s.conn)
 	s, err = l.leakTest(ctx)
+	if errors.Is(err, ErrTransactionPooler) {
+		err = fmt.Errorf("%w (the startup BackendKeyData names backend %d, pg_backend_pid() is %d)", err, keyPID, s0pid)
+	}
 	if err != nil && !errors.Is(err, locking.ErrUnavailable) {
 		l.pooler.set(err)
 	} else if err == nil {
