@@ -162,10 +162,20 @@ func BenchmarkTick(b *testing.B) {
 		}
 		return l, &writes
 	}
-	base := time.Now().Truncate(time.Second)
-	var seq atomic.Int64
+	// Ticks at this clock's now, strictly increasing: each is granted
+	// (a new key's missing mark counts as now - MaxSkew).
+	var last atomic.Int64
+	next := func() time.Time {
+		for {
+			p := last.Load()
+			n := max(time.Now().UnixMicro(), p+1)
+			if last.CompareAndSwap(p, n) {
+				return time.UnixMicro(n)
+			}
+		}
+	}
 	tick := func(ctx context.Context, l *Locker, key string) error {
-		req := locking.TickRequest{Key: key, Tick: base.Add(time.Duration(seq.Add(1)) * time.Microsecond),
+		req := locking.TickRequest{Key: key, Tick: next(),
 			TTL: time.Minute, MaxSkew: 5 * time.Second, Window: time.Hour}
 		ans, err := l.TryLockTick(ctx, req)
 		if err != nil || ans.Verdict != locking.TickGranted {
