@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/lockertest"
@@ -140,5 +142,102 @@ func lockRelease(l *Locker) func(ctx context.Context, key string) error {
 			return fmt.Errorf("TryLock(%q) = %v, %v", key, h, err)
 		}
 		return l.Release(ctx, h)
+	}
+}
+
+// BenchmarkTick measures one locked tick's backend work, TryLockTick then
+// Release, and reports the requests it sends (roundtrips/op, counted on
+// the session sockets: each flush of pgx's buffer is one round trip of a
+// request/response protocol). prev_design is what a tick cost before the
+// mark: TryLock, the claimed_until UPDATE that kept the tick claimed past
+// its lock (replayed here on another column), and Release: three round
+// trips.
+func BenchmarkTick(b *testing.B) {
+	c := newCluster(b)
+	counted := func(b *testing.B) (*Locker, *atomic.Int64) {
+		l := c.openFor(b, Options{MaxSessions: 32})
+		var writes atomic.Int64
+		l.cfg.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+			return countingConn{Conn: conn, writes: &writes}, nil
+		}
+		return l, &writes
+	}
+	// Ticks at this clock's now, strictly increasing: each is granted
+	// (a new key's missing mark counts as now - MaxSkew).
+	var last atomic.Int64
+	next := func() time.Time {
+		for {
+			p := last.Load()
+			n := max(time.Now().UnixMicro(), p+1)
+			if last.CompareAndSwap(p, n) {
+				return time.UnixMicro(n)
+			}
+		}
+	}
+	tick := func(ctx context.Context, l *Locker, key string) error {
+		req := locking.TickRequest{Key: key, Tick: next(),
+			TTL: time.Minute, MaxSkew: 5 * time.Second, Window: time.Hour}
+		ans, err := l.TryLockTick(ctx, req)
+		if err != nil || ans.Verdict != locking.TickGranted {
+			return fmt.Errorf("TryLockTick(%q) = %v, %v", key, ans.Verdict, err)
+		}
+		return l.Release(ctx, ans.Handle)
+	}
+	const prevClaimSQL = `UPDATE bext_lock_fences SET acquired_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE namespace = $1::text AND key = $2::text AND fence = $4::bigint`
+	prev := func(ctx context.Context, l *Locker, key string) error {
+		h, err := l.TryLock(ctx, key, time.Minute)
+		if err != nil || h == nil {
+			return fmt.Errorf("TryLock(%q) = %v, %v", key, h, err)
+		}
+		st, err := locking.HandleState(h, l)
+		if err != nil {
+			return err
+		}
+		if _, err := st.(*lease).sess.conn.Exec(ctx, prevClaimSQL, l.opts.Namespace, key, int64(10e6), h.Fence()); err != nil {
+			return err
+		}
+		return l.Release(ctx, h)
+	}
+	for _, impl := range []struct {
+		name string
+		op   func(ctx context.Context, l *Locker, key string) error
+	}{
+		{"try_lock_tick", tick},
+		{"prev_design", prev},
+	} {
+		b.Run(impl.name+"/sequential", func(b *testing.B) {
+			l, writes := counted(b)
+			ctx := context.Background()
+			if err := impl.op(ctx, l, "warm"); err != nil { // connect, prepare
+				b.Fatal(err)
+			}
+			writes.Store(0)
+			b.ReportAllocs()
+			n := 0
+			for i := 0; b.Loop(); i++ {
+				if err := impl.op(ctx, l, fmt.Sprintf("seq/%d", i%64)); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			b.ReportMetric(float64(writes.Load())/float64(n), "roundtrips/op")
+		})
+		b.Run(impl.name+"/parallel16", func(b *testing.B) {
+			l, _ := counted(b)
+			var worker atomic.Int64
+			ctx := context.Background()
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				w := worker.Add(1)
+				for i := 0; pb.Next(); i++ {
+					if err := impl.op(ctx, l, fmt.Sprintf("par/%d/%d", w, i%64)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

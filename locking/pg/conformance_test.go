@@ -1,9 +1,15 @@
 package pg
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/lockertest"
@@ -15,6 +21,20 @@ import (
 const suiteSessions = 40
 
 func TestConformance(t *testing.T) {
+	nowConn, err := pgx.Connect(context.Background(), testenv.PGURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nowConn.Close(context.Background())
+	suiteNow = func(t testing.TB) time.Time {
+		nowMu.Lock()
+		defer nowMu.Unlock()
+		var now time.Time
+		if err := nowConn.QueryRow(context.Background(), `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			t.Fatalf("reading the database clock: %v", err)
+		}
+		return now
+	}
 	lockertest.Run(t, lockertest.Backend{
 		New: func(t testing.TB) locking.Locker {
 			// One cluster per suite case: its lockers share a namespace.
@@ -23,8 +43,20 @@ func TestConformance(t *testing.T) {
 		Expire:    func(t testing.TB, key string) { clusterOf(t).kill(key) },
 		TTLExpiry: false,
 		MaxHeld:   suiteSessions,
+		Now:       func() time.Time { return suiteNow(t) },
+		ForgetMark: func(t testing.TB, key string) {
+			c := clusterOf(t)
+			c.exec(`DELETE FROM bext_lock_fences WHERE namespace = $1 AND key = $2`, c.ns, key)
+		},
 	})
 }
+
+// suiteNow reads the database clock (clock_timestamp(), what
+// try-lock-tick decides on) on one connection of TestConformance.
+var (
+	nowMu    sync.Mutex
+	suiteNow func(t testing.TB) time.Time
+)
 
 // clusters maps each suite case (TestConformance/<case>) to its cluster, so
 // New and Expire of one case, and of its subtests, share a namespace.

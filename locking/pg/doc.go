@@ -15,9 +15,21 @@
 // plans by; the lock ends when it is released or when its session dies (the
 // holder crashed, the network dropped, an operator ran pg_terminate_backend).
 // Renew proves that the session is alive and still holds the lock. Every
-// session is opened with TCP keepalives and a TCP user timeout on both ends,
-// so a dead peer is noticed within a few multiples of Options.OpTimeout and
-// Postgres frees a vanished holder's locks by itself.
+// session gets TCP keepalives and a TCP user timeout on both ends (on
+// Postgres's side with SET after connecting), so a dead peer is noticed
+// within a few multiples of Options.OpTimeout and Postgres frees a vanished
+// holder's locks by itself. MaxLease (locking.LeaseBounder) is the soonest
+// that can happen after a holder's last answered call: with the default
+// OpTimeout of 5s, 8s (idle 5s + 3 probes 1s apart; the user timeout is
+// 10s). The scheduler renews within it. Sessions also SET
+// idle_session_timeout = 0, so a server-wide idle timeout cannot end a
+// lock between two renewals.
+//
+// Renew and Release report a lock they could not confirm as lost
+// (locking.ErrLockLost); when Postgres did not answer at all (a broken
+// connection, a timeout) the error also wraps locking.ErrUnavailable, so
+// an outage is seen as one. Close honours its context's deadline: when it
+// passes, the remaining sessions are closed without waiting for answers.
 //
 // Advisory locks are re-entrant per session and sessions are reused, so the
 // Locker remembers the lock ids it holds: a second TryLock for a key this
@@ -25,13 +37,13 @@
 // Postgres. Two keys whose ids collide (a 2^-64 chance per pair) only
 // contend with each other; they can never both be held.
 //
-// # Fencing tokens
+// # Fencing tokens, tick marks and pauses
 //
 // After winning the advisory lock, the same statement increments the key's
 // row in bext_lock_fences and returns it, so each TryLock is one round trip
-// and each Release is one. The table is created on first use; an operator
-// who prefers to create it (the scheduler's role then needs no CREATE
-// privilege) runs:
+// and each Release is one. The table is created on first use (columns added
+// by later releases are added in place); an operator who prefers to create
+// it (the scheduler's role then needs no CREATE privilege) runs:
 //
 //	CREATE TABLE IF NOT EXISTS bext_lock_fences (
 //	    namespace   text        NOT NULL,
@@ -39,31 +51,79 @@
 //	    fence       bigint      NOT NULL,
 //	    holder      text,
 //	    acquired_at timestamptz,
-//	    claimed_until timestamptz,
+//	    tick_mark   bigint,       -- µs since the epoch
+//	    tick_token  text,
+//	    paused      boolean     NOT NULL DEFAULT false,
+//	    pause_until timestamptz,
+//	    pause_note  text,
 //	    PRIMARY KEY (namespace, key)
 //	);
 //
 // A fence is the larger of the key's last fence + 1 and the database
 // clock in microseconds, so fences strictly increase per key, and keep doing
-// so when a crash forgets the last fence writes: lock sessions commit them
-// with synchronous_commit=off (waiting for fsync was most of a TryLock's
-// cost and bought nothing, since the clock floor already makes a forgotten
-// fence harmless). This assumes the database clock does not step back by
-// more than the time between a lost write and the restart. A URL that sets
-// synchronous_commit keeps its own value.
+// so when a crash forgets the last fence writes: plain lock sessions commit
+// them with synchronous_commit=off (waiting for fsync was most of a
+// TryLock's cost and bought nothing, since the clock floor already makes a
+// forgotten fence harmless). This assumes the database clock does not step
+// back by more than the time between a lost write and the restart. A URL
+// that sets synchronous_commit keeps its own value.
+//
+// TryLockTick (locking.TickLocker) is one statement too: it reads the
+// key's mark and pause flag, takes the advisory lock only when the
+// decision calls for it, raises the mark and draws the fence, deciding as
+// locking.DecideTick on the database clock (clock_timestamp()). Its
+// snapshot may be stale, so the upsert decides again on the latest row
+// version (READ COMMITTED ON CONFLICT DO UPDATE): a mark or pause committed
+// meanwhile wins, and a lock taken for nothing is given back in the same
+// statement. That statement, and InitMarks and SetPause, commit with
+// synchronous_commit = on whatever the session says (set_config local to
+// their own transaction): a mark a run was granted on must survive a crash.
+// The row also keeps the granting call's token, so a call resent after a
+// lost reply is answered granted with its own fence (once the first call's
+// session is gone; until then with an error wrapping ErrUnavailable); a
+// tick Release forgets it. A per-tick lock (overlap = allow) is taken
+// under locking.TickLockKey, the mark staying the schedule's.
 //
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //
 // # Connection poolers
 //
-// Behind a transaction-pooling PgBouncer every statement may run on another
-// server connection, so session locks silently stop excluding anything. Each
-// new session is probed (a lock taken by one statement must be seen on the
-// same backend by the next), and every TryLock and Renew checks that the
-// backend pid has not changed; on failure the error wraps
-// ErrTransactionPooler. A session-pooling pool is fine. The probe cannot
-// catch a transaction pooler that happens to hand the same server connection
-// back every time (an idle pool with one client); the per-statement pid check
-// catches it as soon as the pool is shared.
+// Behind a transaction-pooling PgBouncer consecutive transactions of one
+// client may run on different server connections, and one server
+// connection serves several clients in turn, so session locks silently
+// stop excluding anything (two clients of a pool of one both "hold" a key,
+// by re-entrancy). Every new session is checked:
+//
+//   - Postgres's startup BackendKeyData names the session's backend; a
+//     pooler sends its own (PgBouncer: a random one). A pid there equal to
+//     pg_backend_pid() is Postgres itself, and nothing more is asked.
+//   - Otherwise a pooler is in between, and it is tested: one client takes
+//     a session lock and disconnects, a second looks for it. A session
+//     pool resets the server connection (server_reset_query, DISCARD ALL by
+//     default) before anyone else gets it, so the lock is gone at once; a
+//     transaction or statement pool (or a session pool without a reset
+//     query) leaves it held. The verdict is kept for a minute, so a session
+//     pool costs two extra connections a minute, not per session.
+//   - Every statement checks it ran on the session's backend, and pgx's
+//     statement-cache errors (a prepared statement of another client
+//     found on the server connection) are read as a pooler.
+//
+// A transaction pooler is refused with ErrTransactionPooler: TryLock,
+// TryLockTick, Ping (so readiness fails) and the rest. A URL naming
+// PgBouncer's admin console is refused too.
+//
+// Session-mode PgBouncer is supported: each of our sessions owns a server
+// connection for its whole life, and the session settings are applied with
+// SET after connecting, never as startup parameters (PgBouncer refuses
+// those it does not know). Two things change behind it, which operators
+// must set in pgbouncer.ini: the keepalive and user-timeout settings this
+// package applies govern only the PgBouncer-to-Postgres socket, so a dead
+// holder's lock lasts until PgBouncer notices its client is gone (set
+// tcp_keepalive, tcp_keepidle, tcp_keepintvl, tcp_keepcnt and
+// tcp_user_timeout to match; with the OS defaults it can be hours), and
+// MaxLease assumes PgBouncer drops a silent client no sooner than Postgres
+// would (keep client_idle_timeout off or above the renewal interval).
+// default_pool_size must cover every lock held at once, plus one per
+// node: a session pool that is full makes new sessions wait.
 package pg

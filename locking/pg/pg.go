@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,11 +56,13 @@ type Options struct {
 	Holder string
 }
 
-// Locker is the Postgres lock backend. It implements locking.Locker and
+// Locker is the Postgres lock backend. It implements locking.Locker,
+// locking.TickLocker, locking.Pauser, locking.LeaseBounder and
 // locking.Pinger, and lists held locks with List. Safe for concurrent use.
 type Locker struct {
-	opts Options
-	cfg  *pgx.ConnConfig
+	opts  Options
+	cfg   *pgx.ConnConfig
+	times sessionTimes
 
 	mu     sync.Mutex
 	closed bool
@@ -68,8 +71,15 @@ type Locker struct {
 	held   map[int64]*lease // lock id → its lease; nil while a TryLock is asking
 	ops    sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
 
+	// abort is cancelled when Close's deadline passes: every query in
+	// flight gives up at once, so Close returns in time.
+	abort     context.Context
+	abortFunc context.CancelFunc
+
 	schemaMu sync.Mutex
 	schemaOK atomic.Bool
+
+	pooler poolerCache // the last pooler test's verdict (session.go)
 }
 
 // lease is a held lock: the handle's private state. mu serialises Renew,
@@ -78,16 +88,26 @@ type Locker struct {
 type lease struct {
 	mu   sync.Mutex
 	id   int64
-	key  string
+	key  string // the lock's key (a per-tick lock's is the tick's)
 	sess *session
 	done bool
 
 	fenceVal int64 // the fencing token of this acquisition
+
+	// Set for a try-lock-tick lease: the mark's row, the grant's token and
+	// T, so a resent call can be recognised and Release can forget the token.
+	tick   bool
+	rowKey string
+	token  string
+	tickUS int64
 }
 
 var (
-	_ locking.Locker = (*Locker)(nil)
-	_ locking.Pinger = (*Locker)(nil)
+	_ locking.Locker       = (*Locker)(nil)
+	_ locking.Pinger       = (*Locker)(nil)
+	_ locking.TickLocker   = (*Locker)(nil)
+	_ locking.Pauser       = (*Locker)(nil)
+	_ locking.LeaseBounder = (*Locker)(nil)
 )
 
 // Open checks opts and parses the URL, without connecting: a node must start
@@ -129,8 +149,76 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
-	configureSessions(cfg, opts.OpTimeout)
-	return &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease)}, nil
+	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease)}
+	l.times = configureSessions(cfg, opts.OpTimeout)
+	l.abort, l.abortFunc = context.WithCancel(context.Background())
+	return l, nil
+}
+
+// opCtx bounds one step by OpTimeout, and by Close's deadline.
+func (l *Locker) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	stop := context.AfterFunc(l.abort, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// claimID reserves lock id for a TryLock or TryLockTick of this Locker. It
+// returns false when this Locker holds the id (or is asking for it): the
+// caller answers contended, since asking Postgres from the holding session
+// would wrongly succeed (re-entrancy). mine is then the holding lease (nil
+// while another call is still asking). A holding session found dead is
+// forgotten and the id reserved. On true, the caller must settle the id.
+func (l *Locker) claimID(ctx context.Context, id int64, resend func(*lease) bool) (ok bool, mine *lease, err error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return false, nil, locking.ErrClosed
+		}
+		ls, found := l.held[id]
+		if !found {
+			l.held[id] = nil // claim the id: racing calls of ours see it
+			l.ops.Add(1)
+			l.mu.Unlock()
+			return true, nil, nil
+		}
+		l.mu.Unlock()
+		if ls == nil {
+			return false, nil, nil
+		}
+		if resend != nil && resend(ls) {
+			return false, ls, nil
+		}
+		// Unless the holding session has died unnoticed (its handle
+		// abandoned): then forget it and ask Postgres.
+		if l.stillHeld(ctx, ls) {
+			return false, ls, nil
+		}
+	}
+}
+
+// settle records the outcome of a claimed id's ask: ls nil (not taken)
+// frees the id. It returns ls, or nil with ErrClosed when Close ran
+// meanwhile (the lock is then ended by closing its session).
+func (l *Locker) settle(ctx context.Context, id int64, ls *lease) (*lease, error) {
+	defer l.ops.Done()
+	l.mu.Lock()
+	if ls == nil {
+		delete(l.held, id)
+		l.mu.Unlock()
+		return nil, nil
+	}
+	if l.closed {
+		// Close ran while we asked and could not see this lock: end it here
+		// by closing its session.
+		delete(l.held, id)
+		l.mu.Unlock()
+		l.discard(ctx, ls.sess)
+		return nil, locking.ErrClosed
+	}
+	l.held[id] = ls
+	l.mu.Unlock()
+	return ls, nil
 }
 
 // TryLock takes key if it is free. ttl is only the caller's lease: advisory
@@ -143,54 +231,19 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
 	}
-	id := lockID(l.opts.Namespace, key)
-	for {
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			return nil, locking.ErrClosed
-		}
-		mine, found := l.held[id]
-		if !found {
-			l.held[id] = nil // claim the id: racing TryLocks of ours see it
-			l.ops.Add(1)
-			l.mu.Unlock()
-			break
-		}
-		l.mu.Unlock()
-		// Held (or being asked for) by this Locker. Asking Postgres from the
-		// holding session would wrongly succeed (re-entrancy), so answer
-		// contended, unless the holding session has died unnoticed (its
-		// handle abandoned): then forget it and ask Postgres.
-		if mine == nil || l.stillHeld(ctx, mine) {
-			return nil, nil
-		}
-	}
-	defer l.ops.Done()
-
-	ls, err := l.tryLock(ctx, id, key)
-	l.mu.Lock()
-	if ls == nil {
-		delete(l.held, id)
-		l.mu.Unlock()
-		return nil, err
-	}
-	if l.closed {
-		// Close ran while we asked and could not see this lock: end it here
-		// by closing its session.
-		delete(l.held, id)
-		l.mu.Unlock()
-		l.discard(ctx, ls.sess)
-		return nil, locking.ErrClosed
-	}
-	l.held[id] = ls
-	l.mu.Unlock()
 	tok, err := locking.NewToken()
 	if err != nil {
-		ls.mu.Lock()
-		l.end(ctx, ls, false) // closing the session ends the lock
-		ls.mu.Unlock()
 		return nil, err
+	}
+	id := lockID(l.opts.Namespace, key)
+	ok, _, err := l.claimID(ctx, id, nil)
+	if !ok {
+		return nil, err
+	}
+	ls, err := l.tryLock(ctx, id, key)
+	ls, serr := l.settle(ctx, id, ls)
+	if ls == nil {
+		return nil, cmp.Or(serr, err)
 	}
 	return locking.NewHandle(l, key, tok, ls.fenceVal, ttl, ls), nil
 }
@@ -199,23 +252,19 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 // reused idle session turns out dead (Postgres restarted since). Retrying is
 // safe: the dead session is closed, so any lock it might have taken ends.
 func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	ctx, cancel := l.opCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		s, reused, err := l.acquire(ctx)
+		s, reused, err := l.acquireReady(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
 		}
-		if err := l.ensureSchema(ctx, s); err != nil {
-			l.discard(ctx, s)
-			return nil, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
-		}
 		var (
-			ok, claimed bool
-			fence       *int64
-			pid         uint32
+			ok    bool
+			fence *int64
+			pid   uint32
 		)
-		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &claimed, &fence, &pid)
+		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &fence, &pid)
 		if err != nil {
 			// The statement may have taken the lock before failing: closing
 			// the session is what guarantees it ends.
@@ -223,7 +272,7 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
-			return nil, fmt.Errorf("%w: pg: try-lock %q: %w", locking.ErrUnavailable, key, err)
+			return nil, queryErr("try-lock", key, err)
 		}
 		if pid != s.pid {
 			l.discard(ctx, s)
@@ -231,17 +280,6 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 		}
 		if !ok {
 			l.putIdle(s)
-			return nil, nil
-		}
-		if claimed {
-			// Free, but a dead holder's claim still covers it: give the
-			// advisory lock back and answer contended.
-			var unlocked bool
-			if err := s.conn.QueryRow(ctx, releaseSQL, id).Scan(&unlocked); err != nil || !unlocked {
-				l.discard(ctx, s) // closing the session ends the lock
-			} else {
-				l.putIdle(s)
-			}
 			return nil, nil
 		}
 		if fence == nil {
@@ -252,42 +290,49 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 	}
 }
 
-// Claim keeps h's key claimed for d from now (by the database clock), even
-// if h's session dies meanwhile: TryLock answers contended until then. The
-// scheduler claims a tick's lock for tick + 2×max_clock_skew, which an
-// advisory lock alone cannot do, since it dies with its session. Errors wrap
-// locking.ErrLockLost (the session is closed).
-func (l *Locker) Claim(ctx context.Context, h *locking.Handle, d time.Duration) error {
-	ls, err := l.leaseOf(h)
+// acquireReady is acquire plus the table, for statements that use it.
+func (l *Locker) acquireReady(ctx context.Context) (*session, bool, error) {
+	s, reused, err := l.acquire(ctx)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	if d <= 0 {
-		return nil
+	if err := l.ensureSchema(ctx, s); err != nil {
+		l.discard(ctx, s)
+		if pe := poolerErr(err); pe != nil {
+			return nil, false, pe
+		}
+		return nil, false, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
 	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.done {
-		return l.doneErr(ls)
+	return s, reused, nil
+}
+
+// queryErr wraps the failure of a lock statement: ErrTransactionPooler
+// when it shows a pooler, else ErrUnavailable (Postgres could not answer).
+func queryErr(op, key string, err error) error {
+	if pe := poolerErr(err); pe != nil {
+		return fmt.Errorf("pg: %s %q: %w", op, key, pe)
 	}
-	qctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
-	defer cancel()
-	tag, err := ls.sess.conn.Exec(qctx, claimSQL, l.opts.Namespace, ls.key, d.Microseconds(), ls.fenceVal)
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%w: pg: claim %q: %w", locking.ErrLockLost, ls.key, err)
-	case tag.RowsAffected() != 1:
-		err = fmt.Errorf("%w: pg: claim %q: fence %d is no longer the key's", locking.ErrLockLost, ls.key, ls.fenceVal)
-	default:
-		return nil
+	return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrUnavailable, op, key, err)
+}
+
+// lostErr wraps the failure of a statement on a held lock's session: the
+// lock is lost (its session is closed), and when Postgres did not answer
+// (a broken connection, a timeout) the backend is also unavailable, so an
+// outage reads as one and not only as lost locks.
+func lostErr(op, key string, err error) error {
+	if pe := poolerErr(err); pe != nil {
+		return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrLockLost, op, key, pe)
 	}
-	l.end(qctx, ls, false)
-	return err
+	if isConnError(err) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w: pg: %s %q: %w", locking.ErrLockLost, locking.ErrUnavailable, op, key, err)
+	}
+	return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrLockLost, op, key, err)
 }
 
 // Renew proves the handle's session is alive and still holds its lock. It
 // does not extend anything (advisory locks have no TTL). Any failure ends
-// the lock: the session is closed and the error wraps locking.ErrLockLost.
+// the lock: the session is closed and the error wraps locking.ErrLockLost,
+// and also locking.ErrUnavailable when Postgres did not answer.
 func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -310,7 +355,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 // ends ls (closing the session) and returns an error wrapping ErrLockLost.
 // ls.mu must be held and ls not done.
 func (l *Locker) check(ctx context.Context, ls *lease) error {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	ctx, cancel := l.opCtx(ctx)
 	defer cancel()
 	hi, lo := splitID(ls.id)
 	var (
@@ -320,7 +365,7 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 	err := ls.sess.conn.QueryRow(ctx, renewSQL, hi, lo).Scan(&pid, &holds)
 	switch {
 	case err != nil:
-		err = fmt.Errorf("%w: pg: renew %q: %w", locking.ErrLockLost, ls.key, err)
+		err = lostErr("renew", ls.key, err)
 	case pid != ls.sess.pid:
 		err = fmt.Errorf("%w: pg: renew %q: %w: backend %d, the session's is %d", locking.ErrLockLost, ls.key, ErrTransactionPooler, pid, ls.sess.pid)
 	case !holds:
@@ -348,9 +393,10 @@ func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 	return l.check(context.WithoutCancel(ctx), ls) == nil
 }
 
-// Release unlocks and returns the session to the idle list. A lock that is
-// no longer held, or any failure, gives an error wrapping
-// locking.ErrLockLost; the session is then closed, which ends the lock.
+// Release unlocks and returns the session to the idle list, in one round
+// trip. A lock that is no longer held, or any failure, gives an error
+// wrapping locking.ErrLockLost (and locking.ErrUnavailable when Postgres
+// did not answer); the session is then closed, which ends the lock.
 func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -368,15 +414,24 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	return l.unlock(ctx, ls)
 }
 
-// unlock runs pg_advisory_unlock on ls's session; ls.mu must be held.
+// unlock gives ls's lock back (and forgets a tick grant's token); ls.mu
+// must be held.
 func (l *Locker) unlock(ctx context.Context, ls *lease) error {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	ctx, cancel := l.opCtx(ctx)
 	defer cancel()
-	var unlocked bool
-	err := ls.sess.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
+	var (
+		unlocked bool
+		err      error
+	)
+	if ls.tick {
+		var forgot int64
+		err = ls.sess.conn.QueryRow(ctx, releaseTickSQL, ls.id, l.opts.Namespace, ls.rowKey, ls.token).Scan(&unlocked, &forgot)
+	} else {
+		err = ls.sess.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
+	}
 	switch {
 	case err != nil:
-		err = fmt.Errorf("%w: pg: release %q: %w", locking.ErrLockLost, ls.key, err)
+		err = lostErr("release", ls.key, err)
 	case !unlocked:
 		err = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
 	}
@@ -429,9 +484,12 @@ func (l *Locker) isClosed() bool {
 	return l.closed
 }
 
-// Close releases every lock this Locker holds and closes all its sessions,
-// under a fresh context (ctx's values, not its cancellation, plus
-// OpTimeout per step) so shutdown works even with ctx already cancelled.
+// Close releases every lock this Locker holds and closes all its sessions.
+// It ignores ctx's cancellation (shutdown often passes a cancelled context)
+// but honours its deadline: when the deadline passes, every query still in
+// flight is abandoned and the remaining sessions are closed at once, which
+// ends their locks as soon as the server notices. Without a deadline each
+// step is bounded by OpTimeout, and the locks are released in parallel.
 // It waits for TryLock, Ping and List calls in flight. Later calls return
 // locking.ErrClosed, except Close, which is safe to call twice.
 func (l *Locker) Close(ctx context.Context) error {
@@ -448,27 +506,43 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	l.mu.Unlock()
+	defer l.abortFunc()
+	if dl, ok := ctx.Deadline(); ok {
+		t := time.AfterFunc(time.Until(dl), l.abortFunc)
+		defer t.Stop()
+	}
 
 	ctx = context.WithoutCancel(ctx)
-	var errs []error
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
 	for _, ls := range leases {
-		ls.mu.Lock()
-		if !ls.done {
+		wg.Go(func() {
+			ls.mu.Lock()
+			defer ls.mu.Unlock()
+			if ls.done {
+				return
+			}
 			// putIdle closes the session, as the Locker is closed.
 			if err := l.unlock(ctx, ls); err != nil && !errors.Is(err, locking.ErrLockLost) {
+				emu.Lock()
 				errs = append(errs, err)
+				emu.Unlock()
 			}
-		}
-		ls.mu.Unlock()
+		})
 	}
+	wg.Wait()
 	l.ops.Wait()
 	l.mu.Lock()
 	idle := l.idle
 	l.idle = nil
 	l.mu.Unlock()
 	for _, s := range idle {
-		l.discard(ctx, s)
+		wg.Go(func() { l.discard(ctx, s) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

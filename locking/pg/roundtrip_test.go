@@ -5,8 +5,11 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // countingConn counts the message batches the client sends: each Write is
@@ -46,5 +49,38 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	if n := writes.Load(); n != 1 {
 		t.Errorf("Release sent %d requests, want 1", n)
+	}
+}
+
+// TestTickOneRoundTrip: on a warm session, TryLockTick (lock, mark, fence,
+// pause) and its Release each send one request: two round trips a tick.
+func TestTickOneRoundTrip(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{MaxSessions: 1})
+	var writes atomic.Int64
+	l.cfg.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		return countingConn{Conn: conn, writes: &writes}, nil
+	}
+	ctx := context.Background()
+	tick := c.dbNow().Truncate(time.Second)
+	ans := mustTick(t, l, tickReq("warm", tick), locking.TickGranted, "warm-up")
+	if err := l.Release(ctx, ans.Handle); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []locking.TickVerdict{locking.TickGranted, locking.TickDone} {
+		writes.Store(0)
+		ans = mustTick(t, l, tickReq("k", tick), v, "tick")
+		if n := writes.Load(); n != 1 {
+			t.Errorf("TryLockTick (%v) sent %d requests, want 1", v, n)
+		}
+		if i == 0 {
+			writes.Store(0)
+			if err := l.Release(ctx, ans.Handle); err != nil {
+				t.Fatal(err)
+			}
+			if n := writes.Load(); n != 1 {
+				t.Errorf("Release of a tick lock sent %d requests, want 1", n)
+			}
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,38 +26,88 @@ type session struct {
 // closeTimeout bounds closing one connection (sending Terminate).
 const closeTimeout = time.Second
 
+// sessionTimes are the dead-peer settings every session gets, as applied
+// (whole seconds for the keepalives, milliseconds for the user timeout).
+type sessionTimes struct {
+	idle, interval time.Duration
+	count          int
+	userTimeout    time.Duration
+	// set is the SET list run after connecting: the settings above (for
+	// Postgres's side of the socket) and the rest a lock session needs,
+	// less those the URL sets itself.
+	set [][2]string
+}
+
+// maxLease is the soonest the server drops a silent peer (see MaxLease).
+func (t sessionTimes) maxLease() time.Duration {
+	return min(t.userTimeout, t.idle+time.Duration(t.count)*t.interval)
+}
+
 // configureSessions sets what every session needs: a bounded time to notice
 // a dead peer on both ends of the socket, and a name in pg_stat_activity.
-// Settings already in the URL win.
-func configureSessions(cfg *pgx.ConnConfig, opTimeout time.Duration) {
-	idle := max(opTimeout, time.Second)
-	interval := max(opTimeout/3, time.Second)
-	const count = 3
-	userTimeout := 2 * opTimeout
+// Settings already in the URL win. Only application_name goes in the
+// startup packet (every pooler accepts it); the others are applied after
+// connecting (probeSQL), because a pooler such as PgBouncer refuses a
+// startup packet with parameters it does not know.
+func configureSessions(cfg *pgx.ConnConfig, opTimeout time.Duration) sessionTimes {
+	t := sessionTimes{
+		idle:        max(opTimeout, time.Second).Truncate(time.Second),
+		interval:    max(opTimeout/3, time.Second).Truncate(time.Second),
+		count:       3,
+		userTimeout: (2 * opTimeout).Truncate(time.Millisecond),
+	}
 	d := &net.Dialer{
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: idle, Interval: interval, Count: count},
-		Control:         userTimeoutControl(userTimeout),
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.idle, Interval: t.interval, Count: t.count},
+		Control:         userTimeoutControl(t.userTimeout),
 	}
 	cfg.DialFunc = d.DialContext
+	if _, set := cfg.RuntimeParams["application_name"]; !set {
+		cfg.RuntimeParams["application_name"] = "bext-scheduler"
+	}
 	// The server's side: Postgres drops a vanished client's session, and so
-	// frees its locks, within about idle + count*interval.
-	params := map[string]string{
-		"application_name":        "bext-scheduler",
-		"tcp_keepalives_idle":     strconv.Itoa(int(idle / time.Second)),
-		"tcp_keepalives_interval": strconv.Itoa(int(interval / time.Second)),
-		"tcp_keepalives_count":    strconv.Itoa(count),
-		"tcp_user_timeout":        strconv.Itoa(int(userTimeout / time.Millisecond)),
-		// Lock sessions write only fencing rows, and a fence is floored at
+	// frees its locks, within MaxLease.
+	for _, kv := range [][2]string{
+		{"tcp_keepalives_idle", strconv.Itoa(int(t.idle / time.Second))},
+		{"tcp_keepalives_interval", strconv.Itoa(int(t.interval / time.Second))},
+		{"tcp_keepalives_count", strconv.Itoa(t.count)},
+		{"tcp_user_timeout", strconv.Itoa(int(t.userTimeout / time.Millisecond))},
+		// A server-wide idle_session_timeout would end a lock's session
+		// between two renewals.
+		{"idle_session_timeout", "0"},
+		// Plain locks write only fencing rows, and a fence is floored at
 		// the database clock (sql.go), so a crash that forgets the last
 		// writes cannot hand out a fence twice: waiting for fsync on every
-		// TryLock would buy nothing and cost most of its time.
-		"synchronous_commit": "off",
-	}
-	for k, v := range params {
-		if _, set := cfg.RuntimeParams[k]; !set {
-			cfg.RuntimeParams[k] = v
+		// TryLock would buy nothing and cost most of its time. The
+		// statements that raise a tick mark or set a pause force it on for
+		// themselves.
+		{"synchronous_commit", "off"},
+	} {
+		if _, set := cfg.RuntimeParams[kv[0]]; !set {
+			t.set = append(t.set, kv)
 		}
 	}
+	return t
+}
+
+// probeSQL applies the session settings (those this server knows: pg_settings
+// filters out e.g. idle_session_timeout before Postgres 14) and takes the
+// probe lock, in one round trip. The values are digits and words from
+// configureSessions, never input.
+func (t sessionTimes) probeSQL() string {
+	var b strings.Builder
+	b.WriteString(`WITH s AS MATERIALIZED (SELECT count(set_config(v.name, v.setting, false)) AS n FROM (VALUES `)
+	for i, kv := range t.set {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "('%s', '%s')", kv[0], kv[1])
+	}
+	if len(t.set) == 0 {
+		b.WriteString("('', '')")
+	}
+	b.WriteString(`) AS v(name, setting) JOIN pg_settings p ON p.name = v.name)
+SELECT pg_backend_pid(), pg_try_advisory_lock(1650817140, pg_backend_pid()) FROM s`)
+	return b.String()
 }
 
 // acquire takes an idle session or, below MaxSessions, connects a new one.
@@ -102,28 +154,179 @@ func (l *Locker) putIdle(s *session) {
 // discard closes a session in doubt (never reused) and frees its slot.
 // Closing it ends every lock it held.
 func (l *Locker) discard(ctx context.Context, s *session) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-	defer cancel()
-	_ = s.conn.Close(ctx) // the server ends the session either way
+	closeConn(l, ctx, s.conn)
 	l.mu.Lock()
 	l.open--
 	l.mu.Unlock()
 }
 
+// closeConn closes conn within closeTimeout, at once when Close's deadline
+// passed (l.abort): the server ends the session either way.
+func closeConn(l *Locker, ctx context.Context, conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(l.abort, cancel)
+	defer stop()
+	_ = conn.Close(ctx)
+}
+
 // connect opens and probes a new session. ctx carries the OpTimeout bound.
+//
+// A session must be a Postgres backend of its own for as long as it is
+// open. Postgres's BackendKeyData names the backend, so a pid there that
+// differs from pg_backend_pid() means a pooler sits in between (PgBouncer
+// sends its own). That is fine only if no other client can ever run on the
+// server connection carrying our locks: the pooler must pool sessions and
+// reset a server connection (DISCARD ALL, which drops advisory locks)
+// before handing it to another client. leakTest checks exactly that.
 func (l *Locker) connect(ctx context.Context) (*session, error) {
-	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	s, keyPID, err := l.dialProbe(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pg: connecting: %w", locking.ErrUnavailable, err)
-	}
-	pid, err := probeSession(ctx, conn)
-	if err != nil {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-		defer cancel()
-		_ = conn.Close(closeCtx)
 		return nil, err
 	}
-	return &session{conn: conn, pid: pid}, nil
+	if keyPID == s.pid {
+		return s, nil // Postgres itself
+	}
+	s0pid := s.pid
+	if known, err := l.pooler.get(); known {
+		if err != nil {
+			closeConn(l, ctx, s.conn)
+			return nil, err
+		}
+		return s, nil
+	}
+	// The test needs the pool's server connections free of us: with a
+	// session pool of one, s would hold the only one.
+	closeConn(l, ctx, s.conn)
+	s, err = l.leakTest(ctx)
+	if errors.Is(err, ErrTransactionPooler) {
+		err = fmt.Errorf("%w (the startup BackendKeyData names backend %d, pg_backend_pid() is %d)", err, keyPID, s0pid)
+	}
+	if err != nil && !errors.Is(err, locking.ErrUnavailable) {
+		l.pooler.set(err)
+	} else if err == nil {
+		l.pooler.set(nil)
+	}
+	return s, err
+}
+
+// dialProbe connects, applies the session settings and checks the
+// session (probeSession). It returns the pid of the startup
+// BackendKeyData along with the session.
+func (l *Locker) dialProbe(ctx context.Context) (*session, uint32, error) {
+	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	if err != nil {
+		if strings.Contains(err.Error(), "unsupported startup parameter") {
+			return nil, 0, fmt.Errorf("%w: pg: connecting: a pooler refused a startup parameter of [locking.pg] url (set it with SET in the pooler's connect_query, or drop it): %w", locking.ErrUnavailable, err)
+		}
+		return nil, 0, fmt.Errorf("%w: pg: connecting: %w", locking.ErrUnavailable, err)
+	}
+	pid, err := l.probeSession(ctx, conn)
+	if err != nil {
+		closeConn(l, ctx, conn)
+		return nil, 0, err
+	}
+	return &session{conn: conn, pid: pid}, conn.PgConn().PID(), nil
+}
+
+// leakTest finds out whether a session lock outlives the client that took
+// it, behind a pooler: one client takes a lock and disconnects, a second
+// one looks for the lock. A session pool resets the server connection
+// (DISCARD ALL) before anyone else gets it, so the lock is soon gone; a
+// transaction or statement pool never resets it, so it stays, held by
+// whichever server connection ran the statement. It returns the second
+// client as the new session when the pooler passes.
+func (l *Locker) leakTest(ctx context.Context) (*session, error) {
+	nonce := rand.Int32N(1<<31-2) + 1
+	simple := pgx.QueryExecModeSimpleProtocol
+	t, _, err := l.dialProbe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	err = t.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int, $2::int)`, simple, leakClass, nonce).Scan(&ok)
+	closeConn(l, ctx, t.conn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, err)
+	}
+	s, _, err := l.dialProbe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The pooler resets the first client's server connection after it
+	// left, and Postgres ends a backend after its client left: both take
+	// a moment, and neither tells anyone, so ask until the lock is gone.
+	wait, cancel := context.WithTimeout(ctx, leakWait)
+	defer cancel()
+	for {
+		var held, mine bool
+		err := s.conn.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(pid = pg_backend_pid()), false) FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2`,
+			simple, leakClass, nonce).Scan(&held, &mine)
+		if err != nil {
+			closeConn(l, ctx, s.conn)
+			return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, err)
+		}
+		if !held {
+			return s, nil
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+			continue
+		case <-wait.Done():
+		}
+		if mine {
+			_, _ = s.conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int, $2::int)`, simple, leakClass, nonce)
+		}
+		closeConn(l, ctx, s.conn)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w (a pooler answers for Postgres, and a session lock outlived the client that took it by %v: transaction or statement pooling, or session pooling without server_reset_query)",
+			ErrTransactionPooler, leakWait)
+	}
+}
+
+// leakWait is how long leakTest waits for a left client's lock to go.
+const leakWait = time.Second
+
+// poolerRecheck is how long a pooler's verdict is trusted before the next
+// new session tests it again.
+const poolerRecheck = time.Minute
+
+// poolerCache remembers the last leakTest verdict, so a session pool does
+// not cost three connections per session, nor a transaction pool a leaked
+// test lock per attempt.
+type poolerCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (c *poolerCache) get() (known bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || time.Since(c.at) > poolerRecheck {
+		return false, nil
+	}
+	return true, c.err
+}
+
+func (c *poolerCache) set(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at, c.err = time.Now(), err
+}
+
+// poolerErr recognises the errors a transaction pooler causes in pgx: a
+// statement prepared by one client found (or missed) by another on the
+// same server connection. It returns nil for any other error.
+func poolerErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") {
+		return fmt.Errorf("%w (%s: another client's prepared statements are on this server connection)", ErrTransactionPooler, pgErr.Message)
+	}
+	return nil
 }
 
 // probe is what a new session showed about itself; verdict decides.
@@ -153,36 +356,35 @@ func (p probe) verdict() error {
 }
 
 // checkServerVersion refuses a server_version that names PgBouncer (its
-// admin console reports e.g. "1.21.0/bouncer").
+// admin console reports e.g. "1.18.0/bouncer").
 func checkServerVersion(v string) error {
 	if strings.Contains(strings.ToLower(v), "bouncer") {
-		return fmt.Errorf("%w (the server reports version %q)", ErrTransactionPooler, v)
+		return fmt.Errorf("%w (the server reports version %q: the url names PgBouncer's admin console)", ErrTransactionPooler, v)
 	}
 	return nil
 }
 
-// probeSession checks that conn is a real session: a session lock taken by
-// one statement must still be there, on the same backend, in the next.
-// Behind transaction pooling consecutive statements may land on different
-// server connections. It returns the backend pid.
-func probeSession(ctx context.Context, conn *pgx.Conn) (uint32, error) {
+// probeSession applies the session settings and checks that conn behaves
+// as one session: a session lock taken by one statement must still be
+// there, on the same backend, in the next. It returns the backend pid.
+func (l *Locker) probeSession(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 	p := probe{serverVersion: conn.PgConn().ParameterStatus("server_version")}
 	if err := checkServerVersion(p.serverVersion); err != nil {
 		return 0, err // do not even query a pooler's admin console
 	}
 	simple := pgx.QueryExecModeSimpleProtocol
-	if err := conn.QueryRow(ctx, probeLockSQL, simple).Scan(&p.lockPID, &p.locked); err != nil {
-		return 0, fmt.Errorf("%w: pg: probing a new session: %w", locking.ErrUnavailable, err)
+	if err := conn.QueryRow(ctx, l.times.probeSQL(), simple).Scan(&p.lockPID, &p.locked); err != nil {
+		return 0, probeErr(err)
 	}
 	if err := conn.QueryRow(ctx, probeCheckSQL, simple).Scan(&p.checkPID, &p.seen); err != nil {
-		return 0, fmt.Errorf("%w: pg: probing a new session: %w", locking.ErrUnavailable, err)
+		return 0, probeErr(err)
 	}
 	if err := p.verdict(); err != nil {
 		return 0, err
 	}
 	var unlocked bool
 	if err := conn.QueryRow(ctx, probeUnlockSQL, simple).Scan(&unlocked); err != nil {
-		return 0, fmt.Errorf("%w: pg: probing a new session: %w", locking.ErrUnavailable, err)
+		return 0, probeErr(err)
 	}
 	if !unlocked {
 		return 0, fmt.Errorf("%w (the probe lock vanished before its unlock)", ErrTransactionPooler)
@@ -190,8 +392,21 @@ func probeSession(ctx context.Context, conn *pgx.Conn) (uint32, error) {
 	return p.lockPID, nil
 }
 
+func probeErr(err error) error {
+	if pe := poolerErr(err); pe != nil {
+		return pe
+	}
+	return fmt.Errorf("%w: pg: probing a new session: %w", locking.ErrUnavailable, err)
+}
+
 // ensureSchema creates bext_lock_fences once per Locker, if it is missing.
 func (l *Locker) ensureSchema(ctx context.Context, s *session) error {
+	return l.ensureSchemaConn(ctx, s.conn)
+}
+
+// ensureSchemaConn creates bext_lock_fences once per Locker, if it is
+// missing or lacks a column.
+func (l *Locker) ensureSchemaConn(ctx context.Context, conn *pgx.Conn) error {
 	if l.schemaOK.Load() {
 		return nil
 	}
@@ -201,11 +416,11 @@ func (l *Locker) ensureSchema(ctx context.Context, s *session) error {
 		return nil
 	}
 	var exists bool
-	if err := s.conn.QueryRow(ctx, tableExistsSQL).Scan(&exists); err != nil {
+	if err := conn.QueryRow(ctx, tableExistsSQL).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
-		if _, err := s.conn.Exec(ctx, createTableSQL); err != nil {
+		if _, err := conn.Exec(ctx, createTableSQL); err != nil {
 			return err
 		}
 	}
@@ -215,7 +430,7 @@ func (l *Locker) ensureSchema(ctx context.Context, s *session) error {
 
 // withSession runs fn on an idle (or new) session under OpTimeout, or on a
 // throwaway connection when all MaxSessions are in use. Errors wrap
-// locking.ErrUnavailable.
+// locking.ErrUnavailable, or ErrTransactionPooler.
 func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
 	l.mu.Lock()
 	if l.closed {
@@ -226,21 +441,19 @@ func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.
 	l.mu.Unlock()
 	defer l.ops.Done()
 
-	ctx, cancel := context.WithTimeout(ctx, l.opts.OpTimeout)
+	ctx, cancel := l.opCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		s, reused, err := l.acquire(ctx)
 		if errors.Is(err, ErrNoSession) {
-			conn, err := pgx.ConnectConfig(ctx, l.cfg)
+			s, err := l.connect(ctx)
 			if err != nil {
-				return fmt.Errorf("%w: pg: connecting: %w", locking.ErrUnavailable, err)
+				return err
 			}
-			err = fn(ctx, conn)
-			closeCtx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
-			_ = conn.Close(closeCtx)
-			cancelClose()
+			err = fn(ctx, s.conn)
+			closeConn(l, ctx, s.conn)
 			if err != nil {
-				return fmt.Errorf("%w: pg: %w", locking.ErrUnavailable, err)
+				return sessionErr(err)
 			}
 			return nil
 		}
@@ -252,11 +465,18 @@ func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.
 			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
-			return fmt.Errorf("%w: pg: %w", locking.ErrUnavailable, err)
+			return sessionErr(err)
 		}
 		l.putIdle(s)
 		return nil
 	}
+}
+
+func sessionErr(err error) error {
+	if pe := poolerErr(err); pe != nil {
+		return fmt.Errorf("pg: %w", pe)
+	}
+	return fmt.Errorf("%w: pg: %w", locking.ErrUnavailable, err)
 }
 
 // isConnError tells a broken connection (worth one retry on a fresh one)

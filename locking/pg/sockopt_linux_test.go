@@ -33,6 +33,15 @@ func TestSessionSettings(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("server-side settings (idle, interval, count, user timeout ms, application) = %v, want %v", got, want)
 	}
+	// MaxLease is what these settings make of a silent peer on the
+	// server's side: dropped after the user timeout (6s) or after the idle
+	// time and count probes (3s + 3×1s), whichever comes first.
+	if got, want := l.MaxLease(), 6*time.Second; got != want {
+		t.Errorf("MaxLease = %v, want %v from the session's settings", got, want)
+	}
+	if got, want := c.open(Options{}).MaxLease(), 8*time.Second; got != want {
+		t.Errorf("MaxLease at the default OpTimeout = %v, want %v (5s idle + 3×1s)", got, want)
+	}
 	tcp, ok := sess.conn.PgConn().Conn().(*net.TCPConn)
 	if !ok {
 		t.Fatalf("session is not on TCP (%T): set BEXT_TEST_PG_URL to a TCP address", sess.conn.PgConn().Conn())

@@ -31,16 +31,23 @@ func splitID(id int64) (hi, lo int64) {
 // serialise table creation. It spells "bext".
 const probeClass = 0x62657874
 
+// leakClass is the first half of the two-int advisory key of the pooler
+// leak test (session.go): (leakClass, a random nonce). It spells "bexu".
+const leakClass = 0x62657875
+
 const (
-	// tableExistsSQL avoids CREATE TABLE when the table is there, so a role
-	// without CREATE privilege works once an operator made the table.
+	// tableExistsSQL avoids CREATE TABLE when the table is there with every
+	// column, so a role without CREATE privilege works once an operator made
+	// it. It checks the newest column.
 	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL AND EXISTS (
   SELECT 1 FROM pg_attribute
-  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'claimed_until' AND NOT attisdropped)`
+  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'pause_note' AND NOT attisdropped)`
 
 	// createTableSQL runs under a transaction-level advisory lock so two
 	// nodes creating the table at once do not race into a unique_violation
-	// on pg_type. It is sent as one simple-protocol message.
+	// on pg_type. It is sent as one simple-protocol message. Columns added
+	// after the first release are added with ADD COLUMN IF NOT EXISTS, so an
+	// older table is brought up to date in place.
 	createTableSQL = `BEGIN;
 SELECT pg_advisory_xact_lock(1650817140, 0);
 CREATE TABLE IF NOT EXISTS bext_lock_fences (
@@ -51,7 +58,11 @@ CREATE TABLE IF NOT EXISTS bext_lock_fences (
     acquired_at timestamptz,
     PRIMARY KEY (namespace, key)
 );
-ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS claimed_until timestamptz;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_mark bigint;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_token text;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_until timestamptz;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_note text;
 COMMIT;`
 
 	// tryLockSQL takes the advisory lock and, only when it won, bumps the
@@ -64,26 +75,136 @@ COMMIT;`
 	// last one: so it stays strictly increasing even when a crash forgets
 	// the last fence writes (sessions commit them asynchronously, see
 	// doc.go), as long as the database clock does not step back.
-	//
-	// A key still claimed (Claim: a holder that died within its tick's
-	// clock-skew claim) answers claimed = true: the caller then unlocks and
-	// reports contention, and no fence is drawn.
-	tryLockSQL = `WITH l AS (SELECT pg_try_advisory_lock($1::bigint) AS ok),
+	tryLockSQL = `WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok),
 c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
-cl AS (SELECT EXISTS (SELECT 1 FROM bext_lock_fences
-  WHERE namespace = $2::text AND key = $3::text AND claimed_until > clock_timestamp()) AS claimed),
 f AS (
   INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at)
-  SELECT $2::text, $3::text, greatest(1, c.us), $4::text, now() FROM l, c, cl WHERE l.ok AND NOT cl.claimed
+  SELECT $2::text, $3::text, greatest(1, c.us), $4::text, now() FROM l, c WHERE l.ok
   ON CONFLICT (namespace, key) DO UPDATE
     SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
   RETURNING t.fence)
-SELECT l.ok, cl.claimed, (SELECT fence FROM f), pg_backend_pid() FROM l, cl`
+SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 
-	// claimSQL keeps a key claimed for $3 microseconds from now, for the
-	// acquisition with fence $4 only.
-	claimSQL = `UPDATE bext_lock_fences SET claimed_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
-WHERE namespace = $1::text AND key = $2::text AND fence = $4::bigint`
+	// tryLockTickSQL is try-lock-tick in one statement and one round trip,
+	// deciding as locking.DecideTick does, on the database clock.
+	//
+	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 holder
+	//	$5 T, $6 floor, $7 max skew, $8 window (microseconds)  $9 token
+	//
+	// The statement's snapshot (d) decides whether to try the lock at all;
+	// a mark at or past T there is final, as marks only rise. The snapshot
+	// may be stale, so the upsert re-decides on the latest row version,
+	// which ON CONFLICT DO UPDATE locks and sees under READ COMMITTED even
+	// when the snapshot does not: a mark raised, or a pause set, by a
+	// statement that committed meanwhile wins. The upsert draws the fence
+	// only when it stores this call's token, which tells the caller it won.
+	// The CTE un gives the advisory lock back when it was taken but not
+	// granted; it reads u, so it runs after the upsert.
+	//
+	// The mark must survive a crash once a run was granted on it, so the
+	// statement commits with synchronous_commit = on whatever the session
+	// says (set_config's is_local: this statement's own transaction, read
+	// at its commit). It returns the setting in force as a check.
+	//
+	// A resent call (the row carries this token and T as its mark) takes
+	// the lock again if it is free and answers with the fence it drew;
+	// resend_held when the lock is still held (by the first call's session,
+	// which the server has not dropped yet).
+	tryLockTickSQL = `WITH c AS MATERIALIZED (
+  SELECT clock_timestamp() AS ts, set_config('synchronous_commit', 'on', true) AS sc),
+s AS MATERIALIZED (
+  SELECT c.ts, (extract(epoch FROM c.ts) * 1000000)::bigint AS now_us,
+    r.tick_mark AS mark, r.tick_token AS tok, r.fence AS fence,
+    coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused
+  FROM c LEFT JOIN bext_lock_fences r ON r.namespace = $2::text AND r.key = $3::text),
+e AS MATERIALIZED (
+  SELECT s.*, greatest(coalesce(s.mark, s.now_us - $7::bigint), least($6::bigint, s.now_us)) AS eff FROM s),
+d AS MATERIALIZED (
+  SELECT e.*, CASE
+      WHEN e.tok = $9::text AND e.mark = $5::bigint THEN 'resend'
+      WHEN $5::bigint - e.now_us > $7::bigint THEN 'ahead'
+      WHEN $5::bigint <= e.eff THEN 'done'
+      WHEN e.paused THEN 'paused'
+      WHEN e.now_us - $5::bigint > greatest($7::bigint, $8::bigint) THEN 'missed'
+      ELSE 'lock' END AS v
+  FROM e),
+l AS MATERIALIZED (
+  SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM d),
+i AS MATERIALIZED (
+  SELECT d.*, l.ok, CASE WHEN d.v = 'lock' THEN CASE WHEN l.ok THEN 'grant' ELSE 'contended' END ELSE d.v END AS intent
+  FROM d, l),
+u AS (
+  INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at, tick_mark, tick_token)
+  SELECT $2::text, $3::text,
+    CASE WHEN i.intent = 'grant' THEN greatest(1, i.now_us) ELSE 0 END,
+    CASE WHEN i.intent = 'grant' THEN $4::text END,
+    CASE WHEN i.intent = 'grant' THEN i.ts END,
+    CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN $5::bigint ELSE i.eff END,
+    CASE WHEN i.intent = 'grant' THEN $9::text END
+  FROM i
+  WHERE i.intent IN ('grant', 'paused', 'missed')
+    OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark))
+  ON CONFLICT (namespace, key) DO UPDATE SET
+    tick_mark = CASE WHEN excluded.tick_mark = $5::bigint AND ` + raiseT + ` THEN $5::bigint ELSE ` + effT + ` END,
+    fence = CASE WHEN ` + grantT + ` THEN greatest(t.fence + 1, excluded.fence) ELSE t.fence END,
+    tick_token = CASE WHEN ` + grantT + ` THEN excluded.tick_token ELSE t.tick_token END,
+    holder = CASE WHEN ` + grantT + ` THEN excluded.holder ELSE t.holder END,
+    acquired_at = CASE WHEN ` + grantT + ` THEN excluded.acquired_at ELSE t.acquired_at END
+  WHERE (excluded.tick_mark = $5::bigint AND ` + raiseT + `)
+    OR ` + effT + ` > coalesce(t.tick_mark, -9223372036854775808)
+  RETURNING t.tick_mark, t.fence, t.tick_token IS NOT DISTINCT FROM $9::text AS won),
+x AS MATERIALIZED (
+  SELECT i.*, (SELECT tick_mark FROM u) AS umark, (SELECT fence FROM u) AS ufence,
+    coalesce((SELECT won FROM u), false) AS won
+  FROM i),
+un AS MATERIALIZED (
+  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x)
+SELECT CASE
+    WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
+    WHEN x.v = 'ahead' THEN 'ahead'
+    WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
+    WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
+    ELSE x.intent END,
+  CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END,
+  coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END),
+  x.now_us, pg_backend_pid(), current_setting('synchronous_commit')
+FROM x, un`
+
+	// effT, raiseT and grantT re-decide on the latest version t of the row,
+	// inside tryLockTickSQL's ON CONFLICT DO UPDATE: the effective mark, T
+	// still unclaimed, and T grantable (this call holds the lock, which its
+	// excluded row's token says, and the key is not paused).
+	effT   = `greatest(coalesce(t.tick_mark, (SELECT now_us FROM s) - $7::bigint), least($6::bigint, (SELECT now_us FROM s)))`
+	raiseT = `$5::bigint > ` + effT
+	grantT = `excluded.tick_token IS NOT NULL AND ` + raiseT +
+		` AND NOT (t.paused AND (t.pause_until IS NULL OR (SELECT ts FROM s) < t.pause_until))`
+
+	// releaseTickSQL gives back a try-lock-tick lock and forgets the
+	// grant's token, so a late resend of the same request after the run is
+	// answered done, not granted again. One round trip.
+	releaseTickSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
+f AS (UPDATE bext_lock_fences SET tick_token = NULL
+  WHERE namespace = $2::text AND key = $3::text AND tick_token = $4::text AND (SELECT ok FROM r)
+  RETURNING 1)
+SELECT r.ok, (SELECT count(*) FROM f) FROM r`
+
+	// initMarksSQL creates the mark of every key that has none at the
+	// database clock, durably; existing marks stay as they are.
+	initMarksSQL = `WITH c AS MATERIALIZED (
+  SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us, set_config('synchronous_commit', 'on', true) AS sc)
+INSERT INTO bext_lock_fences AS t (namespace, key, fence, tick_mark)
+SELECT $1::text, k, 0, c.us FROM c, unnest($2::text[]) AS k
+ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark WHERE t.tick_mark IS NULL`
+
+	// setPauseSQL sets a key's pause flag, durably (a pause must survive a
+	// crash once SetPause returned).
+	setPauseSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
+INSERT INTO bext_lock_fences AS t (namespace, key, fence, paused, pause_until, pause_note)
+SELECT $1::text, $2::text, 0, $3::boolean, $4::timestamptz, $5::text FROM c
+ON CONFLICT (namespace, key) DO UPDATE
+  SET paused = excluded.paused, pause_until = excluded.pause_until, pause_note = excluded.pause_note`
+
+	getPauseSQL = `SELECT paused, pause_until, coalesce(pause_note, '') FROM bext_lock_fences WHERE namespace = $1::text AND key = $2::text`
 
 	// renewSQL proves the session is alive and its backend still holds the
 	// lock.
@@ -109,7 +230,6 @@ JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND l.objid::bigint = f.id & 4294967295
 ORDER BY f.key`
 
-	probeLockSQL  = `SELECT pg_backend_pid(), pg_try_advisory_lock(1650817140, pg_backend_pid())`
 	probeCheckSQL = `SELECT pg_backend_pid(), EXISTS (
   SELECT 1 FROM pg_locks
   WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()

@@ -10,44 +10,13 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-func TestVerdict(t *testing.T) {
-	for _, q := range []string{probeLockSQL, probeCheckSQL, probeUnlockSQL, createTableSQL} {
+// TestProbeClass: the statements that use the package's own advisory key
+// space name it by the same number.
+func TestProbeClass(t *testing.T) {
+	for _, q := range []string{probeCheckSQL, probeUnlockSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
 		if !strings.Contains(q, strconv.Itoa(probeClass)) {
 			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
 		}
-	}
-	real := probe{serverVersion: "15.20 (Debian 15.20-0+deb12u1)", lockPID: 7, locked: true, checkPID: 7, seen: true}
-	tests := []struct {
-		name   string
-		edit   func(p *probe)
-		pooler bool
-		why    string
-	}{
-		{"real session", func(*probe) {}, false, ""},
-		{"pgbouncer admin console", func(p *probe) { p.serverVersion = "1.21.0/bouncer" }, true, "version"},
-		{"pgbouncer named", func(p *probe) { p.serverVersion = "PgBouncer 1.22" }, true, "version"},
-		{"statements on two backends", func(p *probe) { p.checkPID = 8; p.seen = false }, true, "backends 7 and 8"},
-		{"lock gone on the same backend", func(p *probe) { p.seen = false }, true, "gone"},
-		{"probe lock taken by another session", func(p *probe) { p.locked = false }, true, "another session"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := real
-			tt.edit(&p)
-			err := p.verdict()
-			if !tt.pooler {
-				if err != nil {
-					t.Fatalf("verdict = %v, want nil", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrTransactionPooler) || !strings.Contains(err.Error(), tt.why) {
-				t.Fatalf("verdict = %v, want ErrTransactionPooler saying %q", err, tt.why)
-			}
-			if !strings.Contains(err.Error(), "point [locking.pg] url at Postgres or a session-pooling pool") {
-				t.Errorf("error does not tell the operator what to do: %v", err)
-			}
-		})
 	}
 }
 

@@ -1,0 +1,227 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// proxied returns the cluster's URL pointing at a fault proxy in front of
+// the real server.
+func (c *cluster) proxied() (*faultproxy.Proxy, string) {
+	c.t.Helper()
+	u, err := url.Parse(c.url)
+	if err != nil || u.Host == "" {
+		c.t.Fatalf("these tests need BEXT_TEST_PG_URL as a postgres:// URL with a TCP host, got %q", c.url)
+	}
+	p := faultproxy.Start(c.t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
+}
+
+// TestRenewReleaseOutageIsUnavailable: when Postgres cannot answer, Renew
+// and Release report the lock lost AND the backend unavailable, so the
+// outage is counted as one and readiness notices.
+func TestRenewReleaseOutageIsUnavailable(t *testing.T) {
+	for _, fault := range []string{"blackhole", "cut"} {
+		t.Run(fault, func(t *testing.T) {
+			c := newCluster(t)
+			p, u := c.proxied()
+			l := c.open(Options{URL: u, OpTimeout: 300 * time.Millisecond})
+			ctx := context.Background()
+			h1 := mustLock(t, l, "renewed")
+			tick := c.dbNow().Truncate(time.Second)
+			ans := mustTick(t, l, tickReq("released", tick), locking.TickGranted, "tick")
+			if fault == "blackhole" {
+				p.Blackhole()
+			} else {
+				p.Cut()
+			}
+			err := l.Renew(ctx, h1)
+			if !errors.Is(err, locking.ErrLockLost) || !errors.Is(err, locking.ErrUnavailable) {
+				t.Errorf("Renew during a %s = %v; want ErrLockLost and ErrUnavailable", fault, err)
+			}
+			err = l.Release(ctx, ans.Handle)
+			if !errors.Is(err, locking.ErrLockLost) || !errors.Is(err, locking.ErrUnavailable) {
+				t.Errorf("Release during a %s = %v; want ErrLockLost and ErrUnavailable", fault, err)
+			}
+			p.Heal()
+		})
+	}
+}
+
+// TestRenewLostIsNotUnavailable: a lock Postgres answers is gone is lost,
+// not an outage.
+func TestRenewLostIsNotUnavailable(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	h := mustLock(t, l, "k")
+	hi, lo := splitID(lockID(c.ns, "k"))
+	// The session answers, but no longer holds the lock.
+	ls := h2lease(t, l, h)
+	if _, err := ls.sess.conn.Exec(context.Background(), `SELECT pg_advisory_unlock(($1::bigint << 32) | $2::bigint)`, hi, lo); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Renew(context.Background(), h)
+	if !errors.Is(err, locking.ErrLockLost) || errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("Renew of a lock Postgres says is gone = %v; want ErrLockLost only", err)
+	}
+}
+
+// TestCloseHonoursDeadline: against a blackholed server, Close returns by
+// its context's deadline (it used to take OpTimeout per held lock, one
+// after the other, plus a second per session), with locks held, idle
+// sessions and a TryLock in flight.
+func TestCloseHonoursDeadline(t *testing.T) {
+	c := newCluster(t)
+	p, u := c.proxied()
+	l, err := Open(context.Background(), Options{URL: u, Namespace: c.ns, OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		mustLock(t, l, k)
+	}
+	idle := mustLock(t, l, "idle")
+	if err := l.Release(ctx, idle); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole()
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := l.TryLock(ctx, "d", time.Minute) // takes the idle session, then hangs
+		inFlight <- err
+	}()
+	for {
+		l.mu.Lock()
+		n := len(l.idle)
+		l.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond) // until the TryLock took the idle session
+	}
+	const deadline = 500 * time.Millisecond
+	cctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	_ = l.Close(cctx)
+	if took := time.Since(start); took > deadline+time.Second {
+		t.Errorf("Close with a %v deadline took %v against a blackholed server", deadline, took)
+	}
+	if err := <-inFlight; err == nil {
+		t.Error("the TryLock in flight succeeded against a blackholed server")
+	}
+	p.Heal()
+	// The server ends the abandoned sessions when their sockets close.
+	b := c.open(Options{})
+	for _, k := range []string{"a", "b", "c"} {
+		waitFree(t, b, k)
+	}
+}
+
+// waitFree takes and releases key, asking until its old session is gone.
+func waitFree(t *testing.T, l *Locker, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := l.TryLock(context.Background(), key, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h != nil {
+			if err := l.Release(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q still held 10s after its Locker closed", key)
+		}
+		time.Sleep(20 * time.Millisecond) // the server tells nobody when a backend ends
+	}
+}
+
+// TestTickResentAfterLostReply: the reply of a granted try-lock-tick is
+// lost (the statement ran, the link died before its answer came back).
+// The same request resent from a fresh session is answered from its own
+// claim: an error while the first session still holds the lock (never
+// done, never granted twice), then granted with the fence the first call
+// drew once that session is gone; another request for T is done.
+func TestTickResentAfterLostReply(t *testing.T) {
+	c := newCluster(t)
+	p, u := c.proxied()
+	a := c.open(Options{URL: u, OpTimeout: time.Second})
+	b := c.open(Options{})
+	ctx := context.Background()
+	if err := b.InitMarks(ctx, []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	tick := c.dbNow().Add(time.Second).Truncate(time.Second)
+	req := tickReq("k", tick)
+	req.Token = "token-of-the-first-call"
+
+	// Hold the row so a's statement waits on the server, then cut the
+	// replies off while it waits.
+	tx, err := c.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM bext_lock_fences WHERE namespace = $1 AND key = 'k' FOR UPDATE`, c.ns); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.TryLockTick(ctx, req)
+		done <- err
+	}()
+	c.waitBlocked()
+	p.Blackhole()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("TryLockTick answered through a blackholed link")
+	}
+	var fence int64
+	var tok string
+	if err := c.admin.QueryRow(ctx, `SELECT fence, tick_token FROM bext_lock_fences WHERE namespace = $1 AND key = 'k'`, c.ns).Scan(&fence, &tok); err != nil {
+		t.Fatal(err)
+	}
+	if tok != req.Token {
+		t.Fatalf("the first call did not claim T on the server (token %q): the test lost its race", tok)
+	}
+	// The first call's session still lives on the server (the proxy keeps
+	// its socket open) and holds the lock.
+	_, err = b.TryLockTick(ctx, req)
+	if !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("resent while the first session holds the lock = %v, want ErrUnavailable", err)
+	}
+	p.Cut() // the server now sees the first session's socket close
+	deadline := time.Now().Add(10 * time.Second)
+	for c.holderPID("k") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first call's session still holds the lock 10s after its socket closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ans := mustTick(t, b, req, locking.TickGranted, "resent after the first session ended")
+	if ans.Handle.Fence() != fence {
+		t.Errorf("resent call's fence %d, want the first call's %d", ans.Handle.Fence(), fence)
+	}
+	other := c.open(Options{})
+	mustTick(t, other, tickReq("k", tick), locking.TickDone, "another request for T while the resent call holds the lock")
+	mustTick(t, other, tickReq("k", tick.Add(time.Second)), locking.TickContended, "the next tick while the resent call holds the lock")
+	if err := b.Release(ctx, ans.Handle); err != nil {
+		t.Fatal(err)
+	}
+	mustTick(t, other, tickReq("k", tick), locking.TickDone, "another request for T")
+	mustTick(t, b, req, locking.TickDone, "the resent request after its run released")
+}

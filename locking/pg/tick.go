@@ -1,0 +1,234 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// TryLockTick is try-lock-tick (locking.TickLocker) in one statement and
+// one round trip (sql.go, tryLockTickSQL): the advisory lock, the mark, the
+// fence and the pause flag, decided on the database clock. The mark, pause
+// and token live in the key's bext_lock_fences row. A lock this Locker
+// holds answers without asking (asking from its session would succeed by
+// re-entrancy): granted from that lock for a resent call of the request
+// holding it (same key, T and Token), done when it was granted for T or a
+// later tick, else contended.
+//
+// T is taken at microsecond precision.
+func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	if err := locking.CheckTickRequest(req); err != nil {
+		return locking.TickAnswer{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err)
+	}
+	token := req.Token
+	if token == "" {
+		var err error
+		if token, err = locking.NewToken(); err != nil {
+			return locking.TickAnswer{}, err
+		}
+	}
+	lockKey := req.Key
+	if req.PerTick {
+		lockKey = locking.TickLockKey(req.Key, req.Tick)
+	}
+	tickUS := req.Tick.UnixMicro()
+	id := lockID(l.opts.Namespace, lockKey)
+	resend := func(ls *lease) bool {
+		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key
+	}
+	ok, mine, err := l.claimID(ctx, id, resend)
+	if !ok {
+		if err != nil {
+			return locking.TickAnswer{}, err
+		}
+		if mine != nil && resend(mine) {
+			mine.mu.Lock()
+			done := mine.done
+			mine.mu.Unlock()
+			if !done {
+				h := locking.NewHandle(l, req.Key, token, mine.fenceVal, req.TTL, mine)
+				return locking.TickAnswer{Verdict: locking.TickGranted, Handle: h, Mark: req.Tick}, nil
+			}
+			// Released meanwhile: ask again (Postgres answers done).
+			return l.TryLockTick(ctx, req)
+		}
+		if mine != nil && mine.tick && mine.rowKey == req.Key && mine.tickUS >= tickUS {
+			// The lock we hold was granted for T or later: the mark is
+			// there already, and done comes before contended.
+			return locking.TickAnswer{Verdict: locking.TickDone, Mark: time.UnixMicro(mine.tickUS)}, nil
+		}
+		return locking.TickAnswer{Verdict: locking.TickContended}, nil
+	}
+	ls, ans, err := l.tryLockTick(ctx, id, lockKey, req, token)
+	ls, serr := l.settle(ctx, id, ls)
+	if serr != nil {
+		return locking.TickAnswer{}, serr
+	}
+	if ls != nil {
+		ans.Handle = locking.NewHandle(l, req.Key, token, ls.fenceVal, req.TTL, ls)
+	}
+	return ans, err
+}
+
+// tryLockTick runs tryLockTickSQL, retrying once on a fresh connection
+// when a reused idle session turns out dead. Retrying is safe: the dead
+// session is closed, and a first attempt that did reach Postgres is found
+// by its token (the resent-call rule).
+func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req locking.TickRequest, token string) (*lease, locking.TickAnswer, error) {
+	ctx, cancel := l.opCtx(ctx)
+	defer cancel()
+	tickUS := req.Tick.UnixMicro()
+	for attempt := 0; ; attempt++ {
+		s, reused, err := l.acquireReady(ctx)
+		if err != nil {
+			return nil, locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err)
+		}
+		var (
+			verdict    string
+			fence      *int64
+			mark       *int64
+			nowUS      int64
+			pid        uint32
+			syncCommit string
+		)
+		err = s.conn.QueryRow(ctx, tryLockTickSQL, id, l.opts.Namespace, req.Key, l.opts.Holder,
+			tickUS, req.Floor.UnixMicro(), req.MaxSkew.Microseconds(), req.Window.Microseconds(), token).
+			Scan(&verdict, &fence, &mark, &nowUS, &pid, &syncCommit)
+		if err != nil {
+			// The statement may have taken the lock before failing: closing
+			// the session is what guarantees it ends.
+			l.discard(ctx, s)
+			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+				continue
+			}
+			return nil, locking.TickAnswer{}, queryErr("try-lock-tick", req.Key, err)
+		}
+		if pid != s.pid {
+			l.discard(ctx, s)
+			return nil, locking.TickAnswer{}, fmt.Errorf("%w: try-lock-tick %q ran on backend %d, the session's is %d", ErrTransactionPooler, req.Key, pid, s.pid)
+		}
+		ans := locking.TickAnswer{Now: time.UnixMicro(nowUS)}
+		if mark != nil {
+			ans.Mark = time.UnixMicro(*mark)
+		}
+		switch verdict {
+		case "granted":
+			if fence == nil || syncCommit != "on" {
+				l.discard(ctx, s) // ends the lock
+				return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
+					locking.ErrUnavailable, req.Key, fence, syncCommit)
+			}
+			ans.Verdict = locking.TickGranted
+			return &lease{id: id, key: lockKey, sess: s, fenceVal: *fence,
+				tick: true, rowKey: req.Key, token: token, tickUS: tickUS}, ans, nil
+		case "done":
+			ans.Verdict = locking.TickDone
+		case "contended":
+			ans.Verdict = locking.TickContended
+		case "paused":
+			ans.Verdict = locking.TickPaused
+		case "missed":
+			ans.Verdict = locking.TickMissed
+		case "ahead":
+			l.putIdle(s)
+			return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
+				Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}
+		case "resend_held":
+			l.putIdle(s)
+			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
+				locking.ErrUnavailable, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease())
+		default:
+			l.discard(ctx, s)
+			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, verdict)
+		}
+		l.putIdle(s)
+		return nil, ans, nil
+	}
+}
+
+// InitMarks creates, in one statement, the mark of every key that has none,
+// at the database clock; existing marks stay as they are.
+func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
+	for _, k := range keys {
+		if err := locking.CheckKey(k); err != nil {
+			return err
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return l.withTable(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, initMarksSQL, l.opts.Namespace, keys)
+		return err
+	})
+}
+
+// SetPause sets key's pause flag, durably, in its row: every try-lock-tick
+// that starts after SetPause returns reads it.
+func (l *Locker) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	if err := locking.CheckKey(key); err != nil {
+		return err
+	}
+	var until *time.Time
+	if !p.Until.IsZero() {
+		u := p.Until
+		until = &u
+	}
+	return l.withTable(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, setPauseSQL, l.opts.Namespace, key, p.Paused, until, p.Note)
+		return err
+	})
+}
+
+// GetPause reads key's pause flag as stored (an expired Until included;
+// Pause.Active tells). A key never paused has the zero Pause.
+func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	if err := locking.CheckKey(key); err != nil {
+		return locking.Pause{}, err
+	}
+	var p locking.Pause
+	err := l.withTable(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		p = locking.Pause{}
+		var until *time.Time
+		err := conn.QueryRow(ctx, getPauseSQL, l.opts.Namespace, key).Scan(&p.Paused, &until, &p.Note)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if until != nil {
+			p.Until = *until
+		}
+		return err
+	})
+	return p, err
+}
+
+// withTable is withSession on a session that has seen the table created.
+func (l *Locker) withTable(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		if err := l.ensureSchemaConn(ctx, conn); err != nil {
+			return err
+		}
+		return fn(ctx, conn)
+	})
+}
+
+// MaxLease is how long a lock is certain to outlive its holder's last
+// successful TryLock, TryLockTick or Renew (locking.LeaseBounder): the
+// soonest Postgres drops the session of a holder that fell silent, and
+// with it its advisory locks, under the keepalive and TCP user timeout
+// settings every session gets (session.go). With TCP_USER_TIMEOUT the
+// server's kernel drops a silent peer once its data went unacknowledged
+// that long; where the server ignores tcp_user_timeout (not Linux), after
+// the idle time and count unanswered keepalive probes. The smaller of the
+// two is the bound. Settings the URL gives itself are not accounted for.
+func (l *Locker) MaxLease() time.Duration {
+	return l.times.maxLease()
+}
