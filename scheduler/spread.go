@@ -186,3 +186,15 @@ func daysIn(m time.Month, y int) int {
 	}
 	return 31
 }
+
+// ApplySpread returns spec moved by SpreadOffset(id, spread), unless spec
+// already carries an offset: config resolves the offset into the Spec it
+// hands over, so the scheduler can call this on every Schedule (for one
+// built by hand with Spread set) without ever applying a spread twice. An
+// offset that came out 0 is 0 again here.
+func ApplySpread(spec Spec, id string, spread time.Duration) Spec {
+	if spread <= 0 || spec == nil || SpecOffset(spec) != 0 {
+		return spec
+	}
+	return WithOffset(spec, SpreadOffset(id, spread))
+}

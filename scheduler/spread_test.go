@@ -162,3 +162,19 @@ func TestMinPeriod(t *testing.T) {
 		}
 	}
 }
+
+func TestApplySpreadOnce(t *testing.T) {
+	spec, err := scheduler.ParseSpec("@hourly", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := scheduler.SpreadOffset("nightly-report", 10*time.Minute)
+	once := scheduler.ApplySpread(spec, "nightly-report", 10*time.Minute)
+	twice := scheduler.ApplySpread(once, "nightly-report", 10*time.Minute)
+	if scheduler.SpecOffset(once) != off || scheduler.SpecOffset(twice) != off {
+		t.Errorf("offsets %v then %v, want %v both times", scheduler.SpecOffset(once), scheduler.SpecOffset(twice), off)
+	}
+	if scheduler.ApplySpread(spec, "x", 0) != spec {
+		t.Error("no spread changed the spec")
+	}
+}
