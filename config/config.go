@@ -135,6 +135,13 @@ type Schedule struct {
 	Jitter          Duration `toml:"jitter"`           // default 0
 	Timeout         Duration `toml:"timeout"`          // default none (0)
 	Overlap         string   `toml:"overlap"`          // skip | allow; default skip
+	// CatchupWindow is how late a tick may still start, once: nil (unset)
+	// means one period of the schedule, "0s" never late. See Catchup.
+	CatchupWindow *Duration `toml:"catchup_window"`
+	// Spread bounds a stable per-schedule offset added to every tick
+	// (scheduler.SpreadOffset); default 0. It must be below the shortest
+	// time between two ticks.
+	Spread Duration `toml:"spread"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`
@@ -147,12 +154,28 @@ type Schedule struct {
 	File string `toml:"-"` // the file it was declared in, as named in messages
 	Line int    `toml:"-"` // the line of its [[scheduled]] header; 0 when unknown
 
-	// Resolved by Load and Validate.
+	// Resolved by Load and Validate. Location is the zone the schedule
+	// fires in (timezone, or the cron's CRON_TZ= prefix); Spec gives the
+	// ticks as they fire, Offset (the spread offset) included.
 	Location  *time.Location `toml:"-"`
 	Spec      scheduler.Spec `toml:"-"`
+	Offset    time.Duration  `toml:"-"`
 	HintValue hints.Hint     `toml:"-"`
 
 	at keyLines // lines of its keys ("cron", "http.url"), when loaded from a file
+}
+
+// Catchup is the schedule's catch-up window as scheduler.Schedule wants
+// it: 0 (the scheduler's default, one period) when unset, and
+// scheduler.NoCatchup for an explicit "0s".
+func (s *Schedule) Catchup() time.Duration {
+	switch {
+	case s.CatchupWindow == nil:
+		return 0
+	case s.CatchupWindow.Duration == 0:
+		return scheduler.NoCatchup
+	}
+	return s.CatchupWindow.Duration
 }
 
 // HTTPJob is [scheduled.http]: an HTTP request as the job.

@@ -123,6 +123,8 @@ type (
 		ExpectedRuntime any      `toml:"expected_runtime"`
 		Jitter          any      `toml:"jitter"`
 		Timeout         any      `toml:"timeout"`
+		CatchupWindow   any      `toml:"catchup_window"`
+		Spread          any      `toml:"spread"`
 		HTTP            *httpDoc `toml:"http"`
 	}
 	httpDoc struct {
@@ -282,6 +284,13 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 		dur(&s.ExpectedRuntime, d.ExpectedRuntime, "expected_runtime", true)
 		dur(&s.Jitter, d.Jitter, "jitter", false)
 		dur(&s.Timeout, d.Timeout, "timeout", false)
+		dur(&s.Spread, d.Spread, "spread", false)
+		if d.CatchupWindow != nil { // unset and "0s" differ: keep which
+			cw := Duration{-1}
+			if dur(&cw, d.CatchupWindow, "catchup_window", false); cw.Duration >= 0 {
+				s.CatchupWindow = &cw
+			}
+		}
 		if d.HTTP != nil {
 			h := d.HTTP.HTTPJob
 			dur(&h.Timeout, d.HTTP.Timeout, "http.timeout", true)

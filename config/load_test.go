@@ -95,8 +95,15 @@ func TestLoadDesignSample(t *testing.T) {
 	if s.Location.String() != "Europe/Paris" {
 		t.Errorf("location %v", s.Location)
 	}
-	// 03:00 in Paris in winter is 02:00 UTC.
-	if got := s.Spec.Next(utc("2026-01-10T00:00:00Z")); !got.Equal(utc("2026-01-10T02:00:00Z")) {
+	if s.CatchupWindow == nil || s.CatchupWindow.Duration != time.Hour || s.Catchup() != time.Hour {
+		t.Errorf("catchup_window = %v", s.CatchupWindow)
+	}
+	// spread = "10m" gives nightly-report its own offset (scheduler's
+	// SpreadOffset pins it): 03:00 in Paris in winter is 02:00 UTC, + 3m47s.
+	if s.Spread.Duration != 10*time.Minute || s.Offset != 3*time.Minute+47*time.Second {
+		t.Errorf("spread %v, offset %v", s.Spread, s.Offset)
+	}
+	if got := s.Spec.Next(utc("2026-01-10T00:00:00Z")); !got.Equal(utc("2026-01-10T02:03:47Z")) {
 		t.Errorf("next = %v", got)
 	}
 
@@ -233,19 +240,24 @@ cron = "CRON_TZ=America/New_York 0 9 * * *"
 command = ["x"]
 
 [[scheduled]]
-id = "cron-tz-wins"
-cron = "CRON_TZ=UTC 0 9 * * *"
+id = "cron-tz-agrees"
+cron = "CRON_TZ=Asia/Tokyo 0 9 * * *"
 timezone = "Asia/Tokyo"
 command = ["x"]
 `))
 	from := utc("2026-01-10T12:00:00Z")
-	for id, want := range map[string]string{
-		"tokyo":        "2026-01-11T00:00:00Z", // 09:00 JST
-		"cron-tz":      "2026-01-10T14:00:00Z", // 09:00 EST
-		"cron-tz-wins": "2026-01-11T09:00:00Z",
+	for _, tc := range []struct{ id, zone, next string }{
+		{"tokyo", "Asia/Tokyo", "2026-01-11T00:00:00Z"},          // 09:00 JST
+		{"cron-tz", "America/New_York", "2026-01-10T14:00:00Z"},  // 09:00 EST
+		{"cron-tz-agrees", "Asia/Tokyo", "2026-01-11T00:00:00Z"}, // 09:00 JST
 	} {
-		if got := schedule(t, c, id).Spec.Next(from); !got.Equal(utc(want)) {
-			t.Errorf("%s: next = %v, want %s", id, got.UTC(), want)
+		s := schedule(t, c, tc.id)
+		if got := s.Spec.Next(from); !got.Equal(utc(tc.next)) {
+			t.Errorf("%s: next = %v, want %s", tc.id, got.UTC(), tc.next)
+		}
+		// Location is the zone that fires, whichever key named it.
+		if s.Location.String() != tc.zone {
+			t.Errorf("%s: location %v, want %s", tc.id, s.Location, tc.zone)
 		}
 	}
 }

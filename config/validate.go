@@ -169,13 +169,14 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 			s.Location = loc
 		}
 	}
-	s.Spec = nil
+	s.Spec, s.Offset = nil, 0
 	if s.Cron == "" {
 		v.atSchedule(s, "cron", "cron is missing")
 	} else if spec, err := scheduler.ParseSpec(s.Cron, s.Location); err != nil {
 		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
 	} else {
 		s.Spec = spec
+		v.zoneAndSpread(s)
 	}
 
 	s.HintValue = ""
@@ -196,10 +197,14 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	for _, d := range []struct {
 		key string
 		d   Duration
-	}{{"expected_runtime", s.ExpectedRuntime}, {"jitter", s.Jitter}, {"timeout", s.Timeout}} {
+	}{{"expected_runtime", s.ExpectedRuntime}, {"jitter", s.Jitter}, {"timeout", s.Timeout}, {"spread", s.Spread}} {
 		if d.d.Duration < 0 {
 			v.atSchedule(s, d.key, "%s: negative duration %v", d.key, d.d.Duration)
 		}
+	}
+
+	if s.CatchupWindow != nil && s.CatchupWindow.Duration < 0 {
+		v.atSchedule(s, "catchup_window", "catchup_window: negative duration %v (\"0s\" never runs a late tick)", s.CatchupWindow.Duration)
 	}
 
 	switch {
@@ -212,6 +217,26 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	default:
 		v.httpJob(s)
 	}
+}
+
+// zoneAndSpread checks what the parsed cron says against timezone and
+// spread, and resolves the zone the schedule fires in and its offset.
+func (v *validator) zoneAndSpread(s *Schedule) {
+	if zone, ok := scheduler.CronTZ(s.Cron); ok && s.Timezone != "" && zone != s.Timezone {
+		v.atSchedule(s, "cron", "cron's time zone %q disagrees with timezone %q: keep one of them", zone, s.Timezone)
+	}
+	if loc := scheduler.SpecLocation(s.Spec); loc != nil {
+		s.Location = loc
+	}
+	if s.Spread.Duration <= 0 {
+		return
+	}
+	if p := scheduler.MinPeriod(s.Spec); p > 0 && s.Spread.Duration >= p {
+		v.atSchedule(s, "spread", "spread %v is not below the schedule's shortest time between ticks (%v)", s.Spread.Duration, p)
+		return
+	}
+	s.Offset = scheduler.SpreadOffset(s.ID, s.Spread.Duration)
+	s.Spec = scheduler.WithOffset(s.Spec, s.Offset)
 }
 
 func (v *validator) command(s *Schedule) {

@@ -15,16 +15,28 @@ type Spec interface {
 }
 
 // specParser accepts 5 fields, an optional leading seconds field, and the
-// descriptors (@hourly, @daily, @every 90s, ...), with CRON_TZ=/TZ= prefixes.
+// descriptors (@hourly, @daily, @every 90s, ...). ParseSpec strips the
+// CRON_TZ=/TZ= prefix itself (robfig/cron panics on a prefix with nothing
+// after it, and leaves a schedule without one in time.Local).
 var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // ParseSpec parses a cron expression evaluated in loc (nil means UTC). A
-// CRON_TZ= or TZ= prefix in expr wins over loc.
+// CRON_TZ= or TZ= prefix in expr wins over loc (config refuses the two
+// together unless they agree: see CronTZ).
 //
-// `@every D` is aligned to the Unix epoch (ticks at whole multiples of D), not
-// to the moment the process started as in robfig/cron: every node must compute
-// the same tick times or the cluster lock cannot tell one tick from another.
+// Daylight saving is handled as cronie does (DESIGN.md "Cron semantics at
+// daylight-saving changes"): when the hour field is fixed (neither * nor
+// stepped; @daily, @weekly, @monthly and @yearly are), a wall-clock time that
+// occurs twice runs once, at its first occurrence, and one skipped by a jump
+// forward runs at the first instant after the gap. A spec whose hour field is
+// * or stepped fires on every real instant whose wall clock matches, so an
+// hourly job runs twice in the repeated hour and not in the skipped one.
+//
+// `@every D` needs D of at least one second and in whole seconds, and is
+// aligned to the Unix epoch (ticks at whole multiples of D), not to the
+// moment the process started as in robfig/cron: every node must compute the
+// same tick times or the cluster lock cannot tell one tick from another.
 func ParseSpec(expr string, loc *time.Location) (Spec, error) {
 	expr = strings.TrimSpace(expr)
 	if expr == "" {
@@ -33,21 +45,223 @@ func ParseSpec(expr string, loc *time.Location) (Spec, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
-	if !strings.HasPrefix(expr, "CRON_TZ=") && !strings.HasPrefix(expr, "TZ=") {
-		expr = "CRON_TZ=" + loc.String() + " " + expr
-	}
-	s, err := specParser.Parse(expr)
+	zone, rest, hasZone, err := splitTZ(expr)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: cron expression: %w", err)
 	}
-	if d, ok := s.(cron.ConstantDelaySchedule); ok {
-		return everySpec{d.Delay}, nil
+	if hasZone {
+		if loc, err = time.LoadLocation(zone); err != nil {
+			return nil, fmt.Errorf("scheduler: cron expression: unknown time zone %q: %w", zone, err)
+		}
 	}
-	return s, nil
+	if d, ok, err := parseEvery(rest); ok {
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: cron expression: %w", err)
+		}
+		return everySpec{every: d, loc: loc}, nil
+	}
+	s, err := specParser.Parse(rest)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: cron expression: %w", err)
+	}
+	ss, ok := s.(*cron.SpecSchedule)
+	if !ok { // the parser returns nothing else once @every is handled above
+		return nil, fmt.Errorf("scheduler: cron expression %q: unexpected schedule type %T", expr, s)
+	}
+	zoned, wall := *ss, *ss
+	zoned.Location, wall.Location = loc, time.UTC
+	return &cronSpec{
+		loc:       loc,
+		zoned:     &zoned,
+		wall:      &wall,
+		fixedHour: loc != time.UTC && fixedHour(rest),
+	}, nil
 }
 
-// everySpec fires at whole multiples of every since the Unix epoch.
-type everySpec struct{ every time.Duration }
+// CronTZ returns the zone named by expr's CRON_TZ= or TZ= prefix, if it has
+// one. Config uses it to refuse a prefix that disagrees with `timezone`.
+func CronTZ(expr string) (zone string, ok bool) {
+	zone, _, ok, _ = splitTZ(strings.TrimSpace(expr))
+	return zone, ok
+}
+
+// SpecLocation returns the time zone spec fires in (the CRON_TZ= prefix, or
+// the location ParseSpec was given), or nil for a Spec ParseSpec did not
+// make.
+func SpecLocation(spec Spec) *time.Location {
+	switch s := spec.(type) {
+	case *cronSpec:
+		return s.loc
+	case everySpec:
+		return s.loc
+	case offsetSpec:
+		return SpecLocation(s.spec)
+	}
+	return nil
+}
+
+// splitTZ separates a CRON_TZ=/TZ= prefix from the schedule after it.
+func splitTZ(expr string) (zone, rest string, ok bool, err error) {
+	var p string
+	switch {
+	case strings.HasPrefix(expr, "CRON_TZ="):
+		p = "CRON_TZ="
+	case strings.HasPrefix(expr, "TZ="):
+		p = "TZ="
+	default:
+		return "", expr, false, nil
+	}
+	i := strings.IndexAny(expr, " \t")
+	if i < 0 {
+		return expr[len(p):], "", true, fmt.Errorf("%s%s is followed by no schedule", p, expr[len(p):])
+	}
+	return expr[len(p):i], strings.TrimSpace(expr[i:]), true, nil
+}
+
+// parseEvery reads `@every D`; ok says expr is one.
+func parseEvery(expr string) (d time.Duration, ok bool, err error) {
+	const every = "@every"
+	if expr != every && !strings.HasPrefix(expr, every+" ") && !strings.HasPrefix(expr, every+"\t") {
+		return 0, false, nil
+	}
+	arg := strings.TrimSpace(expr[len(every):])
+	if arg == "" {
+		return 0, true, fmt.Errorf("@every needs a duration, such as @every 5m")
+	}
+	d, err = time.ParseDuration(arg)
+	switch {
+	case err != nil:
+		return 0, true, fmt.Errorf("@every %s: %w", arg, err)
+	case d < time.Second:
+		return 0, true, fmt.Errorf("@every %s: the interval must be at least 1s", arg)
+	case d%time.Second != 0:
+		return 0, true, fmt.Errorf("@every %s: the interval must be whole seconds", arg)
+	}
+	return d, true, nil
+}
+
+// fixedHour reports whether the hour field of a 5- or 6-field spec (or a
+// descriptor) names fixed hours: no *, ? or step. robfig's bit sets cannot
+// tell "*/1" from "0-23", so the text decides.
+func fixedHour(expr string) bool {
+	if strings.HasPrefix(expr, "@") {
+		return expr != "@hourly" // @yearly, @monthly, @weekly, @daily: hour 0
+	}
+	f := strings.Fields(expr)
+	h := f[1]
+	if len(f) == 6 {
+		h = f[2]
+	}
+	return !strings.ContainsAny(h, "*?/")
+}
+
+// cronSpec is a parsed cron expression. zoned is robfig's schedule in loc,
+// which fires on every real instant whose wall clock matches; wall is the
+// same fields in UTC, where wall-clock arithmetic has no gaps or repeats.
+type cronSpec struct {
+	loc       *time.Location
+	zoned     *cron.SpecSchedule
+	wall      *cron.SpecSchedule
+	fixedHour bool // and loc is not UTC: the daylight-saving rules apply
+}
+
+func (c *cronSpec) Next(t time.Time) time.Time {
+	if !c.fixedHour {
+		return c.zoned.Next(t)
+	}
+	return c.nextFixed(t)
+}
+
+// maxZoneJump bounds how far a zone's offset can move at one transition
+// (Samoa skipped a whole day in 2011): farther than this from a
+// transition, a wall-clock time has exactly one instant.
+const maxZoneJump = 26 * time.Hour
+
+// nextFixed finds the next matching wall-clock time after t's wall clock
+// and maps it to an instant: the first occurrence of a repeated time, the
+// end of the gap for a skipped one. That map never goes backwards, so the
+// first wall-clock match whose instant is after t is the answer.
+func (c *cronSpec) nextFixed(t time.Time) time.Time {
+	lt := t.In(c.loc)
+	_, off := lt.Zone()
+	start := wallClock(lt, off)
+	if ps, _ := lt.ZoneBounds(); !ps.IsZero() && t.Before(ps.Add(maxZoneJump)) {
+		// In the repeat after a fall back, every wall-clock time up to the
+		// end of the repeat already had its first occurrence (before ps).
+		_, prev := ps.Add(-time.Nanosecond).In(c.loc).Zone()
+		if d := time.Duration(prev-off) * time.Second; d > 0 && t.Before(ps.Add(d)) {
+			start = wallClock(ps, off).Add(d - time.Nanosecond)
+		}
+	}
+	for {
+		w := c.wall.Next(start)
+		if w.IsZero() {
+			return w
+		}
+		if i := c.instant(w); i.After(t) {
+			return i.In(t.Location())
+		}
+		start = w // a repeat the skip above did not cover: walk on
+	}
+}
+
+// wallClock is x's wall clock in a zone off seconds east of UTC, written
+// as a UTC time.
+func wallClock(x time.Time, off int) time.Time {
+	return time.Unix(x.Unix()+int64(off), int64(x.Nanosecond())).UTC()
+}
+
+// instant maps wall-clock time w (written in UTC) to an instant in c.loc:
+// its only instant; its first one when the clock went back over it; the
+// first instant after the gap when the clock jumped over it.
+func (c *cronSpec) instant(w time.Time) time.Time {
+	i := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), c.loc)
+	ps, pe := i.ZoneBounds()
+	if (ps.IsZero() || i.Sub(ps) > maxZoneJump) && (pe.IsZero() || pe.Sub(i) > maxZoneJump) {
+		return i // far from any transition: time.Date is unambiguous
+	}
+	u := w.Unix()
+	var first time.Time
+	try := func(x time.Time) { // x: any instant of a zone period
+		x = x.In(c.loc)
+		_, off := x.Zone()
+		s, e := x.ZoneBounds()
+		cand := time.Unix(u-int64(off), int64(w.Nanosecond()))
+		if (s.IsZero() || !cand.Before(s)) && (e.IsZero() || cand.Before(e)) &&
+			(first.IsZero() || cand.Before(first)) {
+			first = cand
+		}
+	}
+	if !ps.IsZero() {
+		try(ps.Add(-time.Nanosecond))
+	}
+	try(i)
+	if !pe.IsZero() {
+		try(pe)
+	}
+	if !first.IsZero() {
+		return first
+	}
+	// In a gap: w is on neither side of the transition it falls in.
+	for _, b := range []time.Time{ps, pe} {
+		if b.IsZero() {
+			continue
+		}
+		_, before := b.Add(-time.Nanosecond).In(c.loc).Zone()
+		_, after := b.In(c.loc).Zone()
+		if wb, wa := b.Unix()+int64(before), b.Unix()+int64(after); u >= wb && u < wa {
+			return b
+		}
+	}
+	return i // no zone does this; keep time.Date's answer
+}
+
+// everySpec fires at whole multiples of every since the Unix epoch; loc is
+// only the zone it is shown in.
+type everySpec struct {
+	every time.Duration
+	loc   *time.Location
+}
 
 func (e everySpec) Next(t time.Time) time.Time {
 	n := t.UnixNano()

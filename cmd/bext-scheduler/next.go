@@ -16,27 +16,38 @@ func newNextCmd() *cobra.Command {
 	var (
 		path string
 		n    int
+		from string
 	)
 	c := &cobra.Command{
 		Use:   "next",
 		Short: "Show the upcoming ticks of every schedule, how each locks, and its lock TTL",
-		Long: `next prints, for each schedule, its cron expression and time zone, the
-locking hint as it resolves with the configured backend (and why), the lock
-key and TTL (expected_runtime + jitter + safety_margin), and the next N tick
-times in RFC 3339. It reads the config only; it does not connect anywhere.`,
+		Long: `next prints, for each schedule, its cron expression and the time zone it
+fires in (timezone or the cron's CRON_TZ=), the locking hint as it resolves
+with the configured backend (and why), the lock key and TTL (expected_runtime
++ jitter + safety_margin), its spread offset, and the next N tick times (the
+spread offset included) in RFC 3339, in that zone. --from shows the ticks
+after an RFC 3339 time instead of now: a daylight-saving night, say. It reads
+the config only; it does not connect anywhere.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if n < 1 || n > 1000 {
 				return usageErrorf("-n must be between 1 and 1000, got %d", n)
+			}
+			now := time.Now()
+			if from != "" {
+				t, err := time.Parse(time.RFC3339, from)
+				if err != nil {
+					return usageErrorf("--from %q is not an RFC 3339 time (such as 2026-10-25T00:00:00+02:00 or 2026-10-24T22:00:00Z)", from)
+				}
+				now = t
 			}
 			cfg, err := loadConfig(c.ErrOrStderr(), configPath(path))
 			if err != nil {
 				return err
 			}
 			kind := backendKind(cfg.Locking.Backend)
-			now := time.Now()
 			w := tabwriter.NewWriter(c.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "SCHEDULE\tCRON\tTZ\tHINT\tLOCK KEY\tTTL\tNEXT")
+			fmt.Fprintln(w, "SCHEDULE\tCRON\tTZ\tHINT\tLOCK KEY\tTTL\tSPREAD\tNEXT")
 			for _, s := range cfg.Scheduled {
 				res, err := hints.Resolve(s.HintValue, kind)
 				hint, key, ttl := string(s.HintValue), "-", "-"
@@ -50,18 +61,22 @@ times in RFC 3339. It reads the config only; it does not connect anywhere.`,
 							cfg.Locking.SafetyMargin.Duration, cfg.Locking.MaxClockSkew.Duration).String()
 					}
 				}
-				tz := "UTC"
-				if s.Location != nil {
-					tz = s.Location.String()
+				loc := time.UTC
+				if s.Location != nil { // the zone that fires: timezone or CRON_TZ=
+					loc = s.Location
 				}
-				ticks := nextTicks(s.Spec, now, n)
+				spread := "-"
+				if s.Spread.Duration > 0 {
+					spread = "+" + s.Offset.String() + " of " + s.Spread.Duration.String()
+				}
+				ticks := nextTicks(s.Spec, now, n, loc)
 				first := "-"
 				if len(ticks) > 0 {
 					first = ticks[0]
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Cron, tz, hint, key, ttl, first)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Cron, loc, hint, key, ttl, spread, first)
 				for _, t := range ticks[min(1, len(ticks)):] {
-					fmt.Fprintf(w, "\t\t\t\t\t\t%s\n", t)
+					fmt.Fprintf(w, "\t\t\t\t\t\t\t%s\n", t)
 				}
 			}
 			return w.Flush()
@@ -69,10 +84,12 @@ times in RFC 3339. It reads the config only; it does not connect anywhere.`,
 	}
 	addConfigFlag(c, &path)
 	c.Flags().IntVarP(&n, "count", "n", 3, "how many upcoming ticks per schedule")
+	c.Flags().StringVar(&from, "from", "", "show the ticks after this RFC 3339 time instead of now")
 	return c
 }
 
-func nextTicks(spec scheduler.Spec, from time.Time, n int) []string {
+// nextTicks formats spec's next n ticks after from, in loc.
+func nextTicks(spec scheduler.Spec, from time.Time, n int, loc *time.Location) []string {
 	var out []string
 	t := from
 	for i := 0; i < n && spec != nil; i++ {
@@ -80,7 +97,7 @@ func nextTicks(spec scheduler.Spec, from time.Time, n int) []string {
 		if t.IsZero() { // robfig returns zero for a schedule that never fires
 			break
 		}
-		out = append(out, t.Format(time.RFC3339))
+		out = append(out, t.In(loc).Format(time.RFC3339))
 	}
 	return out
 }

@@ -109,7 +109,11 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			Jitter:          s.Jitter.Duration,
 			Timeout:         s.Timeout.Duration,
 			Overlap:         scheduler.Overlap(s.Overlap),
-			Job:             Job(s, logger),
+			CatchupWindow:   s.Catchup(),
+			// s.Spec already carries the spread offset (config resolves
+			// it); Spread is for display and must not be applied again.
+			Spread: s.Spread.Duration,
+			Job:    Job(s, logger),
 		})
 	}
 	return out

@@ -1,0 +1,47 @@
+package scheduler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// BenchmarkSpecNext: the cost of one Spec.Next, which the scheduler pays
+// once per tick per schedule (and the heap rebuild once per schedule at
+// start and reload). Each step advances from the previous tick, restarting
+// every 1,000 ticks so the times stay within a few years.
+func BenchmarkSpecNext(b *testing.B) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for _, bc := range []struct {
+		name string
+		expr string
+		loc  *time.Location
+	}{
+		{"daily-utc", "0 3 * * *", nil},
+		{"daily-paris", "30 2 * * *", paris},
+		{"every-5-min-paris", "*/5 * * * *", paris},
+		{"seconds-paris", "*/1 * * * * *", paris},
+		{"weekdays-paris", "0 9 * * 1-5", paris},
+		{"every-90s", "@every 90s", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			spec, err := scheduler.ParseSpec(bc.expr, bc.loc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			t := start
+			for i := 0; b.Loop(); i++ {
+				if i%1000 == 0 {
+					t = start
+				}
+				t = spec.Next(t)
+			}
+		})
+	}
+}
