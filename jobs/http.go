@@ -35,6 +35,12 @@ const (
 // X-Bext-Fencing-Token when locked). Errors name the method, the URL without
 // its userinfo and query, and the status, never header values: URLs and
 // headers often carry credentials.
+//
+// A redirect is never followed: a 3xx answer is the job's result, a failure
+// unless SuccessCodes lists it. Following one would send the job's custom
+// headers (an X-Api-Key; Go strips only Authorization and Cookie) to
+// whatever host the Location names, and a 301/302/303 would turn a POST
+// into a body-less GET whose 200 would be recorded as the job's success.
 type HTTP struct {
 	URL     string
 	Method  string            // default GET, or POST when Body is set
@@ -45,7 +51,8 @@ type HTTP struct {
 	// SuccessCodes lists the statuses that count as success; empty means
 	// any 2xx.
 	SuccessCodes []int
-	// Client sends the request; nil means http.DefaultClient.
+	// Client sends the request; nil means http.DefaultClient's transport.
+	// Its CheckRedirect is ignored: redirects are never followed.
 	Client *http.Client
 }
 
@@ -54,11 +61,22 @@ type StatusError struct {
 	Method string
 	URL    string // redacted: no userinfo, no query
 	Status int
+	// Location is where a 3xx answer pointed, redacted like URL; empty
+	// for other statuses. The redirect was not followed.
+	Location string
 }
 
 // Error names the request and the status it got.
 func (e *StatusError) Error() string {
-	return strings.TrimSpace(fmt.Sprintf("jobs: %s %s answered %d %s", e.Method, e.URL, e.Status, http.StatusText(e.Status)))
+	msg := strings.TrimSpace(fmt.Sprintf("jobs: %s %s answered %d %s", e.Method, e.URL, e.Status, http.StatusText(e.Status)))
+	if e.Status >= 300 && e.Status < 400 {
+		to := ""
+		if e.Location != "" {
+			to = " to " + e.Location
+		}
+		msg += fmt.Sprintf(" (a redirect%s: not followed; list %d in success_codes if it means success)", to, e.Status)
+	}
+	return msg
 }
 
 // Run sends the request for tick t and reports whether it succeeded.
@@ -108,11 +126,7 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 		req.Header.Set(HeaderFencingToken, strconv.FormatInt(t.FencingToken, 10))
 	}
 
-	client := h.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	resp, err := noRedirects(h.Client).Do(req)
 	if err != nil {
 		// The client's *url.Error quotes the URL (query included): replace
 		// it with the redacted form, keeping the cause for errors.Is.
@@ -121,7 +135,11 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 	_, drainErr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	_ = resp.Body.Close() // a close error after a read cannot change the outcome
 	if !h.success(resp.StatusCode) {
-		return &StatusError{Method: method, URL: shown, Status: resp.StatusCode}
+		se := &StatusError{Method: method, URL: shown, Status: resp.StatusCode}
+		if loc, err := resp.Location(); err == nil {
+			se.Location = redact(loc)
+		}
+		return se
 	}
 	if drainErr != nil && ctx.Err() != nil {
 		// The endpoint answered in time but the body did not finish: the
@@ -129,6 +147,17 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 		return fmt.Errorf("jobs: %s %s: reading the response: %w", method, shown, context.Cause(ctx))
 	}
 	return nil
+}
+
+// noRedirects returns a client that sends through c's transport (the
+// default one when c is nil) and hands every 3xx back as the response.
+func noRedirects(c *http.Client) *http.Client {
+	nc := http.Client{}
+	if c != nil {
+		nc = *c
+	}
+	nc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &nc
 }
 
 func (h *HTTP) method() string {
