@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/redact"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -32,9 +33,10 @@ const (
 
 // HTTP calls a URL as the job. The request carries the tick in headers
 // (X-Bext-Schedule-Id, X-Bext-Tick-Time, X-Bext-Node-Id, and
-// X-Bext-Fencing-Token when locked). Errors name the method, the URL without
-// its userinfo and query, and the status, never header values: URLs and
-// headers often carry credentials.
+// X-Bext-Fencing-Token when locked). Errors name the method, the URL as
+// scheme://host[:port] and the status, never the URL's user info, path or
+// query, nor header values: webhook URLs carry their credential in the
+// path, and headers carry tokens.
 //
 // A redirect is never followed: a 3xx answer is the job's result, a failure
 // unless SuccessCodes lists it. Following one would send the job's custom
@@ -59,7 +61,7 @@ type HTTP struct {
 // StatusError reports a response whose status is not a success.
 type StatusError struct {
 	Method string
-	URL    string // redacted: no userinfo, no query
+	URL    string // redacted: scheme://host[:port]
 	Status int
 	// Location is where a 3xx answer pointed, redacted like URL; empty
 	// for other statuses. The redirect was not followed.
@@ -89,13 +91,13 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("%w: schedule %q: bad URL: %v", ErrInvalid, t.ScheduleID, err)
+		return fmt.Errorf("%w: schedule %q: bad URL %s: %s", ErrInvalid, t.ScheduleID, redact.URL(h.URL), redact.Scrub(err.Error(), h.URL))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("%w: schedule %q: URL %s must be absolute http or https", ErrInvalid, t.ScheduleID, redact(u))
+		return fmt.Errorf("%w: schedule %q: URL %s must be absolute http or https", ErrInvalid, t.ScheduleID, redact.URL(h.URL))
 	}
 	method := h.method()
-	shown := redact(u)
+	shown := redact.URL(h.URL)
 
 	timeout := h.Timeout
 	if timeout <= 0 {
@@ -110,7 +112,7 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return fmt.Errorf("%w: schedule %q: %s %s: %v", ErrInvalid, t.ScheduleID, method, shown, unwrapURLError(err))
+		return fmt.Errorf("%w: schedule %q: %s %s: %s", ErrInvalid, t.ScheduleID, method, shown, redact.Scrub(unwrapURLError(err).Error(), h.URL))
 	}
 	for k, v := range h.Headers {
 		if strings.EqualFold(k, "Host") {
@@ -130,14 +132,14 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 	if err != nil {
 		// The client's *url.Error quotes the URL (query included): replace
 		// it with the redacted form, keeping the cause for errors.Is.
-		return fmt.Errorf("jobs: %s %s: %w", method, shown, unwrapURLError(err))
+		return fmt.Errorf("jobs: %s %s: %w", method, shown, scrubbed(unwrapURLError(err), h.URL))
 	}
 	_, drainErr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	_ = resp.Body.Close() // a close error after a read cannot change the outcome
 	if !h.success(resp.StatusCode) {
 		se := &StatusError{Method: method, URL: shown, Status: resp.StatusCode}
 		if loc, err := resp.Location(); err == nil {
-			se.Location = redact(loc)
+			se.Location = redact.URL(loc.String())
 		}
 		return se
 	}
@@ -178,22 +180,24 @@ func (h *HTTP) success(code int) bool {
 	return slices.Contains(h.SuccessCodes, code)
 }
 
-// redact renders u without userinfo or query, the usual homes of secrets.
-func redact(u *url.URL) string {
-	r := *u
-	r.User = nil
-	r.Fragment, r.RawFragment = "", ""
-	if r.RawQuery != "" || r.ForceQuery {
-		r.RawQuery, r.ForceQuery = "", false
-		return r.String() + "?…"
-	}
-	return r.String()
-}
-
 func unwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err
 	}
 	return err
+}
+
+// scrubbedError shows a cause's text with the URL's secrets removed and
+// still unwraps to it, so errors.Is(err, context.DeadlineExceeded) holds.
+type scrubbedError struct {
+	msg   string
+	cause error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.cause }
+
+func scrubbed(err error, raw string) error {
+	return &scrubbedError{msg: redact.Scrub(err.Error(), raw), cause: err}
 }
