@@ -68,6 +68,9 @@ func Scrub(msg, raw string) string {
 		return msg
 	}
 	msg = strings.ReplaceAll(msg, raw, URL(raw))
+	// A parser may quote the URL half-redacted (pgx masks the password
+	// itself): any URL in the message is shown the same way.
+	msg = urlInText.ReplaceAllStringFunc(msg, URL)
 	secrets := secretsIn(raw)
 	// Longest first, so a secret that holds a shorter one is masked whole.
 	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
@@ -86,6 +89,7 @@ var (
 	// keyword DSN (password=, sslpassword=, sentinel_password=, passwd=,
 	// pass=), with a quoted or bare value.
 	passwordParam = regexp.MustCompile(`(?i)(?:^|[?&;\s])[a-z_]*(?:password|passwd|pass)\s*=\s*('(?:[^'\\]|\\.)*'?|[^&;#\s]*)`)
+	urlInText     = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.-]*://[^\\s\"'`<>]*")
 	dsnKeyword    = regexp.MustCompile(`(?i)(?:^|\s)(host|port)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)`)
 )
 
