@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -157,7 +158,12 @@ func (b *builder) expandAll(v reflect.Value, path string, at *positions) {
 
 // expand expands one value, reporting problems at the line of path.
 func (b *builder) expand(s, path string, at *positions) string {
-	out, errs := expandEnv(s, os.LookupEnv)
+	out, errs := expandEnv(s, func(name string) (string, bool) {
+		if !slices.Contains(b.referenced, name) {
+			b.referenced = append(b.referenced, name)
+		}
+		return os.LookupEnv(name)
+	})
 	if len(errs) == 0 {
 		return out
 	}

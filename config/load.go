@@ -61,6 +61,8 @@ type builder struct {
 	causes   []error
 	// unexpanded holds the lines whose ${VAR} could not be expanded.
 	unexpanded map[fileLine]bool
+	// referenced lists the variables ${VAR} read, in every file.
+	referenced []string
 }
 
 type fileLine struct {
@@ -172,6 +174,7 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	}
 	c.Scheduled = b.schedules(doc.Scheduled, at)
 	c.Scheduled = append(c.Scheduled, b.includes(&c)...)
+	c.referenced = b.referenced
 	return &c
 }
 

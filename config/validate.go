@@ -54,11 +54,14 @@ func (c *Config) validate() []Problem {
 		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
 	}
 	v.locking(&c.Locking, at)
+	v.envMode(c.Jobs.EnvMode, "jobs.env_mode", at("jobs.env_mode"))
+	v.envNames(c.Jobs.EnvAllow, "jobs.env_allow", at)
 
 	first := map[string]*Schedule{}
 	for i := range c.Scheduled {
 		s := &c.Scheduled[i]
 		v.schedule(s, c.Locking)
+		c.resolveEnv(s, &v)
 		if s.ID == "" {
 			continue
 		}
@@ -275,6 +278,52 @@ func (v *validator) httpJob(s *Schedule) {
 func backendReason(err error, lead string) string {
 	msg := strings.TrimPrefix(err.Error(), locking.ErrInvalid.Error()+": ")
 	return strings.TrimPrefix(msg, lead)
+}
+
+// resolveEnv settles s's command environment from its own keys, then
+// [jobs], then the defaults, and masks the config's ${VAR} sources.
+func (c *Config) resolveEnv(s *Schedule, v *validator) {
+	if s.EnvMode != "" {
+		switch s.EnvMode {
+		case EnvInherit, EnvClean:
+		default:
+			v.atSchedule(s, "env_mode", "unknown env_mode %q (want inherit or clean)", s.EnvMode)
+		}
+	}
+	for i, n := range s.EnvAllow {
+		if n == "" || strings.ContainsAny(n, "=\x00") {
+			v.atSchedule(s, "env_allow."+strconv.Itoa(i), "env_allow: bad variable name %q", n)
+		}
+	}
+	if s.EnvMode == "" {
+		s.EnvMode = c.Jobs.EnvMode
+	}
+	if s.EnvMode == "" {
+		s.EnvMode = EnvInherit
+	}
+	if s.EnvAllow == nil {
+		s.EnvAllow = c.Jobs.EnvAllow
+	}
+	if s.EnvAllow == nil && s.EnvMode == EnvClean {
+		s.EnvAllow = DefaultCleanAllow
+	}
+	s.EnvMask = c.referenced
+}
+
+func (v *validator) envMode(mode, key string, line int) {
+	switch mode {
+	case "", EnvInherit, EnvClean:
+	default:
+		v.add(line, "%s: unknown mode %q (want inherit or clean)", key, mode)
+	}
+}
+
+func (v *validator) envNames(names []string, key string, at func(string) int) {
+	for i, n := range names {
+		if n == "" || strings.ContainsAny(n, "=\x00") {
+			v.add(at(key+"."+strconv.Itoa(i)), "%s: bad variable name %q", key, n)
+		}
+	}
 }
 
 // keyProblem words a locking.CheckKey error; empty explains an empty key.

@@ -122,5 +122,6 @@ func Job(s *config.Schedule, logger *slog.Logger) scheduler.Job {
 			Timeout: s.HTTP.Timeout.Duration, SuccessCodes: s.HTTP.SuccessCodes,
 		}
 	}
-	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger}
+	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger,
+		BaseEnv: jobs.EnvPolicy{Clean: s.EnvMode == config.EnvClean, Allow: s.EnvAllow, Mask: s.EnvMask}}
 }
