@@ -14,8 +14,8 @@ BENCH_COUNT ?= 5
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/bext-scheduler
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bext-scheduler
+build: ## build bin/bext-scheduler (as the image does: time-zone data embedded)
+	CGO_ENABLED=0 $(GO) build -trimpath -tags timetzdata -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bext-scheduler
 
 test-services: ## make sure the test Redis and Postgres answer (starts them if needed)
 	@scripts/test-services

@@ -36,6 +36,7 @@ type Config struct {
 	HTTP      HTTP       `toml:"http"`
 	Log       Log        `toml:"log"`
 	Locking   Locking    `toml:"locking"`
+	Jobs      Jobs       `toml:"jobs"`
 	Scheduled []Schedule `toml:"scheduled"`
 
 	// Path is the absolute path of the main file, set by Load and Parse.
@@ -43,6 +44,31 @@ type Config struct {
 
 	file string     // the main file's name as given, for messages
 	at   *positions // dotted key path → line in the main file
+	// referenced lists the environment variables the files read through
+	// ${VAR}, in order of first use: they are masked from command jobs.
+	referenced []string
+}
+
+// Command-job environment modes ([jobs] env_mode and a schedule's).
+const (
+	// EnvInherit passes the scheduler's environment to command jobs, minus
+	// the variables the config reads through ${VAR} (unless allowed).
+	EnvInherit = "inherit"
+	// EnvClean starts command jobs from env_allow only.
+	EnvClean = "clean"
+)
+
+// DefaultCleanAllow is what env_mode = "clean" passes when env_allow is not
+// set: what programs need to find themselves and speak the right language.
+var DefaultCleanAllow = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// Jobs is the [jobs] table: defaults for every command job.
+type Jobs struct {
+	// EnvMode is "inherit" (default) or "clean". See EnvInherit, EnvClean.
+	EnvMode string `toml:"env_mode"`
+	// EnvAllow names variables passed in either mode (in inherit mode it
+	// unmasks ${VAR} sources). Default for clean: DefaultCleanAllow.
+	EnvAllow []string `toml:"env_allow"`
 }
 
 // HTTP is the [http] table: the /metrics, /healthz and /readyz listener.
@@ -147,6 +173,11 @@ type Schedule struct {
 	Command []string          `toml:"command"`
 	Dir     string            `toml:"dir"`
 	Env     map[string]string `toml:"env"`
+	// EnvMode and EnvAllow override [jobs] for this schedule. Validate
+	// resolves them (EnvMode never "" after it) and sets EnvMask.
+	EnvMode  string   `toml:"env_mode"`
+	EnvAllow []string `toml:"env_allow"`
+	EnvMask  []string `toml:"-"` // the config's ${VAR} sources
 
 	// An HTTP job.
 	HTTP *HTTPJob `toml:"http"`

@@ -21,7 +21,7 @@ command = ["/usr/local/bin/report"]
 `), "bext.config.toml")
 	fmt.Println(err)
 	// Output:
-	// bext.config.toml:5: locking.redis.url redis://app:xxxxx@redis:6379/0: not a valid URL
+	// bext.config.toml:5: locking.redis.url redis://redis:6379: not a valid URL
 	// bext.config.toml:9: schedule "report": bad cron "0 3 * * 8": end of range (8) above maximum (6): 8
 	// bext.config.toml:10: schedule "report": jitter: bad duration "30 seconds" (want a Go duration such as "30s", "2m" or "1h30m")
 }
@@ -30,6 +30,6 @@ func ExampleRedactURL() {
 	fmt.Println(config.RedactURL("postgres://app:hunter2@db:5432/bext?sslmode=require"))
 	fmt.Println(config.RedactURL("host=db user=app password=hunter2 dbname=bext"))
 	// Output:
-	// postgres://app:xxxxx@db:5432/bext?sslmode=require
-	// host=db user=app password=xxxxx dbname=bext
+	// postgres://db:5432
+	// host=db
 }

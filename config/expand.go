@@ -4,26 +4,35 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // expandEnv replaces ${NAME} and ${NAME:-default} in s from the environment.
-// The default applies when NAME is unset or empty, as in the shell. Anything
-// else is left as written: "$$", a lone "$", "$NAME" without braces, and a
-// "${" that does not start a valid name (so a shell's ${#arr[@]} passes
-// through). A "${NAME" with no closing brace is an error, as is an unset
-// variable without a default.
+// The default applies when NAME is unset or empty, as in the shell. "$${"
+// writes a literal "${", so a shell command can use its own variables in
+// braces (sh -c "echo $${BEXT_TICK_TIME}" runs echo ${BEXT_TICK_TIME}).
+// Anything else is left as written: "$$" not before "{", a lone "$",
+// "$NAME" without braces, and a "${" that does not start a valid name (so a
+// shell's ${#arr[@]} passes through). A "${NAME" with no closing brace is an
+// error, as is an unset variable without a default.
 func expandEnv(s string, lookup func(string) (string, bool)) (string, []string) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
+	// Note: "$${" contains "${", so the escape is always seen here.
 	var b strings.Builder
 	var errs []string
 	for i := 0; i < len(s); {
 		if s[i] != '$' {
 			b.WriteByte(s[i])
 			i++
+			continue
+		}
+		if strings.HasPrefix(s[i:], "$${") {
+			b.WriteString("${")
+			i += 3
 			continue
 		}
 		if strings.HasPrefix(s[i:], "$$") {
@@ -149,7 +158,12 @@ func (b *builder) expandAll(v reflect.Value, path string, at *positions) {
 
 // expand expands one value, reporting problems at the line of path.
 func (b *builder) expand(s, path string, at *positions) string {
-	out, errs := expandEnv(s, os.LookupEnv)
+	out, errs := expandEnv(s, func(name string) (string, bool) {
+		if !slices.Contains(b.referenced, name) {
+			b.referenced = append(b.referenced, name)
+		}
+		return os.LookupEnv(name)
+	})
 	if len(errs) == 0 {
 		return out
 	}

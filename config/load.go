@@ -15,6 +15,7 @@ import (
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 )
 
 // Load reads the file at path and any files its include globs match,
@@ -60,6 +61,8 @@ type builder struct {
 	causes   []error
 	// unexpanded holds the lines whose ${VAR} could not be expanded.
 	unexpanded map[fileLine]bool
+	// referenced lists the variables ${VAR} read, in every file.
+	referenced []string
 }
 
 type fileLine struct {
@@ -173,6 +176,7 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	}
 	c.Scheduled = b.schedules(doc.Scheduled, at)
 	c.Scheduled = append(c.Scheduled, b.includes(&c)...)
+	c.referenced = b.referenced
 	return &c
 }
 
@@ -187,7 +191,7 @@ func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok 
 		b.add(1+bytes.Count(data[:i], []byte("\n")), "file contains a NUL byte (not a text file?)")
 		return nil, false
 	}
-	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(doc)
+	err := b.decodeTyped(&data, doc)
 	var strict *toml.StrictMissingError
 	var de *toml.DecodeError
 	switch {
@@ -231,6 +235,107 @@ func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok 
 		b.add(k.line, "key %q: TOML keys are case-sensitive; write %q", k.got, k.want)
 	}
 	return at, true
+}
+
+// maxTypeErrors bounds how many wrong-typed values one file reports; past
+// it the decoder's next error stops the file as a syntax error would.
+const maxTypeErrors = 100
+
+// decodeTyped strictly decodes *data into doc. go-toml stops at the first
+// value of the wrong type, which would hide every other problem of the
+// file: each such value is reported, its whole key = value statement is
+// blanked out of *data (new lines kept, so every line number stays true),
+// and the decode starts again from doc's original contents (its
+// defaults). The error returned is the last decode's.
+func (b *builder) decodeTyped(data *[]byte, doc any) error {
+	dv := reflect.ValueOf(doc).Elem()
+	initial := reflect.New(dv.Type()).Elem()
+	initial.Set(dv)
+	for range maxTypeErrors {
+		err := toml.NewDecoder(bytes.NewReader(*data)).DisallowUnknownFields().Decode(doc)
+		var de *toml.DecodeError
+		if !errors.As(err, &de) {
+			return err
+		}
+		msg, ok := typeProblem(de)
+		if !ok {
+			return err
+		}
+		line, col := de.Position()
+		blanked, ok := blankStatement(*data, line, col)
+		if !ok {
+			return err
+		}
+		b.add(line, "%s (column %d)", msg, col)
+		*data = blanked
+		dv.Set(initial)
+	}
+	return toml.NewDecoder(bytes.NewReader(*data)).DisallowUnknownFields().Decode(doc)
+}
+
+// typeProblem words a wrong-typed value's DecodeError; ok is false for any
+// other decode error.
+func typeProblem(de *toml.DecodeError) (string, bool) {
+	m := typeMismatch.FindStringSubmatch(strings.TrimPrefix(de.Error(), "toml: "))
+	if m == nil {
+		return "", false
+	}
+	msg := fmt.Sprintf("wrong type: got a TOML %s, want %s", m[1], goTypeInTOML(m[2]))
+	if k := de.Key(); len(k) > 0 {
+		msg = fmt.Sprintf("%s: %s", strings.Join(k, "."), msg)
+	}
+	return msg, true
+}
+
+// blankStatement replaces with spaces the top-level statement (key = value,
+// or table header) of data that holds line:col, up to the next statement,
+// keeping new lines. ok is false when none holds it.
+func blankStatement(data []byte, line, col int) ([]byte, bool) {
+	off := 0
+	for l := 1; l < line && off < len(data); l++ {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			return nil, false
+		}
+		off += i + 1
+	}
+	off += max(col-1, 0)
+	// Statement starts: the offset of each top-level expression's first key.
+	var starts []int
+	p := unstable.Parser{}
+	p.Reset(data)
+	for p.NextExpression() {
+		e := p.Expression()
+		it := e.Key()
+		if !it.Next() {
+			continue
+		}
+		starts = append(starts, int(it.Node().Raw.Offset))
+	}
+	if p.Error() != nil {
+		return nil, false
+	}
+	from, to := -1, len(data)
+	for i, st := range starts {
+		if st <= off {
+			from = st
+			if i+1 < len(starts) {
+				to = starts[i+1]
+			} else {
+				to = len(data)
+			}
+		}
+	}
+	if from < 0 {
+		return nil, false
+	}
+	out := bytes.Clone(data)
+	for i := from; i < to; i++ {
+		if out[i] != '\n' && out[i] != '\r' {
+			out[i] = ' '
+		}
+	}
+	return out, true
 }
 
 // The key trees of the two kinds of file, for the case check.

@@ -317,7 +317,9 @@ func TestExpandEnv(t *testing.T) {
 		{"${A:-d}", "1", ""},
 		{"${X:-}", "", ""},
 		{"$$A $A $", "$$A $A $", ""},
-		{"$${A}", "$${A}", ""},
+		{"$${A}", "${A}", ""}, // "$${" is the escape for a literal "${"
+		{"$$${A}", "$$1", ""},
+		{"sh -c \"echo $${BEXT_TICK_TIME}\"", "sh -c \"echo ${BEXT_TICK_TIME}\"", ""},
 		{"${1x}", "${1x}", ""},
 		{"${}", "${}", ""},
 		{"${X}", "", "X is not set"},

@@ -8,24 +8,16 @@ import (
 	"testing"
 )
 
+// RedactURL is internal/redact.URL (tested there); this pins the shape
+// config messages rely on.
 func TestRedactURL(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"", ""},
-		{"redis://localhost:6379/0", "redis://localhost:6379/0"},
-		{"redis://:hunter2@localhost:6379", "redis://:xxxxx@localhost:6379"},
-		{"redis://user:hunter2@localhost:6379/0", "redis://user:xxxxx@localhost:6379/0"},
-		{"postgres://postgres@localhost/bext", "postgres://postgres@localhost/bext"},
-		{"postgres://u:hunter2@h/db?sslmode=disable&password=hunter2", "postgres://u:xxxxx@h/db?sslmode=disable&password=xxxxx"},
-		{"postgres://h/db?pass=hunter2", "postgres://h/db?pass=xxxxx"},
-		{"postgres://h/db?PASSWD=hunter2&x=1", "postgres://h/db?PASSWD=xxxxx&x=1"},
-		{"host=h user=u password=hunter2 dbname=d", "host=h user=u password=xxxxx dbname=d"},
-		{"host=h password='hunter 2' dbname=d", "host=h password=xxxxx dbname=d"},
-		{"host=h sslpassword=hunter2", "host=h sslpassword=xxxxx"},
-		{"password=hunter2", "password=xxxxx"},
-		{"host=h password = hunter2", "host=h password = xxxxx"},
-		// url.Parse rejects these: the raw text is still redacted.
-		{"redis://u:hun%zzter2@h:6379", "redis://u:xxxxx@h:6379"},
-		{"redis://u:hun@ter/2@h:6379", "redis://u:xxxxx@h:6379"},
+		{"redis://user:hunter2@localhost:6379/0", "redis://localhost:6379"},
+		{"postgres://u:hunter2@h/db?sslmode=disable&password=hunter2", "postgres://h"},
+		{"host=h user=u password=hunter2 dbname=d", "host=h"},
+		{"https://hooks.example/services/T000/B000/SECRETxyz", "https://hooks.example"},
+		{"redis://u:hun@ter/2@h:6379", "redis://h:6379"},
 	} {
 		if got := RedactURL(tc.in); got != tc.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
@@ -53,7 +45,7 @@ func TestErrorsNeverShowPasswords(t *testing.T) {
 		if strings.Contains(err.Error(), "hunter") || strings.Contains(fmt.Sprintf("%+v", err), "hunter") {
 			t.Errorf("case %d leaks the password:\n%v", i, err)
 		}
-		if !strings.Contains(err.Error(), "xxxxx") {
+		if !strings.Contains(err.Error(), "://") {
 			t.Errorf("case %d: the message does not show the redacted URL:\n%v", i, err)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/pg"
+	"github.com/bext-dev/bext-scheduler/locking/redis"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -52,11 +54,14 @@ func (c *Config) validate() []Problem {
 		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
 	}
 	v.locking(&c.Locking, at)
+	v.envMode(c.Jobs.EnvMode, "jobs.env_mode", at("jobs.env_mode"))
+	v.envNames(c.Jobs.EnvAllow, "jobs.env_allow", at)
 
 	first := map[string]*Schedule{}
 	for i := range c.Scheduled {
 		s := &c.Scheduled[i]
 		v.schedule(s, c.Locking)
+		c.resolveEnv(s, &v)
 		if s.ID == "" {
 			continue
 		}
@@ -125,6 +130,8 @@ func (v *validator) locking(l *Locking, at func(string) int) {
 		default:
 			if err := checkRedisURL(r.URL); err != nil {
 				v.add(at("locking.redis.url"), "locking.redis.url %s: %v", RedactURL(r.URL), err)
+			} else if err := redis.CheckURL(r.URL); err != nil {
+				v.add(at("locking.redis.url"), "locking.redis.url %s: %s", RedactURL(r.URL), backendReason(err, "Redis URL "+RedactURL(r.URL)+": "))
 			}
 		}
 		if r.OpTimeout.Duration <= 0 {
@@ -138,6 +145,8 @@ func (v *validator) locking(l *Locking, at func(string) int) {
 		default:
 			if err := checkPGURL(p.URL); err != nil {
 				v.add(at("locking.pg.url"), "locking.pg.url %s: %v", RedactURL(p.URL), err)
+			} else if err := pg.CheckURL(p.URL); err != nil {
+				v.add(at("locking.pg.url"), "locking.pg.url %s: %s", RedactURL(p.URL), backendReason(err, "pg: "))
 			}
 		}
 		if p.Namespace == "" {
@@ -158,6 +167,15 @@ func (v *validator) locking(l *Locking, at func(string) int) {
 func (v *validator) schedule(s *Schedule, l Locking) {
 	if err := locking.CheckKey(s.ID); err != nil {
 		v.atSchedule(s, "id", "schedule id: %s", keyProblem(err, "empty id: every schedule needs a unique id (it is the lock key)"))
+	} else if strings.ContainsAny(s.ID, "{}") {
+		// Rejected, not escaped: the Redis backend stores the id inside a
+		// {hash tag} so that the lock, its fence and its mark share a slot;
+		// a brace would end the tag early (or open another), scattering
+		// them across Redis Cluster slots. An escape would make the stored
+		// key differ from the id operators see in `next`, `locks` and
+		// redis-cli. The rule holds on every backend, so switching backend
+		// stays a one-line change.
+		v.atSchedule(s, "id", "schedule id %q: '{' and '}' are not allowed (the Redis backend keeps the id in a {hash tag})", s.ID)
 	}
 
 	s.Location = time.UTC
@@ -276,6 +294,59 @@ func (v *validator) httpJob(s *Schedule) {
 	for i, code := range h.SuccessCodes {
 		if code < 100 || code > 599 {
 			v.atSchedule(s, "http.success_codes."+strconv.Itoa(i), "http.success_codes: %d is not an HTTP status", code)
+		}
+	}
+}
+
+// backendReason is a backend's URL error without the prefixes the config
+// message already says (the sentinel, and lead naming the URL).
+func backendReason(err error, lead string) string {
+	msg := strings.TrimPrefix(err.Error(), locking.ErrInvalid.Error()+": ")
+	return strings.TrimPrefix(msg, lead)
+}
+
+// resolveEnv settles s's command environment from its own keys, then
+// [jobs], then the defaults, and masks the config's ${VAR} sources.
+func (c *Config) resolveEnv(s *Schedule, v *validator) {
+	if s.EnvMode != "" {
+		switch s.EnvMode {
+		case EnvInherit, EnvClean:
+		default:
+			v.atSchedule(s, "env_mode", "unknown env_mode %q (want inherit or clean)", s.EnvMode)
+		}
+	}
+	for i, n := range s.EnvAllow {
+		if n == "" || strings.ContainsAny(n, "=\x00") {
+			v.atSchedule(s, "env_allow."+strconv.Itoa(i), "env_allow: bad variable name %q", n)
+		}
+	}
+	if s.EnvMode == "" {
+		s.EnvMode = c.Jobs.EnvMode
+	}
+	if s.EnvMode == "" {
+		s.EnvMode = EnvInherit
+	}
+	if s.EnvAllow == nil {
+		s.EnvAllow = c.Jobs.EnvAllow
+	}
+	if s.EnvAllow == nil && s.EnvMode == EnvClean {
+		s.EnvAllow = DefaultCleanAllow
+	}
+	s.EnvMask = c.referenced
+}
+
+func (v *validator) envMode(mode, key string, line int) {
+	switch mode {
+	case "", EnvInherit, EnvClean:
+	default:
+		v.add(line, "%s: unknown mode %q (want inherit or clean)", key, mode)
+	}
+}
+
+func (v *validator) envNames(names []string, key string, at func(string) int) {
+	for i, n := range names {
+		if n == "" || strings.ContainsAny(n, "=\x00") {
+			v.add(at(key+"."+strconv.Itoa(i)), "%s: bad variable name %q", key, n)
 		}
 	}
 }

@@ -33,8 +33,8 @@ var ErrInvalid = errors.New("jobs: invalid job")
 // Command runs an argv as a child process in its own process group. No
 // shell is involved unless the operator writes one (["/bin/sh", "-c", ...]).
 //
-// The child's environment is this process's environment, then Env, then the
-// tick's variables (which win): BEXT_SCHEDULE_ID, BEXT_TICK_TIME (RFC 3339,
+// The child's environment is this process's environment as BaseEnv lets it
+// through, then Env, then the tick's variables (which win): BEXT_SCHEDULE_ID, BEXT_TICK_TIME (RFC 3339,
 // the scheduled time), BEXT_NODE_ID and, when the tick runs under a lock,
 // BEXT_LOCK_KEY and BEXT_FENCING_TOKEN. Inherited BEXT_* tick variables are
 // dropped, so a node-local run never sees a stale lock key.
@@ -53,6 +53,9 @@ type Command struct {
 	Argv []string          // argv[0] is looked up in PATH when it has no slash
 	Dir  string            // working directory; "" = this process's
 	Env  map[string]string // extra environment variables
+	// BaseEnv says which of this process's environment variables the
+	// command starts with; the zero value passes them all.
+	BaseEnv EnvPolicy
 	// Logger receives the output records; nil means slog.Default().
 	Logger *slog.Logger
 	// KillGrace is how long the group has between SIGTERM and SIGKILL, and
@@ -240,12 +243,37 @@ func exitResult(ctx context.Context, name string, waitErr error, cancelled bool)
 }
 
 // environ builds the child's environment; see Command.
+// EnvPolicy filters the scheduler's own environment before a command
+// gets it. Its Env and the tick's BEXT_* variables are added after, always.
+type EnvPolicy struct {
+	// Clean starts the command from an empty environment plus Allow;
+	// otherwise it inherits everything but Mask.
+	Clean bool
+	// Allow names variables that pass in either mode, Mask included.
+	Allow []string
+	// Mask names variables never passed unless allowed: the ones the
+	// scheduler's config read through ${VAR} (backend URLs, tokens), which
+	// exist for the scheduler, not for its jobs.
+	Mask []string
+}
+
+// passes reports whether the inherited variable name reaches the command.
+func (p EnvPolicy) passes(name string) bool {
+	switch {
+	case slices.Contains(p.Allow, name):
+		return true
+	case p.Clean:
+		return false
+	}
+	return !slices.Contains(p.Mask, name)
+}
+
 func (c *Command) environ(t scheduler.Tick) ([]string, error) {
 	base := os.Environ()
 	env := make([]string, 0, len(base)+len(c.Env)+len(tickVars))
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(tickVars, k) {
+		if !slices.Contains(tickVars, k) && c.BaseEnv.passes(k) {
 			env = append(env, kv)
 		}
 	}

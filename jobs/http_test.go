@@ -3,11 +3,13 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -119,10 +121,11 @@ func TestHTTPStatus(t *testing.T) {
 				t.Fatalf("Run = %v, want a *StatusError for %d", err, tt.status)
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, "GET") || !strings.Contains(msg, "/hook") {
+			if !strings.Contains(msg, "GET") || !strings.Contains(msg, strings.TrimPrefix(srv.URL, "http://")) {
 				t.Errorf("error %q does not name the request", msg)
 			}
-			for _, secret := range []string{"pa55word", "user", "qu3ry", "s3cret"} {
+			// The path goes too: webhook URLs carry their secret there.
+			for _, secret := range []string{"pa55word", "user", "qu3ry", "s3cret", "/hook"} {
 				if strings.Contains(msg, secret) {
 					t.Errorf("error %q leaks %q", msg, secret)
 				}
@@ -203,5 +206,51 @@ func TestHTTPInvalid(t *testing.T) {
 	err := (&HTTP{URL: "http://127.0.0.1/", Method: "BAD METHOD"}).Run(context.Background(), local)
 	if !errors.Is(err, ErrInvalid) {
 		t.Errorf("bad method: Run = %v, want ErrInvalid", err)
+	}
+}
+
+// TestHTTPNeverFollowsRedirects sends a job to a real server that redirects
+// to a second real server (another host:port): the second must receive
+// nothing, neither the custom headers nor a GET made of the POST, and the
+// redirect itself is the job's result.
+func TestHTTPNeverFollowsRedirects(t *testing.T) {
+	var other atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		other.Add(1)
+		t.Errorf("the redirect target received %s %s with X-Api-Key %q", r.Method, r.URL, r.Header.Get("X-Api-Key"))
+	}))
+	t.Cleanup(elsewhere.Close)
+
+	for _, status := range []int{301, 302, 303, 307, 308} {
+		for _, client := range []struct {
+			name string
+			c    *http.Client
+		}{{"default client", nil}, {"caller's client", &http.Client{}}} {
+			t.Run(fmt.Sprintf("%d %s", status, client.name), func(t *testing.T) {
+				redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					http.Redirect(w, r, elsewhere.URL+"/steal?token=qu3ry", status)
+				}))
+				t.Cleanup(redirector.Close)
+				job := &HTTP{URL: redirector.URL + "/hook", Method: "POST", Body: `{"a":1}`, Client: client.c,
+					Headers: map[string]string{"X-Api-Key": "s3cret"}}
+
+				err := job.Run(context.Background(), locked)
+				var se *StatusError
+				if !errors.As(err, &se) || se.Status != status {
+					t.Fatalf("Run = %v, want a *StatusError for %d (a redirect is a failure)", err, status)
+				}
+				if !strings.Contains(err.Error(), "not followed") || strings.Contains(err.Error(), "qu3ry") {
+					t.Errorf("error %q should say the redirect was not followed, without the Location's query", err)
+				}
+
+				job.SuccessCodes = []int{status}
+				if err := job.Run(context.Background(), locked); err != nil {
+					t.Errorf("with success_codes = [%d]: Run = %v, want success", status, err)
+				}
+				if n := other.Load(); n != 0 {
+					t.Fatalf("the redirect target received %d requests", n)
+				}
+			})
+		}
 	}
 }

@@ -23,12 +23,23 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Build compiles ./cmd/bext-scheduler into dir and returns the binary's path.
-func Build(dir string) (string, error) {
+// TestHooksTag is the build tag that compiles the test-only hooks into the
+// binary (the clock offset of internal/service). The shipped binary never
+// has it; the e2e cluster tests build with it.
+const TestHooksTag = "bexttest"
+
+// Build compiles ./cmd/bext-scheduler into dir, with -race and the given
+// build tags, and returns the binary's path. Without tags it is the binary
+// operators run (the test hooks left out).
+func Build(dir string, tags ...string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	bin := filepath.Join(dir, "bext-scheduler")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/bext-scheduler")
+	args := []string{"build", "-race", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/bext-scheduler")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building bext-scheduler: %v\n%s", err, out)

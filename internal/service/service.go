@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -127,25 +126,6 @@ func Job(s *config.Schedule, logger *slog.Logger) scheduler.Job {
 			Timeout: s.HTTP.Timeout.Duration, SuccessCodes: s.HTTP.SuccessCodes,
 		}
 	}
-	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger}
-}
-
-// TestClockOffsetEnv names a test-only environment variable: a duration
-// (e.g. "-700ms") by which this node's scheduler clock runs ahead of the
-// real one. The cluster tests use it to prove the clock-skew tolerance with
-// real processes; never set it in production.
-const TestClockOffsetEnv = "BEXT_TEST_CLOCK_OFFSET"
-
-// Clock returns the scheduler's clock: the real one, offset only when
-// TestClockOffsetEnv is set.
-func Clock() (scheduler.Clock, error) {
-	v := os.Getenv(TestClockOffsetEnv)
-	if v == "" {
-		return scheduler.RealClock(), nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q: %w", TestClockOffsetEnv, v, err)
-	}
-	return scheduler.OffsetClock(scheduler.RealClock(), d), nil
+	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger,
+		BaseEnv: jobs.EnvPolicy{Clean: s.EnvMode == config.EnvClean, Allow: s.EnvAllow, Mask: s.EnvMask}}
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/bext-dev/bext-scheduler/internal/redact"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -147,7 +147,7 @@ func parseURL(raw string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		if len(secrets(raw)) > 0 {
+		if strings.Contains(raw, "@") || strings.Contains(strings.ToLower(raw), "pass") {
 			err = errors.New("malformed (are special characters in the password percent-encoded?)")
 		}
 		return nil, invalidURL(raw, err)
@@ -185,73 +185,13 @@ func capTimeouts(limit time.Duration, ds ...*time.Duration) {
 	}
 }
 
-// invalidURL reports a bad URL without ever showing its password: the
-// URL is redacted and the cause's text is scrubbed of the secrets too
-// (the cause itself is not wrapped, because its message may quote them).
+// invalidURL reports a bad URL without ever showing its secrets: the URL
+// is shown as scheme://host[:port] and the cause's text is scrubbed (the
+// cause itself is not wrapped, because its message may quote them).
 func invalidURL(raw string, cause error) error {
-	msg := cause.Error()
-	for _, s := range secrets(raw) {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	return fmt.Errorf("%w: Redis URL %s: %s", locking.ErrInvalid, RedactURL(raw), msg)
+	return fmt.Errorf("%w: Redis URL %s: %s", locking.ErrInvalid, redact.URL(raw), redact.Scrub(cause.Error(), raw))
 }
 
-// passwordParam matches query parameters that carry a password
-// (Sentinel URLs take the master's password as password=).
-var passwordParam = regexp.MustCompile(`(?i)([?&](?:sentinel_)?password=)[^&#]*`)
-
-// RedactURL returns raw with its password (in the user info or in a
-// password= query parameter) replaced by "xxxxx", for logs and errors.
-// It works on malformed URLs too, since those are the ones that end up in
-// error messages.
-func RedactURL(raw string) string {
-	s := raw
-	if i := strings.Index(s, "://"); i >= 0 {
-		rest := s[i+3:]
-		// The user info ends at the last '@' before any query or fragment:
-		// a malformed password may itself contain '/' or '@'.
-		end := strings.IndexAny(rest, "?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
-			user := rest[:at]
-			if c := strings.Index(user, ":"); c >= 0 {
-				user = user[:c+1] + "xxxxx"
-			}
-			s = s[:i+3] + user + rest[at:]
-		}
-	}
-	return passwordParam.ReplaceAllString(s, "${1}xxxxx")
-}
-
-// secrets lists the password strings in raw (raw and unescaped), so error
-// text from a parser can be scrubbed of them.
-func secrets(raw string) []string {
-	var out []string
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if un, err := url.PathUnescape(s); err == nil && un != s {
-			out = append(out, un)
-		}
-	}
-	if i := strings.Index(raw, "://"); i >= 0 {
-		rest := raw[i+3:]
-		end := strings.IndexAny(rest, "?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
-			if c := strings.Index(rest[:at], ":"); c >= 0 {
-				add(rest[c+1 : at])
-			}
-		}
-	}
-	for _, m := range passwordParam.FindAllString(raw, -1) {
-		add(m[strings.Index(m, "=")+1:])
-	}
-	return out
-}
+// RedactURL shows raw as scheme://host[:port], for logs and errors: the
+// project's one redaction, internal/redact.URL.
+func RedactURL(raw string) string { return redact.URL(raw) }
