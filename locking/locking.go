@@ -39,15 +39,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Claimer is implemented by backends whose locks die with their holder's
-// connection (Postgres sessions). Claim records that h's key stays claimed
-// for d from now even if the holder dies: until then TryLock answers
-// contended for that key although the lock itself is free. The scheduler
-// uses it for the clock-skew claim (a tick just run must not run again on
-// a node whose clock is behind, however the holder ends). Backends whose
-// locks outlive their holder by a TTL (Redis, memory) need not implement it.
-type Claimer interface {
-	Claim(ctx context.Context, h *Handle, d time.Duration) error
+// Backend is what every lock backend of this repository implements: the
+// lock contract, try-lock-tick (tick.go) and pause flags.
+type Backend interface {
+	Locker
+	TickLocker
+	Pauser
 }
 
 // LockInfo describes one held lock, as listed by a backend that can list.

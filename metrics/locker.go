@@ -49,13 +49,12 @@ type lister interface {
 // The returned Locker keeps l's optional abilities reachable: it always has
 // Ping(ctx) error (forwarded, or nil when l cannot ping),
 // List(ctx) ([]locking.LockInfo, error) (forwarded, or an error wrapping
-// errors.ErrUnsupported) and Unwrap() locking.Locker; and it is a
-// locking.Claimer, locking.LeaseBounder, locking.TickLocker and
-// locking.Pauser each exactly when l is, so callers can tell what the
-// backend does by asserting on the wrapper. TryLockTick is counted and
-// timed as op try_lock (results: see resultDone); InitMarks, SetPause,
-// GetPause, Claim and MaxLease are forwarded uncounted.
-func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Locker {
+// errors.ErrUnsupported) and Unwrap() locking.Locker; it forwards
+// try-lock-tick and pause flags (errors.ErrUnsupported when l lacks them),
+// and it is a locking.LeaseBounder exactly when l is. TryLockTick is
+// counted and timed as op try_lock (results: see resultDone); InitMarks,
+// SetPause, GetPause and MaxLease are forwarded uncounted.
+func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Backend {
 	il := &instrumented{
 		next:    l,
 		backend: backend,

@@ -124,13 +124,16 @@ func TestAddSchedulePreinitialises(t *testing.T) {
 	m := New(reg, build)
 	m.AddSchedule("nightly")
 	const want = `
-# HELP bext_scheduler_ticks_skipped_total Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running).
+# HELP bext_scheduler_ticks_skipped_total Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed).
 # TYPE bext_scheduler_ticks_skipped_total counter
 bext_scheduler_ticks_skipped_total{reason="backend_error",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="contended",schedule="nightly"} 0
+bext_scheduler_ticks_skipped_total{reason="missed",schedule="nightly"} 0
+bext_scheduler_ticks_skipped_total{reason="paused",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="still_running",schedule="nightly"} 0
-# HELP bext_scheduler_runs_total Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost).
+# HELP bext_scheduler_runs_total Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).
 # TYPE bext_scheduler_runs_total counter
+bext_scheduler_runs_total{result="cancelled",schedule="nightly"} 0
 bext_scheduler_runs_total{result="failure",schedule="nightly"} 0
 bext_scheduler_runs_total{result="lock_lost",schedule="nightly"} 0
 bext_scheduler_runs_total{result="success",schedule="nightly"} 0

@@ -137,17 +137,8 @@ type leaseOnly struct{ locking.Locker }
 
 func (leaseOnly) MaxLease() time.Duration { return 7 * time.Second }
 
-// pgLike has every optional interface, as Postgres does: Claimer,
-// LeaseBounder, TickLocker and Pauser (the last two from memory).
-type pgLike struct {
-	*memory.Locker
-	claims int
-}
-
-func (p *pgLike) Claim(context.Context, *locking.Handle, time.Duration) error {
-	p.claims++
-	return nil
-}
+// pgLike has the optional LeaseBounder, as Postgres does.
+type pgLike struct{ *memory.Locker }
 
 func (*pgLike) MaxLease() time.Duration { return 9 * time.Second }
 
@@ -165,33 +156,28 @@ func (t tickOnly) InitMarks(ctx context.Context, keys []string) error {
 	return t.tl.InitMarks(ctx, keys)
 }
 
-// The wrapper has each optional interface exactly when its backend has it,
-// and forwards it.
+// The wrapper is a LeaseBounder exactly when its backend is, always
+// forwards try-lock-tick and pause flags, and answers ErrUnsupported for
+// them when its backend lacks them.
 func TestInstrumentLockerOptionalInterfacesMatchBackend(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.New()
 	t.Cleanup(func() { _ = mem.Close(ctx) })
-	pg := &pgLike{Locker: mem.Peer("pg")}
 	for _, c := range []struct {
-		name                      string
-		backend                   locking.Locker
-		claim, lease, tick, pause bool
+		name        string
+		backend     locking.Locker
+		lease, tick bool
 	}{
-		{"bare", bare{mem.Peer("")}, false, false, false, false},
-		{"claimer", &claimRecorder{Locker: mem.Peer("")}, true, false, false, false},
-		{"lease bounder", leaseOnly{mem.Peer("")}, false, true, false, false},
-		{"memory", mem.Peer(""), false, false, true, true},
-		{"tick locker without pauser", tickOnly{mem.Peer(""), mem.Peer("")}, false, false, true, false},
-		{"postgres-like", pg, true, true, true, true},
+		{"bare", bare{mem.Peer("")}, false, false},
+		{"lease bounder", leaseOnly{mem.Peer("")}, true, false},
+		{"memory", mem.Peer(""), false, true},
+		{"tick locker without pauser", tickOnly{mem.Peer(""), mem.Peer("")}, false, true},
+		{"postgres-like", &pgLike{mem.Peer("pg")}, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := InstrumentLocker(c.backend, "memory", New(prometheus.NewRegistry(), build))
-			got := []bool{is[locking.Claimer](l), is[locking.LeaseBounder](l), is[locking.TickLocker](l), is[locking.Pauser](l)}
-			want := []bool{c.claim, c.lease, c.tick, c.pause}
-			for i, name := range []string{"Claimer", "LeaseBounder", "TickLocker", "Pauser"} {
-				if got[i] != want[i] {
-					t.Errorf("wrapper is a locking.%s: %v; the backend: %v", name, got[i], want[i])
-				}
+			if got := is[locking.LeaseBounder](l); got != c.lease {
+				t.Errorf("wrapper is a locking.LeaseBounder: %v; the backend: %v", got, c.lease)
 			}
 			if _, ok := l.(locking.Pinger); !ok {
 				t.Error("the wrapper hides Ping")
@@ -204,15 +190,13 @@ func TestInstrumentLockerOptionalInterfacesMatchBackend(t *testing.T) {
 					t.Errorf("MaxLease = %v, want the backend's %v", got, want)
 				}
 			}
+			err := l.InitMarks(ctx, []string{"k-" + c.name})
+			if c.tick && err != nil {
+				t.Errorf("InitMarks = %v, want forwarded", err)
+			}
+			if !c.tick && !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("InitMarks on a backend without marks = %v, want ErrUnsupported", err)
+			}
 		})
-	}
-	// Claim reaches the backend.
-	l := InstrumentLocker(pg, "pg", New(prometheus.NewRegistry(), build))
-	h, err := l.TryLock(ctx, "claimed", time.Minute)
-	if err != nil || h == nil {
-		t.Fatalf("TryLock = %v, %v", h, err)
-	}
-	if err := l.(locking.Claimer).Claim(ctx, h, time.Second); err != nil || pg.claims != 1 {
-		t.Errorf("Claim = %v with %d claims at the backend, want nil and 1", err, pg.claims)
 	}
 }

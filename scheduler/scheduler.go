@@ -317,6 +317,7 @@ func (s *Scheduler) compile(schedules []Schedule) ([]*compiled, error) {
 			}
 			sc.Spec = sp
 		}
+		sc.Spec = ApplySpread(sc.Spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
 		if sc.Spec != nil && sc.Spec.Next(now).IsZero() {
 			bad(fmt.Errorf("cron expression %q never fires", sc.CronExpr))
 		}

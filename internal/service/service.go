@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -62,6 +63,7 @@ func OpenBackend(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		if err != nil {
 			return Backend{}, fmt.Errorf("%w: redis: %w", ErrBackend, err)
 		}
+		warnDurability(ctx, lk, logger)
 		return Backend{Name: "redis", Kind: hints.Distributed, Locker: lk}, nil
 	case "pg":
 		lk, err := pg.Open(ctx, pg.Options{
@@ -74,6 +76,24 @@ func OpenBackend(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		return Backend{Name: "pg", Kind: hints.Distributed, Locker: lk}, nil
 	}
 	return Backend{}, fmt.Errorf("%w: unknown backend %q", ErrBackend, l.Backend)
+}
+
+// warnDurability logs, once at start, each Redis setting that can lose a
+// lock or a tick mark (persistence off, an eviction policy): an evicted
+// lock is a second holder, an evicted mark a second run. It delays the
+// start by a second at most: a Redis that is down is reported by the lock
+// operations, and the node must start without it.
+func warnDurability(ctx context.Context, lk *redis.Locker, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	warnings, err := lk.Durability(ctx)
+	if err != nil {
+		logger.Debug("redis durability not checked", "error", err)
+		return
+	}
+	for _, w := range warnings {
+		logger.Warn("redis may lose locks or tick marks: " + w)
+	}
 }
 
 // redisLog adapts slog to go-redis's logger interface.
@@ -114,6 +134,12 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			Spread: s.Spread.Duration,
 			Job:    Job(s, logger),
 		})
+		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok && s.HintValue != hints.NodeLocal {
+			// A job cancelled because its lease ran out has the safety
+			// margin left before another node may hold the lock: its
+			// SIGTERM→SIGKILL grace must end well within it.
+			c.KillGrace = min(jobs.DefaultKillGrace, max(cfg.Locking.SafetyMargin.Duration/2, time.Second))
+		}
 	}
 	return out
 }
