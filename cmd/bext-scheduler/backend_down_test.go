@@ -22,6 +22,8 @@ func TestStartsWithBackendDownAndRecovers(t *testing.T) {
 	cfg := writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf(`
 node_id = "down"
 shutdown_grace = "2s"
+[log]
+level = "debug" # a skipped tick of an outage is logged at debug (one warning per outage)
 [http]
 listen = "127.0.0.1:0"
 [locking]
@@ -40,6 +42,9 @@ command = ["/bin/sh", "-c", "echo global-ran tick=$BEXT_TICK_TIME"]
 	n := proctest.Start(t, bin, nil, "run", "--config", cfg)
 	addr := n.WaitLog(addrRE, 30*time.Second)[1]
 	n.WaitLogN(regexp.MustCompile(`tick skipped.*schedule=global.*outcome=backend_error`), 2, 30*time.Second)
+	if c := len(regexp.MustCompile(`level=WARN msg="lock backend failed`).FindAllString(n.Log(), -1)); c != 1 {
+		t.Errorf("the outage logged %d warnings, want 1 (not one per tick)", c)
+	}
 	if got := status(t, "http://"+addr+"/readyz"); got != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with Redis down = %d, want 503", got)
 	}

