@@ -1,0 +1,183 @@
+// Package cluster owns the contract of the cluster state that operators see
+// and steer (DESIGN.md "Operating it"): run history, live nodes, manual
+// run requests (trigger and backfill). Pause flags are part of the lock
+// contract (locking.Pauser), because try-lock-tick reads them in its atomic
+// step. The state lives in the backend the locks use: every lock backend
+// (locking/memory, locking/redis, locking/pg) implements Store, and all of
+// them pass one conformance suite, cluster/clustertest.
+//
+// Nothing here is on a tick's critical path: runs are recorded after the
+// run, in batches; nodes announce themselves every few seconds; requests
+// are looked for once a second.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Run is one finished run of a schedule, as history keeps it. The JSON
+// names are the contract of `history --json` and the HTTP API.
+type Run struct {
+	Schedule   string        `json:"schedule"`
+	Tick       time.Time     `json:"tick"`
+	Node       string        `json:"node"`
+	Result     string        `json:"result"` // a bext_scheduler_runs_total result
+	StartedAt  time.Time     `json:"started_at"`
+	Duration   time.Duration `json:"-"`
+	Fence      int64         `json:"fence"`
+	Manual     bool          `json:"manual"`
+	Attempts   int           `json:"attempts"`
+	Error      string        `json:"error"`       // one line, secrets masked, "" on success
+	RunID      string        `json:"run_id"`      // unique per run, the same across its retries
+	OutputTail string        `json:"output_tail"` // the last MaxOutputTail bytes of output, masked
+}
+
+// MaxOutputTail bounds Run.OutputTail, so a schedule's history costs at
+// most keep × (MaxOutputTail + about 1 KiB).
+const MaxOutputTail = 4096
+
+// MaxErrorLen bounds Run.Error.
+const MaxErrorLen = 512
+
+// DefaultKeep is how many runs per schedule history keeps by default
+// (`[history] keep`).
+const DefaultKeep = 100
+
+// Node is a live node's announcement. The JSON names are the contract.
+type Node struct {
+	NodeID     string    `json:"node_id"`
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeen   time.Time `json:"last_seen"` // set by the store (its clock) on Announce
+	ConfigHash string    `json:"config_hash"`
+	// Schedules maps each schedule id the node runs to the hash of its
+	// effective definition (its next fire times included), so drift can
+	// name the schedules that differ.
+	Schedules map[string]string `json:"-"`
+}
+
+// Request is a manual run asked of the cluster: a trigger (run once now)
+// or one tick of a backfill. Requests of a schedule form a queue, oldest
+// first; a node takes the head under the schedule's lock.
+type Request struct {
+	ID       string `json:"id"`       // random; becomes the run id
+	Schedule string `json:"schedule"` // the schedule id
+	// Tick is the BEXT_TICK_TIME of the run: the time a trigger was asked
+	// for, or the backfilled tick.
+	Tick     time.Time `json:"tick"`
+	Backfill bool      `json:"backfill"`
+	By       string    `json:"by"` // who asked (CLI user@host, "api")
+	At       time.Time `json:"at"` // when it was asked
+}
+
+// Taken is the answer of TakeRequest.
+type Taken struct {
+	// Request is the queue's head, nil when the queue is empty.
+	Request *Request
+	// Handle is the schedule's lock, taken for the request (nil when the
+	// queue is empty or the lock is held: then Contended tells).
+	Handle    *locking.Handle
+	Contended bool
+}
+
+// Store is the cluster state contract. Implementations are safe for
+// concurrent use, and use the key namespace of their lock backend (Redis
+// key_prefix, Postgres namespace): two clusters sharing one server never
+// see each other's state.
+type Store interface {
+	// RecordRuns appends runs to their schedules' histories, keeping the
+	// newest keep of each (older ones are trimmed, not necessarily at
+	// once, but a history never exceeds 2×keep). Fields over their bounds
+	// are cut to MaxErrorLen and MaxOutputTail.
+	RecordRuns(ctx context.Context, runs []Run, keep int) error
+	// Runs returns up to limit runs of schedule, newest first (by
+	// StartedAt).
+	Runs(ctx context.Context, schedule string, limit int) ([]Run, error)
+	// LastRuns returns the newest run of each of schedules that has one.
+	LastRuns(ctx context.Context, schedules []string) (map[string]Run, error)
+
+	// Announce records n as live until ttl from now (the store's clock),
+	// setting its LastSeen.
+	Announce(ctx context.Context, n Node, ttl time.Duration) error
+	// Nodes returns the live nodes, sorted by NodeID.
+	Nodes(ctx context.Context) ([]Node, error)
+	// Leave removes a node's announcement (a graceful stop).
+	Leave(ctx context.Context, nodeID string) error
+
+	// Enqueue adds requests to their schedules' queues, in order. A
+	// backfill is refused (ErrBusy) while the schedule has a backfill
+	// queued. It returns once the requests are stored.
+	Enqueue(ctx context.Context, reqs []Request) error
+	// Queued returns the ids of the schedules that have requests queued:
+	// what a node polls to find work (one cheap call for the cluster).
+	Queued(ctx context.Context) ([]string, error)
+	// Requests returns a schedule's queue, oldest first.
+	Requests(ctx context.Context, schedule string) ([]Request, error)
+	// TakeRequest takes, in one atomic step, the schedule's lock (key =
+	// the schedule id, as try-lock for ttl; no tick mark is touched) and
+	// the head of its queue, and records that node accepted it (see
+	// Accepted). A trigger is removed from the queue in that same step, so
+	// two nodes never both run it; a backfill tick stays at the head until
+	// Done, so a node that dies mid-backfill leaves it to another once its
+	// lock is free. An empty queue takes no lock.
+	TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (Taken, error)
+	// Done removes a backfill request from the head of its queue once its
+	// run ended (whatever the result). It is a no-op for a trigger.
+	Done(ctx context.Context, req Request) error
+	// Accepted reports which node took request id (empty while nobody
+	// has): how `trigger` knows its request was accepted. Kept for a day.
+	Accepted(ctx context.Context, schedule, id string) (node string, err error)
+	// Held reports whether the schedule's own lock (key = the schedule id)
+	// is held now, by anyone: `trigger` refuses at once (exit 75, HTTP
+	// 409) when a run of a schedule with overlap = "skip" holds it.
+	Held(ctx context.Context, schedule string) (bool, error)
+}
+
+// Errors of the contract.
+var (
+	// ErrBusy: a backfill is already queued for the schedule.
+	ErrBusy = errors.New("cluster: a backfill is already queued for this schedule")
+	// ErrInvalid: bad input (empty schedule id, a request without an id).
+	ErrInvalid = errors.New("cluster: invalid argument")
+)
+
+// CheckRun validates a run to record; backends call it first.
+func CheckRun(r Run) error {
+	if err := locking.CheckKey(r.Schedule); err != nil {
+		return fmt.Errorf("%w: run of schedule %q: %w", ErrInvalid, r.Schedule, err)
+	}
+	if r.RunID == "" {
+		return fmt.Errorf("%w: run of %q has no run id", ErrInvalid, r.Schedule)
+	}
+	return nil
+}
+
+// Bound cuts a run's free-text fields to their limits: the error to one
+// line of MaxErrorLen bytes, the output to its last MaxOutputTail bytes.
+// Backends call it before storing.
+func Bound(r Run) Run {
+	if i := indexNewline(r.Error); i >= 0 {
+		r.Error = r.Error[:i]
+	}
+	if len(r.Error) > MaxErrorLen {
+		r.Error = r.Error[:MaxErrorLen]
+	}
+	if n := len(r.OutputTail); n > MaxOutputTail {
+		r.OutputTail = r.OutputTail[n-MaxOutputTail:]
+	}
+	return r
+}
+
+func indexNewline(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return i
+		}
+	}
+	return -1
+}
