@@ -52,7 +52,16 @@ type Schedule struct {
 	// Spread is the upper bound of a stable per-schedule offset added to
 	// every tick (the same on every node and across restarts); 0: none.
 	Spread time.Duration
-	Job    Job
+	// Retries is how many times a failed run is retried within its tick,
+	// under the same lock (renewed); RetryBackoff is the wait before the
+	// first retry, doubling after each. 0 and 0: no retry; a backoff of 0
+	// with retries means 10s.
+	Retries      int
+	RetryBackoff time.Duration
+	// PauseAfterFailures pauses the schedule cluster-wide after that many
+	// failed runs in a row (0: never).
+	PauseAfterFailures int
+	Job                Job
 }
 
 // NoCatchup as a Schedule's CatchupWindow never runs a late tick (the
