@@ -247,6 +247,16 @@ func (f *faulty) InitMarks(ctx context.Context, keys []string) error {
 	return f.inner.InitMarks(ctx, keys)
 }
 
+// GetPause forwards to the inner Locker's pause flags (every backend has them).
+func (f *faulty) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	return f.inner.(locking.Pauser).GetPause(ctx, key)
+}
+
+// SetPause forwards to the inner Locker.
+func (f *faulty) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	return f.inner.(locking.Pauser).SetPause(ctx, key, p)
+}
+
 func (f *faulty) setTryErr(err error) {
 	f.mu.Lock()
 	f.tryErr = err

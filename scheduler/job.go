@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -14,9 +15,26 @@ type Tick struct {
 	// FencingToken is the lock's fencing token, 0 when run node-local. A job
 	// that writes to a shared resource should pass it along so the resource
 	// can refuse writes from a stale holder. It never decreases for a key;
-	// consecutive ticks run by one node under one continuously held lock
-	// share the same token.
+	// every run has a token of its own (the lock is taken afresh for each).
 	FencingToken int64
+	// RunID is unique per run and the same across its retries
+	// (BEXT_RUN_ID; an HTTP job's Idempotency-Key).
+	RunID string
+	// Attempt is 1 for the first attempt, 2 for the first retry, …
+	Attempt int
+	// Manual is true for a run asked for by trigger or backfill.
+	Manual bool
+	// PrevTime is the schedule's tick before Time (zero when none lies
+	// within a reasonable look-back).
+	PrevTime time.Time
+	// LastSuccessTime is the tick of the last successful run this node
+	// knows of (its own, or the cluster's last run when it started);
+	// zero when none.
+	LastSuccessTime time.Time
+	// Output, when set, receives the job's output so the run's history
+	// can keep its tail. Jobs that produce output write it there as well
+	// as to their log; nil when nobody keeps it.
+	Output io.Writer
 }
 
 // Locked reports whether the tick runs under a cluster-wide lock.

@@ -29,10 +29,18 @@ func TestNodeLocalRunsWithoutLock(t *testing.T) {
 		t.Fatalf("ran %d ticks, want 2", len(got))
 	}
 	for i, tk := range got {
-		want := scheduler.Tick{ScheduleID: "local", Time: t0.Add(time.Duration(i+1) * time.Second), NodeID: "node-a"}
-		if tk != want {
-			t.Errorf("tick %d = %+v, want %+v", i, tk, want)
+		tick := t0.Add(time.Duration(i+1) * time.Second)
+		want := scheduler.Tick{ScheduleID: "local", Time: tick, NodeID: "node-a",
+			RunID: tk.RunID, Attempt: 1, PrevTime: tick.Add(-time.Second)}
+		if i == 1 {
+			want.LastSuccessTime = got[0].Time
 		}
+		if tk != want || len(tk.RunID) != 32 {
+			t.Errorf("tick %d = %+v, want %+v with a 32-digit run id", i, tk, want)
+		}
+	}
+	if got[0].RunID == got[1].RunID {
+		t.Error("two runs share a run id")
 	}
 	if tries, _, _ := h.locker.counts(); tries != 0 {
 		t.Errorf("node_local tick called TryLock %d times", tries)

@@ -32,26 +32,110 @@ type runOutcome struct {
 	dur       time.Duration
 	overrun   bool
 	err       error
+	attempts  int
 }
 
-// runJob is step 6: it runs f's job, on the tick's goroutine, with a
-// context that the timeout, a failed renewal, the lease deadline or the
-// end of the shutdown grace cancels. Meanwhile a watch (below) renews l
-// every third of its lease (l is nil for a node-local run) and notices an
-// overrun once. runJob reports the run (step 8).
+// runJob is step 6: it runs f's job, retrying a failed attempt up to the
+// schedule's Retries times within the tick, under the same lock (renewed
+// during the backoff; a lost lock or a passed lease deadline ends the
+// retries), and reports the run (step 8) with its final result.
 func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	def := f.def
-	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID}
+	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
+		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), s.window(def, f.tick)+time.Hour)}
+	s.mu.Lock()
+	t.LastSuccessTime = f.st.lastSuccess
+	s.mu.Unlock()
 	var fence int64
 	if l != nil {
 		t.LockKey, t.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
+	}
+	var tail *tailBuffer
+	if s.runObs != nil {
+		tail = newTailBuffer()
+		t.Output = tail
+	}
+	backoff := def.RetryBackoff
+	if backoff <= 0 {
+		backoff = DefaultRetryBackoff
+	}
+	var out runOutcome
+	for attempt := 1; ; attempt++ {
+		t.Attempt = attempt
+		out = s.attempt(f, l, t)
+		out.attempts = attempt
+		if out.result != ResultFailure || attempt > def.Retries {
+			break
+		}
+		s.log.Info("run failed: retrying within the tick", slog.String("schedule", def.ID),
+			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("attempt", attempt),
+			slog.Duration("backoff", backoff), slog.Any("error", out.err))
+		if !s.hold(f, l, backoff) {
+			break // the lock was lost or the node is stopping: no more attempts
+		}
+		backoff *= 2
+	}
+	if out.start.IsZero() {
+		out.start = s.clock.Now()
+	}
+	s.reportRun(f, out, fence)
+	s.recordRun(f, t, out, fence, tail)
+	return out
+}
+
+// DefaultRetryBackoff is the wait before the first retry of a schedule
+// with retries and no retry_backoff.
+const DefaultRetryBackoff = 10 * time.Second
+
+// hold waits d while holding l (renewing it as a run would), for the
+// backoff between attempts. It reports false when the lock was lost, the
+// lease deadline passed, or shutdown began.
+func (s *Scheduler) hold(f fired, l *lease, d time.Duration) bool {
+	wait := s.clock.NewTimer(d)
+	defer wait.Stop()
+	var renewC <-chan time.Time
+	if l != nil {
+		r := s.clock.NewTimer(l.every)
+		defer r.Stop()
+		renewC = r.C()
+		for {
+			select {
+			case <-wait.C():
+				return !s.expired(l)
+			case <-s.stopCh:
+				return false
+			case <-renewC:
+				r.Reset(l.every)
+				if err := s.renewLease(l); err != nil {
+					s.log.Error("lock lost between attempts: no more retries", slog.String("schedule", f.def.ID),
+						slog.String("tick", f.tick.Format(time.RFC3339)), slog.Any("error", err))
+					return false
+				}
+			}
+		}
+	}
+	select {
+	case <-wait.C():
+		return true
+	case <-s.stopCh:
+		return false
+	}
+}
+
+// attempt runs f's job once, with a context that the timeout, a failed
+// renewal, the lease deadline or the end of the shutdown grace cancels.
+// Meanwhile a watch (below) renews l every third of its lease (l is nil
+// for a node-local run) and notices an overrun once.
+func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
+	def := f.def
+	var fence int64
+	if l != nil {
+		fence = l.h.Fence()
 		if s.expired(l) {
-			// The job starts only before the lease deadline (a tick that
+			// A job starts only before the lease deadline (a tick that
 			// waited out its lease in the jitter, or a node frozen since).
-			out := runOutcome{result: ResultLockLost, start: s.clock.Now(),
+			return runOutcome{result: ResultLockLost, start: s.clock.Now(),
 				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
-			s.reportRun(f, out, fence)
-			return out
 		}
 	}
 	ctx, cancel := context.WithCancelCause(s.runParent())
@@ -97,7 +181,6 @@ func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	default:
 		out.result = ResultSuccess
 	}
-	s.reportRun(f, out, fence)
 	return out
 }
 

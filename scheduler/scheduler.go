@@ -126,6 +126,7 @@ type Scheduler struct {
 	log   *slog.Logger
 	// Resolved once at New, so a tick pays nothing to find them.
 	clockObs  ClockObserver    // obs, when it wants clock offsets
+	runObs    RunObserver      // obs, when it keeps run records
 	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
@@ -189,7 +190,9 @@ type schedState struct {
 	// owed: a tick of it failed on the backend; the catch-up tries its
 	// latest tick when the backend answers again (catchup.go).
 	owed bool
-	last lastOutcome
+	// lastSuccess is the tick of the last successful run this node knows.
+	lastSuccess time.Time
+	last        lastOutcome
 }
 
 type lastOutcome struct {
@@ -229,6 +232,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.backend.poke = make(chan struct{}, 1)
 	s.work = newPool(s.runTask)
 	s.clockObs, _ = opts.Observer.(ClockObserver)
+	s.runObs, _ = opts.Observer.(RunObserver)
 	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
 		s.maxLease = lb.MaxLease()
 	}

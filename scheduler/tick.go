@@ -28,12 +28,27 @@ type fired struct {
 	def      *compiled // the definition the tick fired with (Reload may swap st.def)
 	tick     time.Time // T, the scheduled time
 	lateness time.Duration
-	catchup  bool   // tried by the catch-up (catchup.go), not by the loop
-	burst    *burst // bounds its try-lock-tick; set when the tick locks
+	catchup  bool    // tried by the catch-up (catchup.go), not by the loop
+	manual   *Manual // a manual run (manual.go), not a tick of the loop
+	burst    *burst  // bounds its try-lock-tick; set when the tick locks
+}
+
+// runID is the run's id: the request's for a manual run, else a fresh one.
+func (f fired) runID() string {
+	if f.manual != nil && f.manual.RunID != "" {
+		return f.manual.RunID
+	}
+	return newRunID()
 }
 
 // runTask is what a worker (pool.go) does with a task.
-func (s *Scheduler) runTask(t task) { s.handleTick(t.f) }
+func (s *Scheduler) runTask(t task) {
+	if t.f.manual != nil {
+		s.handleManual(t.f)
+		return
+	}
+	s.handleTick(t.f)
+}
 
 // handleTick carries tick f from step 2 to step 8.
 func (s *Scheduler) handleTick(f fired) {
@@ -47,6 +62,11 @@ func (s *Scheduler) handleTick(f fired) {
 		if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
 			s.reportSkip(f, SkipMissed, 0)
 			s.finish(f, runOutcome{skip: SkipMissed})
+			return
+		}
+		if s.nodeLocalPaused(f) {
+			s.reportSkip(f, SkipPaused, 0)
+			s.finish(f, runOutcome{skip: SkipPaused})
 			return
 		}
 		if s.abandon(f) {
@@ -163,6 +183,24 @@ func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
 	s.log.Error("try-lock-tick answered an unknown verdict: tick not run", slog.String("schedule", def.ID),
 		slog.String("verdict", ans.Verdict.String()))
 	return nil, SkipBackendError
+}
+
+// nodeLocalPaused reads a node-local tick's pause flag from the cluster
+// state (a locked tick learns it inside try-lock-tick). A backend that
+// does not answer does not stop a node-local run: it needs no backend.
+func (s *Scheduler) nodeLocalPaused(f fired) bool {
+	p, ok := s.opts.Locker.(locking.Pauser)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, time.Second)
+	defer cancel()
+	pz, err := p.GetPause(ctx, f.def.ID)
+	if err != nil {
+		s.log.Debug("pause flag not read: node-local tick runs", slog.String("schedule", f.def.ID), slog.Any("error", err))
+		return false
+	}
+	return pz.Active(s.clock.Now())
 }
 
 // clockOffset reports this node's clock offset to an observer that wants it.

@@ -1,0 +1,87 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Manual runs: a trigger (run once now) or a backfilled tick, asked of the
+// cluster and taken by this node (DESIGN.md "Operating it"). The caller
+// took the schedule's lock for it, in the same atomic step that took the
+// request (cluster.Store.TakeRequest); the scheduler runs it like a tick
+// from step 6 on: lease, renewals, retries, release at once, record. No
+// tick mark moves. A regular tick that found the lock held by the manual
+// run (contended on every node) is caught up when the run ends, within its
+// catch-up window: a trigger never costs the schedule a tick.
+
+// Manual is one manual run.
+type Manual struct {
+	ID    string    // the schedule id
+	Tick  time.Time // its BEXT_TICK_TIME: when the trigger was asked for, or the backfilled tick
+	RunID string    // the request's id; a fresh one when empty
+	// Handle is the schedule's lock, taken for this run; the scheduler
+	// renews it and releases it when the run ends. Sent is when the
+	// request that took it was sent: the lease runs from there.
+	Handle *locking.Handle
+	Sent   time.Time
+	// Done, when set, is called once the run ended, with its result.
+	Done func(RunResult)
+}
+
+// Errors of RunManual.
+var (
+	ErrUnknownSchedule = errors.New("scheduler: no such schedule")
+	ErrStopped         = errors.New("scheduler: not running")
+)
+
+// RunManual starts m on a worker and returns at once. It refuses a
+// schedule this node does not have and a scheduler that is not running;
+// the caller then releases the lock it took.
+func (s *Scheduler) RunManual(m Manual) error {
+	s.mu.Lock()
+	st := s.states[m.ID]
+	switch {
+	case !s.started || s.stopping:
+		s.mu.Unlock()
+		return ErrStopped
+	case st == nil || st.removed:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownSchedule, m.ID)
+	}
+	st.active++
+	s.inflight++
+	s.wg.Add(1)
+	f := fired{st: st, def: st.def, tick: m.Tick, manual: &m}
+	s.mu.Unlock()
+	s.work.submit(task{f: f})
+	return nil
+}
+
+// handleManual carries a manual run from step 6 to step 8.
+func (s *Scheduler) handleManual(f fired) {
+	defer s.wg.Done()
+	m := f.manual
+	var l *lease
+	if m.Handle != nil {
+		sent := m.Sent
+		if sent.IsZero() || s.bootClock != nil {
+			// Sent is on the injected clock; the lease clock may differ.
+			sent = s.leaseNow()
+		}
+		l = s.newLease(m.Handle, sent)
+	}
+	out := s.runJob(f, l)
+	if l != nil && out.result != ResultLockLost {
+		s.release(f.def.ID, l.h, "after the manual run")
+	}
+	s.finish(f, out)
+	if m.Done != nil {
+		m.Done(out.result)
+	}
+	// A regular tick due meanwhile found the lock held by this run: try
+	// it now, late, within its catch-up window (the mark decides).
+	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st == f.st })
+}

@@ -1,0 +1,103 @@
+package scheduler
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// Step 8's record of a run, for the cluster's history (DESIGN.md
+// "Operating it"). The scheduler does not store it: an observer that wants
+// it (a RunObserver) gets one record per run, after the run, and stores
+// it off the tick's path (batched).
+
+// RunRecord is one finished run, with everything history keeps of it.
+type RunRecord struct {
+	Schedule string
+	Tick     time.Time
+	Node     string
+	Result   RunResult
+	Start    time.Time
+	Duration time.Duration
+	Fence    int64
+	Manual   bool
+	Attempts int
+	Err      error
+	RunID    string
+	// Output is the tail of the job's output (at most OutputTailSize
+	// bytes), when the job wrote any to Tick.Output.
+	Output string
+	// Overrun: the run took longer than its expected runtime.
+	Overrun bool
+}
+
+// RunObserver is implemented by observers that keep run records. When the
+// Observer implements it, every run's Tick.Output collects its output's
+// tail.
+type RunObserver interface {
+	RunRecorded(r RunRecord)
+}
+
+// OutputTailSize bounds the output a run record keeps.
+const OutputTailSize = 4096
+
+// recordRun sends f's run to the RunObserver, and remembers a success.
+func (s *Scheduler) recordRun(f fired, t Tick, out runOutcome, fence int64, tail *tailBuffer) {
+	if out.result == ResultSuccess {
+		s.mu.Lock()
+		if f.tick.After(f.st.lastSuccess) {
+			f.st.lastSuccess = f.tick
+		}
+		s.mu.Unlock()
+	}
+	if s.runObs == nil {
+		return
+	}
+	r := RunRecord{
+		Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: out.result,
+		Start: out.start, Duration: out.dur, Fence: fence, Manual: t.Manual,
+		Attempts: out.attempts, Err: out.err, RunID: t.RunID, Overrun: out.overrun,
+	}
+	if tail != nil {
+		r.Output = tail.String()
+	}
+	s.runObs.RunRecorded(r)
+}
+
+// newRunID returns a fresh run id: 128 random bits, hex.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// tailBuffer keeps the last OutputTailSize bytes written to it. Jobs may
+// write from several goroutines (stdout and stderr pumps).
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func newTailBuffer() *tailBuffer { return &tailBuffer{} }
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	if n >= OutputTailSize {
+		b.buf = append(b.buf[:0], p[n-OutputTailSize:]...)
+		return n, nil
+	}
+	if over := len(b.buf) + n - OutputTailSize; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

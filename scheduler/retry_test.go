@@ -1,0 +1,215 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// runRecs is a recorder that also keeps run records (a RunObserver).
+type runRecs struct {
+	*recorder
+	mu   sync.Mutex
+	recs []scheduler.RunRecord
+}
+
+func (r *runRecs) RunRecorded(rec scheduler.RunRecord) {
+	r.mu.Lock()
+	r.recs = append(r.recs, rec)
+	r.mu.Unlock()
+	r.broadcast()
+}
+
+func (r *runRecs) waitRecs(t testing.TB, n int) []scheduler.RunRecord {
+	t.Helper()
+	r.wait(t, fmt.Sprintf("%d run records", n), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.recs) >= n
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]scheduler.RunRecord(nil), r.recs...)
+}
+
+// failingJob fails its first n attempts, then succeeds; it writes a line
+// of output per attempt.
+type failingJob struct {
+	cond
+	mu       sync.Mutex
+	failures int
+	ticks    []scheduler.Tick
+}
+
+func (j *failingJob) Run(_ context.Context, t scheduler.Tick) error {
+	defer j.broadcast()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ticks = append(j.ticks, t)
+	if t.Output != nil {
+		fmt.Fprintf(t.Output, "attempt %d\n", t.Attempt)
+	}
+	if j.failures > 0 {
+		j.failures--
+		return errors.New("boom")
+	}
+	return nil
+}
+
+func retryHarness(t *testing.T, job scheduler.Job, retries int, backoff time.Duration) (*harness, *runRecs) {
+	s := sched("r", everyMinute, hints.RequireGlobal, job)
+	s.Retries, s.RetryBackoff = retries, backoff
+	s.ExpectedRuntime = time.Minute
+	h := newHarness(t, scheduler.Options{}, s)
+	recs := &runRecs{recorder: h.rec}
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: h.locker, Backend: hints.Distributed,
+		Observer: recs, NodeID: "node-a"}, s)
+	return h.start(), recs
+}
+
+// A job failing twice then succeeding is one success with 2 retries, all
+// attempts under one lock and one run id.
+func TestRetriesWithinTheTick(t *testing.T) {
+	job := &failingJob{failures: 2}
+	h, recs := retryHarness(t, job, 3, 10*time.Second)
+	h.clock.Advance(time.Minute)
+	waitAttempts(t, job, 1)
+	h.advanceWhenArmed(3, 10*time.Second) // the loop's timer, the backoff and its renewal
+	waitAttempts(t, job, 2)
+	h.advanceWhenArmed(3, 20*time.Second) // the second backoff, doubled
+	r := recs.waitRecs(t, 1)[0]
+	if r.Result != scheduler.ResultSuccess || r.Attempts != 3 {
+		t.Fatalf("record %+v: want one success after 3 attempts", r)
+	}
+	job.mu.Lock()
+	defer job.mu.Unlock()
+	for i, tk := range job.ticks {
+		if tk.Attempt != i+1 || tk.RunID != r.RunID || tk.FencingToken != r.Fence {
+			t.Errorf("attempt %d: %+v; want attempt %d, run id %s and fence %d", i, tk, i+1, r.RunID, r.Fence)
+		}
+	}
+	if r.Output != "attempt 1\nattempt 2\nattempt 3\n" {
+		t.Errorf("output tail %q", r.Output)
+	}
+	if runs := h.rec.waitRuns(t, 1); len(runs) != 1 {
+		t.Errorf("%d runs reported, want 1 (retries are one run)", len(runs))
+	}
+}
+
+func waitAttempts(t *testing.T, job *failingJob, n int) {
+	t.Helper()
+	job.wait(t, fmt.Sprintf("%d attempts", n), func() bool {
+		job.mu.Lock()
+		defer job.mu.Unlock()
+		return len(job.ticks) >= n
+	})
+}
+
+// A job that keeps failing is one failure with retries+1 attempts.
+func TestRetriesExhausted(t *testing.T) {
+	job := &failingJob{failures: 100}
+	h, recs := retryHarness(t, job, 2, 10*time.Second)
+	h.clock.Advance(time.Minute)
+	waitAttempts(t, job, 1)
+	h.advanceWhenArmed(3, 10*time.Second)
+	waitAttempts(t, job, 2)
+	h.advanceWhenArmed(3, 20*time.Second)
+	r := recs.waitRecs(t, 1)[0]
+	if r.Result != scheduler.ResultFailure || r.Attempts != 3 || r.Err == nil {
+		t.Fatalf("record %+v: want a failure after retries+1 = 3 attempts", r)
+	}
+}
+
+// A lock lost during the backoff stops the retries.
+func TestLockLostDuringBackoffStopsRetries(t *testing.T) {
+	job := &failingJob{failures: 100}
+	h, recs := retryHarness(t, job, 5, 30*time.Second) // longer than the 20s renewal period
+	h.clock.Advance(time.Minute)
+	waitAttempts(t, job, 1)
+	h.locker.mu.Lock()
+	h.locker.loseNext = true
+	h.locker.mu.Unlock()
+	h.advanceWhenArmed(3, 20*time.Second) // the renewal during the backoff finds the lock gone
+	r := recs.waitRecs(t, 1)[0]
+	job.mu.Lock()
+	n := len(job.ticks)
+	job.mu.Unlock()
+	if n != 1 || r.Attempts != 1 {
+		t.Fatalf("%d attempts (record %+v) after the lock was lost in the backoff, want 1", n, r)
+	}
+}
+
+// A manual run runs under the lock its caller took, is recorded as
+// manual, releases the lock, and moves no tick mark.
+func TestManualRun(t *testing.T) {
+	job := &countingJob{}
+	s := sched("m", "0 3 * * *", hints.RequireGlobal, job)
+	h := newHarness(t, scheduler.Options{}, s)
+	recs := &runRecs{recorder: h.rec}
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: h.locker, Backend: hints.Distributed,
+		Observer: recs, NodeID: "node-a"}, s)
+	h.start()
+	lk, err := h.mem.TryLock(context.Background(), "m", time.Minute)
+	if err != nil || lk == nil {
+		t.Fatal(lk, err)
+	}
+	done := make(chan scheduler.RunResult, 1)
+	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req-1", Handle: lk,
+		Sent: h.clock.Now(), Done: func(r scheduler.RunResult) { done <- r }}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r != scheduler.ResultSuccess {
+		t.Fatalf("manual run ended %q", r)
+	}
+	rec := recs.waitRecs(t, 1)[0]
+	if !rec.Manual || rec.RunID != "req-1" || rec.Fence != lk.Fence() {
+		t.Errorf("record %+v: want manual, run id req-1, the lock's fence", rec)
+	}
+	h.idle()
+	if who := h.heldBy("m"); who != "" {
+		t.Errorf("the lock is held by %q after the manual run", who)
+	}
+	// The regular tick still runs: no mark moved.
+	h.step(3 * time.Hour)
+	if got := job.got(); len(got) != 2 || !got[1].Time.Equal(t0.Add(3*time.Hour)) {
+		t.Fatalf("runs %+v, want the manual run and then the 03:00 tick", got)
+	}
+	if err := h.s.RunManual(scheduler.Manual{ID: "nope", Handle: lk}); !errors.Is(err, scheduler.ErrUnknownSchedule) {
+		t.Errorf("RunManual of an unknown schedule = %v", err)
+	}
+}
+
+// A paused node_local schedule skips as paused on every node.
+func TestNodeLocalHonoursThePause(t *testing.T) {
+	job := &countingJob{}
+	h := newHarness(t, scheduler.Options{}, sched("nl", everyMinute, hints.NodeLocal, job)).start()
+	if err := h.mem.SetPause(context.Background(), "nl", locking.Pause{Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.step(time.Minute)
+	if n := len(job.got()); n != 0 {
+		t.Fatalf("%d runs of a paused node_local schedule", n)
+	}
+	_, skips, _ := h.rec.snapshot()
+	if len(skips) != 1 || skips[0].reason != scheduler.SkipPaused {
+		t.Fatalf("skips %+v, want one paused", skips)
+	}
+}
+
+// advanceWhenArmed waits until n timers are armed, then moves the clock.
+func (h *harness) advanceWhenArmed(n int, d time.Duration) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.clock.BlockUntilArmed(ctx, n); err != nil {
+		h.t.Fatalf("%d timers never armed: %v", n, err)
+	}
+	h.clock.Advance(d)
+}
