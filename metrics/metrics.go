@@ -51,6 +51,9 @@ type Metrics struct {
 	nextTick    *prometheus.GaugeVec
 	overruns    *prometheus.CounterVec
 	clockOffset prometheus.Gauge
+	triggers    *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	drift       prometheus.Gauge
 
 	lockOps      *prometheus.CounterVec
 	lockDuration *prometheus.HistogramVec
@@ -66,6 +69,25 @@ var (
 	_ scheduler.Observer      = (*Metrics)(nil)
 	_ scheduler.ClockObserver = (*Metrics)(nil)
 )
+
+// RunRecorded counts a manual run and the retries of a run.
+func (m *Metrics) RunRecorded(r scheduler.RunRecord) {
+	if r.Manual {
+		m.triggers.WithLabelValues(r.Schedule).Inc()
+	}
+	if r.Attempts > 1 {
+		m.retries.WithLabelValues(r.Schedule).Add(float64(r.Attempts - 1))
+	}
+}
+
+// ConfigDrift sets bext_cluster_config_drift.
+func (m *Metrics) ConfigDrift(drift bool) {
+	v := 0.0
+	if drift {
+		v = 1
+	}
+	m.drift.Set(v)
+}
 
 // ClockOffset sets bext_scheduler_clock_offset_seconds.
 func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }
@@ -143,6 +165,18 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 			Name: "bext_scheduler_clock_offset_seconds",
 			Help: "This node's clock minus the lock backend's, measured on the last try-lock-tick.",
 		})),
+		triggers: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bext_scheduler_triggers_total",
+			Help: "Manual runs (trigger, backfill) this node ran, per schedule.",
+		}, []string{"schedule"})),
+		retries: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bext_scheduler_retries_total",
+			Help: "Failed attempts retried within their tick, per schedule.",
+		}, []string{"schedule"})),
+		drift: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bext_cluster_config_drift",
+			Help: "1 when the live nodes run different schedule definitions, else 0.",
+		})),
 		ready: newReadiness(o.now, o.readyWindow),
 		seen:  map[string]bool{},
 	}
@@ -191,6 +225,8 @@ func (m *Metrics) AddSchedule(id string) {
 		m.runs.WithLabelValues(id, string(r))
 	}
 	m.overruns.WithLabelValues(id)
+	m.triggers.WithLabelValues(id)
+	m.retries.WithLabelValues(id)
 	m.runDuration.WithLabelValues(id)
 	m.lateness.WithLabelValues(id)
 }

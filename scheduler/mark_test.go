@@ -585,3 +585,37 @@ func TestStopWaitsForJobsAndReleasesLocks(t *testing.T) {
 		}
 	}
 }
+
+// steppedClock reads a fake clock plus a step the test sets, as a host
+// whose wall clock jumps (a suspend, an NTP step) while its timers, which
+// count monotonic time, do not see it.
+type steppedClock struct {
+	*fakeclock.Clock
+	mu   sync.Mutex
+	step time.Duration
+}
+
+func (c *steppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Clock.Now().Add(c.step)
+}
+
+// The firing loop re-reads the wall clock every couple of seconds: after
+// a jump of the wall clock its ticks fire within that, not late by the
+// jump (the loop's timer alone would have waited the full minute).
+func TestLoopRereadsTheWallClock(t *testing.T) {
+	job := &countingJob{}
+	h := newHarness(t, scheduler.Options{}, sched("w", everyMinute, hints.NodeLocal, job))
+	sc := &steppedClock{Clock: h.clock}
+	h.s = mustNew(t, scheduler.Options{Clock: sc, Observer: h.rec}, sched("w", everyMinute, hints.NodeLocal, job))
+	h.start()
+	sc.mu.Lock()
+	sc.step = 59 * time.Second // the wall clock jumps to 00:00:59
+	sc.mu.Unlock()
+	h.step(2 * time.Second) // two seconds of monotonic time: the wall clock says 00:01:01
+	got := job.got()
+	if len(got) != 1 || !got[0].Time.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("runs %v, want the 00:01:00 tick within 2s of the jump", got)
+	}
+}

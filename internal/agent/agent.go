@@ -1,0 +1,406 @@
+// Package agent is a node's side of the cluster state (DESIGN.md
+// "Operating it"): it announces the node, records its runs in the
+// cluster's history (batched, off the tick's path), picks up manual run
+// requests (trigger, backfill) and hands them to the scheduler, pauses a
+// schedule after too many failures in a row, and watches for config drift
+// between the live nodes. The scheduler itself knows nothing of this: it
+// sees only run records (scheduler.RunObserver) and manual runs
+// (Scheduler.RunManual).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Backend is what the agent needs of the lock backend: the cluster state,
+// the pause flags, and Release for a request it took but cannot run.
+type Backend interface {
+	cluster.Store
+	locking.Pauser
+	Release(ctx context.Context, h *locking.Handle) error
+}
+
+// Runner is what the agent needs of the scheduler.
+type Runner interface {
+	RunManual(m scheduler.Manual) error
+}
+
+// Schedule is what the agent knows of one schedule.
+type Schedule struct {
+	TTL                time.Duration // its lock's TTL, for a manual run
+	PauseAfterFailures int
+}
+
+// Options configure an Agent.
+type Options struct {
+	NodeID    string
+	Version   string
+	StartedAt time.Time
+	Keep      int // runs kept per schedule; default cluster.DefaultKeep
+	// Mask removes secrets (values expanded from ${VAR}, URL credentials)
+	// from error lines and output before they are stored. nil: identity.
+	Mask func(string) string
+	// Drift, when set, is told after every look at the live nodes whether
+	// they disagree (the bext_cluster_config_drift gauge).
+	Drift func(drift bool)
+	// Clock for the request tick times and the announce; default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+
+	AnnounceEvery time.Duration // default 5s; a node expires after 3 of them
+	PollEvery     time.Duration // default 1s: how soon a trigger is picked up
+	FlushEvery    time.Duration // default 250ms: how long a run record may wait
+}
+
+// Agent is one node's cluster duties. Create with New, start with Run.
+type Agent struct {
+	b    Backend
+	run  Runner
+	opts Options
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	schedules map[string]Schedule
+	hashes    map[string]string
+	configH   string
+	drifted   string // the last drift description logged ("" = none)
+
+	records chan scheduler.RunRecord
+	dropped int // records dropped because the queue was full (under mu)
+}
+
+// New returns an agent for the node's schedules (see SetSchedules).
+func New(b Backend, run Runner, opts Options) *Agent {
+	if opts.Keep <= 0 {
+		opts.Keep = cluster.DefaultKeep
+	}
+	if opts.Mask == nil {
+		opts.Mask = func(s string) string { return s }
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.AnnounceEvery <= 0 {
+		opts.AnnounceEvery = 5 * time.Second
+	}
+	if opts.PollEvery <= 0 {
+		opts.PollEvery = time.Second
+	}
+	if opts.FlushEvery <= 0 {
+		opts.FlushEvery = 250 * time.Millisecond
+	}
+	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096)}
+}
+
+// SetSchedules tells the agent the node's schedules and their definition
+// hashes (what drift compares); called at start and on every reload.
+func (a *Agent) SetSchedules(s map[string]Schedule, hashes map[string]string, configHash string) {
+	a.mu.Lock()
+	a.schedules, a.hashes, a.configH = s, hashes, configHash
+	a.mu.Unlock()
+}
+
+// RunRecorded queues a run for the history (scheduler.RunObserver). It
+// never blocks a run: when the queue is full (a backend down for long),
+// the record is dropped and counted in the log.
+func (a *Agent) RunRecorded(r scheduler.RunRecord) {
+	select {
+	case a.records <- r:
+	default:
+		a.mu.Lock()
+		a.dropped++
+		a.mu.Unlock()
+	}
+}
+
+// Run does the agent's duties until ctx ends, then flushes the runs
+// recorded so far and leaves the cluster, on a fresh context.
+func (a *Agent) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); a.every(ctx, a.opts.AnnounceEvery, a.announce) }()
+	go func() { defer wg.Done(); a.every(ctx, a.opts.PollEvery, a.poll) }()
+	go func() { defer wg.Done(); a.recordLoop(ctx) }()
+	wg.Wait()
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := a.b.Leave(end, a.opts.NodeID); err != nil {
+		a.log.Debug("leaving the cluster's node list failed", slog.Any("error", err))
+	}
+}
+
+// every calls f at once, then every d, until ctx ends.
+func (a *Agent) every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		opCtx, cancel := context.WithTimeout(ctx, max(d, 2*time.Second))
+		f(opCtx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// announce tells the cluster this node is alive, then looks at the live
+// nodes for config drift.
+func (a *Agent) announce(ctx context.Context) {
+	a.mu.Lock()
+	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
+		ConfigHash: a.configH, Schedules: a.hashes}
+	a.mu.Unlock()
+	if err := a.b.Announce(ctx, n, 3*a.opts.AnnounceEvery); err != nil {
+		a.log.Debug("announcing the node failed", slog.Any("error", err))
+		return
+	}
+	nodes, err := a.b.Nodes(ctx)
+	if err != nil {
+		a.log.Debug("listing the nodes failed", slog.Any("error", err))
+		return
+	}
+	desc := describeDrift(nodes)
+	if a.opts.Drift != nil {
+		a.opts.Drift(desc != "")
+	}
+	a.mu.Lock()
+	changed := desc != a.drifted
+	a.drifted = desc
+	a.mu.Unlock()
+	switch {
+	case changed && desc != "":
+		a.log.Warn("config drift: the live nodes run different schedules", slog.String("drift", desc))
+	case changed:
+		a.log.Info("config drift resolved: the live nodes agree")
+	}
+}
+
+// describeDrift names the schedules on which live nodes disagree and the
+// nodes on each side ("" when they agree).
+func describeDrift(nodes []cluster.Node) string {
+	ids := map[string]bool{}
+	for _, n := range nodes {
+		for id := range n.Schedules {
+			ids[id] = true
+		}
+	}
+	var parts []string
+	for _, id := range slices.Sorted(mapsKeys(ids)) {
+		sides := map[string][]string{} // hash ("" = absent) → nodes
+		for _, n := range nodes {
+			sides[n.Schedules[id]] = append(sides[n.Schedules[id]], n.NodeID)
+		}
+		if len(sides) < 2 {
+			continue
+		}
+		var s []string
+		for _, h := range slices.Sorted(mapsKeys(sides)) {
+			what := "absent on"
+			if h != "" {
+				what = "definition " + h[:min(8, len(h))] + " on"
+			}
+			s = append(s, what+" "+strings.Join(sides[h], ","))
+		}
+		parts = append(parts, id+": "+strings.Join(s, " vs "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// poll picks up the manual run requests of this node's schedules.
+func (a *Agent) poll(ctx context.Context) {
+	ids, err := a.b.Queued(ctx)
+	if err != nil {
+		a.log.Debug("looking for manual run requests failed", slog.Any("error", err))
+		return
+	}
+	for _, id := range ids {
+		a.mu.Lock()
+		sc, mine := a.schedules[id]
+		a.mu.Unlock()
+		if !mine {
+			continue
+		}
+		sent := a.opts.Now()
+		taken, err := a.b.TakeRequest(ctx, id, a.opts.NodeID, sc.TTL)
+		if err != nil {
+			a.log.Warn("taking a manual run request failed", slog.String("schedule", id), slog.Any("error", err))
+			continue
+		}
+		if taken.Request == nil || taken.Handle == nil {
+			continue // empty, or the schedule runs elsewhere: next poll
+		}
+		req := *taken.Request
+		m := scheduler.Manual{ID: id, Tick: req.Tick, RunID: req.ID, Handle: taken.Handle, Sent: sent,
+			Done: func(scheduler.RunResult) {
+				if !req.Backfill {
+					return
+				}
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := a.b.Done(dctx, req); err != nil {
+					a.log.Warn("marking a backfilled tick done failed: another node may run it again",
+						slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
+				}
+			}}
+		kind := "trigger"
+		if req.Backfill {
+			kind = "backfill"
+		}
+		if err := a.run.RunManual(m); err != nil {
+			a.log.Warn("manual run refused", slog.String("schedule", id), slog.String("kind", kind), slog.Any("error", err))
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = a.b.Release(rctx, taken.Handle)
+			cancel()
+			continue
+		}
+		a.log.Info("manual run accepted", slog.String("schedule", id), slog.String("kind", kind),
+			slog.String("run_id", req.ID), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.String("by", req.By))
+	}
+}
+
+// recordLoop batches run records into the history until ctx ends, then
+// flushes what is left.
+func (a *Agent) recordLoop(ctx context.Context) {
+	t := time.NewTicker(a.opts.FlushEvery)
+	defer t.Stop()
+	var batch []scheduler.RunRecord
+	flush := func(ctx context.Context) {
+		if len(batch) > 0 {
+			a.flush(ctx, batch)
+			batch = batch[:0]
+		}
+	}
+	for {
+		select {
+		case r := <-a.records:
+			batch = append(batch, r)
+			if len(batch) >= 256 {
+				flush(ctx)
+			}
+		case <-t.C:
+			flush(ctx)
+		case <-ctx.Done():
+			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			for {
+				select {
+				case r := <-a.records:
+					batch = append(batch, r)
+				default:
+					flush(end)
+					return
+				}
+			}
+		}
+	}
+}
+
+// flush writes a batch of runs in one call, then pauses schedules whose
+// failures in a row reached their pause_after_failures.
+func (a *Agent) flush(ctx context.Context, recs []scheduler.RunRecord) {
+	runs := make([]cluster.Run, len(recs))
+	failed := map[string]bool{}
+	for i, r := range recs {
+		runs[i] = a.toRun(r)
+		if isFailure(runs[i].Result) {
+			failed[r.Schedule] = true
+		}
+	}
+	if err := a.b.RecordRuns(ctx, runs, a.opts.Keep); err != nil {
+		a.log.Warn("recording runs in the cluster's history failed", slog.Int("runs", len(runs)), slog.Any("error", err))
+		return
+	}
+	a.mu.Lock()
+	if a.dropped > 0 {
+		a.log.Warn("run records dropped: the history backend was too slow", slog.Int("dropped", a.dropped))
+		a.dropped = 0
+	}
+	a.mu.Unlock()
+	for id := range failed {
+		a.maybePause(ctx, id)
+	}
+}
+
+func (a *Agent) toRun(r scheduler.RunRecord) cluster.Run {
+	run := cluster.Run{
+		Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Result: string(r.Result), StartedAt: r.Start,
+		Duration: r.Duration, Fence: r.Fence, Manual: r.Manual, Attempts: r.Attempts, RunID: r.RunID,
+		OutputTail: a.opts.Mask(r.Output),
+	}
+	if r.Err != nil {
+		run.Error = a.opts.Mask(r.Err.Error())
+	}
+	return cluster.Bound(run)
+}
+
+func isFailure(result string) bool {
+	return result == string(scheduler.ResultFailure) || result == string(scheduler.ResultTimeout)
+}
+
+// maybePause pauses schedule id cluster-wide when its last
+// pause_after_failures runs, on any node, all failed.
+func (a *Agent) maybePause(ctx context.Context, id string) {
+	a.mu.Lock()
+	n := a.schedules[id].PauseAfterFailures
+	a.mu.Unlock()
+	if n <= 0 {
+		return
+	}
+	runs, err := a.b.Runs(ctx, id, n)
+	if err != nil || len(runs) < n {
+		return
+	}
+	for _, r := range runs {
+		if !isFailure(r.Result) {
+			return
+		}
+	}
+	p, err := a.b.GetPause(ctx, id)
+	if err == nil && p.Active(a.opts.Now()) {
+		return
+	}
+	note := fmt.Sprintf("paused after %d failed runs in a row (pause_after_failures)", n)
+	if err := a.b.SetPause(ctx, id, locking.Pause{Paused: true, Note: note}); err != nil {
+		a.log.Error("pausing after failures failed", slog.String("schedule", id), slog.Any("error", err))
+		return
+	}
+	a.log.Warn("schedule paused cluster-wide: "+note, slog.String("schedule", id))
+}
+
+// errNoStore is returned by Open when a backend has no cluster state.
+var errNoStore = errors.New("agent: the lock backend keeps no cluster state")
+
+// For returns the agent backend of a lock backend, or an error when it is
+// not one (no backend configured).
+func For(l any) (Backend, error) {
+	if b, ok := l.(Backend); ok {
+		return b, nil
+	}
+	return nil, errNoStore
+}
