@@ -251,3 +251,32 @@ func TestInitMarks(t *testing.T) {
 		t.Error("InitMarks with an empty key = nil, want ErrInvalid")
 	}
 }
+
+// A fence counter expires after 30 days without an acquisition (keys of
+// one-off `lock run` calls do not stay forever); losing it is safe, as the
+// next fence is floored at the clock. A key's tick mark never expires.
+func TestFenceCounterExpiresMarkDoesNot(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
+	ctx := context.Background()
+	h := mustTick(t, l, tickReq("exp", time.Now()), locking.TickGranted).Handle
+	if err := l.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	fk := l.lockKey("exp") + fenceSuffix
+	ttl, err := admin.PTTL(ctx, fk).Result()
+	if err != nil || ttl < 29*24*time.Hour || ttl > 30*24*time.Hour {
+		t.Fatalf("fence counter TTL %v (%v), want about 30 days", ttl, err)
+	}
+	if err := admin.Del(ctx, fk).Err(); err != nil { // as if it expired
+		t.Fatal(err)
+	}
+	h2 := mustLock(t, l, "exp", time.Minute)
+	if h2.Fence() <= h.Fence() {
+		t.Fatalf("fence %d after the counter expired, not above %d", h2.Fence(), h.Fence())
+	}
+	if ttl, err := admin.PTTL(ctx, l.lockKey("exp")+":mark").Result(); err != nil || ttl != -1 {
+		t.Errorf("mark TTL %v (%v), want none (-1)", ttl, err)
+	}
+}

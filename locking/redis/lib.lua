@@ -49,5 +49,10 @@ local function grant(lock, counter, token, holder, ttl, now, now_s)
     fence_s = redis.call('GET', counter) -- the counter's own decimal: exact
   end
   redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
+  -- The counter may go once its key is unused for 30 days: the next fence
+  -- is then floored at the clock, above every one drawn before, so keys of
+  -- `lock run` calls made once do not stay forever. (Tick marks never
+  -- expire: a forgotten mark is safe but loses a catch-up.)
+  redis.call('PEXPIRE', counter, 2592000000)
   return fence
 end
