@@ -39,6 +39,23 @@ type RunObserver interface {
 	RunRecorded(r RunRecord)
 }
 
+// RunStart is a run about to start its first attempt.
+type RunStart struct {
+	Schedule string
+	Tick     time.Time
+	Node     string
+	RunID    string
+	Manual   bool
+	Start    time.Time
+}
+
+// RunStartObserver is implemented by observers that want to know when a
+// run starts (a dead-man's switch's /start ping). It is called on the
+// run's goroutine just before the job: it must not block.
+type RunStartObserver interface {
+	RunStarted(r RunStart)
+}
+
 // OutputTailSize bounds the output a run record keeps.
 const OutputTailSize = 4096
 

@@ -59,6 +59,10 @@ func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	if backoff <= 0 {
 		backoff = DefaultRetryBackoff
 	}
+	if s.startObs != nil {
+		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID,
+			RunID: t.RunID, Manual: t.Manual, Start: s.clock.Now()})
+	}
 	var out runOutcome
 	for attempt := 1; ; attempt++ {
 		t.Attempt = attempt

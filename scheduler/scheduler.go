@@ -127,6 +127,7 @@ type Scheduler struct {
 	// Resolved once at New, so a tick pays nothing to find them.
 	clockObs  ClockObserver    // obs, when it wants clock offsets
 	runObs    RunObserver      // obs, when it keeps run records
+	startObs  RunStartObserver // obs, when it wants run starts
 	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
@@ -233,6 +234,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.work = newPool(s.runTask)
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
+	s.startObs, _ = opts.Observer.(RunStartObserver)
 	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
 		s.maxLease = lb.MaxLease()
 	}
