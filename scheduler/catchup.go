@@ -15,7 +15,7 @@ import (
 // harmless: one of them is granted, the others are told "done". Older
 // missed ticks are never replayed, and a schedule whose next tick is due
 // before a late run would end (within expected_runtime) is left to that
-// tick.
+// tick, unless the missed one is within max_clock_skew of now (on time).
 //
 // Marks: a schedule never runs a tick from before it was first loaded by
 // any node, because the first node to load it creates its mark at the
@@ -238,7 +238,13 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 		if now.Sub(prev) > max(s.window(def, prev), s.opts.MaxClockSkew) {
 			continue
 		}
-		if next := def.Spec.Next(now); !next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
+		// A tick within max_clock_skew of now is on time, not late: it is
+		// always asked for (a node starting just after T whose clock runs
+		// ahead would otherwise claim T+1 before a node behind asks for
+		// T, and T would be lost). A later one is left to the next tick
+		// when that comes before a late run would end.
+		if next := def.Spec.Next(now); now.Sub(prev) > s.opts.MaxClockSkew &&
+			!next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
 			continue
 		}
 		st.active++

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"sync/atomic"
@@ -314,8 +315,13 @@ func (s *Scheduler) release(id string, h *locking.Handle, why string) {
 	defer cancel()
 	if err := s.opts.Locker.Release(ctx, h); err != nil {
 		// The lock is not ours any more (expired, or the backend is down
-		// and will expire it): nothing to retry, but worth knowing.
-		s.log.Warn("releasing lock failed", slog.String("schedule", id),
+		// and will expire it): nothing to retry, but worth knowing. A lock
+		// already lost is expected after a lock_lost run.
+		level := slog.LevelWarn
+		if errors.Is(err, locking.ErrLockLost) {
+			level = slog.LevelInfo
+		}
+		s.log.Log(context.Background(), level, "releasing lock failed", slog.String("schedule", id),
 			slog.Int64("fence", h.Fence()), slog.String("when", why), slog.Any("error", err))
 		return
 	}

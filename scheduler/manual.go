@@ -74,7 +74,7 @@ func (s *Scheduler) handleManual(f fired) {
 		l = s.newLease(m.Handle, sent)
 	}
 	out := s.runJob(f, l)
-	if l != nil && out.result != ResultLockLost {
+	if l != nil { // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
 	s.finish(f, out)

@@ -619,3 +619,47 @@ func TestLoopRereadsTheWallClock(t *testing.T) {
 		t.Fatalf("runs %v, want the 00:01:00 tick within 2s of the jump", got)
 	}
 }
+
+// A run cancelled at its lease deadline still releases its lock: on a
+// backend that keeps it (a Postgres session outliving the freeze), the
+// schedule would otherwise never run again while the process lives.
+func TestLockReleasedAfterALeaseDeadline(t *testing.T) {
+	job := newBlockingJob()
+	s := sched("keep", everyMinute, hints.RequireGlobal, job)
+	s.ExpectedRuntime = time.Hour // the lock's TTL: the backend keeps it for an hour
+	h := newHarness(t, scheduler.Options{}, s)
+	h.locker.renewErr = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() } // never answers
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: boundedLocker{h.locker, 8 * time.Second},
+		Backend: hints.Distributed, Observer: h.rec, SafetyMargin: 2 * time.Second}, s)
+	h.start()
+	h.clock.Advance(time.Minute)
+	job.waitStarted(t)
+	h.clock.Advance(30 * time.Second) // frozen past the 6s lease
+	job.waitEnded(t)
+	if r := h.rec.waitRuns(t, 1); r[0].result != scheduler.ResultLockLost {
+		t.Fatalf("result %q, want lock_lost", r[0].result)
+	}
+	h.idle()
+	if who := h.heldBy("keep"); who != "" {
+		t.Fatalf("after a lock_lost run the lock is still held by %q: nobody could run the schedule", who)
+	}
+}
+
+// A node starting just after T (by its clock) asks for T even when the
+// next tick is near: T is on time, and a node whose clock runs ahead
+// would otherwise claim T+1 first and leave T to nobody.
+func TestCatchupAtStartAsksForAnOnTimeTick(t *testing.T) {
+	job := &countingJob{}
+	s := sched("s", everySecond, hints.RequireGlobal, job)
+	s.ExpectedRuntime = time.Minute // the next tick comes before a late run would end
+	h := newHarness(t, scheduler.Options{MaxClockSkew: time.Second}, s)
+	if err := h.mem.InitMarks(context.Background(), []string{"s"}); err != nil { // loaded before, at t0
+		t.Fatal(err)
+	}
+	h.clock.Advance(1300 * time.Millisecond) // start at 00:00:01.3: tick 00:00:01 is 300ms old
+	h.start()
+	h.idle()
+	if got := job.got(); len(got) != 1 || !got[0].Time.Equal(t0.Add(time.Second)) {
+		t.Fatalf("runs %v, want tick 00:00:01 asked for and run at start", got)
+	}
+}

@@ -108,10 +108,11 @@ func (s *Scheduler) handleTick(f fired) {
 	// the lease deadline passes (run.go).
 	out := s.runJob(f, l)
 	// Step 7: release at once. The mark, not the lock, keeps T from
-	// running again. A lost lock is not ours to release.
-	if out.result != ResultLockLost {
-		s.release(f.def.ID, h, "after the run")
-	}
+	// running again. A run ended as lock_lost is released too: a passed
+	// lease deadline does not mean the backend freed the lock (a Postgres
+	// holder frozen past its lease still has its session), and the
+	// release is token-checked, so it never frees another holder's.
+	s.release(f.def.ID, h, "after the run")
 	// Step 8: runJob reported the run; finish records it.
 	s.finish(f, out)
 }
