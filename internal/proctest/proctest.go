@@ -334,6 +334,7 @@ func ReadPids(t testing.TB, file string, timeout time.Duration) []int {
 
 // ForkingScript is a shell script for a command that forks: it writes its
 // own pid, a background child's and a child's that left the process group
-// (setsid) to the file $PIDFILE (renamed into place), then waits. Every one
+// (setsid) to the file $PIDFILE (renamed into place), then becomes a
+// sleep itself (exec: the listed pids are the whole tree). Every one
 // of them must die with whatever supervises the command.
-const ForkingScript = `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$$ $a $b" > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; sleep 300`
+const ForkingScript = `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$$ $a $b" > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 300`
