@@ -28,3 +28,9 @@ func supervisor(string) int {
 	os.Stderr.WriteString("bext-supervisor: supported on Linux only\n")
 	return 127
 }
+
+// StdinIsForegroundTTY is false here: nothing is put in the foreground.
+func StdinIsForegroundTTY() bool { return false }
+
+// RestoreTTY does nothing here.
+func RestoreTTY(int) {}
