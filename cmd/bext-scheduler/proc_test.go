@@ -238,3 +238,18 @@ command = ["/bin/sh", "-c", "echo slow-start; sleep 300 & wait"]
 		t.Fatalf("the job's lock is still held after the node exited: exit %d\n%s", r.Code, r.Stderr)
 	}
 }
+
+// Issue 14 item 5: SIGHUP and SIGQUIT reach the command too.
+func TestLockRunForwardsHUPAndQUIT(t *testing.T) {
+	cfg, _ := lockBackends[0].setup(t)
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
+		n := proctest.Start(t, bin, nil, "lock", "run", "--config", cfg, "--key", "k", "--ttl", "3s",
+			"--", "/bin/sh", "-c", `trap 'echo got-sig >&2; exit 3' HUP QUIT; echo "holding fence=$BEXT_FENCING_TOKEN" >&2; while true; do sleep 0.05; done`)
+		n.WaitLog(holdingRE, 30*time.Second)
+		n.Signal(sig)
+		n.WaitLog(regexp.MustCompile(`got-sig`), 30*time.Second)
+		if code := n.Wait(30 * time.Second); code != 3 {
+			t.Fatalf("%v: exit %d, want the command's 3", sig, code)
+		}
+	}
+}
