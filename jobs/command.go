@@ -42,9 +42,15 @@ var ErrInvalid = errors.New("jobs: invalid job")
 // When ctx ends (timeout, lost lock, shutdown) the whole process group gets
 // SIGTERM, and SIGKILL once KillGrace has passed if anything of it still
 // runs. When the leader exits, whatever it left behind in its group is
-// killed: nothing of a run outlives Run. On Linux the leader is also
-// killed if this process dies (kill -9): a job must not run on after the
-// lock it ran under is gone with its scheduler.
+// killed: nothing of a run outlives Run.
+//
+// Nor does it outlive this process, even one killed with -9 (a job must
+// not run on after the lock it ran under is gone with its scheduler): in
+// a program that calls Supervise first in main (bext-scheduler does), on
+// Linux, the command runs under a small supervisor that kills it and every
+// descendant, also one that left the group, when this process dies; see
+// internal/supervise for what escapes. Elsewhere, or without Supervise,
+// only the leader is killed then (a parent-death signal, Linux only).
 //
 // stdout and stderr are logged line by line, one record per line tagged with
 // the schedule id, the tick and the stream, within per-line and per-run
@@ -147,15 +153,16 @@ func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
 	cmd.Env = env
 	cmd.Stdout = outW
 	cmd.Stderr = errW
-	cmd.SysProcAttr = procAttr() // its own group; dies with this process (Linux)
-	err = cmd.Start()
+	// Its own group, under a supervisor when this program has one
+	// (procattr_linux.go): nothing of it outlives this process.
+	g, err := startGroup(cmd)
 	// The child has its own copies; ours would keep the pipes open forever.
 	closeAll(outW, errW)
 	if err != nil {
 		closeAll(outR, errR)
 		return fmt.Errorf("jobs: starting command %q: %w", name, err)
 	}
-	pid := cmd.Process.Pid
+	defer g.release()
 
 	out := newOutput(c.logger(), t, c.maxLineBytes(), c.maxOutputBytes())
 	outDone := make(chan struct{})
@@ -166,15 +173,12 @@ func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		waitExited(pid)
+		waitExited(g.pid)
 	}()
 
-	cancelled := c.supervise(ctx, pid, exited, outDone)
+	cancelled := c.supervise(ctx, g, exited, outDone)
 	<-exited
-	// The leader is a zombie until cmd.Wait reaps it, so its pid (our pgid)
-	// cannot have been reused: this kill reaches only what is left of the
-	// run (children of a leader that exited, or ones that ignored SIGTERM).
-	signalGroup(pid, syscall.SIGKILL)
+	g.exited()
 	waitErr := cmd.Wait()
 
 	// Output still open now is held by a process that left the group; give
@@ -194,13 +198,13 @@ func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
 // supervise waits for the leader to exit by itself (false), or for ctx to
 // end: then the group gets SIGTERM, and SIGKILL unless both the leader and
 // every holder of the output pipes are gone within KillGrace (true).
-func (c *Command) supervise(ctx context.Context, pid int, exited, outDone <-chan struct{}) bool {
+func (c *Command) supervise(ctx context.Context, g *runGroup, exited, outDone <-chan struct{}) bool {
 	select {
 	case <-exited:
 		return false
 	case <-ctx.Done():
 	}
-	signalGroup(pid, syscall.SIGTERM)
+	signalGroup(g.pgid, syscall.SIGTERM)
 	grace := time.NewTimer(c.killGrace())
 	defer grace.Stop()
 	for exited != nil || outDone != nil {
@@ -210,9 +214,7 @@ func (c *Command) supervise(ctx context.Context, pid int, exited, outDone <-chan
 		case <-outDone:
 			outDone = nil
 		case <-grace.C:
-			signalGroup(pid, syscall.SIGKILL)
-			// The leader too, in case it moved itself to another group.
-			_ = unix.Kill(pid, unix.SIGKILL)
+			g.kill()
 			return true
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,11 +15,11 @@ import (
 )
 
 // orphanParentEnv makes the test binary act as a scheduler running one
-// long command job; its value is the file the job writes its pid to.
+// long command job; its value is the file the job writes its pids to.
 const orphanParentEnv = "BEXT_JOBS_TEST_ORPHAN_PIDFILE"
 
 func orphanParent() {
-	c := &Command{Argv: []string{"/bin/sh", "-c", `echo $$ > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE" && exec sleep 120`},
+	c := &Command{Argv: []string{"/bin/sh", "-c", proctest.ForkingScript},
 		Env: map[string]string{"PIDFILE": os.Getenv(orphanParentEnv)}}
 	err := c.Run(context.Background(), scheduler.Tick{ScheduleID: "orphan", Time: time.Now(), NodeID: "n"})
 	fmt.Fprintln(os.Stderr, "job ended:", err)
@@ -30,10 +28,12 @@ func orphanParent() {
 
 // The e2e cluster run found that a node killed with -9 left its job
 // running: with Postgres the lock died with the node's session, the next
-// tick ran elsewhere, and the two runs overlapped. A job must die with the
-// process that supervises it.
+// tick ran elsewhere, and the two runs overlapped. A job, and everything it
+// forked, also what left its process group, must die with the process that
+// supervises it; a parent-death signal on the job's leader alone leaves
+// the forked sleeps running.
 func TestCommandDiesWithItsScheduler(t *testing.T) {
-	pidfile := filepath.Join(t.TempDir(), "pid")
+	pidfile := filepath.Join(t.TempDir(), "pids")
 	parent := exec.Command(os.Args[0], "-test.run=^$")
 	parent.Env = append(os.Environ(), orphanParentEnv+"="+pidfile)
 	if err := parent.Start(); err != nil {
@@ -41,42 +41,17 @@ func TestCommandDiesWithItsScheduler(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- parent.Wait() }()
+	t.Cleanup(func() {
+		_ = parent.Process.Kill()
+		<-exited
+	})
 
-	// The job renames its pid file into place: poll for it, bounded.
-	var pid int
-	deadline := time.Now().Add(30 * time.Second)
-	for pid == 0 {
-		if b, err := os.ReadFile(pidfile); err == nil {
-			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-				t.Fatalf("pid file: %v", err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = parent.Process.Kill()
-			<-exited
-			t.Fatal("the job never started")
-		}
-		time.Sleep(10 * time.Millisecond)
+	pids := proctest.ReadPids(t, pidfile, 30*time.Second)
+	if len(pids) != 3 {
+		t.Fatalf("pid file lists %v, want 3 pids", pids)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-
 	if err := parent.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		alive, err := proctest.GroupAlive(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !alive {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job (pid %d) still runs 10s after its scheduler was killed", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proctest.WaitGone(t, pids, 10*time.Second)
 }

@@ -15,6 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Runs are supervised, as in bext-scheduler: the test binary is
+	// re-executed as the supervisor.
+	Supervise()
 	if os.Getenv(orphanParentEnv) != "" {
 		orphanParent() // the helper process of TestCommandDiesWithItsScheduler
 		return

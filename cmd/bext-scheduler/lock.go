@@ -20,6 +20,7 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/internal/service"
+	"github.com/bext-dev/bext-scheduler/internal/supervise"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -52,10 +53,30 @@ about every TTL/3 while CMD runs, and releases it when CMD exits. The
 scheduler's locks and these are the same: --key nightly-report excludes the
 schedule with that id.
 
-Exit codes: CMD's own; 75 when the lock is held elsewhere (after --wait, if
-given); 69 when the backend is unreachable; 2 for usage or config errors;
-1 when the lock was lost while CMD ran (CMD got SIGTERM, then SIGKILL).
-SIGINT and SIGTERM are passed on to CMD; the lock is released after it exits.
+Exit codes: CMD's own (128+N when signal N killed it); 75 when the lock is
+held elsewhere (after --wait, if given); 69 when the backend is
+unreachable; 2 for usage or config errors; 1 when the lock was lost while
+CMD ran (CMD got SIGTERM, then SIGKILL 10s later); 128+N when signal N
+(130 SIGINT, 143 SIGTERM) ended --wait before the lock was taken.
+
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to CMD's process
+group; the lock is released after CMD exits.
+
+CMD never outlives lock run (Linux). It runs in a process group of its own
+under a small supervisor (this binary re-executed) that, if lock run dies
+in any way, kill -9 included, SIGKILLs CMD and every process it started:
+also those that left its group (setsid, daemons that double-fork), since
+orphans are re-parented to the supervisor, not to PID 1. What still
+escapes: processes handed to something outside that tree (systemd-run, at,
+a container engine, a remote host over ssh), and CMD's descendants if the
+supervisor itself, not lock run, is SIGKILLed. When CMD exits, what it left
+running is killed: nothing runs on without the lock.
+
+From a terminal (stdin is the terminal and lock run is in its foreground),
+CMD's group is made the terminal's foreground group, so CMD can read it
+and gets ^C and ^\ directly; the terminal is handed back when CMD ends.
+^Z stops CMD but not lock run, which keeps the lock: resume CMD with
+kill -CONT from another terminal, or end it with kill.
 
 Example crontab line (one node of many runs the backup each night):
   0 3 * * * bext-scheduler lock run --config /etc/bext/bext.config.toml --key backup --ttl 2h -- /usr/local/bin/backup`,
@@ -118,11 +139,11 @@ func lockRun(parent context.Context, cfg *config.Config, key string, ttl, wait t
 
 	// Signals that arrive while waiting for the lock end the wait; once the
 	// command runs they are passed on to it instead.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	h, err := acquire(parent, b.Locker, key, ttl, wait, sigs)
+	h, err := acquire(parent, b.Locker, key, ttl, wait, sigs, logger)
 	if err != nil {
 		return err
 	}
@@ -140,9 +161,10 @@ func lockRun(parent context.Context, cfg *config.Config, key string, ttl, wait t
 }
 
 // acquire tries once, or with --wait keeps trying with jittered backoff.
-func acquire(ctx context.Context, l locking.Locker, key string, ttl, wait time.Duration, sigs <-chan os.Signal) (*locking.Handle, error) {
+func acquire(ctx context.Context, l locking.Locker, key string, ttl, wait time.Duration, sigs <-chan os.Signal, logger *slog.Logger) (*locking.Handle, error) {
 	deadline := time.Now().Add(wait)
-	backoff := 100 * time.Millisecond
+	const firstBackoff = 100 * time.Millisecond
+	backoff := firstBackoff
 	for {
 		h, err := l.TryLock(ctx, key, ttl)
 		switch {
@@ -155,33 +177,54 @@ func acquire(ctx context.Context, l locking.Locker, key string, ttl, wait time.D
 		if left <= 0 {
 			return nil, withCode(exitHeld, fmt.Errorf("lock %q is held elsewhere", key))
 		}
+		if backoff == firstBackoff {
+			logger.Info("lock held elsewhere: waiting", "wait", wait)
+		}
 		d := min(backoff/2+rand.N(backoff/2+1), left)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case s := <-sigs:
+			// Interrupted, not "held elsewhere" (75): a caller that
+			// retries on 75 must not retry what the operator stopped.
 			t.Stop()
-			return nil, withCode(exitHeld, fmt.Errorf("lock %q still held elsewhere when %v arrived", key, s))
+			return nil, withCode(128+int(s.(syscall.Signal)), fmt.Errorf("lock %q still held elsewhere when %v arrived; gave up waiting", key, s))
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
-// runHolding runs argv in its own process group while renewing h. It
-// returns the command's exit code, and a non-nil error when the lock was
-// lost (the command is then terminated).
+// forwarded are the signals lock run passes on to CMD's process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// runHolding runs argv under a supervisor (internal/supervise), in a
+// process group of its own, while renewing h. It returns the command's
+// exit code, and a non-nil error when the lock was lost (the command is
+// then terminated).
 func runHolding(ctx context.Context, l locking.Locker, h *locking.Handle, argv []string, sigs <-chan os.Signal, logger *slog.Logger) (int, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "BEXT_LOCK_KEY="+h.Key(), "BEXT_FENCING_TOKEN="+strconv.FormatInt(h.Fence(), 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// From a terminal, CMD's group must be the terminal's foreground:
+	// a background group that reads it is stopped (SIGTTIN), and lock run
+	// would renew the lock for a command that never ends.
+	fg := supervise.StdinIsForegroundTTY()
+	proc, err := supervise.Start(cmd, supervise.Options{Foreground: fg})
+	if err != nil {
 		logger.Error("starting the command", "argv0", argv[0], "err", err)
 		return 127, nil
 	}
-	pgid := cmd.Process.Pid
+	defer proc.Kill()
+	pgid := proc.Pgid
+	if fg {
+		// We are in the background now: a log line must not stop us
+		// (TOSTOP), and the terminal goes back to our group at the end
+		// if the supervisor could not give it back itself.
+		signal.Ignore(syscall.SIGTTOU)
+		defer supervise.RestoreTTY(pgid)
+	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- proc.Cmd.Wait() }()
 
 	renew := time.NewTicker(max(h.TTL()/3, 10*time.Millisecond))
 	defer renew.Stop()
@@ -217,7 +260,7 @@ func runHolding(ctx context.Context, l locking.Locker, h *locking.Handle, argv [
 				kill = time.After(killGrace)
 			}
 		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			proc.Kill() // SIGKILL for CMD and all it started
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/bext-dev/bext-scheduler/internal/supervise"
 )
 
 // Exit codes (a contract: DESIGN.md "CLI and exit codes").
@@ -50,6 +52,9 @@ func usageErrorf(format string, a ...any) error {
 }
 
 func main() {
+	// First: in a process started as a command's supervisor this runs the
+	// supervisor and exits (internal/supervise).
+	supervise.Main()
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +34,9 @@ cluster-wide lock for require_global (and prefer_global, when a backend is
 configured) ticks, and serves /metrics, /healthz and /readyz on [http] listen.
 
 Signals: SIGINT/SIGTERM stop firing, give running jobs shutdown_grace to
-finish, cancel the rest, release every lock and exit 0. SIGHUP re-reads the
+finish, cancel the rest, release every lock and exit 0; a second
+SIGINT/SIGTERM during that grace ends it at once (running jobs are
+cancelled: SIGTERM, then SIGKILL after their kill grace). SIGHUP re-reads the
 config: an invalid one is logged and the running one kept; a valid one is
 applied without dropping a held lock or a running job.
 
@@ -131,7 +134,10 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		Observer:      m,
 		Logger:        logger,
 	}
-	sched, err := scheduler.New(schedOpts, service.Schedules(cfg, logger))
+	// Cancelled by a second SIGINT/SIGTERM: ends the shutdown grace.
+	now, endGrace := context.WithCancelCause(context.WithoutCancel(parent))
+	defer endGrace(nil)
+	sched, err := scheduler.New(schedOpts, stoppable(service.Schedules(cfg, logger), now))
 	if err != nil {
 		closeLocker(closer, logger)
 		return withCode(exitUsage, fmt.Errorf("invalid config: %w", err))
@@ -147,11 +153,34 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		logger.Info("serving metrics and health", "addr", srv.Addr())
 	}
 
-	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(parent)
 	defer stop()
+	term := make(chan os.Signal, 2)
+	signal.Notify(term, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(term)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+
+	ran := make(chan struct{}) // closed when sched.Run has returned
+	sigDone := make(chan struct{})
+	go func() { // owned by serve, which waits for it after ran is closed
+		defer close(sigDone)
+		select {
+		case s := <-term:
+			logger.Info("signal received: stopping", "signal", s.String(), "grace", cfg.ShutdownGrace.Duration)
+			stop()
+		case <-ctx.Done():
+		case <-ran:
+			return
+		}
+		select {
+		case s := <-term:
+			logger.Warn("second signal: ending the shutdown grace now, cancelling running jobs", "signal", s.String())
+			endGrace(errShutdownNow)
+		case <-ran:
+		}
+	}()
 
 	reloadDone := make(chan struct{})
 	go func() { // owned by serve: ends when ctx does, and serve waits for it
@@ -161,7 +190,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, m, logger)
+				reload(path, cfg, o, sched, m, now, logger)
 			}
 		}
 	}()
@@ -174,6 +203,8 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		"schedules", len(cfg.Scheduled), "backend", backendName)
 	runErr := sched.Run(ctx)
 	stop()
+	close(ran)
+	<-sigDone
 	<-reloadDone
 
 	// Cleanup runs on a fresh context: the run context is already cancelled.
@@ -209,7 +240,7 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, now context.Context, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -225,9 +256,35 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 	for _, s := range next.Scheduled {
 		m.AddSchedule(s.ID)
 	}
-	if err := sched.Reload(service.Schedules(next, logger)); err != nil {
+	if err := sched.Reload(stoppable(service.Schedules(next, logger), now)); err != nil {
 		logger.Error("SIGHUP: new schedules rejected; keeping the running ones", "err", err)
 		return
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
+}
+
+// errShutdownNow is the cause a job's context carries when a second signal
+// ended the shutdown grace.
+var errShutdownNow = errors.New("shutdown: a second signal ended the grace")
+
+// stoppable makes every schedule's job end when now is cancelled: the
+// scheduler gives its jobs a context that outlives the signal by the
+// shutdown grace, and the second signal must reach them sooner.
+func stoppable(ss []scheduler.Schedule, now context.Context) []scheduler.Schedule {
+	for i := range ss {
+		ss[i].Job = stopJob{ss[i].Job, now}
+	}
+	return ss
+}
+
+type stopJob struct {
+	job scheduler.Job
+	now context.Context
+}
+
+func (j stopJob) Run(ctx context.Context, t scheduler.Tick) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(j.now, func() { cancel(context.Cause(j.now)) })()
+	return j.job.Run(ctx, t)
 }

@@ -280,3 +280,72 @@ func GroupAlive(pgid int) (bool, error) {
 	}
 	return false, nil
 }
+
+// Alive reports whether process pid exists and is not a zombie.
+func Alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// WaitGone polls /proc until none of pids is alive, failing the test
+// with the survivors after timeout (and killing them, so they do not
+// outlive the test). There is nothing to be told about the death of a
+// process that is not one's child, so this polls, bounded.
+func WaitGone(t testing.TB, pids []int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var alive []int
+		for _, p := range pids {
+			if Alive(p) {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range alive {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("processes %v still run %v later", alive, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ReadPids waits until file exists (written with a rename, so whole) and
+// returns the pids it lists, separated by white space.
+func ReadPids(t testing.TB, file string, timeout time.Duration) []int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(file); err == nil {
+			var pids []int
+			for _, f := range strings.Fields(string(b)) {
+				p, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("%s: %q is not a pid", file, f)
+				}
+				pids = append(pids, p)
+			}
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written within %v", file, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ForkingScript is a shell script for a command that forks: it writes its
+// own pid, a background child's and a child's that left the process group
+// (setsid) to the file $PIDFILE (renamed into place), then becomes a
+// sleep itself (exec: the listed pids are the whole tree). Every one
+// of them must die with whatever supervises the command.
+const ForkingScript = `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$$ $a $b" > "$PIDFILE.tmp" && mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 300`
