@@ -228,9 +228,10 @@ func (c *Cluster) BackendErrors() int {
 var skipRe = regexp.MustCompile(`msg="tick skipped".* schedule=` + globalID + ` tick=(\S+) outcome=(\S+)`)
 
 // SkippedTicks returns, for each global tick some node logged as skipped
-// with one of outcomes, the nodes that did ("node-1:backend_error").
-func (c *Cluster) SkippedTicks(outcomes ...string) map[time.Time][]string {
-	out := map[time.Time][]string{}
+// with one of outcomes, the nodes that did ("node-1:backend_error"), by
+// the tick's Unix time (a time.Time key would tell zones apart).
+func (c *Cluster) SkippedTicks(outcomes ...string) map[int64][]string {
+	out := map[int64][]string{}
 	for _, n := range c.Nodes() {
 		n.mu.Lock()
 		procs := append([]*proctest.Node(nil), n.procs...)
@@ -245,7 +246,7 @@ func (c *Cluster) SkippedTicks(outcomes ...string) map[time.Time][]string {
 				if err != nil {
 					continue
 				}
-				out[tick] = append(out[tick], n.ID+":"+m[2])
+				out[tick.Unix()] = append(out[tick.Unix()], n.ID+":"+m[2])
 			}
 		}
 	}

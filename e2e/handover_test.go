@@ -210,7 +210,7 @@ func noMisses(t *testing.T, c *Cluster, rep ledger.Report) {
 	skipped := c.SkippedTicks("backend_error", "missed")
 	var lost, excused []string
 	for _, tick := range rep.MissedTicks {
-		if why := skipped[tick]; len(why) > 0 {
+		if why := skipped[tick.Unix()]; len(why) > 0 {
 			excused = append(excused, fmt.Sprintf("%s (%s)", tick.UTC().Format("15:04:05"), strings.Join(why, ", ")))
 			continue
 		}
