@@ -38,8 +38,8 @@ fuzz: ## fuzz the config loader for a minute
 run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
 
-cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random (several minutes)
-	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun' ./e2e/
+cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, and the full rolling deploy (several minutes)
+	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun|TestRollingDeployFull' ./e2e/
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo

@@ -27,7 +27,7 @@ var backendKinds = []string{"redis", "pg"}
 // their own fault proxies (Cluster), so Stop and Start act on the server
 // for everyone, and a node's proxy on that node alone.
 type Backend struct {
-	Kind   string // "redis" or "pg"
+	Kind   string // "redis", "pg" or "memory" (single-node scenarios)
 	Name   string // the cluster's key prefix (redis) or namespace (pg)
 	Target string // host:port of the real server
 
@@ -57,6 +57,7 @@ func newBackend(t testing.TB, kind string) *Backend {
 		}
 		b.Target = net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 		t.Cleanup(func() { dropFences(t, u, b.Name) })
+	case "memory": // in the node's process: single-node scenarios only
 	default:
 		t.Fatalf("unknown backend %q", kind)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,8 +36,12 @@ type Spec struct {
 	SafetyMargin    time.Duration   // default 1s
 	MaxClockSkew    time.Duration   // default 500ms
 	Offsets         []time.Duration // BEXT_TEST_CLOCK_OFFSET per node, by index
-	LogLevel        string          // default info
+	LogLevel        string          // default debug (BackendErrors reads the debug lines)
 	Manual          bool            // the test starts the nodes itself (Node.Start)
+	Cron            string          // the global schedule's (default every second)
+	Overlap         string          // the global schedule's overlap (default: the config's, skip)
+	Jitter          time.Duration   // the global schedule's jitter (default none)
+	ShutdownGrace   time.Duration   // default 5s
 }
 
 // Cluster is N bext-scheduler processes sharing one config, one backend
@@ -50,6 +55,7 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	nodes []*Node
+	dead  map[int]bool // job pids of runs whose node was killed under them
 }
 
 // Node is one member of a cluster: its process (a new one each Start), its
@@ -85,7 +91,15 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 		spec.MaxClockSkew = 500 * time.Millisecond
 	}
 	if spec.LogLevel == "" {
-		spec.LogLevel = "info"
+		// A tick skipped as backend_error is logged at debug (one warning
+		// per outage at info): BackendErrors needs the debug lines.
+		spec.LogLevel = "debug"
+	}
+	if spec.Cron == "" {
+		spec.Cron = "*/1 * * * * *"
+	}
+	if spec.ShutdownGrace == 0 {
+		spec.ShutdownGrace = 5 * time.Second
 	}
 	dir := t.TempDir()
 	c := &Cluster{t: t, Spec: spec, Backend: b, Res: ledger.Resource{Dir: dir},
@@ -93,39 +107,49 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 	job := func(sleep time.Duration) string {
 		return fmt.Sprintf("[%q, \"-dir\", %q, \"-sleep\", %q]", ledgerJob, dir, sleep.String())
 	}
-	cfg := fmt.Sprintf(`shutdown_grace = "5s"
+	extra := ""
+	if spec.Overlap != "" {
+		extra += fmt.Sprintf("overlap = %q\n", spec.Overlap)
+	}
+	if spec.Jitter > 0 {
+		extra += fmt.Sprintf("jitter = %q\n", spec.Jitter.String())
+	}
+	cfg := fmt.Sprintf(`shutdown_grace = %q
 [log]
 level = %q
 %s
 [[scheduled]]
 id = %q
-cron = "*/1 * * * * *"
+cron = %q
 hint = "require_global"
 expected_runtime = %q
 command = %s
-
+%s
 [[scheduled]]
 id = %q
 cron = "*/1 * * * * *"
 hint = "node_local"
 expected_runtime = "1s"
 command = %s
-`, spec.LogLevel, b.Section(spec.SafetyMargin, spec.MaxClockSkew), globalID, spec.ExpectedRuntime.String(),
-		job(spec.JobSleep), localID, job(time.Millisecond))
+`, spec.ShutdownGrace.String(), spec.LogLevel, b.Section(spec.SafetyMargin, spec.MaxClockSkew), globalID, spec.Cron,
+		spec.ExpectedRuntime.String(), job(spec.JobSleep), extra, localID, job(time.Millisecond))
 	writeFile(t, c.config, cfg)
 
 	for i := range spec.Nodes {
-		n := &Node{ID: fmt.Sprintf("node-%d", i+1), Proxy: faultproxy.Start(t, b.Target), c: c}
+		n := &Node{ID: fmt.Sprintf("node-%d", i+1), c: c}
 		if i < len(spec.Offsets) {
 			n.offset = spec.Offsets[i]
 		}
-		b.watchStop(func(stop bool) {
-			if stop {
-				n.Proxy.Cut()
-			} else {
-				n.Proxy.Heal()
-			}
-		})
+		if b.Target != "" { // the memory backend is in-process: no link
+			n.Proxy = faultproxy.Start(t, b.Target)
+			b.watchStop(func(stop bool) {
+				if stop {
+					n.Proxy.Cut()
+				} else {
+					n.Proxy.Heal()
+				}
+			})
+		}
 		c.nodes = append(c.nodes, n)
 	}
 	if !spec.Manual {
@@ -158,7 +182,10 @@ func (c *Cluster) Node(id string) *Node {
 func (n *Node) Start() {
 	t := n.c.t
 	t.Helper()
-	env := []string{"E2E_BACKEND_ADDR=" + n.Proxy.Addr()}
+	var env []string
+	if n.Proxy != nil {
+		env = append(env, "E2E_BACKEND_ADDR="+n.Proxy.Addr())
+	}
 	if n.offset != 0 {
 		env = append(env, "BEXT_TEST_CLOCK_OFFSET="+n.offset.String())
 	}
@@ -196,6 +223,36 @@ func (c *Cluster) BackendErrors() int {
 	return count
 }
 
+// skipRe matches a node's log line for a global tick skipped, with the
+// tick and the outcome.
+var skipRe = regexp.MustCompile(`msg="tick skipped".* schedule=` + globalID + ` tick=(\S+) outcome=(\S+)`)
+
+// SkippedTicks returns, for each global tick some node logged as skipped
+// with one of outcomes, the nodes that did ("node-1:backend_error"), by
+// the tick's Unix time (a time.Time key would tell zones apart).
+func (c *Cluster) SkippedTicks(outcomes ...string) map[int64][]string {
+	out := map[int64][]string{}
+	for _, n := range c.Nodes() {
+		n.mu.Lock()
+		procs := append([]*proctest.Node(nil), n.procs...)
+		n.mu.Unlock()
+		for _, p := range procs {
+			for _, l := range strings.Split(p.Log(), "\n") {
+				m := skipRe.FindStringSubmatch(l)
+				if m == nil || !slices.Contains(outcomes, m[2]) {
+					continue
+				}
+				tick, err := time.Parse(time.RFC3339, m[1])
+				if err != nil {
+					continue
+				}
+				out[tick.Unix()] = append(out[tick.Unix()], n.ID+":"+m[2])
+			}
+		}
+	}
+	return out
+}
+
 // Proc is the node's current process.
 func (n *Node) Proc() *proctest.Node {
 	n.mu.Lock()
@@ -214,6 +271,19 @@ func (n *Node) Kill() {
 	n.mu.Lock()
 	n.proc = nil
 	n.mu.Unlock()
+	// Its unfinished runs never end in the ledger: Holder must not take
+	// them for running ones.
+	c := n.c
+	for _, r := range ledger.Runs(c.Records()) {
+		if r.Node == n.ID && r.Ending == "" {
+			c.mu.Lock()
+			if c.dead == nil {
+				c.dead = map[int]bool{}
+			}
+			c.dead[r.PID] = true
+			c.mu.Unlock()
+		}
+	}
 }
 
 // Stop sends SIGTERM and waits for a clean exit (code 0).
@@ -441,8 +511,10 @@ func (c *Cluster) Holder(timeout time.Duration) (*Node, ledger.Run) {
 	c.t.Helper()
 	var run ledger.Run
 	c.WaitRuns("a running global job", timeout, func(runs []ledger.Run) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		for _, r := range runs {
-			if r.Ending == "" && r.Begin == ledger.Accepted {
+			if r.Ending == "" && r.Begin == ledger.Accepted && !c.dead[r.PID] {
 				run = r
 				return true
 			}

@@ -6,7 +6,12 @@
 // through a fenced protected resource (internal/ledger), inject faults, and
 // check the ledger: runs per tick, overlapping runs, stale writes refused.
 //
-// `go test ./e2e/` runs the short scenarios (a few ticks each, in parallel);
-// `make cluster-test` runs TestLongRun (build tag e2elong), several minutes
-// per backend with faults at random. docs/RELIABILITY.md has its results.
+// `go test ./e2e/` runs the short scenarios (a few ticks each, in
+// parallel), among them issue 13's proofs: graceful handovers lose no tick,
+// a killed holder's lease is respected and ticks then resume, a single
+// node stopped across a tick runs it late, and a rolling deploy of 20s jobs
+// under overlap = "skip" never overlaps. `make cluster-test` runs
+// TestLongRun and TestRollingDeployFull (build tag e2elong): several
+// minutes per backend with faults at random, and the full rolling deploy.
+// docs/RELIABILITY.md has their results.
 package e2e

@@ -9,11 +9,12 @@ import (
 
 // TestClockSkewWithinTolerance runs three nodes whose clocks are -800ms,
 // 0 and +800ms off, with max_clock_skew 1s and 1ms jobs: each fires a tick
-// at a different real moment, so a lock released too early lets a node
-// that fires later run the same tick again. The node furthest ahead starts
-// first and takes the lock; the lock then changes hands twice by a graceful
-// stop of its holder (SIGTERM: the holder releases what it holds), the
-// moment a skewed cluster is most exposed. No tick may run twice.
+// at a different real moment, and the lock is released the moment a run
+// ends, so only the tick mark keeps a node that fires later from running
+// the same tick again (it must answer "done"). The node furthest ahead
+// starts first and takes the lock; the lock then changes hands twice by a
+// graceful stop of its holder (SIGTERM), the moment a skewed cluster is
+// most exposed. No tick may run twice, and none may be lost.
 func TestClockSkewWithinTolerance(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		c := startCluster(t, b, Spec{Nodes: 3, MaxClockSkew: time.Second, Manual: true,
@@ -33,12 +34,20 @@ func TestClockSkewWithinTolerance(t *testing.T) {
 			stopped = append(stopped, holder)
 		}
 		c.WaitTicks(3, 30*time.Second)
+		restarted := time.Now()
 		for _, n := range stopped {
 			n.Start()
 		}
 		c.WaitTicks(4, 30*time.Second)
 		rep := check(t, c, window(start, time.Now()))
 		noDoubles(t, rep)
+		// The handovers lose no tick. The restarts may: a node 800ms ahead
+		// that starts while only the node 800ms behind runs claims tick
+		// T+1 (at real T+0.2s) before the node behind asks for T (at real
+		// T+0.8s), which is then answered "done"; the starting node does
+		// not catch T up, its next tick being due within expected_runtime
+		// (docs/RELIABILITY.md, limits: clocks further apart than a period).
+		noMisses(t, c, ledger.Check(c.Records(), globalID, window(start, restarted)))
 		if got := ledger.NodesOf(c.Records(), globalID); got[behind.ID] == 0 {
 			t.Errorf("the lock never reached %s: %v", behind.ID, got)
 		}
@@ -46,7 +55,8 @@ func TestClockSkewWithinTolerance(t *testing.T) {
 }
 
 // TestRollingRestart stops every node in turn with SIGTERM and starts it
-// again while ticks keep coming: no tick runs twice and few are missed.
+// again while ticks keep coming: no tick runs twice and none is missed (a
+// handover costs nothing: the lock is released after every run).
 func TestRollingRestart(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		c := startCluster(t, b, Spec{Nodes: 3})
@@ -57,24 +67,21 @@ func TestRollingRestart(t *testing.T) {
 			c.WaitTicks(1, 30*time.Second)
 			n.Start()
 		}
-		c.WaitTicks(2, 30*time.Second)
-		rep := check(t, c, window(start, time.Now()))
+		end := time.Now()
+		c.WaitTicks(2, 30*time.Second) // the window's last ticks have ended
+		rep := check(t, c, window(start, end))
 		noDoubles(t, rep)
-		// One per handover, plus any a loaded machine explains.
-		if be := c.BackendErrors(); rep.Missed > 3+be {
-			t.Errorf("%d of %d ticks missed over a rolling restart of 3 nodes (%d backend_error skips logged); want at most 3 more than those",
-				rep.Missed, rep.Ticks, be)
-		}
+		noMisses(t, c, rep)
 	})
 }
 
 // TestKilledHolderUnderSkew kills -9 a holder whose clock runs 800ms ahead
 // right after it ran a tick, while the other node's clock runs 800ms
-// behind (max_clock_skew 1s). The holder claimed that tick until T+2s by
-// its clock, and the claim must outlive the holder: Redis keeps the key
-// until its TTL; a Postgres advisory lock dies with the session at once, so
-// the claim is also recorded in the fence row (locking.Claimer), which
-// keeps the key contended until the claim's time. No double run on either.
+// behind (max_clock_skew 1s). The holder released its lock when the run
+// ended, so nothing but the tick mark stops the node behind, which fires
+// the same tick 1.6s later by real time, from running it again: it must
+// be answered "done", on Redis and on Postgres alike, the killed holder's
+// state notwithstanding. No double run on either.
 func TestKilledHolderUnderSkew(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		skew := time.Second

@@ -22,8 +22,10 @@ const pausedFor = 5 * time.Second
 // Redis: the lease expires, another node takes the next tick with a higher
 // fence, and the resumed run is caught: its late write is refused, or the
 // resumed scheduler cancels it (lock_lost) first. Postgres: the paused
-// host's kernel keeps its session alive, so the lock is never lost and no
-// other node runs meanwhile (ticks are missed, none runs twice).
+// host's kernel keeps its session alive, so the server never frees the
+// lock and no other node runs meanwhile; on resume the holder finds its
+// lease deadline passed and cancels its job (lock_lost) without waiting
+// for a renewal answer. No tick runs twice on either.
 func TestPausedHost(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		pausedRun(t, b, true)
@@ -34,7 +36,7 @@ func TestPausedHost(t *testing.T) {
 // in a process group of its own, runs on unsupervised) for longer than
 // its lease. Redis: another node takes over and the orphaned run's last
 // write is refused by fencing. Postgres: the session stays alive and the
-// lock held, as for a paused host.
+// lock held, as for a paused host; the resumed holder's lease has passed.
 func TestPausedScheduler(t *testing.T) {
 	spec := pausedSpec
 	spec.JobSleep = 4 * time.Second // ends while its scheduler is stopped
@@ -67,6 +69,16 @@ func pausedRunSpec(t *testing.T, b *Backend, host bool, spec Spec) {
 		}
 		return false
 	})
+	if b.Kind == "pg" {
+		// Works around the bug TestPausedHolderPastLeaseLetsTicksResume
+		// shows: a run cancelled at its lease deadline is never released,
+		// and on Postgres the paused holder's live session keeps the lock,
+		// so no node runs the schedule again until that process exits.
+		// Restarting the holder (Close releases what it holds) lets this
+		// test check the rest.
+		holder.Stop()
+		holder.Start()
+	}
 	c.WaitTicks(2, 30*time.Second)
 
 	var pausedRun ledger.Run
@@ -79,9 +91,8 @@ func pausedRunSpec(t *testing.T, b *Backend, host bool, spec Spec) {
 			failover++
 		}
 	}
-	t.Logf("paused run ended %q at +%v; %d runs began elsewhere during the pause; lock_lost on %s: %v",
-		pausedRun.Ending, pausedRun.End.Sub(paused), failover, holder.ID,
-		holder.Counter("bext_scheduler_runs_total", "schedule", globalID, "result", "lock_lost"))
+	t.Logf("paused run ended %q at +%v; %d runs began elsewhere during the pause",
+		pausedRun.Ending, pausedRun.End.Sub(paused), failover)
 	rep := check(t, c, window(paused, time.Now()))
 	if rep.DoubleClean > 0 || rep.OverlapsClean > 0 {
 		t.Errorf("%d double runs and %d overlaps got every write through; fencing must catch the stale holder",
@@ -101,6 +112,56 @@ func pausedRunSpec(t *testing.T, b *Backend, host bool, spec Spec) {
 		}
 		noDoubles(t, rep)
 	}
+}
+
+// TestPausedHolderPastLeaseLetsTicksResume stops the holder's host
+// (scheduler and job) past its lease, resumes it, and wants the schedule
+// to run again within a few seconds of the resume, on some node.
+//
+// It fails on Postgres (bug, reported): when the lease deadline passes,
+// scheduler/tick.go's handleTick skips the release of a lock_lost run
+// ("a lost lock is not ours to release"), but a lease-deadline lock_lost
+// does not mean the backend freed the lock: the paused host's Postgres
+// session is alive and still holds the advisory lock, and locking/pg keeps
+// the lease, so every node (the holder through its re-entrancy guard)
+// answers contended for every later tick until that process exits. On
+// Redis the key's TTL frees it, so the test passes there. Releasing (token
+// checked) after every run, lock_lost included, would fix it.
+func TestPausedHolderPastLeaseLetsTicksResume(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *Backend) {
+		c := startCluster(t, b, pausedSpec)
+		holder, run := c.Holder(30 * time.Second)
+		groups := holder.Pause(true)
+		pauseEnd := time.NewTimer(pausedFor) // the fault's length, by design
+		<-pauseEnd.C
+		holder.Resume(groups)
+		resumed := time.Now()
+		c.WaitRuns("the paused run's end", 30*time.Second, func(runs []ledger.Run) bool {
+			for _, r := range runs {
+				if r.PID == run.PID {
+					return r.Ending != ""
+				}
+			}
+			return false
+		})
+		// Runs last 3s: the next begins within one after the paused run's
+		// lock is free, and that is at the resume at the latest.
+		const within = 3*time.Second + resumeWithin
+		deadline := time.Now().Add(within + 5*time.Second)
+		for time.Now().Before(deadline) {
+			for _, r := range c.globalRuns() {
+				if r.Start.After(resumed) && r.PID != run.PID {
+					if d := r.Start.Sub(resumed); d > within {
+						t.Errorf("the schedule ran again %v after the paused holder resumed; want within %v", d, within)
+					}
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("no run of the schedule began within %v of the paused holder's resume: its lock, lost to the lease deadline, was never released (%s still holds it)",
+			within+5*time.Second, holder.ID)
+	})
 }
 
 // TestBackendOutage stops the backend for several ticks: every node skips

@@ -109,6 +109,7 @@ func longRun(t *testing.T, b *Backend, dur time.Duration, faults []string, rng *
 	if lr := ledger.CheckLocal(recs, localID); lr.Doubles > 0 {
 		t.Errorf("node_local: %d (node, tick) pairs ran twice", lr.Doubles)
 	}
+	fencesRise(t, c.globalRuns())
 }
 
 // injectFault runs one fault to its end (the node or backend is back) and
@@ -155,6 +156,16 @@ func injectFault(t *testing.T, c *Cluster, fault string, rng *rand.Rand) episode
 		groups := n.Pause(fault == faultPauseHost)
 		hold(rng)
 		n.Resume(groups)
+		if c.Backend.Kind == "pg" {
+			// Works around the bug TestPausedHolderPastLeaseLetsTicksResume
+			// shows: a holder resumed past its lease cancels its run but
+			// never releases the lock its live Postgres session still holds,
+			// so the schedule would stall until that node's next restart,
+			// and every later episode would count the stall. Restarting the
+			// paused node ends its session.
+			n.Stop()
+			n.Start()
+		}
 	case faultStall:
 		n.Proxy.Blackhole()
 		hold(rng)

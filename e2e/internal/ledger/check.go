@@ -77,7 +77,8 @@ type Report struct {
 	// DoubleClean those among them where more than one run had every
 	// write accepted (a double run fencing did not catch).
 	DoubleRuns, DoubleClean int
-	Missed                  int // ticks in the window with no run at all
+	Missed                  int         // ticks in the window with no run at all
+	MissedTicks             []time.Time // those ticks, in order
 	// Overlaps counts pairs of runs whose start..end intervals overlap;
 	// OverlapsClean those where both runs had every write accepted.
 	Overlaps, OverlapsClean int
@@ -132,6 +133,7 @@ func check(recs []Record, id string, w Window, in func(Run) bool) Report {
 	for _, t := range w.Ticks() {
 		if len(byTick[t.UnixNano()]) == 0 {
 			rep.Missed++
+			rep.MissedTicks = append(rep.MissedTicks, t)
 		}
 	}
 	ticks := make([]int64, 0, len(byTick))

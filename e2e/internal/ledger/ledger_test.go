@@ -74,6 +74,10 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Doubles lists %d lines, want 2 (the double run, the overlap): %q", len(rep.Doubles), rep.Doubles)
 	}
 	rep.Doubles = nil
+	if len(rep.MissedTicks) != 1 || !rep.MissedTicks[0].Equal(t0.Add(2*sec)) {
+		t.Errorf("MissedTicks = %v, want [tick 2]", rep.MissedTicks)
+	}
+	rep.MissedTicks = nil
 	if !reflect.DeepEqual(rep, want) {
 		t.Errorf("Check =\n %+v\nwant\n %+v", rep, want)
 	}
