@@ -103,6 +103,7 @@ var cases = []testCase{
 	{"TakeRequest/TriggerRemovedWithLock", caseTakeTrigger},
 	{"TakeRequest/Race32", caseTakeRace},
 	{"TakeRequest/RaceTwoQueued", caseTakeRaceTwo},
+	{"TakeRequest/RaceDrainEachOnce", caseTakeDrain},
 	{"TakeRequest/HeldLockContended", caseTakeContended},
 	{"TakeRequest/EmptyQueueTakesNoLock", caseTakeEmpty},
 	{"TakeRequest/HandleIsALock", caseTakeHandle},

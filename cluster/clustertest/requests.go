@@ -297,3 +297,67 @@ func caseTakeMark(s *suite) {
 	}
 	s.check(l.Release(s.ctx, ans.Handle), "Release")
 }
+
+// 32 nodes drain a queue of 8 triggers, each releasing its lock as soon as
+// it took one and trying again: every trigger runs exactly once. A store
+// that takes the lock and the request in two steps runs some twice.
+func caseTakeDrain(s *suite) {
+	const n, triggers = 32, 8
+	stores := make([]cluster.Store, n)
+	for i := range stores {
+		stores[i] = s.store()
+	}
+	var reqs []cluster.Request
+	for i := range triggers {
+		reqs = append(reqs, request("job", fmt.Sprint("t", i), i, false))
+	}
+	s.check(stores[0].Enqueue(s.ctx, reqs), "Enqueue")
+	lockers := make([]locking.Locker, n)
+	for i, st := range stores {
+		lockers[i] = s.locker(st)
+	}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	errs := make(chan error, n)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			for {
+				tk, err := stores[i].TakeRequest(s.ctx, "job", fmt.Sprint("node-", i), longTTL)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if tk.Request == nil {
+					return // drained
+				}
+				if tk.Handle == nil {
+					continue // contended: someone runs a trigger now
+				}
+				mu.Lock()
+				ran[tk.Request.ID]++
+				mu.Unlock()
+				if err := lockers[i].Release(s.ctx, tk.Handle); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	start.Done()
+	done.Wait()
+	close(errs)
+	for err := range errs {
+		s.t.Fatalf("draining: %v", err)
+	}
+	for _, r := range reqs {
+		if ran[r.ID] != 1 {
+			s.t.Fatalf("trigger %s ran %d times, want once (all: %v)", r.ID, ran[r.ID], ran)
+		}
+	}
+	s.wantQueue(stores[0], "job", nil, "after the drain")
+}
