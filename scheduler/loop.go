@@ -293,6 +293,10 @@ func (s *Scheduler) shutdown() {
 			slog.Duration("grace", s.opts.ShutdownGrace))
 		s.cancelJobs(errShutdown)
 		<-done
+	case <-s.endGrace:
+		s.log.Warn("shutdown grace ended early: cancelling running jobs")
+		s.cancelJobs(errShutdown)
+		<-done
 	}
 	grace.Stop()
 	s.cancelJobs(errShutdown)
@@ -307,6 +311,13 @@ func (s *Scheduler) shutdown() {
 	}
 	s.mu.Unlock()
 }
+
+// EndGrace ends the shutdown grace at once (an operator's second ^C):
+// running jobs are cancelled as if it had run out (result cancelled), and
+// Run returns once they have ended and released their locks. Called before
+// the shutdown, it takes effect when the shutdown begins. Safe to call
+// more than once, from any goroutine.
+func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) }) }
 
 // release gives h back with a fresh context: the one that got here may be
 // cancelled already (shutdown), and a lock must still be released then.

@@ -663,3 +663,29 @@ func TestCatchupAtStartAsksForAnOnTimeTick(t *testing.T) {
 		t.Fatalf("runs %v, want tick 00:00:01 asked for and run at start", got)
 	}
 }
+
+// EndGrace (a second ^C) cancels running jobs at once, as cancelled.
+func TestEndGraceCancelsRunningJobsAtOnce(t *testing.T) {
+	job := newBlockingJob()
+	s := sched("g", everyMinute, hints.RequireGlobal, job)
+	s.ExpectedRuntime = time.Hour
+	h := newHarness(t, scheduler.Options{ShutdownGrace: time.Hour}, s).start()
+	h.clock.Advance(time.Minute)
+	job.waitStarted(t)
+	h.cancel()
+	h.logs.waitFor(t, slog.LevelInfo, "shutting down")
+	h.s.EndGrace()
+	if cause := job.waitEnded(t); cause == nil {
+		t.Fatal("job not cancelled by EndGrace")
+	}
+	if err := <-h.done; err != nil {
+		t.Fatal(err)
+	}
+	h.cancel = nil
+	if r := h.rec.waitRuns(t, 1); r[0].result != scheduler.ResultCancelled {
+		t.Errorf("result %q, want cancelled", r[0].result)
+	}
+	if who := h.heldBy("g"); who != "" {
+		t.Errorf("lock held by %q after the stop", who)
+	}
+}

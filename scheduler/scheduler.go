@@ -164,6 +164,9 @@ type Scheduler struct {
 	}
 	nextParent atomic.Uint32
 	cancelJobs context.CancelCauseFunc
+	// endGrace is closed by EndGrace: the shutdown cancels jobs at once.
+	endGrace     chan struct{}
+	endGraceOnce sync.Once
 }
 
 // compiled is a validated Schedule with what the scheduler derives from it
@@ -231,6 +234,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		wake:   make(chan struct{}, 1),
 	}
 	s.backend.poke = make(chan struct{}, 1)
+	s.endGrace = make(chan struct{})
 	s.work = newPool(s.runTask)
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)

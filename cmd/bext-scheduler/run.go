@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,10 +133,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		Observer:      m,
 		Logger:        logger,
 	}
-	// Cancelled by a second SIGINT/SIGTERM: ends the shutdown grace.
-	now, endGrace := context.WithCancelCause(context.WithoutCancel(parent))
-	defer endGrace(nil)
-	sched, err := scheduler.New(schedOpts, stoppable(service.Schedules(cfg, logger), now))
+	sched, err := scheduler.New(schedOpts, service.Schedules(cfg, logger))
 	if err != nil {
 		closeLocker(closer, logger)
 		return withCode(exitUsage, fmt.Errorf("invalid config: %w", err))
@@ -177,7 +173,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		select {
 		case s := <-term:
 			logger.Warn("second signal: ending the shutdown grace now, cancelling running jobs", "signal", s.String())
-			endGrace(errShutdownNow)
+			sched.EndGrace()
 		case <-ran:
 		}
 	}()
@@ -190,7 +186,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, m, now, logger)
+				reload(path, cfg, o, sched, m, logger)
 			}
 		}
 	}()
@@ -240,7 +236,7 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, now context.Context, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -256,35 +252,9 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 	for _, s := range next.Scheduled {
 		m.AddSchedule(s.ID)
 	}
-	if err := sched.Reload(stoppable(service.Schedules(next, logger), now)); err != nil {
+	if err := sched.Reload(service.Schedules(next, logger)); err != nil {
 		logger.Error("SIGHUP: new schedules rejected; keeping the running ones", "err", err)
 		return
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
-}
-
-// errShutdownNow is the cause a job's context carries when a second signal
-// ended the shutdown grace.
-var errShutdownNow = errors.New("shutdown: a second signal ended the grace")
-
-// stoppable makes every schedule's job end when now is cancelled: the
-// scheduler gives its jobs a context that outlives the signal by the
-// shutdown grace, and the second signal must reach them sooner.
-func stoppable(ss []scheduler.Schedule, now context.Context) []scheduler.Schedule {
-	for i := range ss {
-		ss[i].Job = stopJob{ss[i].Job, now}
-	}
-	return ss
-}
-
-type stopJob struct {
-	job scheduler.Job
-	now context.Context
-}
-
-func (j stopJob) Run(ctx context.Context, t scheduler.Tick) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	defer context.AfterFunc(j.now, func() { cancel(context.Cause(j.now)) })()
-	return j.job.Run(ctx, t)
 }
