@@ -36,7 +36,9 @@ var ErrInvalid = errors.New("jobs: invalid job")
 // The child's environment is this process's environment as BaseEnv lets it
 // through, then Env, then the tick's variables (which win): BEXT_SCHEDULE_ID, BEXT_TICK_TIME (RFC 3339,
 // the scheduled time), BEXT_NODE_ID and, when the tick runs under a lock,
-// BEXT_LOCK_KEY and BEXT_FENCING_TOKEN. Inherited BEXT_* tick variables are
+// BEXT_LOCK_KEY and BEXT_FENCING_TOKEN; BEXT_RUN_ID, BEXT_ATTEMPT,
+// BEXT_PREV_TICK_TIME and BEXT_LAST_SUCCESS_TICK_TIME (empty when none).
+// Inherited BEXT_* tick variables are
 // dropped, so a node-local run never sees a stale lock key.
 //
 // When ctx ends (timeout, lost lock, shutdown) the whole process group gets
@@ -84,9 +86,14 @@ const (
 	EnvNodeID       = "BEXT_NODE_ID"
 	EnvLockKey      = "BEXT_LOCK_KEY"
 	EnvFencingToken = "BEXT_FENCING_TOKEN"
+	EnvRunID        = "BEXT_RUN_ID"
+	EnvAttempt      = "BEXT_ATTEMPT"
+	EnvPrevTick     = "BEXT_PREV_TICK_TIME"
+	EnvLastSuccess  = "BEXT_LAST_SUCCESS_TICK_TIME"
 )
 
-var tickVars = []string{EnvScheduleID, EnvTickTime, EnvNodeID, EnvLockKey, EnvFencingToken}
+var tickVars = []string{EnvScheduleID, EnvTickTime, EnvNodeID, EnvLockKey, EnvFencingToken,
+	EnvRunID, EnvAttempt, EnvPrevTick, EnvLastSuccess}
 
 // ExitError reports a command that did not exit with code 0, or that was
 // stopped because its run's context ended.
@@ -270,6 +277,15 @@ func (p EnvPolicy) passes(name string) bool {
 	return !slices.Contains(p.Mask, name)
 }
 
+// rfc3339 formats t, or "" for the zero time (a variable set but empty:
+// "none", as the contract says).
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339)
+}
+
 func (c *Command) environ(t scheduler.Tick) ([]string, error) {
 	base := os.Environ()
 	env := make([]string, 0, len(base)+len(c.Env)+len(tickVars))
@@ -294,7 +310,11 @@ func (c *Command) environ(t scheduler.Tick) ([]string, error) {
 	env = append(env,
 		EnvScheduleID+"="+t.ScheduleID,
 		EnvTickTime+"="+t.Time.Format(time.RFC3339),
-		EnvNodeID+"="+t.NodeID)
+		EnvNodeID+"="+t.NodeID,
+		EnvRunID+"="+t.RunID,
+		EnvAttempt+"="+strconv.Itoa(max(t.Attempt, 1)),
+		EnvPrevTick+"="+rfc3339(t.PrevTime),
+		EnvLastSuccess+"="+rfc3339(t.LastSuccessTime))
 	if t.Locked() {
 		env = append(env,
 			EnvLockKey+"="+t.LockKey,

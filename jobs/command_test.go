@@ -329,3 +329,26 @@ func TestCommandEscapedProcessDoesNotBlock(t *testing.T) {
 		t.Fatal("Run is blocked on a pipe held by a process outside its group")
 	}
 }
+
+// The run identity of the contract reaches the command, and its output's
+// tail reaches Tick.Output for the run's history.
+func TestCommandRunIdentityAndOutputTail(t *testing.T) {
+	t.Setenv(EnvRunID, "inherited-stale")
+	rec := newRecorder()
+	var tail strings.Builder
+	tk := locked
+	tk.RunID, tk.Attempt = "0123abcd", 2
+	tk.PrevTime = tk.Time.Add(-24 * time.Hour)
+	tk.Output = &tail
+	c := sh(rec, `echo "run=$BEXT_RUN_ID attempt=$BEXT_ATTEMPT prev=$BEXT_PREV_TICK_TIME last=[$BEXT_LAST_SUCCESS_TICK_TIME]"; echo err >&2`)
+	if err := c.Run(context.Background(), tk); err != nil {
+		t.Fatal(err)
+	}
+	want := "run=0123abcd attempt=2 prev=2026-11-29T03:00:00+01:00 last=[]"
+	if got := rec.lines("stdout"); len(got) != 1 || got[0] != want {
+		t.Errorf("child saw %q, want %q", got, want)
+	}
+	if got := tail.String(); !strings.Contains(got, want+"\n") || !strings.Contains(got, "err\n") {
+		t.Errorf("output tail %q lacks the run's lines", got)
+	}
+}

@@ -124,6 +124,11 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 	req.Header.Set(HeaderScheduleID, t.ScheduleID)
 	req.Header.Set(HeaderTickTime, t.Time.Format(time.RFC3339))
 	req.Header.Set(HeaderNodeID, t.NodeID)
+	if t.RunID != "" {
+		// The same across retries of one run: a receiver that saw the key
+		// already can answer without doing the work twice.
+		req.Header.Set("Idempotency-Key", t.RunID)
+	}
 	if t.Locked() {
 		req.Header.Set(HeaderFencingToken, strconv.FormatInt(t.FencingToken, 10))
 	}

@@ -93,6 +93,11 @@ func (o *output) emit(stream string, line []byte, truncated bool) {
 		return
 	}
 	o.left -= cost
+	if w := o.tick.Output; w != nil {
+		// The run's history keeps the tail of what was logged (under o.mu:
+		// both streams' lines stay whole).
+		_, _ = w.Write(append(line[:len(line):len(line)], '\n'))
+	}
 	o.mu.Unlock()
 	attrs := []any{"schedule", o.tick.ScheduleID, "tick", o.tick.Time, "stream", stream, "line", string(line)}
 	if truncated {
