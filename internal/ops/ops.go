@@ -128,8 +128,8 @@ type Node struct {
 
 // Status is `status --json` and GET /api/v1/status.
 type Status struct {
-	Schedules   []Schedule `json:"schedules"`
-	Nodes       []Node     `json:"nodes"`
+	Schedules   []Schedule  `json:"schedules"`
+	Nodes       []Node      `json:"nodes"`
 	ConfigDrift ConfigDrift `json:"config_drift"`
 }
 
