@@ -86,35 +86,14 @@ type Schedule struct {
 	Pause locking.Pause `json:"-"`
 }
 
-// Run is a finished run as history shows it: cluster.Run with its duration
-// in seconds.
-type Run struct {
-	Schedule        string    `json:"schedule"`
-	Tick            time.Time `json:"tick"`
-	Node            string    `json:"node"`
-	Result          string    `json:"result"`
-	StartedAt       time.Time `json:"started_at"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	Fence           int64     `json:"fence"`
-	Manual          bool      `json:"manual"`
-	Attempts        int       `json:"attempts"`
-	Error           string    `json:"error"`
-	RunID           string    `json:"run_id"`
-	OutputTail      string    `json:"output_tail"`
-}
+// Run is a finished run as history shows it; its JSON (cluster.Run's)
+// spells the duration as duration_seconds.
+type Run = cluster.Run
 
-// FromCluster converts a stored run.
+// FromCluster returns a stored run with its times in UTC.
 func FromCluster(r cluster.Run) Run {
-	return Run{
-		Schedule: r.Schedule, Tick: r.Tick.UTC(), Node: r.Node, Result: r.Result,
-		StartedAt: r.StartedAt.UTC(), DurationSeconds: r.Duration.Seconds(), Fence: r.Fence,
-		Manual: r.Manual, Attempts: r.Attempts, Error: r.Error, RunID: r.RunID, OutputTail: r.OutputTail,
-	}
-}
-
-// Duration is the run's duration.
-func (r Run) Duration() time.Duration {
-	return time.Duration(r.DurationSeconds * float64(time.Second))
+	r.Tick, r.StartedAt = r.Tick.UTC(), r.StartedAt.UTC()
+	return r
 }
 
 // Node is a live node: cluster.Node's JSON with times in UTC.
