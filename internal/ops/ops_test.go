@@ -12,32 +12,12 @@ import (
 	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
+	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// backend is a real store for the tests: memory here; stores_test.go adds
-// Redis and Postgres.
-type backend struct {
-	name string
-	open func(t *testing.T) ops.Store
-}
-
-func memoryStore(t *testing.T) ops.Store {
-	l := memory.New()
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	return l
-}
-
-// allBackends is every real backend the tests run against.
-var allBackends = []backend{{"memory", memoryStore}}
-
-func forEachBackend(t *testing.T, f func(t *testing.T, st ops.Store)) {
-	for _, b := range allBackends {
-		t.Run(b.name, func(t *testing.T) { f(t, b.open(t)) })
-	}
-}
+func forEachBackend(t *testing.T, f func(t *testing.T, st ops.Store)) { opstest.ForEach(t, f) }
 
 func mustSpec(t *testing.T, expr string, loc *time.Location) scheduler.Spec {
 	t.Helper()
