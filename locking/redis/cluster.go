@@ -101,22 +101,19 @@ type storedNode struct {
 // trip (a Cluster client sends each slot's transaction to its node). A run
 // recorded again (a resend) is the same member and is stored once.
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
-	if keep < 1 {
-		return fmt.Errorf("%w: keep %d, want at least 1", cluster.ErrInvalid, keep)
+	if err := cluster.CheckKeep(keep); err != nil {
+		return err
 	}
 	for _, r := range runs {
 		if err := cluster.CheckRun(r); err != nil {
 			return err
 		}
 	}
-	if err := l.checkOpen(); err != nil {
+	if err := l.begin(ctx, "record runs", ""); err != nil {
 		return err
 	}
 	if len(runs) == 0 {
 		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("locking/redis: record runs: %w", context.Cause(ctx))
 	}
 	// Members of each schedule, in order of first appearance.
 	var order []string
@@ -156,11 +153,11 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 
 // Runs returns up to limit runs of schedule, newest first.
 func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]cluster.Run, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := cluster.CheckSchedule(schedule); err != nil {
 		return nil, err
 	}
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: limit %d, want at least 1", cluster.ErrInvalid, limit)
+	if err := cluster.CheckLimit(limit); err != nil {
+		return nil, err
 	}
 	if err := l.begin(ctx, "runs", schedule); err != nil {
 		return nil, err
@@ -186,7 +183,7 @@ func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]cluste
 // pipelined round trip per lastRunsBatch schedules, whatever their slots.
 func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]cluster.Run, error) {
 	for _, s := range schedules {
-		if err := checkSchedule(s); err != nil {
+		if err := cluster.CheckSchedule(s); err != nil {
 			return nil, err
 		}
 	}
@@ -241,11 +238,8 @@ func decodeRun(v string) (cluster.Run, error) {
 // its LastSeen. All nodes live in one hash, prefix{}:nodes, read whole by
 // Nodes: a cluster has tens of nodes, not thousands.
 func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration) error {
-	if err := checkNodeID(n.NodeID); err != nil {
+	if err := cluster.CheckNode(n, ttl); err != nil {
 		return err
-	}
-	if ttl < locking.MinTTL {
-		return fmt.Errorf("%w: node %q announced for %v, want at least %v", cluster.ErrInvalid, n.NodeID, ttl, locking.MinTTL)
 	}
 	if err := l.begin(ctx, "announce", n.NodeID); err != nil {
 		return err
@@ -304,7 +298,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 
 // Leave deletes the node's announcement.
 func (l *Locker) Leave(ctx context.Context, nodeID string) error {
-	if err := checkNodeID(nodeID); err != nil {
+	if err := cluster.CheckNodeID(nodeID); err != nil {
 		return err
 	}
 	if err := l.begin(ctx, "leave", nodeID); err != nil {
@@ -326,7 +320,7 @@ func (l *Locker) Leave(ctx context.Context, nodeID string) error {
 // enqueued.
 func (l *Locker) Enqueue(ctx context.Context, reqs []cluster.Request) error {
 	for _, r := range reqs {
-		if err := checkRequest(r); err != nil {
+		if err := cluster.CheckRequest(r); err != nil {
 			return err
 		}
 	}
@@ -395,7 +389,7 @@ func (l *Locker) Queued(ctx context.Context) ([]string, error) {
 
 // Requests returns a schedule's queue, oldest first.
 func (l *Locker) Requests(ctx context.Context, schedule string) ([]cluster.Request, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := cluster.CheckSchedule(schedule); err != nil {
 		return nil, err
 	}
 	if err := l.begin(ctx, "requests", schedule); err != nil {
@@ -423,14 +417,8 @@ func (l *Locker) Requests(ctx context.Context, schedule string) ([]cluster.Reque
 // record, in one step in the schedule's slot. The handle is an ordinary
 // lock of the schedule: Renew and Release as for TryLock.
 func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (cluster.Taken, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := cluster.CheckTake(schedule, node, ttl); err != nil {
 		return cluster.Taken{}, err
-	}
-	if err := checkNodeID(node); err != nil {
-		return cluster.Taken{}, err
-	}
-	if err := locking.CheckTryLock(schedule, ttl); err != nil {
-		return cluster.Taken{}, fmt.Errorf("%w: %w", cluster.ErrInvalid, err)
 	}
 	if err := l.begin(ctx, "take request", schedule); err != nil {
 		return cluster.Taken{}, err
@@ -508,7 +496,7 @@ func takeReply(v any) (code, fence int64, head string, left int64, err error) {
 // Done removes a finished backfill tick from the head of its queue, and
 // the schedule from the index once its queue is empty.
 func (l *Locker) Done(ctx context.Context, req cluster.Request) error {
-	if err := checkRequest(req); err != nil {
+	if err := cluster.CheckRequest(req); err != nil {
 		return err
 	}
 	if err := l.begin(ctx, "done", req.Schedule); err != nil {
@@ -554,7 +542,7 @@ func (l *Locker) unindex(ctx context.Context, schedule string) error {
 
 // Accepted reports the node that took request id, "" while nobody has.
 func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := cluster.CheckSchedule(schedule); err != nil {
 		return "", err
 	}
 	if id == "" {
@@ -577,7 +565,7 @@ func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, err
 
 // Held reports whether the schedule's own lock exists now.
 func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := cluster.CheckSchedule(schedule); err != nil {
 		return false, err
 	}
 	if err := l.begin(ctx, "held", schedule); err != nil {
@@ -618,31 +606,4 @@ func decodeRequest(v string) (cluster.Request, error) {
 		return cluster.Request{}, fmt.Errorf("%w: a stored request: %w", errReply, err)
 	}
 	return r, nil
-}
-
-func checkSchedule(id string) error {
-	if err := locking.CheckKey(id); err != nil {
-		return fmt.Errorf("%w: schedule id %q: %w", cluster.ErrInvalid, id, err)
-	}
-	return nil
-}
-
-func checkNodeID(id string) error {
-	if err := locking.CheckKey(id); err != nil {
-		return fmt.Errorf("%w: node id %q: %w", cluster.ErrInvalid, id, err)
-	}
-	return nil
-}
-
-func checkRequest(r cluster.Request) error {
-	if err := checkSchedule(r.Schedule); err != nil {
-		return err
-	}
-	switch {
-	case r.ID == "":
-		return fmt.Errorf("%w: request for %q has no id", cluster.ErrInvalid, r.Schedule)
-	case r.Tick.IsZero():
-		return fmt.Errorf("%w: request %q for %q has no tick", cluster.ErrInvalid, r.ID, r.Schedule)
-	}
-	return nil
 }
