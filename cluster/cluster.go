@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -157,27 +159,39 @@ func CheckRun(r Run) error {
 	return nil
 }
 
-// Bound cuts a run's free-text fields to their limits: the error to one
-// line of MaxErrorLen bytes, the output to its last MaxOutputTail bytes.
-// Backends call it before storing.
+// Bound cuts a run's free-text fields to their limits: the error to its
+// first line, at most MaxErrorLen bytes; the output to its last
+// MaxOutputTail bytes at most. Both come out as valid UTF-8 without NUL
+// bytes (invalid bytes and NUL become U+FFFD, a cut never splits a
+// character): Postgres text refuses anything else, and JSON would mangle it
+// anyway. Backends call it before storing.
 func Bound(r Run) Run {
-	if i := indexNewline(r.Error); i >= 0 {
+	if i := strings.IndexAny(r.Error, "\r\n"); i >= 0 {
 		r.Error = r.Error[:i]
 	}
+	r.Error = cleanText(r.Error)
 	if len(r.Error) > MaxErrorLen {
-		r.Error = r.Error[:MaxErrorLen]
+		cut := MaxErrorLen
+		for cut > 0 && !utf8.RuneStart(r.Error[cut]) {
+			cut--
+		}
+		r.Error = r.Error[:cut]
 	}
+	r.OutputTail = cleanText(r.OutputTail)
 	if n := len(r.OutputTail); n > MaxOutputTail {
-		r.OutputTail = r.OutputTail[n-MaxOutputTail:]
+		cut := n - MaxOutputTail
+		for cut < n && !utf8.RuneStart(r.OutputTail[cut]) {
+			cut++
+		}
+		r.OutputTail = r.OutputTail[cut:]
 	}
 	return r
 }
 
-func indexNewline(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			return i
-		}
+// cleanText makes s valid UTF-8 without NUL bytes.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
 	}
-	return -1
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

@@ -45,6 +45,8 @@ type table struct {
 	epoch  time.Time
 	seed   maphash.Seed
 	shards [numShards]shard
+	// nodes are the live announcements (cluster.Store), few and table-wide.
+	nodes nodeTable
 }
 
 // shard is one mutex-guarded part of the table.
@@ -56,6 +58,10 @@ type shard struct {
 	// outlives every lock, and there is one per schedule, not per run.
 	marks  map[string]time.Time
 	pauses map[string]locking.Pause
+	// The cluster state of the schedules of this shard (cluster.Store):
+	// kept under the mutex of the schedule's lock, so TakeRequest takes a
+	// request and the lock in one step, as try-lock-tick does with marks.
+	clusterState
 	// fence is the last fencing token issued in this shard. A key always
 	// hashes to the same shard, so its tokens strictly increase.
 	fence int64
@@ -101,10 +107,12 @@ func newTable(now func() time.Time) *table {
 		elapsed = func() time.Duration { return now().Sub(epoch) }
 	}
 	t := &table{elapsed: elapsed, clock: now, epoch: epoch, seed: maphash.MakeSeed()}
+	t.nodes.m = make(map[string]liveNode)
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]entry)
 		t.shards[i].marks = make(map[string]time.Time)
 		t.shards[i].pauses = make(map[string]locking.Pause)
+		t.shards[i].clusterState = newClusterState()
 		t.shards[i].sweepAt = minSweepLen
 		t.shards[i].used = len(t.shards[i].random) // empty: filled on first use
 	}

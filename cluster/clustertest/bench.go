@@ -1,0 +1,114 @@
+package clustertest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+)
+
+// Benchmark measures what history costs a backend, with stores from b.New:
+//
+//   - RecordRuns/Batch64: one RecordRuns of 64 runs of 64 schedules (what a
+//     busy node flushes after a round of ticks), each with a 1 KiB output
+//     tail, histories at their keep (cluster.DefaultKeep) so every call
+//     trims too;
+//   - Runs/Limit100: reading a full history of 100 runs with 4 KiB output
+//     tails each (`history ID -n 100`, the API's runs endpoint).
+//
+// Both report allocations; RecordRuns also runs/s.
+func Benchmark(b *testing.B, be Backend) {
+	b.Run("RecordRuns/Batch64", func(b *testing.B) {
+		st := benchStore(b, be)
+		ctx := b.Context()
+		const n = 64
+		batch := make([]cluster.Run, n)
+		out := strings.Repeat("x", 1023) + "\n"
+		for i := range batch {
+			batch[i] = benchRun(fmt.Sprintf("bench/record/%02d", i), 0, out)
+		}
+		// Fill every history to its keep first, so the loop measures the
+		// steady state: an append and a trim per schedule.
+		for k := range cluster.DefaultKeep {
+			for i := range batch {
+				batch[i] = benchRun(batch[i].Schedule, k, out)
+			}
+			if err := st.RecordRuns(ctx, batch, cluster.DefaultKeep); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		k := cluster.DefaultKeep
+		for b.Loop() {
+			for i := range batch {
+				batch[i] = benchRun(batch[i].Schedule, k, out)
+			}
+			k++
+			if err := st.RecordRuns(ctx, batch, cluster.DefaultKeep); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "runs/s")
+	})
+	b.Run("Runs/Limit100", func(b *testing.B) {
+		st := benchStore(b, be)
+		ctx := b.Context()
+		const schedule = "bench/read"
+		out := strings.Repeat("y", cluster.MaxOutputTail-1) + "\n"
+		batch := make([]cluster.Run, cluster.DefaultKeep)
+		for k := range batch {
+			batch[k] = benchRun(schedule, k, out)
+		}
+		if err := st.RecordRuns(ctx, batch, cluster.DefaultKeep); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			rs, err := st.Runs(ctx, schedule, 100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(rs) != 100 {
+				b.Fatalf("Runs = %d runs, want 100", len(rs))
+			}
+		}
+	})
+}
+
+// benchRun is the k-th run of schedule, its fields of a realistic size.
+func benchRun(schedule string, k int, out string) cluster.Run {
+	started := base.Add(time.Duration(k) * time.Minute)
+	return cluster.Run{
+		Schedule:   schedule,
+		Tick:       started,
+		Node:       "node-1",
+		Result:     "failure",
+		StartedAt:  started.Add(3 * time.Millisecond),
+		Duration:   1234 * time.Millisecond,
+		Fence:      started.UnixMicro(),
+		Attempts:   1,
+		Error:      "exit status 1: connection refused",
+		RunID:      fmt.Sprintf("%032x", k),
+		OutputTail: out,
+	}
+}
+
+func benchStore(b *testing.B, be Backend) cluster.Store {
+	b.Helper()
+	st := be.New(b)
+	if st == nil {
+		b.Fatal("Backend.New returned a nil Store")
+	}
+	if c, ok := st.(closer); ok {
+		b.Cleanup(func() {
+			ctx, cancel := contextWithTimeout()
+			defer cancel()
+			if err := c.Close(ctx); err != nil {
+				b.Errorf("closing the benchmark's store: %v", err)
+			}
+		})
+	}
+	return st
+}

@@ -1,0 +1,426 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// The memory Locker is also the cluster state (cluster.Store) of the
+// processes sharing its table: the nodes of a test, or the one node of a
+// single-node deployment. Histories, queues and acceptances of a schedule
+// live in the shard of the schedule's lock, under its mutex; live nodes in
+// one small table-wide map. Everything is bounded: a history by keep, a
+// queue by what operators enqueue (backfills by the CLI's 1,000 ticks),
+// acceptances by a day, nodes by their TTL.
+
+var _ cluster.Store = (*Locker)(nil)
+
+// acceptedFor is how long Accepted remembers who took a request.
+const acceptedFor = 24 * time.Hour
+
+// minAcceptedSweep is the size below which a shard's acceptances are not
+// swept.
+const minAcceptedSweep = 64
+
+// clusterState is the cluster.Store part of a shard. Call its methods with
+// the shard's mutex held.
+type clusterState struct {
+	// runs are histories, newest first by StartedAt, at most keep long.
+	runs map[string][]cluster.Run
+	// queues are request queues, oldest first; empty ones are deleted.
+	queues map[string][]cluster.Request
+	// accepted maps a schedule's request id to who took it, and when.
+	accepted        map[acceptKey]acceptance
+	acceptedSweepAt int
+}
+
+type acceptKey struct{ schedule, id string }
+
+type acceptance struct {
+	node string
+	at   time.Duration // on the table's elapsed clock
+}
+
+func newClusterState() clusterState {
+	return clusterState{
+		runs:            make(map[string][]cluster.Run),
+		queues:          make(map[string][]cluster.Request),
+		accepted:        make(map[acceptKey]acceptance),
+		acceptedSweepAt: minAcceptedSweep,
+	}
+}
+
+// nodeTable holds the announcements.
+type nodeTable struct {
+	mu sync.Mutex
+	m  map[string]liveNode
+}
+
+type liveNode struct {
+	node    cluster.Node
+	expires time.Duration // on the table's elapsed clock
+}
+
+// RecordRuns appends runs (cut by cluster.Bound) to their histories and
+// trims each to its newest keep at once. It checks every run before it
+// stores any.
+func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
+	if err := l.usable(ctx, "record runs"); err != nil {
+		return err
+	}
+	if err := cluster.CheckKeep(keep); err != nil {
+		return fmt.Errorf("memory: record runs: %w", err)
+	}
+	for _, r := range runs {
+		if err := cluster.CheckRun(r); err != nil {
+			return fmt.Errorf("memory: record runs: %w", err)
+		}
+	}
+	for _, r := range runs {
+		r = cluster.Bound(r)
+		s := l.tab.shardFor(r.Schedule)
+		s.mu.Lock()
+		s.runs[r.Schedule] = insertRun(s.runs[r.Schedule], r, keep)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// insertRun puts r into h (newest first) before every run that started at
+// or before it, and trims h to keep.
+func insertRun(h []cluster.Run, r cluster.Run, keep int) []cluster.Run {
+	i, _ := slices.BinarySearchFunc(h, r.StartedAt, func(x cluster.Run, t time.Time) int {
+		return t.Compare(x.StartedAt) // descending: x after t sorts first
+	})
+	// BinarySearch finds the first run not newer than r; equal ones follow r.
+	h = slices.Insert(h, i, r)
+	if len(h) > keep {
+		clear(h[keep:]) // the trimmed runs' output is garbage now
+		h = h[:keep]
+	}
+	return h
+}
+
+// Runs returns up to limit runs of schedule, newest first.
+func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]cluster.Run, error) {
+	if err := l.checkSchedule(ctx, "runs", schedule); err != nil {
+		return nil, err
+	}
+	if err := cluster.CheckLimit(limit); err != nil {
+		return nil, fmt.Errorf("memory: runs of %q: %w", schedule, err)
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.runs[schedule]
+	return slices.Clone(h[:min(limit, len(h))]), nil
+}
+
+// LastRuns returns the newest run of each schedule that has one.
+func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]cluster.Run, error) {
+	if err := l.usable(ctx, "last runs"); err != nil {
+		return nil, err
+	}
+	for _, id := range schedules {
+		if err := cluster.CheckSchedule(id); err != nil {
+			return nil, fmt.Errorf("memory: last runs: %w", err)
+		}
+	}
+	out := make(map[string]cluster.Run)
+	for _, id := range schedules {
+		s := l.tab.shardFor(id)
+		s.mu.Lock()
+		if h := s.runs[id]; len(h) > 0 {
+			out[id] = h[0]
+		}
+		s.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Announce records n as live for ttl on the table's clock.
+func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration) error {
+	if err := l.usable(ctx, "announce"); err != nil {
+		return err
+	}
+	if err := cluster.CheckNode(n, ttl); err != nil {
+		return fmt.Errorf("memory: announce: %w", err)
+	}
+	wall, now := l.tab.now()
+	n.LastSeen = wall
+	n.Schedules = maps.Clone(n.Schedules) // the caller may reuse its map
+	nt := &l.tab.nodes
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	nt.sweep(now)
+	nt.m[n.NodeID] = liveNode{node: n, expires: expiry(now, ttl)}
+	return nil
+}
+
+// Nodes returns the live nodes, sorted by id.
+func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
+	if err := l.usable(ctx, "nodes"); err != nil {
+		return nil, err
+	}
+	nt := &l.tab.nodes
+	nt.mu.Lock()
+	nt.sweep(l.tab.elapsed())
+	out := make([]cluster.Node, 0, len(nt.m))
+	for _, ln := range nt.m {
+		n := ln.node
+		n.Schedules = maps.Clone(n.Schedules)
+		out = append(out, n)
+	}
+	nt.mu.Unlock()
+	slices.SortFunc(out, func(a, b cluster.Node) int { return cmp.Compare(a.NodeID, b.NodeID) })
+	return out, nil
+}
+
+// sweep drops the announcements that expired. Call with nt.mu held.
+func (nt *nodeTable) sweep(now time.Duration) {
+	for id, ln := range nt.m {
+		if now >= ln.expires {
+			delete(nt.m, id)
+		}
+	}
+}
+
+// Leave removes a node's announcement.
+func (l *Locker) Leave(ctx context.Context, nodeID string) error {
+	if err := l.usable(ctx, "leave"); err != nil {
+		return err
+	}
+	if err := cluster.CheckNodeID(nodeID); err != nil {
+		return fmt.Errorf("memory: leave: %w", err)
+	}
+	nt := &l.tab.nodes
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	delete(nt.m, nodeID)
+	return nil
+}
+
+// Enqueue appends reqs to their queues, all or none: a backfill of a
+// schedule that has one queued refuses the whole call with ErrBusy.
+func (l *Locker) Enqueue(ctx context.Context, reqs []cluster.Request) error {
+	if err := l.usable(ctx, "enqueue"); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		if err := cluster.CheckRequest(r); err != nil {
+			return fmt.Errorf("memory: enqueue: %w", err)
+		}
+		keys = append(keys, r.Schedule)
+	}
+	unlock := l.tab.lockAll(keys)
+	defer unlock()
+	for _, r := range reqs {
+		if r.Backfill && slices.ContainsFunc(l.tab.shardFor(r.Schedule).queues[r.Schedule], isBackfill) {
+			return fmt.Errorf("memory: enqueue %q: %w", r.Schedule, cluster.ErrBusy)
+		}
+	}
+	for _, r := range reqs {
+		s := l.tab.shardFor(r.Schedule)
+		s.queues[r.Schedule] = append(s.queues[r.Schedule], r)
+	}
+	return nil
+}
+
+func isBackfill(r cluster.Request) bool { return r.Backfill }
+
+// lockAll locks the shards of keys, each once, in index order (so two
+// callers cannot deadlock), and returns the unlock.
+func (t *table) lockAll(keys []string) (unlock func()) {
+	var idx []int
+	for _, k := range keys {
+		idx = append(idx, t.shardIndex(k))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		t.shards[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			t.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// Queued returns the schedules with requests queued, sorted.
+func (l *Locker) Queued(ctx context.Context) ([]string, error) {
+	if err := l.usable(ctx, "queued"); err != nil {
+		return nil, err
+	}
+	var out []string
+	for i := range l.tab.shards {
+		s := &l.tab.shards[i]
+		s.mu.Lock()
+		for id := range s.queues {
+			out = append(out, id)
+		}
+		s.mu.Unlock()
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Requests returns schedule's queue, oldest first.
+func (l *Locker) Requests(ctx context.Context, schedule string) ([]cluster.Request, error) {
+	if err := l.checkSchedule(ctx, "requests", schedule); err != nil {
+		return nil, err
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.queues[schedule]), nil
+}
+
+// TakeRequest takes schedule's lock and the head of its queue under the
+// shard mutex that guards both: the same step as TryLock's.
+func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (cluster.Taken, error) {
+	if err := l.usable(ctx, "take request"); err != nil {
+		return cluster.Taken{}, err
+	}
+	if err := cluster.CheckTake(schedule, node, ttl); err != nil {
+		return cluster.Taken{}, fmt.Errorf("memory: take request: %w", err)
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Checked again under the shard lock, as in TryLock: Close cannot miss
+	// a lock taken here.
+	if l.closed.Load() {
+		return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, locking.ErrClosed)
+	}
+	q := s.queues[schedule]
+	if len(q) == 0 {
+		return cluster.Taken{}, nil
+	}
+	head := q[0]
+	wall, now := l.tab.now()
+	if cur, ok := s.m[schedule]; ok && now < cur.expires {
+		return cluster.Taken{Request: &head, Contended: true}, nil
+	}
+	tok, err := s.token()
+	if err != nil {
+		return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, err)
+	}
+	token := hex.EncodeToString(tok[:])
+	fence := s.nextFence(wall)
+	s.m[schedule] = entry{owner: l, expires: expiry(now, ttl), fence: fence, token: token}
+	s.sweepIfGrown(now)
+	if !head.Backfill {
+		s.popHead(schedule)
+	}
+	s.accept(acceptKey{schedule, head.ID}, node, now)
+	return cluster.Taken{Request: &head, Handle: locking.NewHandle(l, schedule, token, fence, ttl, nil)}, nil
+}
+
+// popHead removes the head of a queue, deleting an emptied one. Call with
+// s.mu held.
+func (s *shard) popHead(schedule string) {
+	q := s.queues[schedule]
+	if len(q) <= 1 {
+		delete(s.queues, schedule)
+		return
+	}
+	q[0] = cluster.Request{}
+	s.queues[schedule] = q[1:]
+}
+
+// accept records who took a request, forgetting those older than a day
+// whenever the map has doubled since it last did. Call with s.mu held.
+func (s *shard) accept(k acceptKey, node string, now time.Duration) {
+	s.accepted[k] = acceptance{node: node, at: now}
+	if len(s.accepted) < s.acceptedSweepAt {
+		return
+	}
+	for k, a := range s.accepted {
+		if now-a.at >= acceptedFor {
+			delete(s.accepted, k)
+		}
+	}
+	s.acceptedSweepAt = max(2*len(s.accepted), minAcceptedSweep)
+}
+
+// Done removes a backfill request from the head of its queue; anything
+// else (a trigger, a request no longer at the head) is left alone.
+func (l *Locker) Done(ctx context.Context, req cluster.Request) error {
+	if err := l.usable(ctx, "done"); err != nil {
+		return err
+	}
+	if err := cluster.CheckRequest(req); err != nil {
+		return fmt.Errorf("memory: done: %w", err)
+	}
+	s := l.tab.shardFor(req.Schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[req.Schedule]; len(q) > 0 && q[0].Backfill && q[0].ID == req.ID {
+		s.popHead(req.Schedule)
+	}
+	return nil
+}
+
+// Accepted names the node that took request id of schedule, "" if none
+// did within the last day.
+func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, error) {
+	if err := l.checkSchedule(ctx, "accepted", schedule); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("memory: accepted: %w: empty request id for %q", cluster.ErrInvalid, schedule)
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.accepted[acceptKey{schedule, id}]
+	if !ok || l.tab.elapsed()-a.at >= acceptedFor {
+		return "", nil
+	}
+	return a.node, nil
+}
+
+// Held reports whether schedule's own lock is held by anyone.
+func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
+	if err := l.checkSchedule(ctx, "held", schedule); err != nil {
+		return false, err
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.m[schedule]
+	return ok && l.tab.elapsed() < cur.expires, nil
+}
+
+// usable does what every Store method does first: context, closed Locker.
+func (l *Locker) usable(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
+	}
+	if l.closed.Load() {
+		return fmt.Errorf("memory: %s: %w", op, locking.ErrClosed)
+	}
+	return nil
+}
+
+// checkSchedule is usable plus a valid schedule id.
+func (l *Locker) checkSchedule(ctx context.Context, op, schedule string) error {
+	if err := l.usable(ctx, op); err != nil {
+		return err
+	}
+	if err := cluster.CheckSchedule(schedule); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	bcluster "github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cluster/clustertest"
+	"github.com/bext-dev/bext-scheduler/locking/memory"
+)
+
+// stores hands out, per test, stores (Lockers) sharing one table: nodes of
+// one cluster; NewOtherCluster a table of its own.
+type stores struct {
+	now   func() time.Time
+	mu    sync.Mutex
+	roots map[testing.TB]*memory.Locker
+}
+
+func newStores(now func() time.Time) *stores {
+	return &stores{now: now, roots: map[testing.TB]*memory.Locker{}}
+}
+
+func (c *stores) New(t testing.TB) bcluster.Store {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if root, ok := c.roots[t]; ok {
+		return root.Peer("node-n")
+	}
+	root := memory.New(memory.WithClock(c.now), memory.WithHolder("node-0"))
+	c.roots[t] = root
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.roots, t)
+	})
+	return root
+}
+
+func (c *stores) NewOtherCluster(testing.TB) bcluster.Store {
+	return memory.New(memory.WithClock(c.now))
+}
+
+func TestClusterConformance(t *testing.T) {
+	clock := newFakeClock()
+	c := newStores(clock.Now)
+	clustertest.Run(t, clustertest.Backend{
+		New:             c.New,
+		NewOtherCluster: c.NewOtherCluster,
+		Now:             clock.Now,
+		Advance:         clock.Advance,
+	})
+}
+
+// The suite on the real clock too: the time.Now path, and node expiry by
+// real waiting.
+func TestClusterConformanceRealClock(t *testing.T) {
+	c := newStores(time.Now)
+	clustertest.Run(t, clustertest.Backend{New: c.New, NewOtherCluster: c.NewOtherCluster})
+}
+
+func BenchmarkClusterStore(b *testing.B) {
+	c := newStores(time.Now)
+	clustertest.Benchmark(b, clustertest.Backend{New: c.New, NewOtherCluster: c.NewOtherCluster})
+}
+
+// History memory stays bounded: recording far more than keep runs of many
+// schedules keeps exactly keep each.
+func TestClusterHistoryBounded(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New()
+	t.Cleanup(func() { _ = l.Close(ctx) })
+	const keep, schedules = 3, 50
+	for k := range 10 * keep {
+		batch := make([]bcluster.Run, schedules)
+		for i := range batch {
+			batch[i] = bcluster.Run{Schedule: fmt.Sprint("s", i), RunID: fmt.Sprint(k),
+				StartedAt: time.Unix(int64(k), 0), OutputTail: string(make([]byte, 2*bcluster.MaxOutputTail))}
+		}
+		if err := l.RecordRuns(ctx, batch, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range schedules {
+		rs, err := l.Runs(ctx, fmt.Sprint("s", i), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != keep || rs[0].RunID != fmt.Sprint(10*keep-1) {
+			t.Fatalf("s%d: %d runs, newest %q; want %d, newest %d", i, len(rs), rs[0].RunID, keep, 10*keep-1)
+		}
+		for _, r := range rs {
+			if len(r.OutputTail) > bcluster.MaxOutputTail {
+				t.Fatalf("stored output of %d bytes, want at most %d", len(r.OutputTail), bcluster.MaxOutputTail)
+			}
+		}
+	}
+}
