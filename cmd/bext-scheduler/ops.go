@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/user"
@@ -91,7 +92,10 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	b, err := service.OpenBackend(ctx, cfg, logger)
+	// Quiet at open: the durability warnings are for the nodes' logs
+	// (run prints them at start), not for every status an operator asks.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := service.OpenBackend(ctx, cfg, quiet)
 	if err != nil {
 		return nil, nil, withCode(exitUsage, err)
 	}
