@@ -34,6 +34,7 @@ type Config struct {
 	// files that hold only [[scheduled]] tables.
 	Include   []string   `toml:"include"`
 	HTTP      HTTP       `toml:"http"`
+	History   History    `toml:"history"`
 	Log       Log        `toml:"log"`
 	Locking   Locking    `toml:"locking"`
 	Jobs      Jobs       `toml:"jobs"`
@@ -71,11 +72,40 @@ type Jobs struct {
 	EnvAllow []string `toml:"env_allow"`
 }
 
-// HTTP is the [http] table: the /metrics, /healthz and /readyz listener.
+// HTTP is the [http] table: the listener of /metrics, /healthz, /readyz
+// and the operators' API.
 type HTTP struct {
 	// Listen is host:port; "" or "off" disables the listener.
 	// Default "127.0.0.1:9464".
 	Listen string `toml:"listen"`
+	// Token is the bearer token the API's writes (trigger, pause, resume,
+	// backfill) need; "" refuses every write. Usually "${VAR}". A secret:
+	// String and Redacted mask it.
+	Token string `toml:"token"`
+	// ReadToken, when set, is needed for the API's reads too (the write
+	// token is accepted for them as well). A secret like Token.
+	ReadToken string `toml:"read_token"`
+}
+
+// String shows the settings with the tokens masked, so logging the struct
+// cannot leak them.
+func (h HTTP) String() string {
+	return fmt.Sprintf("{listen=%q token=%s read_token=%s}", h.Listen, maskSet(h.Token), maskSet(h.ReadToken))
+}
+
+// maskSet shows whether a secret is set, never the secret.
+func maskSet(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return redacted
+}
+
+// History is the [history] table: the run history kept in the backend.
+type History struct {
+	// Keep is how many runs per schedule are kept (newest first); default
+	// cluster.DefaultKeep.
+	Keep int `toml:"keep"`
 }
 
 // Enabled reports whether the HTTP listener should run.
@@ -168,6 +198,15 @@ type Schedule struct {
 	// (scheduler.SpreadOffset); default 0. It must be below the shortest
 	// time between two ticks.
 	Spread Duration `toml:"spread"`
+	// Retries is how many times a failed run is retried within its tick,
+	// lock held; RetryBackoff the wait before the first retry, doubling.
+	// Default 0 and 0 (the scheduler's default backoff applies when only
+	// retries is set).
+	Retries      int      `toml:"retries"`
+	RetryBackoff Duration `toml:"retry_backoff"`
+	// PauseAfterFailures pauses the schedule cluster-wide after that many
+	// failed runs in a row; default 0, never.
+	PauseAfterFailures int `toml:"pause_after_failures"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/hints"
 )
 
@@ -24,6 +25,10 @@ const (
 	DefaultExpectedRuntime = time.Minute
 	DefaultOverlap         = OverlapSkip
 	DefaultHTTPTimeout     = 30 * time.Second
+	DefaultHistoryKeep     = cluster.DefaultKeep
+	// MaxHistoryKeep bounds [history] keep: a schedule's history costs up
+	// to keep × 5 KiB in the backend, per schedule.
+	MaxHistoryKeep = 10000
 	// The jitter and timeout defaults are zero: no jitter, no timeout (the
 	// lock's renewal keeps an overrunning job safe). The hint default is
 	// hints.Default (prefer_global); node_id defaults to os.Hostname().
@@ -44,6 +49,7 @@ func defaultConfig() Config {
 	return Config{
 		ShutdownGrace: Duration{DefaultShutdownGrace},
 		HTTP:          HTTP{Listen: DefaultListen},
+		History:       History{Keep: DefaultHistoryKeep},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Locking: Locking{
 			SafetyMargin: Duration{DefaultSafetyMargin},

@@ -128,6 +128,7 @@ type (
 		Timeout         any      `toml:"timeout"`
 		CatchupWindow   any      `toml:"catchup_window"`
 		Spread          any      `toml:"spread"`
+		RetryBackoff    any      `toml:"retry_backoff"`
 		HTTP            *httpDoc `toml:"http"`
 	}
 	httpDoc struct {
@@ -390,6 +391,7 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 		dur(&s.Jitter, d.Jitter, "jitter", false)
 		dur(&s.Timeout, d.Timeout, "timeout", false)
 		dur(&s.Spread, d.Spread, "spread", false)
+		dur(&s.RetryBackoff, d.RetryBackoff, "retry_backoff", false)
 		if d.CatchupWindow != nil { // unset and "0s" differ: keep which
 			cw := Duration{-1}
 			if dur(&cw, d.CatchupWindow, "catchup_window", false); cw.Duration >= 0 {

@@ -16,10 +16,12 @@ const redacted = redact.Mask
 func RedactURL(raw string) string { return redact.URL(raw) }
 
 // Redacted returns a copy of c safe to log: lock backend and HTTP job URLs
-// pass through RedactURL, and every HTTP header value and command
-// environment value (any of which may be a token) is replaced by xxxxx.
+// pass through RedactURL; the API tokens, every HTTP header value and every
+// command environment value (any of which may be a token) become xxxxx.
 func (c *Config) Redacted() *Config {
 	r := *c
+	r.HTTP.Token = hide(c.HTTP.Token)
+	r.HTTP.ReadToken = hide(c.HTTP.ReadToken)
 	r.Locking.Redis.URL = RedactURL(c.Locking.Redis.URL)
 	r.Locking.PG.URL = RedactURL(c.Locking.PG.URL)
 	r.Include = append([]string(nil), c.Include...)
@@ -48,4 +50,11 @@ func hideValues(m map[string]string) map[string]string {
 		out[k] = redacted
 	}
 	return out
+}
+
+func hide(s string) string {
+	if s == "" {
+		return ""
+	}
+	return redacted
 }

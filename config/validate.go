@@ -43,6 +43,11 @@ func (c *Config) validate() []Problem {
 			v.add(at("http.listen"), "http.listen %q: %v (or \"off\" to disable)", c.HTTP.Listen, err)
 		}
 	}
+	v.token(c.HTTP.Token, "http.token", at("http.token"))
+	v.token(c.HTTP.ReadToken, "http.read_token", at("http.read_token"))
+	if k := c.History.Keep; k < 1 || k > MaxHistoryKeep {
+		v.add(at("history.keep"), "history.keep is %d; want 1 to %d (runs kept per schedule)", k, MaxHistoryKeep)
+	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error": // "" is the default, info
 	default:
@@ -221,6 +226,16 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		}
 	}
 
+	if s.Retries < 0 {
+		v.atSchedule(s, "retries", "retries is %d; it must be 0 or more", s.Retries)
+	}
+	if s.RetryBackoff.Duration < 0 {
+		v.atSchedule(s, "retry_backoff", "retry_backoff: negative duration %v", s.RetryBackoff.Duration)
+	}
+	if s.PauseAfterFailures < 0 {
+		v.atSchedule(s, "pause_after_failures", "pause_after_failures is %d; it must be 0 (never) or more", s.PauseAfterFailures)
+	}
+
 	if s.CatchupWindow != nil && s.CatchupWindow.Duration < 0 {
 		v.atSchedule(s, "catchup_window", "catchup_window: negative duration %v (\"0s\" never runs a late tick)", s.CatchupWindow.Duration)
 	}
@@ -347,6 +362,17 @@ func (v *validator) envNames(names []string, key string, at func(string) int) {
 	for i, n := range names {
 		if n == "" || strings.ContainsAny(n, "=\x00") {
 			v.add(at(key+"."+strconv.Itoa(i)), "%s: bad variable name %q", key, n)
+		}
+	}
+}
+
+// token checks an API token: it travels in an Authorization header, so it
+// must be printable and free of spaces. The message never shows it.
+func (v *validator) token(tok, key string, line int) {
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c == 0x7f {
+			v.add(line, "%s: the token holds a space or control character (it is sent as \"Authorization: Bearer <token>\")", key)
+			return
 		}
 	}
 }

@@ -1,6 +1,6 @@
 // Package server owns bext-scheduler's HTTP listener: /metrics for
-// Prometheus, /healthz (the process runs) and /readyz (the lock backend
-// answers). It binds at Start, so a bad or taken address fails the startup
+// Prometheus, /healthz (the process runs), /readyz (the lock backend
+// answers) and, with WithAPI, the operators' API under /api/v1/. It binds at Start, so a bad or taken address fails the startup
 // instead of a goroutine's log line, and Shutdown waits for its goroutine.
 package server
 
@@ -47,8 +47,9 @@ type Server struct {
 // /metrics serves what reg gathers; /readyz is 200 when ready(ctx) returns
 // nil (a nil ready means always ready) and 503 with the error's text
 // otherwise, so that text must come from our own code, never carry secrets.
-// A nil reg serves no metrics; a nil logger means slog.Default().
-func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) error, logger *slog.Logger) *Server {
+// A nil reg serves no metrics; a nil logger means slog.Default(). Options
+// add routes (WithAPI).
+func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) error, logger *slog.Logger, opts ...Option) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -76,7 +77,7 @@ func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) e
 		}
 		writeText(w, http.StatusOK, "ready")
 	})
-	return &Server{
+	s := &Server{
 		addr:   addr,
 		logger: logger,
 		srv: &http.Server{
@@ -88,6 +89,10 @@ func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) e
 			ErrorLog:          errLog,
 		},
 	}
+	for _, o := range opts {
+		o(s, mux)
+	}
+	return s
 }
 
 // Start binds the address and serves in a goroutine that Shutdown stops.

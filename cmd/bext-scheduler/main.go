@@ -96,17 +96,22 @@ Start with:
   bext-scheduler validate --config bext.config.toml   # check the file
   bext-scheduler next --config bext.config.toml       # what runs when, and how it locks
   bext-scheduler run --config bext.config.toml        # the service
+  bext-scheduler status --config bext.config.toml     # the cluster: schedules, runs, nodes, drift
 
 --config defaults to $BEXT_CONFIG, then ./bext.config.toml.
 Exit codes: 0 ok, 1 runtime failure, 2 usage error or invalid config;
-lock run: the command's own code, 75 lock held elsewhere, 69 backend unreachable.`,
+lock run: the command's own code, 75 lock held elsewhere, 69 backend unreachable;
+trigger: 75 when the schedule runs elsewhere (overlap = "skip");
+status, history, trigger, pause, resume, backfill: 69 backend unreachable.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return withCode(exitUsage, fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
 	})
-	root.AddCommand(newRunCmd(), newValidateCmd(), newNextCmd(), newLockCmd(), newLocksCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newValidateCmd(), newNextCmd(), newLockCmd(), newLocksCmd(),
+		newStatusCmd(), newHistoryCmd(), newTriggerCmd(), newPauseCmd(), newResumeCmd(), newBackfillCmd(),
+		newVersionCmd())
 	return root
 }
 

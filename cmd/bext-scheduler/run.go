@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bext-dev/bext-scheduler/config"
+	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/service"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/metrics"
@@ -133,20 +134,31 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		Observer:      m,
 		Logger:        logger,
 	}
-	sched, err := scheduler.New(schedOpts, service.Schedules(cfg, logger))
+	schedules := service.Schedules(cfg, logger)
+	sched, err := scheduler.New(schedOpts, schedules)
 	if err != nil {
 		closeLocker(closer, logger)
 		return withCode(exitUsage, fmt.Errorf("invalid config: %w", err))
 	}
 
+	// The operators' API answers from the backend's cluster state (the
+	// uninstrumented backend: its reads are not lock operations).
+	var store ops.Store
+	if st, ok := backend.Locker.(ops.Store); ok {
+		store = st
+	}
+	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID})
+
 	var srv *server.Server
 	if l := cfg.HTTP.Listen; l != "" && l != "off" {
-		srv = server.New(l, reg, m.Ready, logger)
+		srv = server.New(l, reg, m.Ready, logger, server.WithAPI(server.APIConfig{
+			Ops: opsSvc, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,
+		}))
 		if err := srv.Start(); err != nil {
 			closeLocker(closer, logger)
 			return withCode(exitFailure, err)
 		}
-		logger.Info("serving metrics and health", "addr", srv.Addr())
+		logger.Info("serving metrics and health", "addr", srv.Addr(), "api_writes", cfg.HTTP.Token != "", "api_read_token", cfg.HTTP.ReadToken != "")
 	}
 
 	ctx, stop := context.WithCancel(parent)
@@ -186,7 +198,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, m, logger)
+				reload(path, cfg, o, sched, opsSvc, m, logger)
 			}
 		}
 	}()
@@ -236,7 +248,7 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service, m *metrics.Metrics, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -252,9 +264,14 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 	for _, s := range next.Scheduled {
 		m.AddSchedule(s.ID)
 	}
-	if err := sched.Reload(service.Schedules(next, logger)); err != nil {
+	schedules := service.Schedules(next, logger)
+	if err := sched.Reload(schedules); err != nil {
 		logger.Error("SIGHUP: new schedules rejected; keeping the running ones", "err", err)
 		return
+	}
+	opsSvc.SetSchedules(schedules)
+	if next.HTTP.Token != started.HTTP.Token || next.HTTP.ReadToken != started.HTTP.ReadToken {
+		logger.Warn("SIGHUP: [http] token and read_token changes apply at the next restart")
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
 }

@@ -131,8 +131,11 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			CatchupWindow:   s.Catchup(),
 			// s.Spec already carries the spread offset (config resolves
 			// it); Spread is for display and must not be applied again.
-			Spread: s.Spread.Duration,
-			Job:    Job(s, logger),
+			Spread:             s.Spread.Duration,
+			Retries:            s.Retries,
+			RetryBackoff:       s.RetryBackoff.Duration,
+			PauseAfterFailures: s.PauseAfterFailures,
+			Job:                Job(s, logger),
 		})
 		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok && s.HintValue != hints.NodeLocal {
 			// A job cancelled because its lease ran out has the safety

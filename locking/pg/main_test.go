@@ -41,6 +41,7 @@ func newCluster(t testing.TB) *cluster {
 		if _, err := admin.Exec(ctx, `DELETE FROM bext_lock_fences WHERE namespace = $1`, c.ns); err != nil {
 			t.Logf("cleaning fence rows: %v", err)
 		}
+		cleanClusterRows(ctx, t, admin, c.ns)
 		admin.Close(ctx)
 	})
 	return c

@@ -76,8 +76,9 @@ type Locker struct {
 	abort     context.Context
 	abortFunc context.CancelFunc
 
-	schemaMu sync.Mutex
-	schemaOK atomic.Bool
+	schemaMu  sync.Mutex
+	schemaOK  atomic.Bool
+	clusterOK atomic.Bool // the cluster tables exist (cluster.go)
 
 	pooler poolerCache // the last pooler test's verdict (session.go)
 }

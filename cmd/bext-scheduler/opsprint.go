@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/ops"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// fmtTime is how tables show a time: RFC 3339, UTC, whole seconds.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// fmtDuration rounds a duration for a table: milliseconds under a second,
+// hundredths under a minute, seconds above.
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a free-text cell on one line of at most n characters.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return dash(s)
+}
+
+func printStatus(w io.Writer, st ops.Status) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tHINT\tPAUSED\tNEXT TICK\tLAST TICK\tNODE\tRESULT\tDURATION\tNOTE")
+	for _, s := range st.Schedules {
+		paused := "no"
+		if s.Paused {
+			paused = "yes"
+			if !s.Pause.Until.IsZero() {
+				paused = "until " + fmtTime(s.Pause.Until)
+			}
+		}
+		next := "-"
+		if s.NextTick != nil {
+			next = fmtTime(*s.NextTick)
+		}
+		last, node, result, dur := "-", "-", "-", "-"
+		if r := s.LastRun; r != nil {
+			last, node, result, dur = fmtTime(r.Tick), r.Node, r.Result, fmtDuration(r.Duration)
+			if r.Manual {
+				result += " (manual)"
+			}
+		}
+		note := "-"
+		if s.Paused {
+			note = oneLine(s.Pause.Note, 40)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Hint, paused, next, last, node, result, dur, note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(st.Nodes) == 0 {
+		fmt.Fprintln(w, "no live nodes")
+	} else {
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tCONFIG")
+		for _, n := range st.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.NodeID, dash(n.Version), fmtTime(n.StartedAt), fmtTime(n.LastSeen), dash(n.ConfigHash))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+	d := st.ConfigDrift
+	if !d.Drifted {
+		fmt.Fprintln(w, "config drift: none")
+		return nil
+	}
+	fmt.Fprintln(w, "CONFIG DRIFT: the live nodes run different schedules")
+	if len(d.Schedules) == 0 {
+		fmt.Fprintln(w, "  (their config hashes differ; no schedule hash tells which)")
+	}
+	for _, s := range d.Schedules {
+		sides := make([]string, 0, len(s.Sides))
+		for _, side := range s.Sides {
+			what := "absent"
+			if side.Hash != "" {
+				what = side.Hash
+			}
+			sides = append(sides, fmt.Sprintf("%s on %s", what, strings.Join(side.Nodes, ", ")))
+		}
+		fmt.Fprintf(w, "  %s: %s\n", s.ID, strings.Join(sides, "; "))
+	}
+	return nil
+}
+
+func printRuns(w io.Writer, runs []ops.Run) error {
+	if len(runs) == 0 {
+		_, err := fmt.Fprintln(w, "no runs recorded")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TICK\tNODE\tRESULT\tSTARTED\tDURATION\tATTEMPTS\tFENCE\tMANUAL\tRUN ID\tERROR")
+	for _, r := range runs {
+		manual := "-"
+		if r.Manual {
+			manual = "yes"
+		}
+		fence := "-"
+		if r.Fence != 0 {
+			fence = strconv.FormatInt(r.Fence, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(r.Tick), r.Node, r.Result,
+			fmtTime(r.StartedAt), fmtDuration(r.Duration), r.Attempts, fence, manual, dash(r.RunID), oneLine(r.Error, 80))
+	}
+	return tw.Flush()
+}

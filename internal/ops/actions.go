@@ -1,0 +1,196 @@
+package ops
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Trigger asks the cluster to run schedule id once now. It refuses at once
+// (ErrRunning) when the schedule's lock is held and its overlap is skip;
+// else it queues a request, which the first node to take the schedule's
+// lock removes in that same step, and waits up to wait for a node to
+// accept it. An answer with Accepted false means nobody took it within
+// wait: the request stays queued and runs when a node does.
+//
+// Held and Enqueue are two steps: a regular tick that takes the lock
+// between them makes the trigger wait for it (the request stays queued),
+// which is what "a trigger is a run" under skip means anyway.
+func (s *Service) Trigger(ctx context.Context, id string, wait time.Duration) (TriggerAnswer, error) {
+	d, err := s.lookup(id)
+	if err != nil {
+		return TriggerAnswer{}, err
+	}
+	if s.store == nil {
+		return TriggerAnswer{}, ErrNoBackend
+	}
+	if d.Overlap == "" || d.Overlap == scheduler.OverlapSkip {
+		held, err := s.store.Held(ctx, id)
+		if err != nil {
+			return TriggerAnswer{}, backendErr("checking the schedule's lock", err)
+		}
+		if held {
+			return TriggerAnswer{}, fmt.Errorf("%w: %q", ErrRunning, id)
+		}
+	}
+	now := s.now()
+	req := cluster.Request{ID: newID(), Schedule: id, Tick: now, By: s.by, At: now}
+	if err := s.store.Enqueue(ctx, []cluster.Request{req}); err != nil {
+		return TriggerAnswer{}, backendErr("queueing the trigger", err)
+	}
+	ans := TriggerAnswer{Schedule: id}
+	node, err := s.awaitAccepted(ctx, id, req.ID, wait)
+	if err != nil {
+		return ans, err
+	}
+	ans.Node, ans.Accepted = node, node != ""
+	return ans, nil
+}
+
+// awaitAccepted polls Accepted until a node took request reqID or wait
+// is over ("" then). The store has no notification to wait on; a poll
+// every 100ms is one cheap read.
+func (s *Service) awaitAccepted(ctx context.Context, id, reqID string, wait time.Duration) (string, error) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(s.poll)
+	defer tick.Stop()
+	for {
+		node, err := s.store.Accepted(ctx, id, reqID)
+		if err != nil {
+			return "", backendErr("asking whether a node accepted the trigger", err)
+		}
+		if node != "" {
+			return node, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", backendErr("waiting for a node to accept the trigger", ctx.Err())
+		case <-deadline.C:
+			return "", nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Pause pauses schedule id on every node from its next tick, with an
+// optional note and end time (which must lie ahead).
+func (s *Service) Pause(ctx context.Context, id string, req PauseRequest) (PauseAnswer, error) {
+	if _, err := s.lookup(id); err != nil {
+		return PauseAnswer{}, err
+	}
+	if s.store == nil {
+		return PauseAnswer{}, ErrNoBackend
+	}
+	p := locking.Pause{Paused: true, Note: req.Note}
+	if req.Until != nil && !req.Until.IsZero() {
+		if !req.Until.After(s.now()) {
+			return PauseAnswer{}, fmt.Errorf("%w: until %s is not in the future", ErrInvalid, req.Until.UTC().Format(time.RFC3339))
+		}
+		p.Until = req.Until.UTC()
+	}
+	if len(p.Note) > maxNote {
+		return PauseAnswer{}, fmt.Errorf("%w: the note is %d bytes; keep it under %d", ErrInvalid, len(p.Note), maxNote)
+	}
+	if err := s.store.SetPause(ctx, id, p); err != nil {
+		return PauseAnswer{}, backendErr("pausing", err)
+	}
+	return pauseAnswer(id, p), nil
+}
+
+// maxNote bounds a pause note: it is shown in tables and pages.
+const maxNote = 1024
+
+// Resume lifts schedule id's pause. The ticks skipped while paused are
+// not replayed: their marks moved on as they were skipped.
+func (s *Service) Resume(ctx context.Context, id string) (PauseAnswer, error) {
+	if _, err := s.lookup(id); err != nil {
+		return PauseAnswer{}, err
+	}
+	if s.store == nil {
+		return PauseAnswer{}, ErrNoBackend
+	}
+	if err := s.store.SetPause(ctx, id, locking.Pause{}); err != nil {
+		return PauseAnswer{}, backendErr("resuming", err)
+	}
+	return pauseAnswer(id, locking.Pause{}), nil
+}
+
+func pauseAnswer(id string, p locking.Pause) PauseAnswer {
+	a := PauseAnswer{Schedule: id, Paused: p.Paused, Note: p.Note}
+	if !p.Until.IsZero() {
+		u := p.Until.UTC()
+		a.Until = &u
+	}
+	return a
+}
+
+// Backfill queues each tick of schedule id from from to to (both
+// included), in order, as backfill requests: nodes run them one at a
+// time, each with its own tick time. More than MaxBackfillTicks ticks, or
+// none, is refused; so is a second backfill while one is queued (ErrBusy).
+func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (BackfillAnswer, error) {
+	d, err := s.lookup(id)
+	if err != nil {
+		return BackfillAnswer{}, err
+	}
+	ticks, err := BackfillTicks(d, from, to)
+	if err != nil {
+		return BackfillAnswer{}, err
+	}
+	if s.store == nil {
+		return BackfillAnswer{}, ErrNoBackend
+	}
+	now := s.now()
+	reqs := make([]cluster.Request, len(ticks))
+	for i, t := range ticks {
+		reqs[i] = cluster.Request{ID: newID(), Schedule: id, Tick: t, Backfill: true, By: s.by, At: now}
+	}
+	if err := s.store.Enqueue(ctx, reqs); err != nil {
+		if errors.Is(err, cluster.ErrBusy) {
+			return BackfillAnswer{}, fmt.Errorf("%w: %q", ErrBusy, id)
+		}
+		return BackfillAnswer{}, backendErr("queueing the backfill", err)
+	}
+	return BackfillAnswer{Schedule: id, Ticks: ticks}, nil
+}
+
+// BackfillTicks lists the ticks of d from from to to, both included, as
+// the scheduler fires them (spread included), in UTC.
+func BackfillTicks(d scheduler.Schedule, from, to time.Time) ([]time.Time, error) {
+	switch {
+	case from.IsZero() || to.IsZero():
+		return nil, fmt.Errorf("%w: backfill needs both --from and --to", ErrInvalid)
+	case to.Before(from):
+		return nil, fmt.Errorf("%w: --to %s is before --from %s", ErrInvalid, to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
+	}
+	spec := effectiveSpec(d)
+	if spec == nil {
+		return nil, fmt.Errorf("%w: schedule %q has no valid cron", ErrInvalid, d.ID)
+	}
+	var ticks []time.Time
+	for t := spec.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = spec.Next(t) {
+		if len(ticks) == MaxBackfillTicks {
+			return nil, fmt.Errorf("%w: the range holds more than %d ticks of %q; backfill a shorter range", ErrInvalid, MaxBackfillTicks, d.ID)
+		}
+		ticks = append(ticks, t.UTC())
+	}
+	if len(ticks) == 0 {
+		return nil, fmt.Errorf("%w: no tick of %q between %s and %s", ErrInvalid, d.ID, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	return ticks, nil
+}
+
+// newID is a random request id (it becomes the run's id).
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,207 @@
+package ops
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/redact"
+	"github.com/bext-dev/bext-scheduler/jobs"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// ConfigDrift says whether the live nodes run different schedules, and
+// which: for each schedule that differs, the nodes on each side.
+type ConfigDrift struct {
+	// Drifted is true when the live nodes announce more than one config
+	// hash.
+	Drifted   bool            `json:"drifted"`
+	Schedules []ScheduleDrift `json:"schedules"` // sorted by id; [] when none
+}
+
+// ScheduleDrift is one schedule defined differently across nodes.
+type ScheduleDrift struct {
+	ID    string      `json:"id"`
+	Sides []DriftSide `json:"sides"` // the most nodes first
+}
+
+// DriftSide is the nodes that share one definition of a schedule.
+type DriftSide struct {
+	// Hash is the definition's hash; "" on the nodes that do not have the
+	// schedule at all.
+	Hash  string   `json:"hash"`
+	Nodes []string `json:"nodes"` // sorted
+}
+
+// Drift compares the live nodes' announcements. Nodes whose config hashes
+// agree never drift; when they differ, every schedule whose hash differs
+// between two nodes (or that some nodes lack) is named, with its sides.
+func Drift(nodes []cluster.Node) ConfigDrift {
+	d := ConfigDrift{Schedules: []ScheduleDrift{}}
+	hashes := map[string]bool{}
+	for _, n := range nodes {
+		hashes[n.ConfigHash] = true
+	}
+	if len(hashes) < 2 {
+		return d
+	}
+	d.Drifted = true
+	ids := map[string]bool{}
+	for _, n := range nodes {
+		for id := range n.Schedules {
+			ids[id] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		byHash := map[string][]string{}
+		for _, n := range nodes {
+			h := n.Schedules[id] // "" when the node lacks it
+			byHash[h] = append(byHash[h], n.NodeID)
+		}
+		if len(byHash) < 2 {
+			continue
+		}
+		sd := ScheduleDrift{ID: id}
+		for h, ns := range byHash {
+			slices.Sort(ns)
+			sd.Sides = append(sd.Sides, DriftSide{Hash: h, Nodes: ns})
+		}
+		sort.Slice(sd.Sides, func(i, j int) bool {
+			a, b := sd.Sides[i], sd.Sides[j]
+			if len(a.Nodes) != len(b.Nodes) {
+				return len(a.Nodes) > len(b.Nodes)
+			}
+			return a.Nodes[0] < b.Nodes[0]
+		})
+		d.Schedules = append(d.Schedules, sd)
+	}
+	return d
+}
+
+// String words the drift for a log line or a table: "" when none.
+func (d ConfigDrift) String() string {
+	if !d.Drifted {
+		return ""
+	}
+	if len(d.Schedules) == 0 {
+		return "the live nodes announce different config hashes"
+	}
+	parts := make([]string, 0, len(d.Schedules))
+	for _, s := range d.Schedules {
+		sides := make([]string, 0, len(s.Sides))
+		for _, side := range s.Sides {
+			what := "absent"
+			if side.Hash != "" {
+				what = side.Hash
+			}
+			sides = append(sides, fmt.Sprintf("%s on %s", what, strings.Join(side.Nodes, ", ")))
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s", s.ID, strings.Join(sides, "; ")))
+	}
+	return strings.Join(parts, " | ")
+}
+
+// The fire times a schedule's hash covers: hashSamples months from the
+// start of the current UTC year, hashTicks ticks after each month's start.
+// A node whose time-zone data differ (a country changed its daylight-saving
+// rules) fires at other instants somewhere in those two years. The anchor
+// moves once a year, so nodes agree except for the seconds around New
+// Year's midnight UTC, until each has announced again.
+const (
+	hashSamples = 24
+	hashTicks   = 2
+)
+
+// hashLen is how many hex digits of SHA-256 a hash keeps: enough to never
+// collide by chance between two definitions, short enough for a table.
+const hashLen = 16
+
+// ScheduleHashes returns, per schedule id, a hash of its effective
+// definition: cron, zone, hint, overlap, timing, retries, the job (its
+// program and arguments, or its method and URL host), and its next fire
+// times as this node computes them. Values that may be secrets (command
+// environment values, HTTP header values and bodies, URL paths and
+// credentials) are left out: the hash is shown to operators and stored in
+// the backend, and a secret rotated on one node before another is not a
+// schedule that differs.
+func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]string {
+	y := now.UTC().Year()
+	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
+	out := make(map[string]string, len(schedules))
+	for _, s := range schedules {
+		h := sha256.New()
+		field := func(name string, v any) { fmt.Fprintf(h, "%s=%v\x00", name, v) }
+		field("id", s.ID)
+		field("cron", s.CronExpr)
+		field("zone", zoneName(s))
+		field("hint", hintName(s.Hint))
+		overlap := s.Overlap
+		if overlap == "" {
+			overlap = scheduler.OverlapSkip
+		}
+		field("overlap", overlap)
+		field("expected_runtime", s.ExpectedRuntime)
+		field("jitter", s.Jitter)
+		field("timeout", s.Timeout)
+		field("catchup", s.CatchupWindow)
+		field("spread", s.Spread)
+		field("retries", s.Retries)
+		field("retry_backoff", s.RetryBackoff)
+		field("pause_after_failures", s.PauseAfterFailures)
+		hashJob(h, s.Job)
+		if spec := effectiveSpec(s); spec != nil {
+			for m := range hashSamples {
+				t := anchor.AddDate(0, m, 0)
+				for range hashTicks {
+					if t = spec.Next(t); t.IsZero() {
+						break
+					}
+					field("tick", t.UnixNano())
+				}
+			}
+		}
+		out[s.ID] = hex.EncodeToString(h.Sum(nil))[:hashLen]
+	}
+	return out
+}
+
+func hashJob(h hash.Hash, j scheduler.Job) {
+	field := func(name string, v any) { fmt.Fprintf(h, "%s=%q\x00", name, v) }
+	switch j := j.(type) {
+	case *jobs.Command:
+		field("job", "command")
+		field("argv", j.Argv)
+		field("dir", j.Dir)
+		field("env", slices.Sorted(maps.Keys(j.Env)))
+		field("env_clean", j.BaseEnv.Clean)
+		field("env_allow", j.BaseEnv.Allow)
+	case *jobs.HTTP:
+		field("job", "http")
+		field("method", j.Method)
+		field("url", redact.URL(j.URL))
+		field("headers", slices.Sorted(maps.Keys(j.Headers)))
+		field("timeout", j.Timeout)
+		field("success_codes", j.SuccessCodes)
+	case nil:
+		field("job", "none")
+	default:
+		field("job", fmt.Sprintf("%T", j)) // a Go function: its type is all it shows
+	}
+}
+
+// ConfigHash is one hash over a node's schedule hashes (ScheduleHashes):
+// equal on two nodes exactly when they run the same schedules the same way.
+func ConfigHash(hashes map[string]string) string {
+	h := sha256.New()
+	for _, id := range slices.Sorted(maps.Keys(hashes)) {
+		fmt.Fprintf(h, "%s=%s\x00", id, hashes[id])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+}

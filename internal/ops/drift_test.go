@@ -1,0 +1,105 @@
+package ops_test
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/ops"
+	"github.com/bext-dev/bext-scheduler/jobs"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+func hashOf(t *testing.T, s scheduler.Schedule, now time.Time) string {
+	t.Helper()
+	return ops.ScheduleHashes([]scheduler.Schedule{s}, now)[s.ID]
+}
+
+func TestScheduleHashes(t *testing.T) {
+	now := utc("2026-03-01T10:00:00Z")
+	base := func() scheduler.Schedule {
+		return scheduler.Schedule{ID: "report", CronExpr: "0 3 * * *", Location: paris(t), Spec: mustSpec(t, "0 3 * * *", paris(t)),
+			Job: &jobs.Command{Argv: []string{"/bin/report"}, Env: map[string]string{"TOKEN": "one"}}}
+	}
+	h := hashOf(t, base(), now)
+	if len(h) != 16 {
+		t.Fatalf("hash %q", h)
+	}
+	// The same definition hashes the same all year, whenever the node
+	// computes it: nodes announcing at different moments agree.
+	for _, at := range []time.Time{utc("2026-01-01T00:00:00Z"), now.Add(time.Second), utc("2026-12-31T23:59:59Z")} {
+		if got := hashOf(t, base(), at); got != h {
+			t.Errorf("hash at %v = %s, at %v = %s", at, got, now, h)
+		}
+	}
+	same := base()
+	same.Job.(*jobs.Command).Env["TOKEN"] = "rotated" // a secret's value is not hashed
+	if hashOf(t, same, now) != h {
+		t.Error("an env value changed the hash: secrets must stay out of it")
+	}
+
+	for name, change := range map[string]func(*scheduler.Schedule){
+		"cron": func(s *scheduler.Schedule) {
+			s.CronExpr, s.Spec = "0 4 * * *", mustSpec(t, "0 4 * * *", paris(t))
+		},
+		"argv":    func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} },
+		"retries": func(s *scheduler.Schedule) { s.Retries = 2 },
+		"overlap": func(s *scheduler.Schedule) { s.Overlap = scheduler.OverlapAllow },
+		"hint":    func(s *scheduler.Schedule) { s.Hint = "node_local" },
+		// Stale time-zone data: the zone has the same name but no daylight
+		// saving (as when a node's tzdata predates a rule change). Its
+		// summer ticks fall an hour off, and only the fire times tell.
+		"tz data": func(s *scheduler.Schedule) {
+			stale := time.FixedZone("Europe/Paris", 3600)
+			s.Location, s.Spec = stale, mustSpec(t, "0 3 * * *", stale)
+		},
+	} {
+		s := base()
+		change(&s)
+		if hashOf(t, s, now) == h {
+			t.Errorf("changing %s left the hash %s", name, h)
+		}
+	}
+}
+
+func TestConfigHash(t *testing.T) {
+	a := map[string]string{"x": "1", "y": "2"}
+	b := maps.Clone(a)
+	if ops.ConfigHash(a) != ops.ConfigHash(b) {
+		t.Error("equal maps hash differently")
+	}
+	b["y"] = "3"
+	if ops.ConfigHash(a) == ops.ConfigHash(b) {
+		t.Error("a changed schedule hash left the config hash")
+	}
+	delete(b, "y")
+	if ops.ConfigHash(a) == ops.ConfigHash(b) || ops.ConfigHash(b) == ops.ConfigHash(map[string]string{}) {
+		t.Error("a removed schedule left the config hash")
+	}
+}
+
+func TestDrift(t *testing.T) {
+	same := map[string]string{"a": "1", "b": "2"}
+	node := func(id string, h map[string]string) cluster.Node {
+		return cluster.Node{NodeID: id, ConfigHash: ops.ConfigHash(h), Schedules: h}
+	}
+	if d := ops.Drift([]cluster.Node{node("n1", same), node("n2", same)}); d.Drifted || len(d.Schedules) != 0 || d.String() != "" {
+		t.Errorf("agreeing nodes: %+v", d)
+	}
+	if d := ops.Drift(nil); d.Drifted || d.Schedules == nil {
+		t.Errorf("no nodes: %+v", d)
+	}
+	d := ops.Drift([]cluster.Node{node("n2", same), node("n1", same), node("n3", map[string]string{"a": "9", "b": "2", "c": "3"})})
+	if !d.Drifted || len(d.Schedules) != 2 || d.Schedules[0].ID != "a" || d.Schedules[1].ID != "c" {
+		t.Fatalf("drift = %+v, want a and c", d)
+	}
+	if got := d.String(); got != "a: 1 on n1, n2; 9 on n3 | c: absent on n1, n2; 3 on n3" {
+		t.Errorf("String = %q", got)
+	}
+	// Hashes differ but no node said which schedule: drift without names.
+	d = ops.Drift([]cluster.Node{{NodeID: "n1", ConfigHash: "x"}, {NodeID: "n2", ConfigHash: "y"}})
+	if !d.Drifted || len(d.Schedules) != 0 {
+		t.Errorf("unnamed drift = %+v", d)
+	}
+}

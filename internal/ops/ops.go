@@ -1,0 +1,385 @@
+// Package ops is the one place that assembles what operators see of the
+// cluster (DESIGN.md "Operating it"): schedules with their pause flag,
+// next tick and last run, live nodes, config drift and run history; and
+// the one place that carries out what they ask: trigger, pause, resume,
+// backfill. The CLI (status, history, trigger, pause, resume, backfill)
+// and the HTTP API (server/) both call it, so their answers cannot
+// disagree; the CLI reaches a memory-backend node through Client, which
+// speaks the API and returns the same types.
+//
+// The JSON of these types is the contract of `--json` and the API: every
+// field is always present (null or zero when empty), times are RFC 3339 in
+// UTC, a duration is duration_seconds, a fence a number.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Store is what ops needs of a lock backend: the cluster state and the
+// pause flags. Every backend of this repository implements both.
+type Store interface {
+	cluster.Store
+	locking.Pauser
+}
+
+// Operator is what the CLI asks of the cluster: Service answers from the
+// backend itself, Client through a node's API.
+type Operator interface {
+	Status(ctx context.Context) (Status, error)
+	Runs(ctx context.Context, id string, limit int) ([]Run, error)
+	Trigger(ctx context.Context, id string, wait time.Duration) (TriggerAnswer, error)
+	Pause(ctx context.Context, id string, req PauseRequest) (PauseAnswer, error)
+	Resume(ctx context.Context, id string) (PauseAnswer, error)
+	Backfill(ctx context.Context, id string, from, to time.Time) (BackfillAnswer, error)
+}
+
+// Errors. The CLI and the API map them to exit codes and statuses.
+var (
+	// ErrUnknownSchedule: no schedule has this id in the config (exit 2, 404).
+	ErrUnknownSchedule = errors.New("ops: unknown schedule")
+	// ErrInvalid: a bad argument (a limit below 1, an empty range, an end
+	// time in the past) (exit 2, 400).
+	ErrInvalid = errors.New("ops: invalid argument")
+	// ErrRunning: the schedule runs elsewhere and its overlap is skip, so
+	// a trigger is refused at once (exit 75, 409).
+	ErrRunning = errors.New("ops: the schedule is running elsewhere (overlap = \"skip\")")
+	// ErrBusy: a backfill is already queued for the schedule (exit 1, 409).
+	ErrBusy = errors.New("ops: a backfill is already queued for this schedule")
+	// ErrNoBackend: the config names no lock backend, so there is no
+	// cluster state to read or write (exit 2, 409).
+	ErrNoBackend = errors.New("ops: no lock backend configured: cluster state lives in the backend ([locking] backend)")
+	// ErrUnavailable: the backend (or the node's API) did not answer
+	// (exit 69, 503).
+	ErrUnavailable = errors.New("ops: backend unavailable")
+	// ErrUnauthorized: the API refused the token (exit 1).
+	ErrUnauthorized = errors.New("ops: the API refused the token")
+)
+
+// MaxBackfillTicks is the most ticks one backfill may hold.
+const MaxBackfillTicks = 1000
+
+// MaxRunsLimit bounds one history query.
+const MaxRunsLimit = 10000
+
+// Schedule is one schedule as operators see it.
+type Schedule struct {
+	ID       string     `json:"id"`
+	Cron     string     `json:"cron"`
+	Timezone string     `json:"timezone"`
+	Hint     string     `json:"hint"`
+	Paused   bool       `json:"paused"`
+	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
+	LastRun  *Run       `json:"last_run"`  // null when none is recorded
+
+	// Pause is the flag behind Paused (note, end time), for tables.
+	Pause locking.Pause `json:"-"`
+}
+
+// Run is a finished run as history shows it; its JSON (cluster.Run's)
+// spells the duration as duration_seconds.
+type Run = cluster.Run
+
+// FromCluster returns a stored run with its times in UTC.
+func FromCluster(r cluster.Run) Run {
+	r.Tick, r.StartedAt = r.Tick.UTC(), r.StartedAt.UTC()
+	return r
+}
+
+// Node is a live node: cluster.Node's JSON with times in UTC.
+type Node struct {
+	NodeID     string    `json:"node_id"`
+	Version    string    `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	LastSeen   time.Time `json:"last_seen"`
+	ConfigHash string    `json:"config_hash"`
+}
+
+// Status is `status --json` and GET /api/v1/status.
+type Status struct {
+	Schedules   []Schedule  `json:"schedules"`
+	Nodes       []Node      `json:"nodes"`
+	ConfigDrift ConfigDrift `json:"config_drift"`
+}
+
+// PauseRequest is the body of POST .../pause: both fields optional.
+type PauseRequest struct {
+	Note  string     `json:"note"`
+	Until *time.Time `json:"until"`
+}
+
+// PauseAnswer is what pause and resume answer: the flag as stored.
+type PauseAnswer struct {
+	Schedule string     `json:"schedule"`
+	Paused   bool       `json:"paused"`
+	Note     string     `json:"note"`
+	Until    *time.Time `json:"until"`
+}
+
+// TriggerAnswer is what trigger answers. Accepted is false when no node
+// took the request within the wait: it stays queued.
+type TriggerAnswer struct {
+	Schedule string `json:"schedule"`
+	Accepted bool   `json:"accepted"`
+	Node     string `json:"node"`
+}
+
+// BackfillAnswer is what backfill answers: the ticks queued, in order.
+type BackfillAnswer struct {
+	Schedule string      `json:"schedule"`
+	Ticks    []time.Time `json:"ticks"`
+}
+
+// Options configures a Service. Zero values mean the defaults named.
+type Options struct {
+	// Clock is the time next ticks and requests are stamped with; default
+	// time.Now.
+	Clock func() time.Time
+	// By names who asks, recorded with each request (CLI: user@host;
+	// API: "api"); default "ops".
+	By string
+	// Poll is how often Trigger asks whether a node accepted; default
+	// 100ms.
+	Poll time.Duration
+}
+
+// Service answers operators from the backend itself. It is safe for
+// concurrent use; SetSchedules swaps the schedules on a config reload.
+type Service struct {
+	store Store // nil: no backend configured
+	now   func() time.Time
+	by    string
+	poll  time.Duration
+
+	mu    sync.RWMutex
+	defs  []scheduler.Schedule
+	index map[string]int
+}
+
+// New returns a Service over store (nil when the config names no backend)
+// for the config's schedules.
+func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
+	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.by == "" {
+		s.by = "ops"
+	}
+	if s.poll <= 0 {
+		s.poll = 100 * time.Millisecond
+	}
+	s.SetSchedules(schedules)
+	return s
+}
+
+// SetSchedules replaces the schedules (after a config reload).
+func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
+	defs := slices.Clone(schedules)
+	index := make(map[string]int, len(defs))
+	for i, d := range defs {
+		index[d.ID] = i
+	}
+	s.mu.Lock()
+	s.defs, s.index = defs, index
+	s.mu.Unlock()
+}
+
+func (s *Service) schedules() []scheduler.Schedule {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.defs
+}
+
+// lookup returns the schedule id names, or ErrUnknownSchedule.
+func (s *Service) lookup(id string) (scheduler.Schedule, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	i, ok := s.index[id]
+	if !ok {
+		return scheduler.Schedule{}, fmt.Errorf("%w %q", ErrUnknownSchedule, id)
+	}
+	return s.defs[i], nil
+}
+
+// Known reports whether id names a schedule of the config.
+func (s *Service) Known(id string) bool {
+	_, err := s.lookup(id)
+	return err == nil
+}
+
+// Status assembles every schedule, the live nodes and the config drift.
+func (s *Service) Status(ctx context.Context) (Status, error) {
+	scheds, err := s.Schedules(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	nodes, drift, err := s.nodes(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	return Status{Schedules: scheds, Nodes: nodes, ConfigDrift: drift}, nil
+}
+
+// Nodes returns the live nodes, sorted by id.
+func (s *Service) Nodes(ctx context.Context) ([]Node, error) {
+	nodes, _, err := s.nodes(ctx)
+	return nodes, err
+}
+
+func (s *Service) nodes(ctx context.Context) ([]Node, ConfigDrift, error) {
+	out := []Node{}
+	if s.store == nil {
+		return out, Drift(nil), nil
+	}
+	ns, err := s.store.Nodes(ctx)
+	if err != nil {
+		return nil, ConfigDrift{}, backendErr("listing nodes", err)
+	}
+	for _, n := range ns {
+		out = append(out, Node{NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UTC(),
+			LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash})
+	}
+	return out, Drift(ns), nil
+}
+
+// pauseFanOut bounds the pause flags read at once for a status.
+const pauseFanOut = 8
+
+// Schedules assembles every schedule of the config, in config order.
+func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
+	defs := s.schedules()
+	now := s.now()
+	out := make([]Schedule, len(defs))
+	ids := make([]string, len(defs))
+	for i, d := range defs {
+		out[i] = Schedule{ID: d.ID, Cron: d.CronExpr, Timezone: zoneName(d), Hint: hintName(d.Hint)}
+		if spec := effectiveSpec(d); spec != nil {
+			if next := spec.Next(now); !next.IsZero() {
+				next = next.UTC()
+				out[i].NextTick = &next
+			}
+		}
+		ids[i] = d.ID
+	}
+	if s.store == nil || len(defs) == 0 {
+		return out, nil
+	}
+	last, err := s.store.LastRuns(ctx, ids)
+	if err != nil {
+		return nil, backendErr("reading the last runs", err)
+	}
+	for i := range out {
+		if r, ok := last[out[i].ID]; ok {
+			run := FromCluster(r)
+			out[i].LastRun = &run
+		}
+	}
+	// One read per schedule: fan out, a few at a time.
+	errs := make([]error, len(out))
+	sem := make(chan struct{}, pauseFanOut)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			p, err := s.store.GetPause(ctx, out[i].ID)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			out[i].Pause, out[i].Paused = p, p.Active(now)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, backendErr("reading pause flags", err)
+	}
+	return out, nil
+}
+
+// Runs returns up to limit runs of schedule id, newest first.
+func (s *Service) Runs(ctx context.Context, id string, limit int) ([]Run, error) {
+	if _, err := s.lookup(id); err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > MaxRunsLimit {
+		return nil, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, limit, MaxRunsLimit)
+	}
+	if s.store == nil {
+		return nil, ErrNoBackend
+	}
+	rs, err := s.store.Runs(ctx, id, limit)
+	if err != nil {
+		return nil, backendErr("reading history", err)
+	}
+	out := make([]Run, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, FromCluster(r))
+	}
+	return out, nil
+}
+
+// zoneName is the zone a schedule fires in, as an IANA name.
+func zoneName(d scheduler.Schedule) string {
+	if loc := scheduler.SpecLocation(d.Spec); loc != nil {
+		return loc.String()
+	}
+	if d.Location != nil {
+		return d.Location.String()
+	}
+	return time.UTC.String()
+}
+
+func hintName(h hints.Hint) string {
+	if h == "" {
+		return string(hints.Default)
+	}
+	return string(h)
+}
+
+// effectiveSpec is the schedule's ticks as the scheduler fires them: its
+// Spec (parsed from CronExpr when nil) with the spread offset, applied
+// once.
+func effectiveSpec(d scheduler.Schedule) scheduler.Spec {
+	spec := d.Spec
+	if spec == nil {
+		var err error
+		if spec, err = scheduler.ParseSpec(d.CronExpr, d.Location); err != nil {
+			return nil
+		}
+	}
+	return scheduler.ApplySpread(spec, d.ID, d.Spread)
+}
+
+// backendErr wraps a store's failure; one that says the backend could not
+// be reached also matches ErrUnavailable.
+func backendErr(what string, err error) error {
+	if Unreachable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("ops: %s: %w", what, err)
+}
+
+// Unreachable reports whether err says the backend did not answer, as
+// opposed to answering with a refusal.
+func Unreachable(err error) bool {
+	return errors.Is(err, locking.ErrUnavailable) || errors.Is(err, ErrUnavailable) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+var (
+	_ Operator = (*Service)(nil)
+	_ Operator = (*Client)(nil)
+)

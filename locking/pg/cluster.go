@@ -1,0 +1,558 @@
+package pg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	store "github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+var _ store.Store = (*Locker)(nil)
+
+// trimThreshold is the row count past which a schedule's history is
+// trimmed back to keep: keep plus a tenth of it (at least 1). The slack
+// makes the trim run once every keep/10 runs of a schedule instead of
+// every run, and keeps a history within 1.1×keep (DESIGN.md budgets
+// keep × 5 KiB a schedule), well inside the contract's 2×keep.
+func trimThreshold(keep int) int64 {
+	return int64(keep) + int64(max(1, keep/10))
+}
+
+// ensureClusterConn creates the cluster tables once per Locker, if missing,
+// under the lock that serialises the creation of bext_lock_fences.
+func (l *Locker) ensureClusterConn(ctx context.Context, conn *pgx.Conn) error {
+	if err := l.ensureSchemaConn(ctx, conn); err != nil {
+		return err
+	}
+	if l.clusterOK.Load() {
+		return nil
+	}
+	l.schemaMu.Lock()
+	defer l.schemaMu.Unlock()
+	if l.clusterOK.Load() {
+		return nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, clusterTablesExistSQL).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, createClusterSQL); err != nil {
+			return err
+		}
+	}
+	l.clusterOK.Store(true)
+	return nil
+}
+
+// withCluster is withSession on a session that has seen every table
+// created.
+func (l *Locker) withCluster(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		if err := l.ensureClusterConn(ctx, conn); err != nil {
+			return err
+		}
+		return fn(ctx, conn)
+	})
+}
+
+// RecordRuns stores runs in one statement (recordRunsSQL): one round trip
+// whatever the batch size, with the trim of any history that grew past
+// keep plus a tenth in that same statement. A run recorded twice (same
+// schedule and run id) is stored once. Times are kept to the nanosecond.
+func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) error {
+	if keep < 1 {
+		return fmt.Errorf("%w: pg: record runs: keep %d is below 1", store.ErrInvalid, keep)
+	}
+	n := len(runs)
+	for _, r := range runs {
+		if err := store.CheckRun(r); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	var (
+		schedules = make([]string, n)
+		ids       = make([]string, n)
+		started   = make([]int64, n)
+		ticks     = make([]int64, n)
+		durations = make([]int64, n)
+		fences    = make([]int64, n)
+		attempts  = make([]int32, n)
+		manual    = make([]bool, n)
+		nodes     = make([]string, n)
+		results   = make([]string, n)
+		errs      = make([]string, n)
+		tails     = make([]string, n)
+	)
+	for i, r := range runs {
+		r = store.Bound(r)
+		schedules[i], ids[i] = r.Schedule, r.RunID
+		started[i], ticks[i] = unixNano(r.StartedAt), unixNano(r.Tick)
+		durations[i], fences[i], attempts[i], manual[i] = int64(r.Duration), r.Fence, int32(r.Attempts), r.Manual
+		nodes[i], results[i], errs[i], tails[i] = r.Node, r.Result, r.Error, r.OutputTail
+	}
+	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var ins, del, trimmed int64
+		return conn.QueryRow(ctx, recordRunsSQL, l.opts.Namespace, int64(keep), trimThreshold(keep),
+			schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails).
+			Scan(&ins, &del, &trimmed)
+	})
+}
+
+// unixNano is t in nanoseconds since the epoch; the zero time stays 0 so
+// it reads back as the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// Runs returns up to limit runs of schedule, newest first; all it keeps
+// when limit is 0 or less.
+func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]store.Run, error) {
+	if err := checkSchedule(schedule); err != nil {
+		return nil, err
+	}
+	lim := int64(limit)
+	if limit <= 0 {
+		lim = 1<<63 - 1
+	}
+	var out []store.Run
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, runsSQL, l.opts.Namespace, schedule, lim)
+		if err != nil {
+			return err
+		}
+		out, err = scanRuns(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LastRuns returns the newest run of each schedule that has one, in one
+// query.
+func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]store.Run, error) {
+	for _, s := range schedules {
+		if err := checkSchedule(s); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]store.Run, len(schedules))
+	if len(schedules) == 0 {
+		return out, nil
+	}
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, lastRunsSQL, l.opts.Namespace, schedules)
+		if err != nil {
+			return err
+		}
+		runs, err := scanRuns(rows)
+		if err != nil {
+			return err
+		}
+		clear(out)
+		for _, r := range runs {
+			out[r.Schedule] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func scanRuns(rows pgx.Rows) ([]store.Run, error) {
+	var (
+		out                         []store.Run
+		r                           store.Run
+		started, tick, dur, attempt int64
+	)
+	_, err := pgx.ForEachRow(rows, []any{&r.Schedule, &r.RunID, &started, &tick, &dur, &r.Fence, &attempt,
+		&r.Manual, &r.Node, &r.Result, &r.Error, &r.OutputTail}, func() error {
+		r.StartedAt, r.Tick, r.Duration, r.Attempts = fromUnixNano(started), fromUnixNano(tick), time.Duration(dur), int(attempt)
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// nodeDoc is what bext_nodes keeps of a Node besides its id and last seen
+// (Node's own JSON leaves Schedules out: it is not part of the API).
+type nodeDoc struct {
+	Version    string            `json:"version"`
+	StartedAt  time.Time         `json:"started_at"`
+	ConfigHash string            `json:"config_hash"`
+	Schedules  map[string]string `json:"schedules"`
+}
+
+// Announce records n as live until ttl from now on the database clock,
+// which also sets its LastSeen, and forgets the namespace's expired nodes.
+func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) error {
+	if err := checkNodeID(n.NodeID); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("%w: pg: announce %q: ttl %v is not positive", store.ErrInvalid, n.NodeID, ttl)
+	}
+	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules})
+	if err != nil {
+		return fmt.Errorf("%w: pg: announce %q: %w", store.ErrInvalid, n.NodeID, err)
+	}
+	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var up, gone int64
+		return conn.QueryRow(ctx, announceSQL, l.opts.Namespace, n.NodeID, ttl.Microseconds(), string(doc)).Scan(&up, &gone)
+	})
+}
+
+// Nodes returns the namespace's live nodes (not expired on the database
+// clock), sorted by NodeID.
+func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
+	var out []store.Node
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		out = out[:0]
+		rows, err := conn.Query(ctx, nodesSQL, l.opts.Namespace)
+		if err != nil {
+			return err
+		}
+		var (
+			id   string
+			seen time.Time
+			doc  []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &seen, &doc}, func() error {
+			var d nodeDoc
+			if err := json.Unmarshal(doc, &d); err != nil {
+				return fmt.Errorf("node %q: %w", id, err)
+			}
+			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
+				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules})
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Leave removes a node's announcement.
+func (l *Locker) Leave(ctx context.Context, nodeID string) error {
+	if err := checkNodeID(nodeID); err != nil {
+		return err
+	}
+	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, leaveSQL, l.opts.Namespace, nodeID)
+		return err
+	})
+}
+
+// Enqueue stores reqs in order, durably, in one transaction and one round
+// trip (a pipelined batch of two statements): the first takes a
+// transaction-level advisory lock per schedule with a backfill among reqs,
+// so two Enqueues of backfills of one schedule cannot both see its queue
+// free of backfills. A request already stored (same id: a resent Enqueue)
+// is stored once.
+func (l *Locker) Enqueue(ctx context.Context, reqs []store.Request) error {
+	n := len(reqs)
+	var (
+		schedules = make([]string, n)
+		ids       = make([]string, n)
+		backfill  = make([]bool, n)
+		docs      = make([]string, n)
+		lockIDs   []int64
+	)
+	for i, r := range reqs {
+		if err := checkSchedule(r.Schedule); err != nil {
+			return err
+		}
+		if r.ID == "" {
+			return fmt.Errorf("%w: pg: enqueue: a request of %q has no id", store.ErrInvalid, r.Schedule)
+		}
+		doc, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("%w: pg: enqueue %q: %w", store.ErrInvalid, r.ID, err)
+		}
+		schedules[i], ids[i], backfill[i], docs[i] = r.Schedule, r.ID, r.Backfill, string(doc)
+		if r.Backfill {
+			lockIDs = append(lockIDs, queueLockID(l.opts.Namespace, r.Schedule))
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(lockIDs)
+	lockIDs = slices.Compact(lockIDs)
+	var busy []string
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var b pgx.Batch
+		b.Queue(enqueueLockSQL, lockIDs)
+		b.Queue(enqueueSQL, l.opts.Namespace, schedules, ids, backfill, docs)
+		res := conn.SendBatch(ctx, &b)
+		var (
+			sc          string
+			locks       int64
+			stored, old int64
+		)
+		err := res.QueryRow().Scan(&sc, &locks)
+		if err == nil {
+			err = res.QueryRow().Scan(&busy, &stored, &old)
+		}
+		return errors.Join(err, res.Close())
+	})
+	if err != nil {
+		return err
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("%w: %q (nothing was queued)", store.ErrBusy, busy)
+	}
+	return nil
+}
+
+// queueLockID is the transaction-level advisory lock id of a schedule's
+// queue, for Enqueue: derived like lockID in a namespace of its own, so it
+// never blocks on the schedule's lock a run holds.
+func queueLockID(namespace, schedule string) int64 {
+	return lockID(namespace+"\x00requests", schedule)
+}
+
+// Queued returns the schedules with requests queued, sorted.
+func (l *Locker) Queued(ctx context.Context) ([]string, error) {
+	var out []string
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, queuedSQL, l.opts.Namespace)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Requests returns a schedule's queue, oldest first.
+func (l *Locker) Requests(ctx context.Context, schedule string) ([]store.Request, error) {
+	if err := checkSchedule(schedule); err != nil {
+		return nil, err
+	}
+	var out []store.Request
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		out = out[:0]
+		rows, err := conn.Query(ctx, requestsSQL, l.opts.Namespace, schedule)
+		if err != nil {
+			return err
+		}
+		var doc []byte
+		_, err = pgx.ForEachRow(rows, []any{&doc}, func() error {
+			var r store.Request
+			if err := json.Unmarshal(doc, &r); err != nil {
+				return fmt.Errorf("a request of %q: %w", schedule, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Done removes a finished backfill tick from its queue, durably. A trigger
+// left the queue when it was taken: a no-op.
+func (l *Locker) Done(ctx context.Context, req store.Request) error {
+	if err := checkSchedule(req.Schedule); err != nil {
+		return err
+	}
+	if req.ID == "" {
+		return fmt.Errorf("%w: pg: done: a request of %q has no id", store.ErrInvalid, req.Schedule)
+	}
+	if !req.Backfill {
+		return nil
+	}
+	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, doneSQL, l.opts.Namespace, req.Schedule, req.ID)
+		return err
+	})
+}
+
+// Accepted reports which node took request id of schedule, "" while none
+// has.
+func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, error) {
+	if err := checkSchedule(schedule); err != nil {
+		return "", err
+	}
+	var node string
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		node = ""
+		err := conn.QueryRow(ctx, acceptedSQL, l.opts.Namespace, schedule, id).Scan(&node)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return node, err
+}
+
+// Held reports whether the schedule's own lock (TryLock's id for the key
+// schedule) is granted to any session of this database now.
+func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
+	if err := checkSchedule(schedule); err != nil {
+		return false, err
+	}
+	hi, lo := splitID(lockID(l.opts.Namespace, schedule))
+	var held bool
+	err := l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, heldSQL, hi, lo).Scan(&held)
+	})
+	return held, err
+}
+
+// TakeRequest takes the schedule's lock and the head of its queue in one
+// statement and one round trip (takeRequestSQL), on a session that then
+// keeps the lock as TryLock's would: the Handle works with Renew and
+// Release, and carries a fence drawn in that same statement from the
+// key's row, so fences of triggered and regular runs of a schedule rise
+// together. A lock this Locker holds answers Contended without asking
+// (asking from its session would succeed by re-entrancy).
+//
+// A taken trigger has left the queue for good: if the reply is lost (the
+// connection breaks after the commit), that trigger runs nowhere, never
+// twice. The statement commits durably.
+func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (store.Taken, error) {
+	if err := locking.CheckTryLock(schedule, ttl); err != nil {
+		return store.Taken{}, fmt.Errorf("%w: %w", store.ErrInvalid, err)
+	}
+	if err := checkNodeID(node); err != nil {
+		return store.Taken{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, err)
+	}
+	tok, err := locking.NewToken()
+	if err != nil {
+		return store.Taken{}, err
+	}
+	id := lockID(l.opts.Namespace, schedule)
+	ok, _, err := l.claimID(ctx, id, nil)
+	if !ok {
+		if err != nil {
+			return store.Taken{}, err
+		}
+		return store.Taken{Contended: true}, nil
+	}
+	ls, taken, err := l.takeRequest(ctx, id, schedule, node)
+	ls, serr := l.settle(ctx, id, ls)
+	if ls == nil {
+		if serr != nil {
+			return store.Taken{}, serr
+		}
+		return taken, err
+	}
+	taken.Handle = locking.NewHandle(l, schedule, tok, ls.fenceVal, ttl, ls)
+	return taken, nil
+}
+
+// takeRequest runs takeRequestSQL, retrying once on a fresh connection when
+// a reused idle session turns out dead (the statement then never reached
+// Postgres, or its session's end released what it took).
+func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node string) (*lease, store.Taken, error) {
+	ctx, cancel := l.opCtx(ctx)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		s, reused, err := l.acquire(ctx)
+		if err == nil {
+			if err = l.ensureClusterConn(ctx, s.conn); err != nil {
+				l.discard(ctx, s)
+				if pe := poolerErr(err); pe != nil {
+					return nil, store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, pe)
+				}
+				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+			}
+		}
+		if err != nil {
+			return nil, store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, err)
+		}
+		var (
+			queued, ok bool
+			unlocked   *bool
+			doc        []byte
+			fence      *int64
+			accepted   int64
+			pid        uint32
+			syncCommit string
+		)
+		err = s.conn.QueryRow(ctx, takeRequestSQL, id, l.opts.Namespace, schedule, l.opts.Holder, node).
+			Scan(&queued, &ok, &unlocked, &doc, &fence, &accepted, &pid, &syncCommit)
+		if err != nil {
+			// The statement may have taken the lock before failing: closing
+			// the session is what guarantees it ends.
+			l.discard(ctx, s)
+			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+				continue
+			}
+			return nil, store.Taken{}, queryErr("take request", schedule, err)
+		}
+		if pid != s.pid {
+			l.discard(ctx, s)
+			return nil, store.Taken{}, fmt.Errorf("%w: take request %q ran on backend %d, the session's is %d", ErrTransactionPooler, schedule, pid, s.pid)
+		}
+		if doc == nil {
+			if ok && (unlocked == nil || !*unlocked) {
+				// The lock was taken and not given back: end it.
+				l.discard(ctx, s)
+				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
+			}
+			l.putIdle(s)
+			return nil, store.Taken{Contended: queued && !ok}, nil
+		}
+		var req store.Request
+		jerr := json.Unmarshal(doc, &req)
+		if jerr != nil || fence == nil || accepted != 1 || syncCommit != "on" {
+			l.discard(ctx, s) // ends the lock
+			return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
+				locking.ErrUnavailable, schedule, fence, accepted, syncCommit, jerr)
+		}
+		return &lease{id: id, key: schedule, sess: s, fenceVal: *fence}, store.Taken{Request: &req}, nil
+	}
+}
+
+func checkSchedule(schedule string) error {
+	if err := locking.CheckKey(schedule); err != nil {
+		return fmt.Errorf("%w: schedule %q: %w", store.ErrInvalid, schedule, err)
+	}
+	return nil
+}
+
+func checkNodeID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty node id", store.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package pg
+
+// The cluster state (cluster.Store, cluster.go) in five tables beside
+// bext_lock_fences, every row keyed by the namespace first.
+
+const (
+	// clusterTablesExistSQL avoids CREATE when every table is there, so a
+	// role without CREATE privilege works once an operator made them.
+	clusterTablesExistSQL = `SELECT to_regclass('bext_runs') IS NOT NULL
+  AND to_regclass('bext_run_counts') IS NOT NULL
+  AND to_regclass('bext_nodes') IS NOT NULL
+  AND to_regclass('bext_requests') IS NOT NULL
+  AND to_regclass('bext_accepted') IS NOT NULL`
+
+	// createClusterSQL runs under the transaction-level advisory lock that
+	// serialises the creation of bext_lock_fences, as one simple-protocol
+	// message.
+	//
+	// bext_runs holds a run per row; times are nanoseconds since the epoch,
+	// so a run reads back exactly as recorded. bext_runs_newest serves
+	// Runs, LastRuns and the trim (newest first per schedule); the primary
+	// key makes recording a run twice (a batch resent after a lost reply)
+	// store it once. bext_run_counts counts each schedule's rows, so the
+	// trim runs only when the count passes the bound (recordRunsSQL).
+	//
+	// bext_requests is the queues of manual runs, in seq order;
+	// bext_requests_id makes a resent Enqueue store its requests once.
+	// bext_accepted remembers which node took which request, for a day.
+	createClusterSQL = `BEGIN;
+SELECT pg_advisory_xact_lock(1650817140, 0);
+CREATE TABLE IF NOT EXISTS bext_runs (
+    namespace   text    NOT NULL,
+    schedule    text    NOT NULL,
+    run_id      text    NOT NULL,
+    seq         bigint  GENERATED ALWAYS AS IDENTITY,
+    started_ns  bigint  NOT NULL,
+    tick_ns     bigint  NOT NULL,
+    duration_ns bigint  NOT NULL,
+    fence       bigint  NOT NULL,
+    attempts    integer NOT NULL,
+    manual      boolean NOT NULL,
+    node        text    NOT NULL,
+    result      text    NOT NULL,
+    error       text    NOT NULL,
+    output_tail text    NOT NULL,
+    PRIMARY KEY (namespace, schedule, run_id)
+);
+CREATE INDEX IF NOT EXISTS bext_runs_newest ON bext_runs (namespace, schedule, started_ns DESC, seq DESC);
+CREATE TABLE IF NOT EXISTS bext_run_counts (
+    namespace text   NOT NULL,
+    schedule  text   NOT NULL,
+    n         bigint  NOT NULL,
+    trimmed   boolean NOT NULL,
+    PRIMARY KEY (namespace, schedule)
+);
+CREATE TABLE IF NOT EXISTS bext_nodes (
+    namespace  text        NOT NULL,
+    node_id    text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    last_seen  timestamptz NOT NULL,
+    node       jsonb       NOT NULL,
+    PRIMARY KEY (namespace, node_id)
+);
+CREATE TABLE IF NOT EXISTS bext_requests (
+    namespace text    NOT NULL,
+    schedule  text    NOT NULL,
+    seq       bigint  GENERATED ALWAYS AS IDENTITY,
+    id        text    NOT NULL,
+    backfill  boolean NOT NULL,
+    request   jsonb   NOT NULL,
+    PRIMARY KEY (namespace, schedule, seq)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS bext_requests_id ON bext_requests (namespace, id);
+CREATE TABLE IF NOT EXISTS bext_accepted (
+    namespace   text        NOT NULL,
+    schedule    text        NOT NULL,
+    id          text        NOT NULL,
+    node        text        NOT NULL,
+    accepted_at timestamptz NOT NULL,
+    PRIMARY KEY (namespace, schedule, id)
+);
+COMMIT;`
+
+	// recordRunsSQL stores a batch of runs in one statement and one round
+	// trip, and trims the histories that grew past their bound.
+	//
+	//	$1 namespace  $2 keep  $3 trim threshold (keep + slack)
+	//	$4.. the runs, one array per column
+	//
+	// The trim does not run per insert. The count upsert (cnt) adds the
+	// batch to each schedule's row count and says whether the count now
+	// passes the threshold; only those schedules are trimmed, back to keep
+	// rows, so a schedule is trimmed once every slack runs, and the counter
+	// is one small row update per schedule per batch (its trimmed column
+	// is how the upsert tells the rest of the statement; RETURNING cannot
+	// read the proposed row). A schedule's first batch stores its raw
+	// size even when over the threshold: the count is then high, which
+	// only makes the next trim come early. cnt also serialises
+	// the trims of one schedule: the rest of the statement reads its
+	// RETURNING, so it runs under the count row's lock, held to the
+	// commit. The rows are upserted in schedule order, so two batches
+	// never deadlock on them.
+	//
+	// The trim ranks the stored rows (the statement's snapshot) and the
+	// batch together, newest first: stored rows past keep are deleted,
+	// batch rows past keep are not inserted (a batch cannot delete what it
+	// inserts itself). A batch committed by another node after this
+	// statement's snapshot is not ranked; it is counted, so the next trim
+	// takes it.
+	recordRunsSQL = `WITH b AS MATERIALIZED (
+  SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
+      $10::integer[], $11::boolean[], $12::text[], $13::text[], $14::text[], $15::text[])
+    WITH ORDINALITY AS b(schedule, run_id, started_ns, tick_ns, duration_ns, fence,
+      attempts, manual, node, result, error, output_tail, ord)),
+cnt AS (
+  INSERT INTO bext_run_counts AS t (namespace, schedule, n, trimmed)
+  SELECT $1::text, b.schedule, count(*), count(*) > $3::bigint FROM b GROUP BY b.schedule ORDER BY b.schedule
+  ON CONFLICT (namespace, schedule) DO UPDATE
+    SET n = CASE WHEN t.n + excluded.n > $3::bigint THEN $2::bigint ELSE t.n + excluded.n END,
+      trimmed = t.n + excluded.n > $3::bigint
+  RETURNING t.schedule, t.trimmed),
+tr AS MATERIALIZED (SELECT schedule FROM cnt WHERE trimmed),
+rk AS MATERIALIZED (
+  SELECT x.*, row_number() OVER (PARTITION BY x.schedule ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
+  FROM (
+    SELECT r.schedule, r.run_id, r.started_ns, false AS new, r.seq AS ord
+      FROM tr JOIN bext_runs r ON r.namespace = $1::text AND r.schedule = tr.schedule
+    UNION ALL
+    SELECT b.schedule, b.run_id, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
+del AS (
+  DELETE FROM bext_runs r USING rk
+  WHERE NOT rk.new AND rk.rn > $2::bigint
+    AND r.namespace = $1::text AND r.schedule = rk.schedule AND r.run_id = rk.run_id
+  RETURNING 1),
+ins AS (
+  INSERT INTO bext_runs (namespace, schedule, run_id, started_ns, tick_ns, duration_ns, fence,
+      attempts, manual, node, result, error, output_tail)
+  SELECT $1::text, b.schedule, b.run_id, b.started_ns, b.tick_ns, b.duration_ns, b.fence,
+      b.attempts, b.manual, b.node, b.result, b.error, b.output_tail
+  FROM b
+  WHERE NOT EXISTS (SELECT 1 FROM rk WHERE rk.new AND rk.rn > $2::bigint AND rk.ord = b.ord)
+  ORDER BY b.ord
+  ON CONFLICT (namespace, schedule, run_id) DO NOTHING
+  RETURNING 1)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM tr)`
+
+	runColumns = `schedule, run_id, started_ns, tick_ns, duration_ns, fence, attempts, manual, node, result, error, output_tail`
+
+	runsSQL = `SELECT ` + runColumns + ` FROM bext_runs
+WHERE namespace = $1::text AND schedule = $2::text
+ORDER BY started_ns DESC, seq DESC LIMIT $3::bigint`
+
+	// lastRunsSQL reads the newest run of each schedule with one index
+	// probe per schedule (LATERAL ... LIMIT 1): DISTINCT ON would read
+	// every stored run of them, up to 2×keep each.
+	lastRunsSQL = `SELECT r.schedule, r.run_id, r.started_ns, r.tick_ns, r.duration_ns, r.fence, r.attempts, r.manual,
+  r.node, r.result, r.error, r.output_tail
+FROM (SELECT DISTINCT s FROM unnest($2::text[]) AS s) AS q,
+LATERAL (SELECT * FROM bext_runs WHERE namespace = $1::text AND schedule = q.s
+  ORDER BY started_ns DESC, seq DESC LIMIT 1) AS r`
+
+	// announceSQL records a node until ttl from now on the database clock,
+	// and forgets the namespace's nodes that expired (another row than
+	// this node's, so no row is modified twice).
+	announceSQL = `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+gone AS (
+  DELETE FROM bext_nodes WHERE namespace = $1::text AND node_id <> $2::text
+    AND expires_at <= (SELECT ts FROM c)
+  RETURNING 1),
+up AS (
+  INSERT INTO bext_nodes AS t (namespace, node_id, expires_at, last_seen, node)
+  SELECT $1::text, $2::text, c.ts + $3::bigint * interval '1 microsecond', c.ts, $4::jsonb FROM c
+  ON CONFLICT (namespace, node_id) DO UPDATE
+    SET expires_at = excluded.expires_at, last_seen = excluded.last_seen, node = excluded.node
+  RETURNING 1)
+SELECT (SELECT count(*) FROM up), (SELECT count(*) FROM gone)`
+
+	nodesSQL = `SELECT node_id, last_seen, node FROM bext_nodes
+WHERE namespace = $1::text AND expires_at > clock_timestamp() ORDER BY node_id`
+
+	leaveSQL = `DELETE FROM bext_nodes WHERE namespace = $1::text AND node_id = $2::text`
+
+	// enqueueLockSQL serialises the Enqueues of backfills of the same
+	// schedules (a transaction-level advisory lock per schedule queue, in
+	// id order so two Enqueues never deadlock), and makes the transaction
+	// durable: a request, once Enqueue returned, survives a crash.
+	enqueueLockSQL = `SELECT set_config('synchronous_commit', 'on', true),
+  (SELECT count(pg_advisory_xact_lock(x)) FROM (SELECT x FROM unnest($1::bigint[]) AS x ORDER BY x) AS o)`
+
+	// enqueueSQL stores the requests in order, unless one of them is a
+	// backfill of a schedule that has a backfill queued: then none, and it
+	// names those schedules. It runs after enqueueLockSQL in the same
+	// transaction, with a snapshot taken after that lock was granted, so it
+	// sees a backfill that a concurrent Enqueue stored. It also forgets the
+	// namespace's acceptances older than a day.
+	//
+	//	$1 namespace  $2 schedules  $3 ids  $4 backfill flags  $5 requests
+	enqueueSQL = `WITH q AS MATERIALIZED (
+  SELECT * FROM unnest($2::text[], $3::text[], $4::boolean[], $5::jsonb[]) WITH ORDINALITY
+    AS q(schedule, id, backfill, request, ord)),
+busy AS MATERIALIZED (
+  SELECT DISTINCT r.schedule FROM bext_requests r
+  WHERE r.namespace = $1::text AND r.backfill
+    AND r.schedule IN (SELECT schedule FROM q WHERE backfill)),
+ins AS (
+  INSERT INTO bext_requests (namespace, schedule, id, backfill, request)
+  SELECT $1::text, q.schedule, q.id, q.backfill, q.request FROM q
+  WHERE NOT EXISTS (SELECT 1 FROM busy)
+  ORDER BY q.ord
+  ON CONFLICT (namespace, id) DO NOTHING
+  RETURNING 1),
+old AS (
+  DELETE FROM bext_accepted WHERE namespace = $1::text AND accepted_at < clock_timestamp() - interval '1 day'
+  RETURNING 1)
+SELECT coalesce((SELECT array_agg(schedule ORDER BY schedule) FROM busy), '{}'),
+  (SELECT count(*) FROM ins), (SELECT count(*) FROM old)`
+
+	queuedSQL = `SELECT DISTINCT schedule FROM bext_requests WHERE namespace = $1::text ORDER BY schedule`
+
+	requestsSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq`
+
+	// doneSQL removes a finished backfill tick, durably (a lost removal
+	// would hand the tick to another node again).
+	doneSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
+DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text
+  AND backfill AND (SELECT sc FROM c) IS NOT NULL`
+
+	acceptedSQL = `SELECT node FROM bext_accepted WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text`
+
+	// takeRequestSQL is TakeRequest in one statement and one round trip,
+	// on the session that keeps the lock:
+	//
+	//	$1 lock id (the schedule's, as TryLock)  $2 namespace
+	//	$3 schedule  $4 holder  $5 node
+	//
+	// c: whether the queue has anything (in the statement's snapshot):
+	// an empty queue takes no lock. l: the advisory lock. h: the head,
+	// read only once the lock is held, FOR UPDATE: a row that another
+	// node's statement deleted after this statement's snapshot (a trigger
+	// it took, a backfill tick it finished) is skipped, as READ COMMITTED
+	// re-checks a row it locks, so what the lock's previous holder removed
+	// before releasing is never taken again. del: a trigger leaves the
+	// queue here; a backfill tick stays until Done. tk: what was taken
+	// (read from del's RETURNING). a: the acceptance. f: the fence, as
+	// tryLockSQL draws it. un: the lock is given back, in the same
+	// statement, when nothing was taken (an empty queue at the lock's
+	// time).
+	//
+	// The statement commits with synchronous_commit = on: a trigger taken
+	// must not come back after a crash and run twice.
+	takeRequestSQL = `WITH c AS MATERIALIZED (
+  SELECT set_config('synchronous_commit', 'on', true) AS sc,
+    EXISTS (SELECT 1 FROM bext_requests WHERE namespace = $2::text AND schedule = $3::text) AS queued),
+l AS MATERIALIZED (
+  SELECT c.queued, CASE WHEN c.queued THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM c),
+h AS MATERIALIZED (
+  SELECT r.seq, r.id, r.backfill, r.request FROM bext_requests r
+  WHERE (SELECT ok FROM l) AND r.namespace = $2::text AND r.schedule = $3::text
+  ORDER BY r.seq LIMIT 1 FOR UPDATE),
+del AS (
+  DELETE FROM bext_requests r USING h
+  WHERE NOT h.backfill AND r.namespace = $2::text AND r.schedule = $3::text AND r.seq = h.seq
+  RETURNING r.seq),
+tk AS MATERIALIZED (
+  SELECT h.* FROM h WHERE h.backfill OR h.seq IN (SELECT seq FROM del)),
+a AS (
+  INSERT INTO bext_accepted AS x (namespace, schedule, id, node, accepted_at)
+  SELECT $2::text, $3::text, tk.id, $5::text, clock_timestamp() FROM tk
+  ON CONFLICT (namespace, schedule, id) DO UPDATE SET node = excluded.node, accepted_at = excluded.accepted_at
+  RETURNING 1),
+f AS (
+  INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at)
+  SELECT $2::text, $3::text, greatest(1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint), $4::text, now()
+  FROM tk
+  ON CONFLICT (namespace, key) DO UPDATE
+    SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
+  RETURNING t.fence),
+un AS MATERIALIZED (
+  SELECT CASE WHEN l.ok AND NOT EXISTS (SELECT 1 FROM tk) THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM l)
+SELECT l.queued, l.ok, un.unlocked, tk.request, (SELECT fence FROM f), (SELECT count(*) FROM a),
+  pg_backend_pid(), current_setting('synchronous_commit')
+FROM l CROSS JOIN un LEFT JOIN tk ON true`
+
+	// heldSQL: is the advisory lock with this id granted to anyone in this
+	// database (pg_locks shows a bigint advisory lock as classid/objid with
+	// objsubid 1).
+	heldSQL = `SELECT EXISTS (
+  SELECT 1 FROM pg_locks
+  WHERE locktype = 'advisory' AND granted AND objsubid = 1
+    AND classid::bigint = $1::bigint AND objid::bigint = $2::bigint
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`
+)
