@@ -337,3 +337,8 @@ func (e *Error) Is(target error) bool { return target == ErrInvalid }
 // Unwrap returns the causes of unreadable files, so errors.Is(err,
 // fs.ErrNotExist) tells a missing file from a bad one.
 func (e *Error) Unwrap() []error { return e.causes }
+
+// Referenced returns the environment variables the config read through
+// ${VAR}: their values may be secrets, and are masked wherever the
+// scheduler stores or shows text a job produced.
+func (c *Config) Referenced() []string { return append([]string(nil), c.referenced...) }

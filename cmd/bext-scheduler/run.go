@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bext-dev/bext-scheduler/config"
+	"github.com/bext-dev/bext-scheduler/internal/agent"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/service"
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -123,6 +124,19 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	for _, s := range cfg.Scheduled {
 		m.AddSchedule(s.ID)
 	}
+	// The agent does the node's cluster duties (announce, history, manual
+	// runs, drift); it works on the uninstrumented backend (its calls are
+	// not lock operations) and runs manual runs through the scheduler.
+	var ag *agent.Agent
+	var sched *scheduler.Scheduler
+	var observer scheduler.Observer = m
+	if ab, err := agent.For(backend.Locker); err == nil {
+		ag = agent.New(ab, runner{&sched}, agent.Options{
+			NodeID: cfg.NodeID, Version: v, StartedAt: time.Now(), Keep: cfg.History.Keep,
+			Mask: service.Masker(cfg), Drift: m.ConfigDrift, Logger: logger,
+		})
+		observer = scheduler.Observers(m, ag.Observer())
+	}
 	schedOpts := scheduler.Options{
 		NodeID:        cfg.NodeID,
 		Locker:        locker,
@@ -131,14 +145,17 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		MaxClockSkew:  cfg.Locking.MaxClockSkew.Duration,
 		ShutdownGrace: cfg.ShutdownGrace.Duration,
 		Clock:         clock,
-		Observer:      m,
+		Observer:      observer,
 		Logger:        logger,
 	}
 	schedules := service.Schedules(cfg, logger)
-	sched, err := scheduler.New(schedOpts, schedules)
+	sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {
 		closeLocker(closer, logger)
 		return withCode(exitUsage, fmt.Errorf("invalid config: %w", err))
+	}
+	if ag != nil {
+		setAgentSchedules(ag, cfg, schedules)
 	}
 
 	// The operators' API answers from the backend's cluster state (the
@@ -198,7 +215,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, opsSvc, m, logger)
+				reload(path, cfg, o, sched, opsSvc, ag, m, logger)
 			}
 		}
 	}()
@@ -209,11 +226,19 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	}
 	logger.Info("bext-scheduler started", "version", v, "config", cfg.Path,
 		"schedules", len(cfg.Scheduled), "backend", backendName)
+	agentDone := make(chan struct{})
+	go func() { // owned by serve, which waits for it below
+		defer close(agentDone)
+		if ag != nil {
+			ag.Run(ctx) // flushes the history and leaves the node list when ctx ends
+		}
+	}()
 	runErr := sched.Run(ctx)
 	stop()
 	close(ran)
 	<-sigDone
 	<-reloadDone
+	<-agentDone
 
 	// Cleanup runs on a fresh context: the run context is already cancelled.
 	closeLocker(closer, logger)
@@ -229,6 +254,34 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	}
 	logger.Info("bext-scheduler stopped")
 	return nil
+}
+
+// runner hands the agent's manual runs to the scheduler, made after the
+// agent (the scheduler's observer includes the agent).
+type runner struct{ s **scheduler.Scheduler }
+
+func (r runner) RunManual(m scheduler.Manual) error { return (*r.s).RunManual(m) }
+
+// setAgentSchedules tells the agent the schedules it runs: their lock TTL
+// (for a manual run), pause_after_failures, and definition hashes (drift).
+func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []scheduler.Schedule) {
+	byID := make(map[string]agent.Schedule, len(schedules))
+	for _, s := range schedules {
+		exp := s.ExpectedRuntime
+		if exp == 0 {
+			exp = scheduler.DefaultExpectedRuntime
+		}
+		margin := cfg.Locking.SafetyMargin.Duration
+		if margin == 0 {
+			margin = scheduler.DefaultSafetyMargin
+		}
+		byID[s.ID] = agent.Schedule{
+			TTL:                scheduler.LockTTL(exp, s.Jitter, margin, 0),
+			PauseAfterFailures: s.PauseAfterFailures,
+		}
+	}
+	hashes := ops.ScheduleHashes(schedules, time.Now())
+	ag.SetSchedules(byID, hashes, ops.ConfigHash(hashes))
 }
 
 func closeLocker(l locking.Locker, logger *slog.Logger) {
@@ -248,7 +301,7 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service, m *metrics.Metrics, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service, ag *agent.Agent, m *metrics.Metrics, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -270,6 +323,9 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 		return
 	}
 	opsSvc.SetSchedules(schedules)
+	if ag != nil {
+		setAgentSchedules(ag, next, schedules)
+	}
 	if next.HTTP.Token != started.HTTP.Token || next.HTTP.ReadToken != started.HTTP.ReadToken {
 		logger.Warn("SIGHUP: [http] token and read_token changes apply at the next restart")
 	}

@@ -13,12 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -114,6 +114,17 @@ func (a *Agent) SetSchedules(s map[string]Schedule, hashes map[string]string, co
 	a.mu.Unlock()
 }
 
+// Observer returns the agent as a scheduler observer (it wants run
+// records only), to combine with others through scheduler.Observers.
+func (a *Agent) Observer() scheduler.Observer { return observer{a: a} }
+
+type observer struct {
+	scheduler.NopObserver
+	a *Agent
+}
+
+func (o observer) RunRecorded(r scheduler.RunRecord) { o.a.RunRecorded(r) }
+
 // RunRecorded queues a run for the history (scheduler.RunObserver). It
 // never blocks a run: when the queue is full (a backend down for long),
 // the record is dropped and counted in the log.
@@ -192,44 +203,29 @@ func (a *Agent) announce(ctx context.Context) {
 }
 
 // describeDrift names the schedules on which live nodes disagree and the
-// nodes on each side ("" when they agree).
+// nodes on each side ("" when they agree), from ops.Drift: the same
+// comparison status and the API show.
 func describeDrift(nodes []cluster.Node) string {
-	ids := map[string]bool{}
-	for _, n := range nodes {
-		for id := range n.Schedules {
-			ids[id] = true
-		}
+	d := ops.Drift(nodes)
+	if !d.Drifted {
+		return ""
 	}
 	var parts []string
-	for _, id := range slices.Sorted(mapsKeys(ids)) {
-		sides := map[string][]string{} // hash ("" = absent) → nodes
-		for _, n := range nodes {
-			sides[n.Schedules[id]] = append(sides[n.Schedules[id]], n.NodeID)
-		}
-		if len(sides) < 2 {
-			continue
-		}
-		var s []string
-		for _, h := range slices.Sorted(mapsKeys(sides)) {
+	for _, sd := range d.Schedules {
+		var sides []string
+		for _, side := range sd.Sides {
 			what := "absent on"
-			if h != "" {
-				what = "definition " + h[:min(8, len(h))] + " on"
+			if side.Hash != "" {
+				what = "definition " + side.Hash[:min(8, len(side.Hash))] + " on"
 			}
-			s = append(s, what+" "+strings.Join(sides[h], ","))
+			sides = append(sides, what+" "+strings.Join(side.Nodes, ","))
 		}
-		parts = append(parts, id+": "+strings.Join(s, " vs "))
+		parts = append(parts, sd.ID+": "+strings.Join(sides, " vs "))
+	}
+	if len(parts) == 0 {
+		return "the nodes' config hashes differ"
 	}
 	return strings.Join(parts, "; ")
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // poll picks up the manual run requests of this node's schedules.
