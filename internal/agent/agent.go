@@ -252,7 +252,12 @@ func (a *Agent) poll(ctx context.Context) {
 			continue // empty, or the schedule runs elsewhere: next poll
 		}
 		req := *taken.Request
-		m := scheduler.Manual{ID: id, Tick: req.Tick, RunID: req.ID, Handle: taken.Handle, Sent: sent,
+		tick := req.Tick
+		if !req.Backfill {
+			// A trigger's BEXT_TICK_TIME is when it was accepted (DESIGN.md).
+			tick = sent.UTC().Truncate(time.Millisecond)
+		}
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent,
 			Done: func(scheduler.RunResult) {
 				if !req.Backfill {
 					return
@@ -276,7 +281,7 @@ func (a *Agent) poll(ctx context.Context) {
 			continue
 		}
 		a.log.Info("manual run accepted", slog.String("schedule", id), slog.String("kind", kind),
-			slog.String("run_id", req.ID), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.String("by", req.By))
+			slog.String("run_id", req.ID), slog.String("tick", tick.Format(time.RFC3339)), slog.String("by", req.By))
 	}
 }
 
