@@ -556,3 +556,22 @@ func TestClusterClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStoredUnescaped: output is stored as is, not HTML-escaped (each
+// '<' as \u003c would cost 6 bytes of Redis memory instead of one).
+func TestRunStoredUnescaped(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	r := testRun("s", "r1", t0)
+	r.OutputTail = "<html> & more"
+	if err := f.l.RecordRuns(ctx, []cluster.Run{r}, 10); err != nil {
+		t.Fatal(err)
+	}
+	m := f.admin.ZRange(ctx, f.l.lockKey("s")+runsSuffix, 0, -1).Val()
+	if len(m) != 1 || !strings.Contains(m[0], `"<html> & more"`) {
+		t.Errorf("stored %q, want the output tail unescaped", m)
+	}
+	if got, _ := f.l.Runs(ctx, "s", 1); len(got) != 1 || got[0].OutputTail != r.OutputTail {
+		t.Errorf("Runs = %+v, want the tail back", got)
+	}
+}
