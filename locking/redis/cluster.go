@@ -41,6 +41,8 @@ const (
 const lastRunsBatch = 500
 
 var (
+	//go:embed record.lua
+	recordSrc string
 	//go:embed take.lua
 	takeSrc string
 	//go:embed enqueue.lua
@@ -52,6 +54,7 @@ var (
 	//go:embed nodes.lua
 	nodesSrc string
 
+	recordScript   = goredis.NewScript(recordSrc)
 	takeScript     = goredis.NewScript(libSrc + takeSrc)
 	enqueueScript  = goredis.NewScript(enqueueSrc)
 	doneScript     = goredis.NewScript(doneSrc)
@@ -96,11 +99,11 @@ type storedNode struct {
 	Schedules  map[string]string `json:"schedules"`
 }
 
-// RecordRuns adds runs to their schedules' histories: per schedule, one
-// MULTI/EXEC of ZADD and ZREMRANGEBYRANK, so a history never holds more
-// than keep runs after the step. All schedules go in one pipelined round
-// trip (a Cluster client sends each slot's transaction to its node). A run
-// recorded again (a resend) is the same member and is stored once.
+// RecordRuns adds runs to their schedules' histories: per schedule one
+// record.lua (ZADD, then ZREMRANGEBYRANK to keep, atomically), all in one
+// pipelined round trip; a Cluster client sends each script to its slot's
+// node (a MULTI cannot span slots). A run recorded again (a resend) is
+// the same member and is stored once.
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
 	if err := cluster.CheckKeep(keep); err != nil {
 		return err
@@ -116,9 +119,11 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 	if len(runs) == 0 {
 		return nil
 	}
-	// Members of each schedule, in order of first appearance.
+	// Arguments of each schedule's script, in order of first appearance:
+	// keep, then score and member of each run.
 	var order []string
-	members := make(map[string][]goredis.Z)
+	args := make(map[string][]any)
+	keepArg := strconv.Itoa(keep)
 	for _, r := range runs {
 		r = cluster.Bound(r)
 		b, err := encodeRun(storedRun{
@@ -130,22 +135,31 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		if err != nil {
 			return fmt.Errorf("locking/redis: record runs: encoding a run of %q: %w", r.Schedule, err)
 		}
-		if _, ok := members[r.Schedule]; !ok {
+		a, ok := args[r.Schedule]
+		if !ok {
 			order = append(order, r.Schedule)
+			a = []any{keepArg}
 		}
 		// µs since the epoch are exact in a double (the score) until 2255.
-		members[r.Schedule] = append(members[r.Schedule], goredis.Z{Score: float64(r.StartedAt.UnixMicro()), Member: b})
+		args[r.Schedule] = append(a, strconv.FormatInt(r.StartedAt.UnixMicro(), 10), b)
 	}
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	_, err := l.client.TxPipelined(opCtx, func(p goredis.Pipeliner) error {
+	cmds, err := l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
 		for _, s := range order {
-			k := l.lockKey(s) + runsSuffix
-			p.ZAdd(opCtx, k, members[s]...)
-			p.ZRemRangeByRank(opCtx, k, 0, int64(-keep-1))
+			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT;
+			// the script's text is small beside the runs.
+			recordScript.Eval(opCtx, p, []string{l.lockKey(s) + runsSuffix}, args[s]...)
 		}
 		return nil
 	})
+	if err == nil {
+		for _, c := range cmds {
+			if _, err = replyInt(c.(*goredis.Cmd)); err != nil {
+				break
+			}
+		}
+	}
 	if err != nil {
 		return l.opError(ctx, "record runs", "", err)
 	}
