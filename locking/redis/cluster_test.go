@@ -575,3 +575,40 @@ func TestRunStoredUnescaped(t *testing.T) {
 		t.Errorf("Runs = %+v, want the tail back", got)
 	}
 }
+
+// TestClusterUnreachable: with Redis down every method fails with
+// ErrUnavailable within the operation timeout; none hangs or reports an
+// empty answer as if all were well.
+func TestClusterUnreachable(t *testing.T) {
+	const opTimeout = 300 * time.Millisecond
+	l := openLocker(t, Options{URL: "redis://" + closedAddr(t) + "/0", OpTimeout: opTimeout})
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"RecordRuns": func() error { return l.RecordRuns(ctx, []cluster.Run{testRun("s", "r", t0)}, 10) },
+		"Runs":       func() error { _, err := l.Runs(ctx, "s", 10); return err },
+		"LastRuns":   func() error { _, err := l.LastRuns(ctx, []string{"s"}); return err },
+		"Announce":   func() error { return l.Announce(ctx, cluster.Node{NodeID: "n"}, time.Minute) },
+		"Nodes":      func() error { _, err := l.Nodes(ctx); return err },
+		"Leave":      func() error { return l.Leave(ctx, "n") },
+		"Enqueue":    func() error { return l.Enqueue(ctx, []cluster.Request{trigger("s", "t")}) },
+		"Queued":     func() error { _, err := l.Queued(ctx); return err },
+		"Requests":   func() error { _, err := l.Requests(ctx, "s"); return err },
+		"TakeRequest": func() error {
+			_, err := l.TakeRequest(ctx, "s", "n", time.Minute)
+			return err
+		},
+		"Done":     func() error { return l.Done(ctx, backfill("s", "b", t0)) },
+		"Accepted": func() error { _, err := l.Accepted(ctx, "s", "t"); return err },
+		"Held":     func() error { _, err := l.Held(ctx, "s"); return err },
+	}
+	for name, call := range calls {
+		start := time.Now()
+		err := call()
+		if elapsed := time.Since(start); elapsed >= 3*opTimeout {
+			t.Errorf("%s with Redis down took %v, want < 3 × OpTimeout", name, elapsed)
+		}
+		if !errors.Is(err, locking.ErrUnavailable) {
+			t.Errorf("%s with Redis down = %v, want ErrUnavailable", name, err)
+		}
+	}
+}
