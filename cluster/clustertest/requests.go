@@ -318,6 +318,7 @@ func caseTakeDrain(s *suite) {
 	}
 	var mu sync.Mutex
 	ran := map[string]int{}
+	total := 0
 	errs := make(chan error, n)
 	var start, done sync.WaitGroup
 	start.Add(1)
@@ -340,10 +341,15 @@ func caseTakeDrain(s *suite) {
 				}
 				mu.Lock()
 				ran[tk.Request.ID]++
+				total++
+				over := total > triggers
 				mu.Unlock()
 				if err := lockers[i].Release(s.ctx, tk.Handle); err != nil {
 					errs <- err
 					return
+				}
+				if over {
+					return // more runs than triggers: already wrong, stop
 				}
 			}
 		}()
