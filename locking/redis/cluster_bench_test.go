@@ -91,3 +91,47 @@ func BenchmarkHistoryMemory(b *testing.B) {
 		b.ReportMetric(float64(full-before)/float64(schedules*keep), "B/run")
 	}
 }
+
+// BenchmarkRunsVsFloor alternates Runs(100) over a full history (4 KiB
+// tails) with the bare ZREVRANGE of the same key by go-redis (no decoding),
+// op by op: on a loaded machine this paired figure tells what decoding
+// costs better than two separate runs.
+func BenchmarkRunsVsFloor(b *testing.B) {
+	url := testenv.RedisURL(b)
+	admin := adminClient(b, url)
+	l := openLocker(b, Options{URL: url, KeyPrefix: testPrefix(b, admin)})
+	ctx := b.Context()
+	out := strings.Repeat("y", cluster.MaxOutputTail-1) + "\n"
+	runs := make([]cluster.Run, cluster.DefaultKeep)
+	for k := range runs {
+		runs[k] = testRun("bench/read", fmt.Sprintf("%032x", k), t0.Add(time.Duration(k)*time.Minute))
+		runs[k].OutputTail = out
+	}
+	if err := l.RecordRuns(ctx, runs, cluster.DefaultKeep); err != nil {
+		b.Fatal(err)
+	}
+	key := l.lockKey("bench/read") + runsSuffix
+	var runsNs, floorNs int64
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range 2 {
+			start := time.Now()
+			if (i+j)%2 == 0 {
+				rs, err := l.Runs(ctx, "bench/read", 100)
+				if err != nil || len(rs) != 100 {
+					b.Fatalf("Runs = %d runs, %v", len(rs), err)
+				}
+				runsNs += int64(time.Since(start))
+			} else {
+				vs, err := admin.ZRevRange(ctx, key, 0, 99).Result()
+				if err != nil || len(vs) != 100 {
+					b.Fatalf("ZREVRANGE = %d, %v", len(vs), err)
+				}
+				floorNs += int64(time.Since(start))
+			}
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(runsNs)/n, "runs-ns/op")
+	b.ReportMetric(float64(floorNs)/n, "floor-ns/op")
+}

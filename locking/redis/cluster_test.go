@@ -557,18 +557,18 @@ func TestClusterClosed(t *testing.T) {
 	}
 }
 
-// TestRunStoredUnescaped: output is stored as is, not HTML-escaped (each
+// TestRunStoredUnescaped: output is stored as is, not JSON-escaped (each
 // '<' as \u003c would cost 6 bytes of Redis memory instead of one).
 func TestRunStoredUnescaped(t *testing.T) {
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	r := testRun("s", "r1", t0)
-	r.OutputTail = "<html> & more"
+	r.OutputTail = "line\n<html> & more"
 	if err := f.l.RecordRuns(ctx, []cluster.Run{r}, 10); err != nil {
 		t.Fatal(err)
 	}
 	m := f.admin.ZRange(ctx, f.l.lockKey("s")+runsSuffix, 0, -1).Val()
-	if len(m) != 1 || !strings.Contains(m[0], `"<html> & more"`) {
+	if len(m) != 1 || !strings.HasSuffix(m[0], "}\nline\n<html> & more") {
 		t.Errorf("stored %q, want the output tail unescaped", m)
 	}
 	if got, _ := f.l.Runs(ctx, "s", 1); len(got) != 1 || got[0].OutputTail != r.OutputTail {
@@ -610,5 +610,22 @@ func TestClusterUnreachable(t *testing.T) {
 		if !errors.Is(err, locking.ErrUnavailable) {
 			t.Errorf("%s with Redis down = %v, want ErrUnavailable", name, err)
 		}
+	}
+}
+
+// TestEnqueueBusyStoresNoTrigger: a call with a trigger of one schedule and
+// a refused backfill of another stores neither.
+func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	if err := f.l.Enqueue(ctx, []cluster.Request{backfill("b", "b1", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	err := f.l.Enqueue(ctx, []cluster.Request{trigger("a", "t1"), backfill("b", "b2", t0)})
+	if !errors.Is(err, cluster.ErrBusy) {
+		t.Fatalf("Enqueue = %v, want ErrBusy", err)
+	}
+	if reqs, _ := f.l.Requests(ctx, "a"); len(reqs) != 0 {
+		t.Errorf("the refused call stored %+v for a", reqs)
 	}
 }

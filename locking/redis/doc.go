@@ -54,7 +54,8 @@
 //	P{K}:fence      the fencing counter, shared by all of K's locks
 //	P{K}:mark       the tick mark, T in µs as a decimal string; no expiry
 //	P{K}:pause      the pause flag, a hash: note, and until (µs) when set
-//	P{K}:runs       the history: a sorted set of runs (JSON), scored by
+//	P{K}:runs       the history: a sorted set of runs (JSON, a newline,
+//	                the output tail as is), scored by
 //	                StartedAt in µs, trimmed to keep by every write
 //	P{K}:requests   the manual run requests: a list of JSON, oldest first
 //	P{K}:accepted:<id>  the node that took request id; expires after a day
