@@ -18,7 +18,7 @@ import (
 // processes sharing its table: the nodes of a test, or the one node of a
 // single-node deployment. Histories, queues and acceptances of a schedule
 // live in the shard of the schedule's lock, under its mutex; live nodes in
-// one small table-wide map. Everything is bounded: a history by keep, a
+// one small table-wide map. Everything is bounded: a history by 1.25×keep, a
 // queue by what operators enqueue (backfills by the CLI's 1,000 ticks),
 // acceptances by a day, nodes by their TTL.
 
@@ -34,7 +34,8 @@ const minAcceptedSweep = 64
 // clusterState is the cluster.Store part of a shard. Call its methods with
 // the shard's mutex held.
 type clusterState struct {
-	// runs are histories, newest first by StartedAt, at most keep long.
+	// runs are histories, oldest first by StartedAt, at most 1.25×keep+1
+	// long (see insertRun).
 	runs map[string][]cluster.Run
 	// queues are request queues, oldest first; empty ones are deleted.
 	queues map[string][]cluster.Request
@@ -70,9 +71,9 @@ type liveNode struct {
 	expires time.Duration // on the table's elapsed clock
 }
 
-// RecordRuns appends runs (cut by cluster.Bound) to their histories and
-// trims each to its newest keep at once. It checks every run before it
-// stores any.
+// RecordRuns appends runs (cut by cluster.Bound) to their histories,
+// trimming each to its newest keep (see insertRun). It checks every run
+// before it stores any.
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
 	if err := l.usable(ctx, "record runs"); err != nil {
 		return err
@@ -95,17 +96,21 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 	return nil
 }
 
-// insertRun puts r into h (newest first) before every run that started at
-// or before it, and trims h to keep.
+// insertRun puts r into h (oldest first, so the usual newest run is an
+// append) after every run that started at or before it, and trims h to its
+// newest keep once it is a quarter over: trimming copies, so it is done
+// once per keep/4 runs, not per run, and a history holds at most
+// 1.25×keep+1 runs.
 func insertRun(h []cluster.Run, r cluster.Run, keep int) []cluster.Run {
-	i, _ := slices.BinarySearchFunc(h, r.StartedAt, func(x cluster.Run, t time.Time) int {
-		return t.Compare(x.StartedAt) // descending: x after t sorts first
-	})
-	// BinarySearch finds the first run not newer than r; equal ones follow r.
+	i := len(h)
+	for i > 0 && h[i-1].StartedAt.After(r.StartedAt) {
+		i-- // runs arrive nearly in order: a short walk from the end
+	}
 	h = slices.Insert(h, i, r)
-	if len(h) > keep {
-		clear(h[keep:]) // the trimmed runs' output is garbage now
-		h = h[:keep]
+	if over := len(h) - keep; over > keep/4 {
+		n := copy(h, h[over:])
+		clear(h[n:]) // the trimmed runs' output is garbage now
+		h = h[:n]
 	}
 	return h
 }
@@ -122,7 +127,11 @@ func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]cluste
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.runs[schedule]
-	return slices.Clone(h[:min(limit, len(h))]), nil
+	out := make([]cluster.Run, min(limit, len(h)))
+	for i := range out {
+		out[i] = h[len(h)-1-i]
+	}
+	return out, nil
 }
 
 // LastRuns returns the newest run of each schedule that has one.
@@ -140,7 +149,7 @@ func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]c
 		s := l.tab.shardFor(id)
 		s.mu.Lock()
 		if h := s.runs[id]; len(h) > 0 {
-			out[id] = h[0]
+			out[id] = h[len(h)-1]
 		}
 		s.mu.Unlock()
 	}

@@ -29,6 +29,11 @@
 //
 // Several Lockers can share one table (Peer): they exclude each other, and
 // each releases only its own locks on Close.
+//
+// The Locker is also the cluster state (cluster.Store: run history, live
+// nodes, manual run requests) of the Lockers sharing its table, kept in the
+// same shards as the locks so that TakeRequest takes a request and the
+// schedule's lock in one step.
 package memory
 
 import (
@@ -44,8 +49,8 @@ import (
 )
 
 // Locker is an in-process lock backend. It implements locking.Locker,
-// locking.TickLocker, locking.Pauser and locking.Pinger, and is safe for
-// concurrent use.
+// locking.TickLocker, locking.Pauser, locking.Pinger and cluster.Store, and
+// is safe for concurrent use.
 type Locker struct {
 	tab    *table
 	holder string
