@@ -556,3 +556,76 @@ func TestClusterClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestRunStoredUnescaped: output is stored as is, not JSON-escaped (each
+// '<' as \u003c would cost 6 bytes of Redis memory instead of one).
+func TestRunStoredUnescaped(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	r := testRun("s", "r1", t0)
+	r.OutputTail = "line\n<html> & more"
+	if err := f.l.RecordRuns(ctx, []cluster.Run{r}, 10); err != nil {
+		t.Fatal(err)
+	}
+	m := f.admin.ZRange(ctx, f.l.lockKey("s")+runsSuffix, 0, -1).Val()
+	if len(m) != 1 || !strings.HasSuffix(m[0], "}\nline\n<html> & more") {
+		t.Errorf("stored %q, want the output tail unescaped", m)
+	}
+	if got, _ := f.l.Runs(ctx, "s", 1); len(got) != 1 || got[0].OutputTail != r.OutputTail {
+		t.Errorf("Runs = %+v, want the tail back", got)
+	}
+}
+
+// TestClusterUnreachable: with Redis down every method fails with
+// ErrUnavailable within the operation timeout; none hangs or reports an
+// empty answer as if all were well.
+func TestClusterUnreachable(t *testing.T) {
+	const opTimeout = 300 * time.Millisecond
+	l := openLocker(t, Options{URL: "redis://" + closedAddr(t) + "/0", OpTimeout: opTimeout})
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"RecordRuns": func() error { return l.RecordRuns(ctx, []cluster.Run{testRun("s", "r", t0)}, 10) },
+		"Runs":       func() error { _, err := l.Runs(ctx, "s", 10); return err },
+		"LastRuns":   func() error { _, err := l.LastRuns(ctx, []string{"s"}); return err },
+		"Announce":   func() error { return l.Announce(ctx, cluster.Node{NodeID: "n"}, time.Minute) },
+		"Nodes":      func() error { _, err := l.Nodes(ctx); return err },
+		"Leave":      func() error { return l.Leave(ctx, "n") },
+		"Enqueue":    func() error { return l.Enqueue(ctx, []cluster.Request{trigger("s", "t")}) },
+		"Queued":     func() error { _, err := l.Queued(ctx); return err },
+		"Requests":   func() error { _, err := l.Requests(ctx, "s"); return err },
+		"TakeRequest": func() error {
+			_, err := l.TakeRequest(ctx, "s", "n", time.Minute)
+			return err
+		},
+		"Done":     func() error { return l.Done(ctx, backfill("s", "b", t0)) },
+		"Accepted": func() error { _, err := l.Accepted(ctx, "s", "t"); return err },
+		"Held":     func() error { _, err := l.Held(ctx, "s"); return err },
+	}
+	for name, call := range calls {
+		start := time.Now()
+		err := call()
+		if elapsed := time.Since(start); elapsed >= 3*opTimeout {
+			t.Errorf("%s with Redis down took %v, want < 3 × OpTimeout", name, elapsed)
+		}
+		if !errors.Is(err, locking.ErrUnavailable) {
+			t.Errorf("%s with Redis down = %v, want ErrUnavailable", name, err)
+		}
+	}
+}
+
+// TestEnqueueBusyStoresNoTrigger: a call with a trigger of one schedule and
+// a refused backfill of another stores neither.
+func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	if err := f.l.Enqueue(ctx, []cluster.Request{backfill("b", "b1", t0)}); err != nil {
+		t.Fatal(err)
+	}
+	err := f.l.Enqueue(ctx, []cluster.Request{trigger("a", "t1"), backfill("b", "b2", t0)})
+	if !errors.Is(err, cluster.ErrBusy) {
+		t.Fatalf("Enqueue = %v, want ErrBusy", err)
+	}
+	if reqs, _ := f.l.Requests(ctx, "a"); len(reqs) != 0 {
+		t.Errorf("the refused call stored %+v for a", reqs)
+	}
+}

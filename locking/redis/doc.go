@@ -20,6 +20,19 @@
 //     pipelined round trip per 500 keys; SetPause and GetPause write and
 //     read the pause flag.
 //
+// The Locker is also the cluster.Store (history, nodes, manual run
+// requests), off the tick's critical path:
+//
+//   - RecordRuns runs record.lua per schedule (ZADD, then ZREMRANGEBYRANK
+//     to keep, atomically), all schedules in one pipelined round trip;
+//     LastRuns reads the newest run of 500 schedules per round trip.
+//   - TakeRequest runs take.lua: the schedule's lock (the grant and fence of
+//     acquire.lua), the head of its request queue, a trigger's LPOP and the
+//     accepted record, in one step; a backfill tick stays at the head until
+//     Done (done.lua) removes it.
+//   - Announce and Nodes run announce.lua and nodes.lua on the server's
+//     clock; Nodes deletes the expired announcements it finds.
+//
 // Scripts run by EVALSHA and fall back to EVAL after a restart flushed
 // the script cache. Replies are decoded strictly as integers: a 0, a nil or
 // a reply of any other type is never taken for success.
@@ -41,6 +54,28 @@
 //	P{K}:fence      the fencing counter, shared by all of K's locks
 //	P{K}:mark       the tick mark, T in µs as a decimal string; no expiry
 //	P{K}:pause      the pause flag, a hash: note, and until (µs) when set
+//	P{K}:runs       the history: a sorted set of runs (JSON, a newline,
+//	                the output tail as is), scored by
+//	                StartedAt in µs, trimmed to keep by every write
+//	P{K}:requests   the manual run requests: a list of JSON, oldest first
+//	P{K}:accepted:<id>  the node that took request id; expires after a day
+//	P{K}:taken      token and request of the last take, kept as long as
+//	                its lock, so a resent take.lua answers with what the
+//	                first run took
+//
+// and for the whole cluster, under the empty hash tag (no key is empty, so
+// none of K's keys can be these; Redis Cluster hashes the whole key):
+//
+//	P{}:nodes       a hash: node id -> last seen µs|ttl µs|JSON; the hash
+//	                expires with its longest-lived node
+//	P{}:queued      a set of the schedules with requests queued: a hint
+//	                for the nodes polling for work (Enqueue adds after
+//	                appending; a take or Done that empties a queue removes
+//	                the id, then looks again and puts it back if a request
+//	                arrived meanwhile)
+//
+// Nothing but a lock (P{K}) or a per-tick lock ends with '}' or with
+// "}:tick:" and digits, which is how List tells locks apart.
 //
 // A lock's value is its random token, "#", the fence it drew, then "|" and
 // Options.Holder when set. Keeping the fence with the lock answers a
