@@ -104,7 +104,11 @@ COMMIT;`
 	// The trim ranks the stored rows (the statement's snapshot) and the
 	// batch together, newest first: stored rows past keep are deleted,
 	// batch rows past keep are not inserted (a batch cannot delete what it
-	// inserts itself). A batch committed by another node after this
+	// inserts itself). The ranking partitions by a number per trimmed
+	// schedule, not by its text (a collation-aware sort of every candidate
+	// cost most of a trim), and deletes by ctid, which is stable within the
+	// statement (rows are never updated). A batch committed by another
+	// node after this
 	// statement's snapshot is not ranked; it is counted, so the next trim
 	// takes it.
 	recordRunsSQL = `WITH b AS MATERIALIZED (
@@ -119,18 +123,17 @@ cnt AS (
     SET n = CASE WHEN t.n + excluded.n > $3::bigint THEN $2::bigint ELSE t.n + excluded.n END,
       trimmed = t.n + excluded.n > $3::bigint
   RETURNING t.schedule, t.trimmed),
-tr AS MATERIALIZED (SELECT schedule FROM cnt WHERE trimmed),
+tr AS MATERIALIZED (SELECT schedule, row_number() OVER () AS g FROM cnt WHERE trimmed),
 rk AS MATERIALIZED (
-  SELECT x.*, row_number() OVER (PARTITION BY x.schedule ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
+  SELECT x.*, row_number() OVER (PARTITION BY x.g ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
   FROM (
-    SELECT r.schedule, r.run_id, r.started_ns, false AS new, r.seq AS ord
+    SELECT tr.g, r.ctid AS tid, r.started_ns, false AS new, r.seq AS ord
       FROM tr JOIN bext_runs r ON r.namespace = $1::text AND r.schedule = tr.schedule
     UNION ALL
-    SELECT b.schedule, b.run_id, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
+    SELECT tr.g, NULL::tid, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
 del AS (
   DELETE FROM bext_runs r USING rk
-  WHERE NOT rk.new AND rk.rn > $2::bigint
-    AND r.namespace = $1::text AND r.schedule = rk.schedule AND r.run_id = rk.run_id
+  WHERE NOT rk.new AND rk.rn > $2::bigint AND r.ctid = rk.tid
   RETURNING 1),
 ins AS (
   INSERT INTO bext_runs (namespace, schedule, run_id, started_ns, tick_ns, duration_ns, fence,
