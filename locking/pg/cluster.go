@@ -109,9 +109,14 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) err
 		durations[i], fences[i], attempts[i], manual[i] = int64(r.Duration), r.Fence, int32(r.Attempts), r.Manual
 		nodes[i], results[i], errs[i], tails[i] = r.Node, r.Result, r.Error, r.OutputTail
 	}
+	// Planned on each call (QueryExecModeExec, an unnamed statement), on
+	// the table's current size: with the cached prepared statement, filling
+	// a fresh table was slower than refilling an analyzed one (30,000 runs:
+	// 13.2 s against 8.8 s; planned each call: 9.5 s against 9.9 s).
+	// Planning costs about 0.5 ms, against several for the statement.
 	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var ins, del, trimmed int64
-		return conn.QueryRow(ctx, recordRunsSQL, l.opts.Namespace, int64(keep), trimThreshold(keep),
+		return conn.QueryRow(ctx, recordRunsSQL, pgx.QueryExecModeExec, l.opts.Namespace, int64(keep), trimThreshold(keep),
 			schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails).
 			Scan(&ins, &del, &trimmed)
 	})
