@@ -23,6 +23,7 @@ const (
 	kindPing   kind = iota // a healthchecks.io ping
 	kindDecide             // decide whether a run starts or ends a streak, then maybe post
 	kindPost               // a webhook POST of event
+	kindDone               // closes done: everything queued before it was handled (tests)
 )
 
 func (k kind) String() string {
@@ -73,6 +74,8 @@ func (n *Notifier) deliver(ctx context.Context, m *message) {
 		n.decide(ctx, m.run)
 	case kindPost:
 		n.post(ctx, m)
+	case kindDone:
+		close(m.done)
 	}
 }
 
