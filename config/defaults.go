@@ -24,6 +24,9 @@ const (
 	DefaultExpectedRuntime = time.Minute
 	DefaultOverlap         = OverlapSkip
 	DefaultHTTPTimeout     = 30 * time.Second
+	DefaultNotifyTimeout   = 5 * time.Second
+	// MaxNotifyTimeout is the contract's bound on a ping's timeout.
+	MaxNotifyTimeout = 5 * time.Second
 	// The jitter and timeout defaults are zero: no jitter, no timeout (the
 	// lock's renewal keeps an overrunning job safe). The hint default is
 	// hints.Default (prefer_global); node_id defaults to os.Hostname().
@@ -45,6 +48,7 @@ func defaultConfig() Config {
 		ShutdownGrace: Duration{DefaultShutdownGrace},
 		HTTP:          HTTP{Listen: DefaultListen},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Notify:        Notify{Timeout: Duration{DefaultNotifyTimeout}},
 		Locking: Locking{
 			SafetyMargin: Duration{DefaultSafetyMargin},
 			MaxClockSkew: Duration{DefaultMaxClockSkew},
