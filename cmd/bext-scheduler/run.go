@@ -19,6 +19,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/service"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/metrics"
+	"github.com/bext-dev/bext-scheduler/notify"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 	"github.com/bext-dev/bext-scheduler/server"
 )
@@ -120,6 +121,8 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	for _, s := range cfg.Scheduled {
 		m.AddSchedule(s.ID)
 	}
+	notifier := newNotifier(cfg, backend.Locker, logger) // issue 19 (notify)
+	applyNotify(cfg, notifier, m)                        // issue 19 (notify)
 	schedOpts := scheduler.Options{
 		NodeID:        cfg.NodeID,
 		Locker:        locker,
@@ -128,7 +131,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		MaxClockSkew:  cfg.Locking.MaxClockSkew.Duration,
 		ShutdownGrace: cfg.ShutdownGrace.Duration,
 		Clock:         clock,
-		Observer:      m,
+		Observer:      observers{m, notifier}, // issue 19 (notify): was m
 		Logger:        logger,
 	}
 	sched, err := scheduler.New(schedOpts, service.Schedules(cfg, logger))
@@ -161,7 +164,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, m, logger)
+				reload(path, cfg, o, sched, m, notifier, logger)
 			}
 		}
 	}()
@@ -170,11 +173,19 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if backendName == "" {
 		backendName = "none"
 	}
+	// issue 19 (notify): the notifier outlives the scheduler, so the
+	// results of runs that end during shutdown are still sent.
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(parent))
+	notifyDone := make(chan struct{})
+	go func() { defer close(notifyDone); notifier.Run(notifyCtx) }()
+
 	logger.Info("bext-scheduler started", "version", v, "config", cfg.Path,
 		"schedules", len(cfg.Scheduled), "backend", backendName)
 	runErr := sched.Run(ctx)
 	stop()
 	<-reloadDone
+	stopNotify() // issue 19 (notify)
+	<-notifyDone // issue 19 (notify)
 
 	// Cleanup runs on a fresh context: the run context is already cancelled.
 	closeLocker(closer, logger)
@@ -209,7 +220,7 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, m *metrics.Metrics, n *notify.Notifier, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -228,6 +239,10 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 	if err := sched.Reload(service.Schedules(next, logger)); err != nil {
 		logger.Error("SIGHUP: new schedules rejected; keeping the running ones", "err", err)
 		return
+	}
+	applyNotify(next, n, m) // issue 19 (notify)
+	if next.Notify != started.Notify {
+		logger.Warn("SIGHUP: [notify] changes apply at the next restart")
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
 }
