@@ -135,7 +135,7 @@ func (n *Notifier) errorLine(err error) string {
 		s = s[:i]
 	}
 	if len(s) > maxErrorLine {
-		s = s[:maxErrorLine]
+		s = strings.ToValidUTF8(s[:maxErrorLine], "") // a rune cut in two would make the JSON lie
 	}
 	return strings.TrimSpace(s)
 }
