@@ -38,6 +38,7 @@ type Config struct {
 	Log       Log        `toml:"log"`
 	Locking   Locking    `toml:"locking"`
 	Jobs      Jobs       `toml:"jobs"`
+	Notify    Notify     `toml:"notify"`
 	Scheduled []Schedule `toml:"scheduled"`
 
 	// Path is the absolute path of the main file, set by Load and Parse.
@@ -70,6 +71,17 @@ type Jobs struct {
 	// EnvAllow names variables passed in either mode (in inherit mode it
 	// unmasks ${VAR} sources). Default for clean: DefaultCleanAllow.
 	EnvAllow []string `toml:"env_allow"`
+}
+
+// Notify is the [notify] table: where failure streaks are told.
+type Notify struct {
+	// URL receives one JSON POST per failure streak (the first failure,
+	// then the recovery) and one per pause_after_failures; "" sends none.
+	// Shown only redacted: webhook URLs carry their secret in the path.
+	URL string `toml:"url"`
+	// Timeout bounds each attempt of every notification and ping_url
+	// ping; default 5s, at most 5s.
+	Timeout Duration `toml:"timeout"`
 }
 
 // HTTP is the [http] table: the listener of /metrics, /healthz, /readyz
@@ -220,6 +232,14 @@ type Schedule struct {
 
 	// An HTTP job.
 	HTTP *HTTPJob `toml:"http"`
+
+	// PingURL is a dead-man's switch speaking the healthchecks.io
+	// protocol, pinged once per run by the node that ran it; "" for none.
+	// A secret: shown only redacted.
+	PingURL string `toml:"ping_url"`
+	// MinRuntime: a successful run faster than it is a too_fast anomaly;
+	// 0 (default) for none. Below ExpectedRuntime.
+	MinRuntime Duration `toml:"min_runtime"`
 
 	File string `toml:"-"` // the file it was declared in, as named in messages
 	Line int    `toml:"-"` // the line of its [[scheduled]] header; 0 when unknown

@@ -28,7 +28,10 @@ const (
 	DefaultHistoryKeep     = cluster.DefaultKeep
 	// MaxHistoryKeep bounds [history] keep: a schedule's history costs up
 	// to keep × 5 KiB in the backend, per schedule.
-	MaxHistoryKeep = 10000
+	MaxHistoryKeep       = 10000
+	DefaultNotifyTimeout = 5 * time.Second
+	// MaxNotifyTimeout is the contract's bound on a ping's timeout.
+	MaxNotifyTimeout = 5 * time.Second
 	// The jitter and timeout defaults are zero: no jitter, no timeout (the
 	// lock's renewal keeps an overrunning job safe). The hint default is
 	// hints.Default (prefer_global); node_id defaults to os.Hostname().
@@ -51,6 +54,7 @@ func defaultConfig() Config {
 		HTTP:          HTTP{Listen: DefaultListen},
 		History:       History{Keep: DefaultHistoryKeep},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Notify:        Notify{Timeout: Duration{DefaultNotifyTimeout}},
 		Locking: Locking{
 			SafetyMargin: Duration{DefaultSafetyMargin},
 			MaxClockSkew: Duration{DefaultMaxClockSkew},

@@ -104,7 +104,12 @@ type (
 		Config
 		ShutdownGrace any        `toml:"shutdown_grace"`
 		Locking       lockingDoc `toml:"locking"`
+		Notify        notifyDoc  `toml:"notify"`
 		Scheduled     []schedDoc `toml:"scheduled"`
+	}
+	notifyDoc struct {
+		Notify
+		Timeout any `toml:"timeout"`
 	}
 	lockingDoc struct {
 		Locking
@@ -129,6 +134,7 @@ type (
 		CatchupWindow   any      `toml:"catchup_window"`
 		Spread          any      `toml:"spread"`
 		RetryBackoff    any      `toml:"retry_backoff"`
+		MinRuntime      any      `toml:"min_runtime"`
 		HTTP            *httpDoc `toml:"http"`
 	}
 	httpDoc struct {
@@ -156,6 +162,7 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	doc.Locking.Locking = def.Locking
 	doc.Locking.Redis.Redis = def.Locking.Redis
 	doc.Locking.PG.PG = def.Locking.PG
+	doc.Notify.Notify = def.Notify
 	at, ok := b.decode(data, &doc, false)
 	if !ok {
 		return nil
@@ -167,6 +174,8 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	c.Locking = doc.Locking.Locking
 	c.Locking.Redis = doc.Locking.Redis.Redis
 	c.Locking.PG = doc.Locking.PG.PG
+	c.Notify = doc.Notify.Notify
+	b.duration(&c.Notify.Timeout, doc.Notify.Timeout, "notify.timeout", at.line("notify.timeout"), true)
 	b.duration(&c.ShutdownGrace, doc.ShutdownGrace, "shutdown_grace", at.line("shutdown_grace"), false)
 	b.duration(&c.Locking.SafetyMargin, doc.Locking.SafetyMargin, "locking.safety_margin", at.line("locking.safety_margin"), false)
 	b.duration(&c.Locking.MaxClockSkew, doc.Locking.MaxClockSkew, "locking.max_clock_skew", at.line("locking.max_clock_skew"), false)
@@ -392,6 +401,7 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 		dur(&s.Timeout, d.Timeout, "timeout", false)
 		dur(&s.Spread, d.Spread, "spread", false)
 		dur(&s.RetryBackoff, d.RetryBackoff, "retry_backoff", false)
+		dur(&s.MinRuntime, d.MinRuntime, "min_runtime", false)
 		if d.CatchupWindow != nil { // unset and "0s" differ: keep which
 			cw := Duration{-1}
 			if dur(&cw, d.CatchupWindow, "catchup_window", false); cw.Duration >= 0 {

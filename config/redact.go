@@ -15,20 +15,23 @@ const redacted = redact.Mask
 // path goes too.
 func RedactURL(raw string) string { return redact.URL(raw) }
 
-// Redacted returns a copy of c safe to log: lock backend and HTTP job URLs
-// pass through RedactURL; the API tokens, every HTTP header value and every
-// command environment value (any of which may be a token) become xxxxx.
+// Redacted returns a copy of c safe to log: lock backend, HTTP job, ping
+// and notify URLs pass through RedactURL; the API tokens, every HTTP header
+// value and every command environment value (any of which may be a token)
+// become xxxxx.
 func (c *Config) Redacted() *Config {
 	r := *c
 	r.HTTP.Token = hide(c.HTTP.Token)
 	r.HTTP.ReadToken = hide(c.HTTP.ReadToken)
 	r.Locking.Redis.URL = RedactURL(c.Locking.Redis.URL)
 	r.Locking.PG.URL = RedactURL(c.Locking.PG.URL)
+	r.Notify.URL = RedactURL(c.Notify.URL)
 	r.Include = append([]string(nil), c.Include...)
 	r.Scheduled = make([]Schedule, len(c.Scheduled))
 	for i, s := range c.Scheduled {
 		s.Command = append([]string(nil), s.Command...)
 		s.Env = hideValues(s.Env)
+		s.PingURL = RedactURL(s.PingURL)
 		if s.HTTP != nil {
 			h := *s.HTTP
 			h.URL = RedactURL(h.URL)

@@ -59,6 +59,7 @@ func (c *Config) validate() []Problem {
 		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
 	}
 	v.locking(&c.Locking, at)
+	v.notify(c.Notify, at)
 	v.envMode(c.Jobs.EnvMode, "jobs.env_mode", at("jobs.env_mode"))
 	v.envNames(c.Jobs.EnvAllow, "jobs.env_allow", at)
 
@@ -235,6 +236,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	if s.PauseAfterFailures < 0 {
 		v.atSchedule(s, "pause_after_failures", "pause_after_failures is %d; it must be 0 (never) or more", s.PauseAfterFailures)
 	}
+	v.pingAndMinRuntime(s)
 
 	if s.CatchupWindow != nil && s.CatchupWindow.Duration < 0 {
 		v.atSchedule(s, "catchup_window", "catchup_window: negative duration %v (\"0s\" never runs a late tick)", s.CatchupWindow.Duration)
@@ -249,6 +251,36 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		v.command(s)
 	default:
 		v.httpJob(s)
+	}
+}
+
+// notify checks the [notify] table.
+func (v *validator) notify(n Notify, at func(string) int) {
+	if n.URL != "" {
+		if err := checkHTTPURL(n.URL); err != nil {
+			v.add(at("notify.url"), "notify.url %s: %v", RedactURL(n.URL), err)
+		}
+	}
+	switch d := n.Timeout.Duration; {
+	case d < 0: // 0 is the default (a Config built by hand); a file's "0s" is refused at load
+		v.add(at("notify.timeout"), "notify.timeout: negative duration %v", d)
+	case d > MaxNotifyTimeout:
+		v.add(at("notify.timeout"), "notify.timeout %v is over %v: a ping must never wait long for its monitor", d, MaxNotifyTimeout)
+	}
+}
+
+// pingAndMinRuntime checks ping_url and min_runtime (issue 19).
+func (v *validator) pingAndMinRuntime(s *Schedule) {
+	if s.PingURL != "" {
+		if err := checkHTTPURL(s.PingURL); err != nil {
+			v.atSchedule(s, "ping_url", "ping_url %s: %v", RedactURL(s.PingURL), err)
+		}
+	}
+	switch m := s.MinRuntime.Duration; {
+	case m < 0:
+		v.atSchedule(s, "min_runtime", "min_runtime: negative duration %v", m)
+	case m > 0 && s.ExpectedRuntime.Duration > 0 && m >= s.ExpectedRuntime.Duration:
+		v.atSchedule(s, "min_runtime", "min_runtime %v is not below expected_runtime %v: every run would be too fast or overrun", m, s.ExpectedRuntime.Duration)
 	}
 }
 

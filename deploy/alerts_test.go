@@ -16,6 +16,7 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/metrics"
+	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 type ruleFile struct {
@@ -46,6 +47,8 @@ func exported(t *testing.T) (series, map[string][]string) {
 	m := metrics.New(reg, metrics.BuildInfo{Version: "v", Commit: "c", GoVersion: "go"})
 	m.AddSchedule("s")
 	m.NextTick("s", time.Now().Add(time.Minute))
+	// The last-success gauge is absent until a success: record one.
+	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
 	l := metrics.InstrumentLocker(memory.New(), "memory", m)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	fams, err := reg.Gather()
@@ -134,7 +137,7 @@ func checkExpr(expr string, known series, values map[string][]string) (problems 
 				problems = append(problems, name+" has no label "+label)
 				continue
 			}
-			if op == "!=" || op == "!~" || !slices.Contains([]string{"reason", "result", "op"}, label) {
+			if op == "!=" || op == "!~" || !slices.Contains([]string{"reason", "result", "op", "kind"}, label) {
 				continue
 			}
 			for _, v := range strings.Split(val, "|") {
@@ -245,7 +248,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	// The alerts the operator guide promises.
 	for _, want := range []string{"BextBackendErrorSkips", "BextLockLost", "BextScheduleNotRunning",
-		"BextLockBackendUnreachable", "BextOverruns", "BextNodeDown"} {
+		"BextLockBackendUnreachable", "BextOverruns", "BextNodeDown", "BextNightlyBackupMissing", "BextRunTooFast"} {
 		if !seen[want] {
 			t.Errorf("deploy/alerts.yml has no %s alert (docs/OPERATING.md describes it)", want)
 		}
@@ -256,6 +259,53 @@ func TestAlertRules(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("metrics used by the alerts: %v", names)
+}
+
+// ruleTests is deploy/alerts.test.yml, as far as TestEveryRuleTested reads it.
+type ruleTests struct {
+	Tests []struct {
+		AlertRuleTest []struct {
+			Alertname string           `yaml:"alertname"`
+			ExpAlerts []map[string]any `yaml:"exp_alerts"`
+		} `yaml:"alert_rule_test"`
+	} `yaml:"tests"`
+}
+
+// TestEveryRuleTested: every alert of deploy/alerts.yml has a promtool
+// unit test in which it fires (a rule only ever tested quiet could be
+// one that never fires), and no test names an alert that does not exist.
+func TestEveryRuleTested(t *testing.T) {
+	var rf ruleFile
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "deploy/alerts.yml")), &rf); err != nil {
+		t.Fatal(err)
+	}
+	var rt ruleTests
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "deploy/alerts.test.yml")), &rt); err != nil {
+		t.Fatal(err)
+	}
+	fires, named := map[string]bool{}, map[string]bool{}
+	for _, tc := range rt.Tests {
+		for _, a := range tc.AlertRuleTest {
+			named[a.Alertname] = true
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			}
+		}
+	}
+	rules := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			rules[r.Alert] = true
+			if !fires[r.Alert] {
+				t.Errorf("alert %s has no test in deploy/alerts.test.yml in which it fires", r.Alert)
+			}
+		}
+	}
+	for name := range named {
+		if !rules[name] {
+			t.Errorf("deploy/alerts.test.yml tests %s, which deploy/alerts.yml does not define", name)
+		}
+	}
 }
 
 // TestPromtool runs Prometheus's own checker and the rules' unit tests

@@ -54,6 +54,8 @@ type Metrics struct {
 	triggers    *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	drift       prometheus.Gauge
+	anomalies   *prometheus.CounterVec
+	lastSuccess *prometheus.GaugeVec
 
 	lockOps      *prometheus.CounterVec
 	lockDuration *prometheus.HistogramVec
@@ -61,8 +63,9 @@ type Metrics struct {
 
 	ready *Readiness
 
-	mu   sync.Mutex
-	seen map[string]bool // schedules whose series are initialised
+	mu         sync.Mutex
+	seen       map[string]bool          // schedules whose series are initialised
+	minRuntime map[string]time.Duration // schedule → min_runtime (absent: none)
 }
 
 var (
@@ -70,14 +73,52 @@ var (
 	_ scheduler.ClockObserver = (*Metrics)(nil)
 )
 
-// RunRecorded counts a manual run and the retries of a run.
+// Anomaly kinds: the kind label of bext_scheduler_run_anomalies_total.
+const (
+	AnomalyTooFast = "too_fast" // a success faster than min_runtime
+	AnomalyOverrun = "overrun"  // a run longer than expected_runtime
+)
+
+var anomalyKinds = []string{AnomalyTooFast, AnomalyOverrun}
+
+// RunRecorded counts a manual run, the retries of a run and its duration
+// anomalies, and sets the last-success gauge when it succeeded.
 func (m *Metrics) RunRecorded(r scheduler.RunRecord) {
+	m.AddSchedule(r.Schedule)
 	if r.Manual {
 		m.triggers.WithLabelValues(r.Schedule).Inc()
 	}
 	if r.Attempts > 1 {
 		m.retries.WithLabelValues(r.Schedule).Add(float64(r.Attempts - 1))
 	}
+	if r.Overrun {
+		m.anomalies.WithLabelValues(r.Schedule, AnomalyOverrun).Inc()
+	}
+	if r.Result != scheduler.ResultSuccess {
+		return
+	}
+	m.mu.Lock()
+	floor := m.minRuntime[r.Schedule]
+	m.mu.Unlock()
+	if floor > 0 && r.Duration < floor {
+		m.anomalies.WithLabelValues(r.Schedule, AnomalyTooFast).Inc()
+	}
+	// The time the run finished, on the clock that timed it.
+	end := r.Start.Add(r.Duration)
+	m.lastSuccess.WithLabelValues(r.Schedule).Set(float64(end.UnixNano()) / 1e9)
+}
+
+// SetMinRuntime sets schedule id's min_runtime: a successful run faster
+// than d counts as a too_fast anomaly. 0 removes it. Call it at start and
+// on every reload.
+func (m *Metrics) SetMinRuntime(id string, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d <= 0 {
+		delete(m.minRuntime, id)
+		return
+	}
+	m.minRuntime[id] = d
 }
 
 // ConfigDrift sets bext_cluster_config_drift.
@@ -177,8 +218,17 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 			Name: "bext_cluster_config_drift",
 			Help: "1 when the live nodes run different schedule definitions, else 0.",
 		})),
-		ready: newReadiness(o.now, o.readyWindow),
-		seen:  map[string]bool{},
+		anomalies: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bext_scheduler_run_anomalies_total",
+			Help: "Runs on this node whose duration is suspicious, per schedule and kind (too_fast: a success under min_runtime; overrun: over expected_runtime).",
+		}, []string{"schedule", "kind"})),
+		lastSuccess: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bext_scheduler_last_success_timestamp_seconds",
+			Help: "Unix time this node last finished a successful run of the schedule; absent until it has. Alert on time() - max by (schedule) over the nodes.",
+		}, []string{"schedule"})),
+		ready:      newReadiness(o.now, o.readyWindow),
+		seen:       map[string]bool{},
+		minRuntime: map[string]time.Duration{},
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "bext_scheduler_build_info",
@@ -225,6 +275,11 @@ func (m *Metrics) AddSchedule(id string) {
 		m.runs.WithLabelValues(id, string(r))
 	}
 	m.overruns.WithLabelValues(id)
+	for _, k := range anomalyKinds {
+		m.anomalies.WithLabelValues(id, k)
+	}
+	// Not the last-success gauge: absent until a success, so an alert on
+	// its age cannot fire on a fresh deploy (0 would read as 1970).
 	m.triggers.WithLabelValues(id)
 	m.retries.WithLabelValues(id)
 	m.runDuration.WithLabelValues(id)

@@ -74,6 +74,7 @@ func TestContractMetricsAndLint(t *testing.T) {
 		"bext_scheduler_tick_lateness_seconds":       "histogram",
 		"bext_scheduler_next_tick_timestamp_seconds": "gauge",
 		"bext_scheduler_overruns_total":              "counter",
+		"bext_scheduler_run_anomalies_total":         "counter",
 		"bext_locking_operations_total":              "counter",
 		"bext_locking_operation_duration_seconds":    "histogram",
 		"bext_locking_held_locks":                    "gauge",

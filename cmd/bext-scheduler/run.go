@@ -21,6 +21,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/service"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/metrics"
+	"github.com/bext-dev/bext-scheduler/notify"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 	"github.com/bext-dev/bext-scheduler/server"
 )
@@ -124,18 +125,21 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	for _, s := range cfg.Scheduled {
 		m.AddSchedule(s.ID)
 	}
-	// The agent does the node's cluster duties (announce, history, manual
-	// runs, drift); it works on the uninstrumented backend (its calls are
-	// not lock operations) and runs manual runs through the scheduler.
+	// The notifier tells someone (ping_url, [notify] url); the agent does
+	// the node's cluster duties (announce, history, manual runs, drift) on
+	// the uninstrumented backend (its calls are not lock operations) and
+	// runs manual runs through the scheduler.
+	notifier := newNotifier(cfg, backend.Locker, logger)
+	applyNotify(cfg, notifier, m)
 	var ag *agent.Agent
 	var sched *scheduler.Scheduler
-	var observer scheduler.Observer = m
+	observer := scheduler.Observers(m, notifierObserver{n: notifier})
 	if ab, err := agent.For(backend.Locker); err == nil {
 		ag = agent.New(ab, runner{&sched}, agent.Options{
 			NodeID: cfg.NodeID, Version: v, StartedAt: time.Now(), Keep: cfg.History.Keep,
-			Mask: service.Masker(cfg), Drift: m.ConfigDrift, Logger: logger,
+			Mask: service.Masker(cfg), Drift: m.ConfigDrift, Paused: notifier.Paused, Logger: logger,
 		})
-		observer = scheduler.Observers(m, ag.Observer())
+		observer = scheduler.Observers(m, notifierObserver{n: notifier}, ag.Observer())
 	}
 	schedOpts := scheduler.Options{
 		NodeID:        cfg.NodeID,
@@ -215,7 +219,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, opsSvc, ag, m, logger)
+				reload(path, cfg, o, sched, opsSvc, ag, m, notifier, logger)
 			}
 		}
 	}()
@@ -224,6 +228,12 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if backendName == "" {
 		backendName = "none"
 	}
+	// issue 19 (notify): the notifier outlives the scheduler, so the
+	// results of runs that end during shutdown are still sent.
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(parent))
+	notifyDone := make(chan struct{})
+	go func() { defer close(notifyDone); notifier.Run(notifyCtx) }()
+
 	logger.Info("bext-scheduler started", "version", v, "config", cfg.Path,
 		"schedules", len(cfg.Scheduled), "backend", backendName)
 	agentDone := make(chan struct{})
@@ -239,6 +249,8 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	<-sigDone
 	<-reloadDone
 	<-agentDone
+	stopNotify() // after the run and the agent: results of runs ended at shutdown still go out
+	<-notifyDone
 
 	// Cleanup runs on a fresh context: the run context is already cancelled.
 	closeLocker(closer, logger)
@@ -301,7 +313,8 @@ func closeLocker(l locking.Locker, logger *slog.Logger) {
 // logged and not applied.
 // started is the config the process started with: what is compared
 // against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service, ag *agent.Agent, m *metrics.Metrics, logger *slog.Logger) {
+func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service,
+	ag *agent.Agent, m *metrics.Metrics, n *notify.Notifier, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
@@ -328,6 +341,10 @@ func reload(path string, started *config.Config, o overrides, sched *scheduler.S
 	}
 	if next.HTTP.Token != started.HTTP.Token || next.HTTP.ReadToken != started.HTTP.ReadToken {
 		logger.Warn("SIGHUP: [http] token and read_token changes apply at the next restart")
+	}
+	applyNotify(next, n, m)
+	if next.Notify != started.Notify {
+		logger.Warn("SIGHUP: [notify] changes apply at the next restart")
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
 }

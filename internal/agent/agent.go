@@ -54,6 +54,9 @@ type Options struct {
 	// Drift, when set, is told after every look at the live nodes whether
 	// they disagree (the bext_cluster_config_drift gauge).
 	Drift func(drift bool)
+	// Paused, when set, is told when the agent paused a schedule after
+	// pause_after_failures (a notification).
+	Paused func(schedule, note string)
 	// Clock for the request tick times and the announce; default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -392,6 +395,9 @@ func (a *Agent) maybePause(ctx context.Context, id string) {
 		return
 	}
 	a.log.Warn("schedule paused cluster-wide: "+note, slog.String("schedule", id))
+	if a.opts.Paused != nil {
+		a.opts.Paused(id, note)
+	}
 }
 
 // errNoStore is returned by Open when a backend has no cluster state.

@@ -1,0 +1,117 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The keys issue 19 adds: ping_url and min_runtime per schedule, and the
+// [notify] table. URLs are secrets: expanded from ${VAR}, and shown only
+// as scheme://host[:port].
+
+const hcSecret = "0f1e2d3c-aaaa-bbbb-cccc-0123456789ab"
+
+func TestNotifyKeys(t *testing.T) {
+	t.Setenv("HC_UUID", hcSecret)
+	t.Setenv("HOOK", "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX")
+	c := mustLoad(t, write(t, t.TempDir(), "b.toml", `
+[notify]
+url = "${HOOK}"
+timeout = "3s"
+
+[[scheduled]]
+id = "backup"
+cron = "@daily"
+expected_runtime = "20m"
+min_runtime = "5m"
+ping_url = "https://hc-ping.com/${HC_UUID}"
+command = ["x"]
+
+[[scheduled]]
+id = "plain"
+cron = "@hourly"
+command = ["x"]
+`))
+	if c.Notify.URL != "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX" || c.Notify.Timeout.Duration != 3*time.Second {
+		t.Errorf("notify = %+v", c.Notify)
+	}
+	b := schedule(t, c, "backup")
+	if b.PingURL != "https://hc-ping.com/"+hcSecret || b.MinRuntime.Duration != 5*time.Minute {
+		t.Errorf("backup: ping_url %q min_runtime %v", b.PingURL, b.MinRuntime.Duration)
+	}
+	if p := schedule(t, c, "plain"); p.PingURL != "" || p.MinRuntime.Duration != 0 {
+		t.Errorf("plain: ping_url %q min_runtime %v, want none", p.PingURL, p.MinRuntime.Duration)
+	}
+	r := c.Redacted()
+	shown := fmt.Sprintf("%+v %+v", r.Notify, r.Scheduled)
+	if strings.Contains(shown, hcSecret) || strings.Contains(shown, "SECRET") {
+		t.Errorf("Redacted shows a secret: %s", shown)
+	}
+	if r.Notify.URL != "https://hooks.slack.example" || r.Scheduled[0].PingURL != "https://hc-ping.com" {
+		t.Errorf("Redacted URLs %q %q", r.Notify.URL, r.Scheduled[0].PingURL)
+	}
+
+	d := mustLoad(t, write(t, t.TempDir(), "d.toml", "[[scheduled]]\nid = \"j\"\ncron = \"@hourly\"\ncommand = [\"x\"]\n"))
+	if d.Notify.URL != "" || d.Notify.Timeout.Duration != DefaultNotifyTimeout {
+		t.Errorf("defaults: notify = %+v", d.Notify)
+	}
+}
+
+func TestNotifyKeyProblems(t *testing.T) {
+	const secret = "hunter2-token-1234"
+	for _, tc := range []struct {
+		name, in, want string
+		line           int
+	}{
+		{"ping_url not http", job + "command = [\"x\"]\nping_url = \"ftp://u:" + secret + "@h/" + secret + "\"\n",
+			`schedule "j": ping_url ftp://h: want an http:// or https:// URL`, 5},
+		{"ping_url without host", job + "command = [\"x\"]\nping_url = \"https:///" + secret + "\"\n",
+			`ping_url https://: no host`, 5},
+		{"ping_url not a string", job + "command = [\"x\"]\nping_url = 5\n", `ping_url: wrong type`, 5},
+		{"min_runtime negative", job + "command = [\"x\"]\nmin_runtime = \"-1s\"\n", `schedule "j": min_runtime: negative duration`, 5},
+		{"min_runtime bad", job + "command = [\"x\"]\nmin_runtime = \"fast\"\n", `min_runtime: bad duration`, 5},
+		{"min_runtime at expected_runtime", job + "command = [\"x\"]\nexpected_runtime = \"2m\"\nmin_runtime = \"2m\"\n",
+			`schedule "j": min_runtime 2m0s is not below expected_runtime 2m0s`, 6},
+		{"min_runtime over the default expected_runtime", job + "command = [\"x\"]\nmin_runtime = \"5m\"\n",
+			`min_runtime 5m0s is not below expected_runtime 1m0s`, 5},
+		{"notify url not http", "[notify]\nurl = \"smtp://" + secret + "@mail\"\n" + job + "command = [\"x\"]\n",
+			`notify.url smtp://mail: want an http:// or https:// URL`, 2},
+		{"notify timeout over 5s", "[notify]\ntimeout = \"30s\"\n" + job + "command = [\"x\"]\n",
+			`notify.timeout 30s is over 5s`, 2},
+		{"notify timeout zero", "[notify]\ntimeout = \"0s\"\n" + job + "command = [\"x\"]\n",
+			`notify.timeout: must be more than zero`, 2},
+		{"notify unknown key", "[notify]\nurls = \"x\"\n" + job + "command = [\"x\"]\n", `unknown key "notify.urls"`, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.in), "test.toml")
+			var e *Error
+			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
+				t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the message shows the secret: %v", err)
+			}
+			for _, p := range e.Problems {
+				if strings.Contains(p.Msg, tc.want) {
+					if p.File != "test.toml" || p.Line != tc.line {
+						t.Errorf("%q at %s:%d, want test.toml:%d", tc.want, p.File, p.Line, tc.line)
+					}
+					return
+				}
+			}
+			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+		})
+	}
+}
+
+// An unset ${VAR} in ping_url is one problem, on its line, naming the
+// variable and not a half-expanded URL.
+func TestPingURLUnsetVar(t *testing.T) {
+	_, err := Parse([]byte(job+"command = [\"x\"]\nping_url = \"https://hc-ping.com/${BEXT_TEST_UNSET_UUID}\"\n"), "t.toml")
+	if err == nil || !strings.Contains(err.Error(), "t.toml:5:") || !strings.Contains(err.Error(), "BEXT_TEST_UNSET_UUID") {
+		t.Errorf("Parse = %v, want a problem at t.toml:5 naming BEXT_TEST_UNSET_UUID", err)
+	}
+}

@@ -1,0 +1,141 @@
+package notify
+
+import (
+	"context"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/redact"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// Event kinds of the webhook's JSON.
+const (
+	EventFailure  = "failure"  // the first failed run after a success (or ever)
+	EventRecovery = "recovery" // the first successful run after failures
+	EventPaused   = "paused"   // pause_after_failures paused the schedule
+)
+
+// Event is the JSON body POSTed to [notify] url. The field names are the
+// contract; Text is a ready-made one-line summary, which is also what
+// Slack's and Mattermost's incoming webhooks display.
+type Event struct {
+	Event    string `json:"event"`
+	Schedule string `json:"schedule"`
+	Tick     string `json:"tick,omitempty"` // RFC 3339
+	Node     string `json:"node"`
+	Result   string `json:"result,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Error    string `json:"error,omitempty"` // one line, secrets masked
+	Note     string `json:"note,omitempty"`  // the pause's note
+	Text     string `json:"text"`
+}
+
+// failed says whether a result breaks a streak of successes. Cancelled is
+// neither: shutdown stopped the run, it says nothing of the job.
+func failed(result string) bool {
+	switch scheduler.RunResult(result) {
+	case scheduler.ResultFailure, scheduler.ResultTimeout, scheduler.ResultLockLost:
+		return true
+	}
+	return false
+}
+
+// historyDepth is how many runs are read to find the one before: the run
+// itself may already be there, and cancelled runs are passed over.
+const historyDepth = 5
+
+// decide sends a notification when run r starts or ends a failure streak:
+// it compares r with the run before it, on any node (the cluster's
+// history), or on this node when there is no history to read. The webhook
+// queue has one worker, so this node's decisions are taken in run order.
+func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) {
+	now := failed(string(r.Result))
+	n.mu.Lock()
+	prev, known := n.last[r.Schedule]
+	if !known || !r.Start.Before(prev.start) {
+		n.last[r.Schedule] = runState{start: r.Start, failed: now}
+	}
+	n.mu.Unlock()
+	if known && !prev.start.Before(r.Start) {
+		known = false // a later run of ours is already known: not "before"
+	}
+	if h := n.opts.History; h != nil {
+		hctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+		runs, err := h.Runs(hctx, r.Schedule, historyDepth)
+		cancel()
+		if err != nil {
+			n.log.Warn("reading the run history for a failure notification failed; deciding on this node's runs",
+				slog.String("schedule", r.Schedule), slog.Any("error", err))
+		} else if hp, ok := before(runs, r); ok && (!known || hp.StartedAt.After(prev.start)) {
+			// The newer of the two: history may lag this node's own last run.
+			prev, known = runState{start: hp.StartedAt, failed: failed(hp.Result)}, true
+		}
+	}
+	wasFailing := known && prev.failed
+	var kind string
+	switch {
+	case now && !wasFailing:
+		kind = EventFailure
+	case !now && wasFailing:
+		kind = EventRecovery
+	default:
+		return
+	}
+	ev := Event{Event: kind, Schedule: r.Schedule, Tick: r.Tick.UTC().Format(time.RFC3339Nano), Node: r.Node,
+		Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID, Error: n.errorLine(r.Err)}
+	n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
+}
+
+// before returns the newest run of runs (newest first) that started
+// before r and is not r itself nor cancelled.
+func before(runs []cluster.Run, r scheduler.RunRecord) (cluster.Run, bool) {
+	for _, h := range runs {
+		if h.RunID == r.RunID || h.Result == string(scheduler.ResultCancelled) || !h.StartedAt.Before(r.Start) {
+			continue
+		}
+		return h, true
+	}
+	return cluster.Run{}, false
+}
+
+// text is the event's one-line summary.
+func (e *Event) text() string {
+	switch e.Event {
+	case EventFailure:
+		s := "bext-scheduler: " + e.Schedule + " " + e.Result + " on " + e.Node + " (tick " + e.Tick + ")"
+		if e.Error != "" {
+			s += ": " + e.Error
+		}
+		return s
+	case EventRecovery:
+		return "bext-scheduler: " + e.Schedule + " recovered: success on " + e.Node + " (tick " + e.Tick + ")"
+	}
+	return "bext-scheduler: " + e.Schedule + " paused cluster-wide: " + e.Note
+}
+
+// maxErrorLine bounds the error line of a notification.
+const maxErrorLine = cluster.MaxErrorLen
+
+var urlInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.-]*://[^\\s\"'`<>]*")
+
+// errorLine is err as a notification shows it: masked, every URL shown as
+// scheme://host[:port], the first line only, bounded.
+func (n *Notifier) errorLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := n.opts.Mask(err.Error())
+	s = urlInText.ReplaceAllStringFunc(s, redact.URL)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxErrorLine {
+		s = strings.ToValidUTF8(s[:maxErrorLine], "") // a rune cut in two would make the JSON lie
+	}
+	return strings.TrimSpace(s)
+}
