@@ -79,18 +79,15 @@ func TestStopDuringJitterNeverRunsATickTwice(t *testing.T) {
 	go func() { defer close(doneB); _ = b.Run(ctxB) }()
 	wctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	idle := func(ss ...*scheduler.Scheduler) {
-		for _, s := range ss {
-			if err := s.WaitLoopParked(wctx); err != nil {
-				t.Fatal(err)
-			}
+	for _, s := range []*scheduler.Scheduler{a, b} { // the catch-up at start done too
+		if err := s.WaitIdle(wctx); err != nil {
+			t.Fatal(err)
 		}
 	}
-	idle(a, b)
 	// 00:00:01 fires on A; A takes the lock and waits its jitter.
 	base.Advance(time.Second)
 	if err := base.BlockUntilArmed(wctx, 3); err != nil { // two loop timers and A's jitter
-		t.Fatal(err)
+		t.Fatalf("%v: %d timers armed; a: %s; b: %s; runs %v", err, base.Armed(), a.IdleState(), b.IdleState(), runs)
 	}
 	stopA() // during the jitter: A runs the tick at once, then stops
 	<-doneA
