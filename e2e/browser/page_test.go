@@ -3,12 +3,12 @@ package browser
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -263,21 +263,20 @@ func TestStatusPageReadToken(t *testing.T) {
 	n, base := startNode(t, "read-node", "[locking]\nbackend = \"memory\"\n"+pageSchedules, "BEXT_TEST_READ_TOKEN="+readToken)
 	n.WaitLog(regexp.MustCompile(`beat`), 30*time.Second)
 	b := newBrowser(t)
-	b.run("loading / without the token", chromedp.Navigate(base+"/"))
-	if got := evalAs[string](b, `document.body.textContent`); !strings.Contains(got, "read_token") || strings.Contains(got, "heartbeat") {
-		t.Fatalf("without the token the page shows %q", got)
-	}
-
 	var prompts atomic.Int32
+	var give atomic.Bool // the operator's answer to the prompt: cancel, then the token
 	b.setOnEvent(func(ev any) {
 		// Runs in the tab's loop: answer from a goroutine.
 		switch e := ev.(type) {
 		case *fetch.EventAuthRequired:
 			prompts.Add(1)
+			answer := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
+			if give.Load() {
+				answer = &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+					Username: "operator", Password: readToken}
+			}
 			go func() {
-				_, _ = chromedp.Call(b.ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: e.RequestID,
-					AuthChallengeResponse: &fetch.AuthChallengeResponse{
-						Response: fetch.AuthChallengeResponseResponseProvideCredentials, Username: "operator", Password: readToken}})
+				_, _ = chromedp.Call(b.ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: e.RequestID, AuthChallengeResponse: answer})
 			}()
 		case *fetch.EventRequestPaused:
 			go func() { _, _ = chromedp.Call(b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID}) }()
@@ -287,13 +286,21 @@ func TestStatusPageReadToken(t *testing.T) {
 	if _, err := chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: &handleAuth}); err != nil {
 		t.Fatal(err)
 	}
+	b.run("loading / and cancelling the prompt", chromedp.Navigate(base+"/"))
+	if got := evalAs[string](b, `document.body.textContent`); !strings.Contains(got, "read_token") || strings.Contains(got, "heartbeat") {
+		t.Fatalf("without the token the page shows %q", got)
+	}
+	if prompts.Load() != 1 {
+		t.Errorf("the browser prompted %d times, want 1", prompts.Load())
+	}
+	give.Store(true)
 	b.run("loading / with the token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
 	b.waitJS("heartbeat's runs", `document.querySelector('tr[data-id="heartbeat"] .last .res.good') !== null`, 30*time.Second)
 	asked := prompts.Load()
 	// A refresh (the page's fetch) goes through on the cached credentials.
 	b.run("refreshing", evalJS(`document.querySelector('#schedules').dataset.old = '1'; window.bextRefresh()`))
 	b.waitJS("the refreshed page", `document.querySelector('#schedules') !== null && !document.querySelector('#schedules').dataset.old`, 10*time.Second)
-	if asked < 1 || prompts.Load() != asked {
+	if asked < 2 || prompts.Load() != asked {
 		t.Errorf("the browser was asked for credentials %d times, then %d more on the refresh", asked, prompts.Load()-asked)
 	}
 	if _, err := chromedp.Call(b.ctx, fetch.Disable, cdp.Empty{}); err != nil {
