@@ -185,6 +185,10 @@ func (b *browser) shot(name string) string {
 		return ""
 	}
 	b.t.Logf("screenshot: %s", path)
+	// BEXT_TEST_SCREENSHOTS keeps a copy (how docs/status-page.png was made).
+	if keep := os.Getenv("BEXT_TEST_SCREENSHOTS"); keep != "" {
+		_ = os.WriteFile(filepath.Join(keep, b.t.Name()[strings.LastIndex(b.t.Name(), "/")+1:]+"-"+name+".png"), png, 0o644)
+	}
 	return path
 }
 
