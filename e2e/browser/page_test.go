@@ -279,7 +279,9 @@ func TestStatusPageReadToken(t *testing.T) {
 				_, _ = chromedp.Call(b.ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: e.RequestID, AuthChallengeResponse: answer})
 			}()
 		case *fetch.EventRequestPaused:
-			go func() { _, _ = chromedp.Call(b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID}) }()
+			go func() {
+				_, _ = chromedp.Call(b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
+			}()
 		}
 	})
 	handleAuth := true
