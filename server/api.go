@@ -31,7 +31,8 @@ type APIConfig struct {
 }
 
 // WithAPI serves the operators' API under /api/v1/ (DESIGN.md "Operating
-// it"): JSON answers from the same ops code the CLI uses.
+// it"): JSON answers from the same ops code the CLI uses; and the status
+// page at / (page.go), rendered from that same code.
 func WithAPI(c APIConfig) Option {
 	return func(s *Server, mux *http.ServeMux) {
 		a := &api{ops: c.Ops, write: digest(c.Token), read: digest(c.ReadToken),
@@ -47,6 +48,7 @@ func WithAPI(c APIConfig) Option {
 		mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: see GET /api/v1/status, /api/v1/schedules, /api/v1/nodes, /api/v1/schedules/{id}/runs, POST /api/v1/schedules/{id}/{trigger|pause|resume|backfill}")
 		})
+		a.servePage(mux) // the status page (page.go), guarded by the same tokens
 	}
 }
 
@@ -308,6 +310,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff") // never run as a script
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

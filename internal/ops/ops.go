@@ -383,3 +383,8 @@ var (
 	_ Operator = (*Service)(nil)
 	_ Operator = (*Client)(nil)
 )
+
+// Now is the time the Service stamps its answers with (its clock), so a
+// page that says "in 4m" or "3h ago" measures from the same instant as
+// the next ticks it shows.
+func (s *Service) Now() time.Time { return s.now() }
