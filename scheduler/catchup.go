@@ -231,7 +231,7 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 		if !def.lock || st.active > 0 {
 			continue
 		}
-		prev := prevTick(def.Spec, now, max(s.window(def, now), s.opts.MaxClockSkew))
+		prev := prevTick(def.Spec, now, s.lookback(def, now))
 		if prev.IsZero() || !prev.After(st.decided) {
 			continue
 		}
@@ -263,6 +263,25 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 			slog.String("tick", acts[i].f.tick.Format(time.RFC3339)), slog.Duration("late", acts[i].f.lateness))
 		s.work.submit(task{f: acts[i].f})
 	}
+}
+
+// lookback is how far back catch-up looks for def's latest tick at now:
+// its catch-up window, or by default twice its period (measured between
+// its next two ticks; the window of the tick found is checked exactly
+// afterwards), and at least max_clock_skew.
+func (s *Scheduler) lookback(def *compiled, now time.Time) time.Duration {
+	d := s.opts.MaxClockSkew
+	switch w := def.CatchupWindow; {
+	case w > 0:
+		d = max(d, w)
+	case w == 0:
+		if n := def.Spec.Next(now); !n.IsZero() {
+			if n2 := def.Spec.Next(n); !n2.IsZero() {
+				d = max(d, 2*n2.Sub(n))
+			}
+		}
+	}
+	return d
 }
 
 // prevTick returns spec's latest tick at or before now, if one lies within
