@@ -54,7 +54,12 @@ func (l *Locker) ensureClusterConn(ctx context.Context, conn *pgx.Conn) error {
 
 // withCluster is withSession on a session that has seen every table
 // created.
+// A cancelled ctx fails at once, without spending (and, by breaking it
+// mid-query, closing) a session.
 func (l *Locker) withCluster(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pg: %w", err)
+	}
 	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if err := l.ensureClusterConn(ctx, conn); err != nil {
 			return err
@@ -68,14 +73,17 @@ func (l *Locker) withCluster(ctx context.Context, fn func(context.Context, *pgx.
 // keep plus a tenth in that same statement. A run recorded twice (same
 // schedule and run id) is stored once. Times are kept to the nanosecond.
 func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) error {
-	if keep < 1 {
-		return fmt.Errorf("%w: pg: record runs: keep %d is below 1", store.ErrInvalid, keep)
+	if err := store.CheckKeep(keep); err != nil {
+		return err
 	}
 	n := len(runs)
 	for _, r := range runs {
 		if err := store.CheckRun(r); err != nil {
 			return err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pg: record runs: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -125,16 +133,15 @@ func fromUnixNano(ns int64) time.Time {
 	return time.Unix(0, ns).UTC()
 }
 
-// Runs returns up to limit runs of schedule, newest first; all it keeps
-// when limit is 0 or less.
+// Runs returns up to limit runs of schedule, newest first.
 func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]store.Run, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := store.CheckSchedule(schedule); err != nil {
+		return nil, err
+	}
+	if err := store.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	lim := int64(limit)
-	if limit <= 0 {
-		lim = 1<<63 - 1
-	}
 	var out []store.Run
 	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, runsSQL, l.opts.Namespace, schedule, lim)
@@ -154,7 +161,7 @@ func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]store.
 // query.
 func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]store.Run, error) {
 	for _, s := range schedules {
-		if err := checkSchedule(s); err != nil {
+		if err := store.CheckSchedule(s); err != nil {
 			return nil, err
 		}
 	}
@@ -210,11 +217,8 @@ type nodeDoc struct {
 // Announce records n as live until ttl from now on the database clock,
 // which also sets its LastSeen, and forgets the namespace's expired nodes.
 func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) error {
-	if err := checkNodeID(n.NodeID); err != nil {
+	if err := store.CheckNode(n, ttl); err != nil {
 		return err
-	}
-	if ttl <= 0 {
-		return fmt.Errorf("%w: pg: announce %q: ttl %v is not positive", store.ErrInvalid, n.NodeID, ttl)
 	}
 	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules})
 	if err != nil {
@@ -260,7 +264,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 
 // Leave removes a node's announcement.
 func (l *Locker) Leave(ctx context.Context, nodeID string) error {
-	if err := checkNodeID(nodeID); err != nil {
+	if err := store.CheckNodeID(nodeID); err != nil {
 		return err
 	}
 	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
@@ -285,11 +289,8 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []store.Request) error {
 		lockIDs   []int64
 	)
 	for i, r := range reqs {
-		if err := checkSchedule(r.Schedule); err != nil {
+		if err := store.CheckRequest(r); err != nil {
 			return err
-		}
-		if r.ID == "" {
-			return fmt.Errorf("%w: pg: enqueue: a request of %q has no id", store.ErrInvalid, r.Schedule)
 		}
 		doc, err := json.Marshal(r)
 		if err != nil {
@@ -299,6 +300,9 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []store.Request) error {
 		if r.Backfill {
 			lockIDs = append(lockIDs, queueLockID(l.opts.Namespace, r.Schedule))
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pg: enqueue: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -357,7 +361,7 @@ func (l *Locker) Queued(ctx context.Context) ([]string, error) {
 
 // Requests returns a schedule's queue, oldest first.
 func (l *Locker) Requests(ctx context.Context, schedule string) ([]store.Request, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := store.CheckSchedule(schedule); err != nil {
 		return nil, err
 	}
 	var out []store.Request
@@ -387,11 +391,11 @@ func (l *Locker) Requests(ctx context.Context, schedule string) ([]store.Request
 // Done removes a finished backfill tick from its queue, durably. A trigger
 // left the queue when it was taken: a no-op.
 func (l *Locker) Done(ctx context.Context, req store.Request) error {
-	if err := checkSchedule(req.Schedule); err != nil {
+	if err := store.CheckRequest(req); err != nil {
 		return err
 	}
-	if req.ID == "" {
-		return fmt.Errorf("%w: pg: done: a request of %q has no id", store.ErrInvalid, req.Schedule)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pg: done %q: %w", req.ID, err)
 	}
 	if !req.Backfill {
 		return nil
@@ -405,8 +409,11 @@ func (l *Locker) Done(ctx context.Context, req store.Request) error {
 // Accepted reports which node took request id of schedule, "" while none
 // has.
 func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := store.CheckSchedule(schedule); err != nil {
 		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("%w: pg: accepted: empty request id", store.ErrInvalid)
 	}
 	var node string
 	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
@@ -423,11 +430,14 @@ func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, err
 // Held reports whether the schedule's own lock (TryLock's id for the key
 // schedule) is granted to any session of this database now.
 func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
-	if err := checkSchedule(schedule); err != nil {
+	if err := store.CheckSchedule(schedule); err != nil {
 		return false, err
 	}
 	hi, lo := splitID(lockID(l.opts.Namespace, schedule))
 	var held bool
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("pg: held %q: %w", schedule, err)
+	}
 	err := l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, heldSQL, hi, lo).Scan(&held)
 	})
@@ -446,10 +456,7 @@ func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
 // connection breaks after the commit), that trigger runs nowhere, never
 // twice. The statement commits durably.
 func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (store.Taken, error) {
-	if err := locking.CheckTryLock(schedule, ttl); err != nil {
-		return store.Taken{}, fmt.Errorf("%w: %w", store.ErrInvalid, err)
-	}
-	if err := checkNodeID(node); err != nil {
+	if err := store.CheckTake(schedule, node, ttl); err != nil {
 		return store.Taken{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -465,7 +472,13 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 		if err != nil {
 			return store.Taken{}, err
 		}
-		return store.Taken{Contended: true}, nil
+		// Held here (a run of ours): answer with the head, not asking for
+		// the lock.
+		head, err := l.head(ctx, schedule)
+		if err != nil || head == nil {
+			return store.Taken{}, err
+		}
+		return store.Taken{Request: head, Contended: true}, nil
 	}
 	ls, taken, err := l.takeRequest(ctx, id, schedule, node)
 	ls, serr := l.settle(ctx, id, ls)
@@ -502,14 +515,14 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 		var (
 			queued, ok bool
 			unlocked   *bool
-			doc        []byte
+			doc, head  []byte
 			fence      *int64
 			accepted   int64
 			pid        uint32
 			syncCommit string
 		)
 		err = s.conn.QueryRow(ctx, takeRequestSQL, id, l.opts.Namespace, schedule, l.opts.Holder, node).
-			Scan(&queued, &ok, &unlocked, &doc, &fence, &accepted, &pid, &syncCommit)
+			Scan(&queued, &ok, &unlocked, &doc, &fence, &accepted, &pid, &syncCommit, &head)
 		if err != nil {
 			// The statement may have taken the lock before failing: closing
 			// the session is what guarantees it ends.
@@ -530,7 +543,16 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
 			}
 			l.putIdle(s)
-			return nil, store.Taken{Contended: queued && !ok}, nil
+			if !queued || ok {
+				// An empty queue, or emptied by another node between this
+				// statement's snapshot and its lock: nothing to run.
+				return nil, store.Taken{}, nil
+			}
+			var req store.Request
+			if err := json.Unmarshal(head, &req); err != nil {
+				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the queue's head: %w", locking.ErrUnavailable, schedule, err)
+			}
+			return nil, store.Taken{Request: &req, Contended: true}, nil
 		}
 		var req store.Request
 		jerr := json.Unmarshal(doc, &req)
@@ -543,16 +565,20 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 	}
 }
 
-func checkSchedule(schedule string) error {
-	if err := locking.CheckKey(schedule); err != nil {
-		return fmt.Errorf("%w: schedule %q: %w", store.ErrInvalid, schedule, err)
-	}
-	return nil
-}
-
-func checkNodeID(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty node id", store.ErrInvalid)
-	}
-	return nil
+// head reads schedule's queue head, nil when the queue is empty.
+func (l *Locker) head(ctx context.Context, schedule string) (*store.Request, error) {
+	var req *store.Request
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var doc []byte
+		err := conn.QueryRow(ctx, headSQL, l.opts.Namespace, schedule).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		req = new(store.Request)
+		return json.Unmarshal(doc, req)
+	})
+	return req, err
 }

@@ -104,7 +104,11 @@ COMMIT;`
 	// The trim ranks the stored rows (the statement's snapshot) and the
 	// batch together, newest first: stored rows past keep are deleted,
 	// batch rows past keep are not inserted (a batch cannot delete what it
-	// inserts itself). A batch committed by another node after this
+	// inserts itself). The ranking partitions by a number per trimmed
+	// schedule, not by its text (a collation-aware sort of every candidate
+	// cost most of a trim), and deletes by ctid, which is stable within the
+	// statement (rows are never updated). A batch committed by another
+	// node after this
 	// statement's snapshot is not ranked; it is counted, so the next trim
 	// takes it.
 	recordRunsSQL = `WITH b AS MATERIALIZED (
@@ -119,18 +123,17 @@ cnt AS (
     SET n = CASE WHEN t.n + excluded.n > $3::bigint THEN $2::bigint ELSE t.n + excluded.n END,
       trimmed = t.n + excluded.n > $3::bigint
   RETURNING t.schedule, t.trimmed),
-tr AS MATERIALIZED (SELECT schedule FROM cnt WHERE trimmed),
+tr AS MATERIALIZED (SELECT schedule, row_number() OVER () AS g FROM cnt WHERE trimmed),
 rk AS MATERIALIZED (
-  SELECT x.*, row_number() OVER (PARTITION BY x.schedule ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
+  SELECT x.*, row_number() OVER (PARTITION BY x.g ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
   FROM (
-    SELECT r.schedule, r.run_id, r.started_ns, false AS new, r.seq AS ord
+    SELECT tr.g, r.ctid AS tid, r.started_ns, false AS new, r.seq AS ord
       FROM tr JOIN bext_runs r ON r.namespace = $1::text AND r.schedule = tr.schedule
     UNION ALL
-    SELECT b.schedule, b.run_id, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
+    SELECT tr.g, NULL::tid, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
 del AS (
   DELETE FROM bext_runs r USING rk
-  WHERE NOT rk.new AND rk.rn > $2::bigint
-    AND r.namespace = $1::text AND r.schedule = rk.schedule AND r.run_id = rk.run_id
+  WHERE NOT rk.new AND rk.rn > $2::bigint AND r.ctid = rk.tid
   RETURNING 1),
 ins AS (
   INSERT INTO bext_runs (namespace, schedule, run_id, started_ns, tick_ns, duration_ns, fence,
@@ -219,11 +222,13 @@ SELECT coalesce((SELECT array_agg(schedule ORDER BY schedule) FROM busy), '{}'),
 
 	requestsSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq`
 
-	// doneSQL removes a finished backfill tick, durably (a lost removal
-	// would hand the tick to another node again).
+	// doneSQL removes a finished backfill tick while it is its queue's
+	// head (a second Done of it leaves the next tick alone), durably (a
+	// lost removal would hand the tick to another node again).
 	doneSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
 DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text
-  AND backfill AND (SELECT sc FROM c) IS NOT NULL`
+  AND backfill AND (SELECT sc FROM c) IS NOT NULL
+  AND seq = (SELECT min(seq) FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text)`
 
 	acceptedSQL = `SELECT node FROM bext_accepted WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text`
 
@@ -233,8 +238,9 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
 	//	$1 lock id (the schedule's, as TryLock)  $2 namespace
 	//	$3 schedule  $4 holder  $5 node
 	//
-	// c: whether the queue has anything (in the statement's snapshot):
-	// an empty queue takes no lock. l: the advisory lock. h: the head,
+	// q: the queue's head in the statement's snapshot, returned with a
+	// contended answer. c: whether the queue has anything: an empty queue
+	// takes no lock. l: the advisory lock. h: the head,
 	// read only once the lock is held, FOR UPDATE: a row that another
 	// node's statement deleted after this statement's snapshot (a trigger
 	// it took, a backfill tick it finished) is skipped, as READ COMMITTED
@@ -248,9 +254,10 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
 	//
 	// The statement commits with synchronous_commit = on: a trigger taken
 	// must not come back after a crash and run twice.
-	takeRequestSQL = `WITH c AS MATERIALIZED (
-  SELECT set_config('synchronous_commit', 'on', true) AS sc,
-    EXISTS (SELECT 1 FROM bext_requests WHERE namespace = $2::text AND schedule = $3::text) AS queued),
+	takeRequestSQL = `WITH q AS MATERIALIZED (
+  SELECT request FROM bext_requests WHERE namespace = $2::text AND schedule = $3::text ORDER BY seq LIMIT 1),
+c AS MATERIALIZED (
+  SELECT set_config('synchronous_commit', 'on', true) AS sc, EXISTS (SELECT 1 FROM q) AS queued),
 l AS MATERIALIZED (
   SELECT c.queued, CASE WHEN c.queued THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM c),
 h AS MATERIALIZED (
@@ -278,8 +285,12 @@ f AS (
 un AS MATERIALIZED (
   SELECT CASE WHEN l.ok AND NOT EXISTS (SELECT 1 FROM tk) THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM l)
 SELECT l.queued, l.ok, un.unlocked, tk.request, (SELECT fence FROM f), (SELECT count(*) FROM a),
-  pg_backend_pid(), current_setting('synchronous_commit')
+  pg_backend_pid(), current_setting('synchronous_commit'), (SELECT request FROM q)
 FROM l CROSS JOIN un LEFT JOIN tk ON true`
+
+	// headSQL reads a queue's head, for a TakeRequest answered contended
+	// without asking for the lock.
+	headSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq LIMIT 1`
 
 	// heldSQL: is the advisory lock with this id granted to anyone in this
 	// database (pg_locks shows a bigint advisory lock as classid/objid with

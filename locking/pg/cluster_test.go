@@ -99,7 +99,7 @@ func TestClusterRunsRoundTrip(t *testing.T) {
 	if err := l.RecordRuns(ctx, runs[:2], 100); err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.Runs(ctx, "a", 0)
+	got, err := l.Runs(ctx, "a", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestClusterTrimRanksBatch(t *testing.T) {
 	if err := l.RecordRuns(ctx, second, keep); err != nil {
 		t.Fatal(err)
 	}
-	got, err := l.Runs(ctx, "a", 0)
+	got, err := l.Runs(ctx, "a", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +246,13 @@ func TestClusterNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Expired as soon as announced: the next statement runs after 1µs.
-	if err := l.Announce(ctx, gone, time.Microsecond); err != nil {
+	// Announced, then its lease run out (set back by the operator's
+	// connection rather than waited for).
+	if err := l.Announce(ctx, gone, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.admin.Exec(ctx, `UPDATE bext_nodes SET expires_at = clock_timestamp() - interval '1 second'
+		WHERE namespace = $1 AND node_id = 'gone'`, c.ns); err != nil {
 		t.Fatal(err)
 	}
 	got, err := l.Nodes(ctx)
@@ -421,12 +426,13 @@ func TestClusterTakeTrigger(t *testing.T) {
 		t.Errorf("Held while taken = %v, %v", held, err)
 	}
 	mustContend(t, b, "s")
-	if tk2, err := b.TakeRequest(ctx, "s", "node-b", time.Minute); err != nil || tk2.Request != nil || tk2.Handle != nil || !tk2.Contended {
-		t.Errorf("TakeRequest by b while a holds = %+v, %v; want contended", tk2, err)
+	// Contended answers carry the head.
+	if tk2, err := b.TakeRequest(ctx, "s", "node-b", time.Minute); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
+		t.Errorf("TakeRequest by b while a holds = %+v, %v; want contended, head t2", tk2, err)
 	}
 	// a itself answers contended without asking (its session would say yes).
-	if tk2, err := a.TakeRequest(ctx, "s", "node-a", time.Minute); err != nil || tk2.Handle != nil || !tk2.Contended {
-		t.Errorf("TakeRequest by the holder = %+v, %v; want contended", tk2, err)
+	if tk2, err := a.TakeRequest(ctx, "s", "node-a", time.Minute); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
+		t.Errorf("TakeRequest by the holder = %+v, %v; want contended, head t2", tk2, err)
 	}
 	if got, _ := b.Requests(ctx, "s"); len(got) != 1 {
 		t.Errorf("contended takes changed the queue: %+v", got)
@@ -554,7 +560,7 @@ func TestClusterTakeRace(t *testing.T) {
 					errs = append(errs, err)
 					return
 				}
-				if tk.Request != nil {
+				if tk.Handle != nil {
 					takers = append(takers, i)
 					if tk.Request.ID != id {
 						errs = append(errs, fmt.Errorf("node %d took %q, want %q", i, tk.Request.ID, id))
@@ -608,7 +614,7 @@ func TestClusterBackfillRunsOnce(t *testing.T) {
 		wg.Go(func() {
 			for {
 				tk, err := l.TakeRequest(ctx, "s", fmt.Sprintf("node-%d", i), time.Minute)
-				if err == nil && tk.Request != nil {
+				if err == nil && tk.Handle != nil {
 					mu.Lock()
 					ran = append(ran, tk.Request.ID)
 					mu.Unlock()
@@ -660,7 +666,7 @@ func TestClusterNamespaces(t *testing.T) {
 	}
 	defer func() { _ = l1.Release(ctx, tk.Handle) }()
 
-	if got, err := l2.Runs(ctx, "s", 0); err != nil || len(got) != 0 {
+	if got, err := l2.Runs(ctx, "s", 100); err != nil || len(got) != 0 {
 		t.Errorf("other namespace: Runs = %v, %v", got, err)
 	}
 	if got, err := l2.LastRuns(ctx, []string{"s"}); err != nil || len(got) != 0 {
@@ -697,7 +703,7 @@ func TestClusterNamespaces(t *testing.T) {
 	if got, _ := l1.Requests(ctx, "s"); len(got) != 1 || got[0].ID != "b1" {
 		t.Errorf("first namespace's queue = %+v, want b1", got)
 	}
-	if got, _ := l1.Runs(ctx, "s", 0); len(got) != 1 {
+	if got, _ := l1.Runs(ctx, "s", 100); len(got) != 1 {
 		t.Errorf("first namespace's runs = %+v", got)
 	}
 }
