@@ -66,6 +66,10 @@ type Command struct {
 	BaseEnv EnvPolicy
 	// Logger receives the output records; nil means slog.Default().
 	Logger *slog.Logger
+	// Mask, when set, rewrites each output line before it is logged or
+	// kept for the run's history (secrets the config expanded, URL
+	// credentials); nil: lines as written.
+	Mask func(string) string
 	// KillGrace is how long the group has between SIGTERM and SIGKILL, and
 	// how long Run waits for the output pipes once the group is gone (a
 	// process that left the group may still hold them). Default 10s.
@@ -171,7 +175,7 @@ func (c *Command) Run(ctx context.Context, t scheduler.Tick) error {
 	}
 	defer g.release()
 
-	out := newOutput(c.logger(), t, c.maxLineBytes(), c.maxOutputBytes())
+	out := newOutput(c.logger(), t, c.maxLineBytes(), c.maxOutputBytes(), c.Mask)
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)

@@ -15,6 +15,7 @@ import (
 // within a per-line and a per-run byte budget shared by both streams.
 type output struct {
 	logger  *slog.Logger
+	mask    func(string) string // nil: lines as written
 	tick    scheduler.Tick
 	maxLine int
 	limit   int64
@@ -24,8 +25,8 @@ type output struct {
 	cut  bool  // the "output truncated" record was logged
 }
 
-func newOutput(logger *slog.Logger, t scheduler.Tick, maxLine int, limit int64) *output {
-	return &output{logger: logger, tick: t, maxLine: maxLine, limit: limit, left: limit}
+func newOutput(logger *slog.Logger, t scheduler.Tick, maxLine int, limit int64, mask func(string) string) *output {
+	return &output{logger: logger, tick: t, maxLine: maxLine, limit: limit, left: limit, mask: mask}
 }
 
 // readBoth reads both streams to their end (EOF, or the read end closed by
@@ -93,13 +94,17 @@ func (o *output) emit(stream string, line []byte, truncated bool) {
 		return
 	}
 	o.left -= cost
+	text := string(line)
+	if o.mask != nil {
+		text = o.mask(text) // a job that echoes a secret must not put it in the log
+	}
 	if w := o.tick.Output; w != nil {
 		// The run's history keeps the tail of what was logged (under o.mu:
 		// both streams' lines stay whole).
-		_, _ = w.Write(append(line[:len(line):len(line)], '\n'))
+		_, _ = io.WriteString(w, text+"\n")
 	}
 	o.mu.Unlock()
-	attrs := []any{"schedule", o.tick.ScheduleID, "tick", o.tick.Time, "stream", stream, "line", string(line)}
+	attrs := []any{"schedule", o.tick.ScheduleID, "tick", o.tick.Time, "stream", stream, "line", text}
 	if truncated {
 		attrs = append(attrs, "truncated", true)
 	}

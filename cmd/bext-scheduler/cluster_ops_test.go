@@ -628,6 +628,12 @@ command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEM
 			if strings.Contains(r.Stdout, secret) || strings.Contains(r.Stdout, "hunter22") {
 				t.Errorf("history shows a secret:\n%s", r.Stdout)
 			}
+			// Nor does any node's log, where the job's output lines go.
+			for id, n := range c.nodes {
+				if log := n.p.Log(); strings.Contains(log, secret) || strings.Contains(log, "hunter22") {
+					t.Errorf("the log of %s shows the job's secret", id)
+				}
+			}
 		})
 	}
 }

@@ -116,6 +116,7 @@ func SameBackend(a, b *config.Config) bool {
 // Schedules builds the scheduler's schedules from the config's.
 func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 	out := make([]scheduler.Schedule, 0, len(cfg.Scheduled))
+	mask := Masker(cfg)
 	for i := range cfg.Scheduled {
 		s := &cfg.Scheduled[i]
 		out = append(out, scheduler.Schedule{
@@ -137,6 +138,9 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			PauseAfterFailures: s.PauseAfterFailures,
 			Job:                Job(s, logger),
 		})
+		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok {
+			c.Mask = mask
+		}
 		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok && s.HintValue != hints.NodeLocal {
 			// A job cancelled because its lease ran out has the safety
 			// margin left before another node may hold the lock: its
