@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,8 +31,9 @@ type session struct {
 	dead   bool             // killed: its locks are gone, never re-taken
 	cause  error            // why it was killed
 
-	rmu   sync.Mutex
-	round *renewRound // the next renew round not yet sent, nil if none
+	rmu    sync.Mutex
+	round  *renewRound  // the next renew round not yet sent, nil if none
+	rounds atomic.Int64 // renew statements sent, for tests
 }
 
 func newSession(conn *pgx.Conn, pid uint32) *session {
@@ -325,10 +327,11 @@ func (l *Locker) stmtCtx(ctx context.Context) (context.Context, context.CancelFu
 // many of its locks renew at once, instead of one each (every renew reads
 // pg_locks, whose cost grows with the locks held server-wide).
 type renewRound struct {
-	done chan struct{} // closed once the fields below are set
-	pid  uint32
-	held map[int64]struct{} // the lock ids the backend holds
-	err  error
+	done   chan struct{} // closed once the fields below are set
+	joined int           // Renews answered by this round beyond its leader (under session.rmu)
+	pid    uint32
+	held   map[int64]struct{} // the lock ids the backend holds
+	err    error
 }
 
 // renewOn returns the answer of a renew round of s sent after this call
@@ -341,6 +344,9 @@ func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
 	if lead {
 		r = &renewRound{done: make(chan struct{})}
 		s.round = r
+	}
+	if !lead {
+		r.joined++
 	}
 	s.rmu.Unlock()
 	if !lead {
@@ -357,6 +363,7 @@ func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
 		r.err = err
 		return r
 	}
+	s.rounds.Add(1)
 	var ids []int64
 	if err := s.conn.QueryRow(ctx, renewSQL).Scan(&r.pid, &ids); err != nil {
 		r.err = err
