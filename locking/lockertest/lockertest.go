@@ -46,8 +46,8 @@ type Backend struct {
 	// time pass with short TTLs for the cases that are about time itself.
 	Advance func(d time.Duration)
 
-	// MaxHeld is how many locks one Locker can hold at once (Postgres: one
-	// session each); 0 means no limit. The suite holds min(MaxHeld, 10000)
+	// MaxHeld is how many locks one Locker can hold at once; 0 means no
+	// limit (every backend in this repository). The suite holds min(MaxHeld, 10000)
 	// distinct keys, and beyond MaxHeld expects a clear error, not contention.
 	MaxHeld int
 

@@ -26,10 +26,14 @@ func BenchmarkLockertest(b *testing.B) {
 }
 
 // BenchmarkTryLockRelease compares one try-lock+release of this backend
-// with two baselines on the same server:
+// with baselines on the same server, in the same run:
 //
 //   - floor: bare pgx on one already-open connection, pg_try_advisory_lock
 //     then pg_advisory_unlock (two round trips, no fence, no bookkeeping);
+//   - fenced_floor: the same with this backend's fence: tryLockSQL (the
+//     advisory lock and the fence upsert in one statement), then the
+//     unlock, on one held connection per goroutine: what ours must stay
+//     within 1.1x of, its sessions being shared and multiplexed;
 //   - conn_per_lock: the naive backend, connect, lock, unlock, close.
 //
 // Each runs sequentially and with 16 goroutines (SetParallelism(8) on 2
@@ -66,6 +70,35 @@ func BenchmarkTryLockRelease(b *testing.B) {
 			return nil
 		}
 	}
+	// fencedFloor is the floor plus the fence: this backend's own
+	// statements (the advisory lock and the fence upsert in one, then the
+	// unlock) on one held connection, without the pool, the re-entrancy
+	// guard or the handle.
+	fencedFloor := func(b *testing.B) func(ctx context.Context, key string) error {
+		conn, err := pgx.Connect(context.Background(), c.url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close(context.Background()) })
+		if _, err := conn.Exec(context.Background(), `SET synchronous_commit = off`); err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) error {
+			id := lockID(c.ns, key)
+			var (
+				ok    bool
+				fence *int64
+				pid   uint32
+			)
+			if err := conn.QueryRow(ctx, tryLockSQL, id, c.ns, key, "bench").Scan(&ok, &fence, &pid); err != nil || !ok {
+				return fmt.Errorf("lock %q: %v %v", key, ok, err)
+			}
+			if err := conn.QueryRow(ctx, releaseSQL, id).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("unlock %q: %v %v", key, ok, err)
+			}
+			return nil
+		}
+	}
 	connPerLock := func(b *testing.B) func(ctx context.Context, key string) error {
 		return func(ctx context.Context, key string) error {
 			conn, err := pgx.Connect(ctx, c.url)
@@ -91,6 +124,7 @@ func BenchmarkTryLockRelease(b *testing.B) {
 		{"ours", oursWith(c.url), true},
 		{"ours_durable", oursWith(durableURL), true},
 		{"floor", floor, false},
+		{"fenced_floor", fencedFloor, false},
 		{"conn_per_lock", connPerLock, true},
 	} {
 		b.Run(impl.name+"/sequential", func(b *testing.B) {
@@ -194,7 +228,13 @@ WHERE namespace = $1::text AND key = $2::text AND fence = $4::bigint`
 		if err != nil {
 			return err
 		}
-		if _, err := st.(*lease).sess.conn.Exec(ctx, prevClaimSQL, l.opts.Namespace, key, int64(10e6), h.Fence()); err != nil {
+		sess := st.(*lease).sess
+		if err := l.use(ctx, sess); err != nil {
+			return err
+		}
+		_, err = sess.conn.Exec(ctx, prevClaimSQL, l.opts.Namespace, key, int64(10e6), h.Fence())
+		l.release(sess)
+		if err != nil {
 			return err
 		}
 		return l.Release(ctx, h)

@@ -497,17 +497,20 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 	return taken, nil
 }
 
-// takeRequest runs takeRequestSQL, retrying once on a fresh connection when
-// a reused idle session turns out dead (the statement then never reached
+// takeRequest runs takeRequestSQL on a shared session, retrying once on a
+// fresh connection when a reused session turns out dead (the statement then never reached
 // Postgres, or its session's end released what it took).
 func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node string) (*lease, store.Taken, error) {
-	ctx, cancel := l.opCtx(ctx)
+	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		s, reused, err := l.acquire(ctx)
+		s, fresh, err := l.acquire(ctx)
 		if err == nil {
 			if err = l.ensureClusterConn(ctx, s.conn); err != nil {
-				l.discard(ctx, s)
+				if broken(s, err) {
+					l.killOwned(s, err)
+				}
+				l.release(s)
 				if pe := poolerErr(err); pe != nil {
 					return nil, store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, pe)
 				}
@@ -529,25 +532,25 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 		err = s.conn.QueryRow(ctx, takeRequestSQL, id, l.opts.Namespace, schedule, l.opts.Holder, node).
 			Scan(&queued, &ok, &unlocked, &doc, &fence, &accepted, &pid, &syncCommit, &head)
 		if err != nil {
-			// The statement may have taken the lock before failing: closing
-			// the session is what guarantees it ends.
-			l.discard(ctx, s)
-			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+			// The statement may have taken the lock before failing.
+			if l.failed(ctx, s, id, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
 			return nil, store.Taken{}, queryErr("take request", schedule, err)
 		}
 		if pid != s.pid {
-			l.discard(ctx, s)
-			return nil, store.Taken{}, fmt.Errorf("%w: take request %q ran on backend %d, the session's is %d", ErrTransactionPooler, schedule, pid, s.pid)
+			err := fmt.Errorf("%w: take request %q ran on backend %d, the session's is %d", ErrTransactionPooler, schedule, pid, s.pid)
+			l.killOwned(s, err)
+			l.release(s)
+			return nil, store.Taken{}, err
 		}
 		if doc == nil {
 			if ok && (unlocked == nil || !*unlocked) {
 				// The lock was taken and not given back: end it.
-				l.discard(ctx, s)
+				l.giveBack(ctx, s, id)
 				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
 			}
-			l.putIdle(s)
+			l.release(s)
 			if !queued || ok {
 				// An empty queue, or emptied by another node between this
 				// statement's snapshot and its lock: nothing to run.
@@ -562,11 +565,14 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 		var req store.Request
 		jerr := json.Unmarshal(doc, &req)
 		if jerr != nil || fence == nil || accepted != 1 || syncCommit != "on" {
-			l.discard(ctx, s) // ends the lock
+			l.giveBack(ctx, s, id)
 			return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
 				locking.ErrUnavailable, schedule, fence, accepted, syncCommit, jerr)
 		}
-		return &lease{id: id, key: schedule, sess: s, fenceVal: *fence}, store.Taken{Request: &req}, nil
+		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence}
+		l.hold(ls)
+		l.release(s)
+		return ls, store.Taken{Request: &req}, nil
 	}
 }
 

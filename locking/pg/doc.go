@@ -4,12 +4,22 @@
 //
 // # Sessions
 //
-// An advisory lock lives as long as the session that took it, so a held lock
-// pins its own connection. A Locker keeps at most Options.MaxSessions
-// connections: those not pinned by a lock wait on an idle list and serve the
-// next TryLock, Ping or List. When every session is pinned, TryLock answers at
-// once with an error wrapping ErrNoSession (and locking.ErrUnavailable)
-// instead of waiting: the lock might be free, but this node cannot ask.
+// An advisory lock lives as long as the session that took it, and one
+// session holds any number of them. A Locker keeps at most
+// Options.MaxSessions connections, shared by every call and every held lock:
+// a call takes the least busy session (or connects a new one while fewer
+// are open), one statement at a time per session (a pgx.Conn is not safe
+// for concurrent use), and a lock stays on the session that took it, where
+// it is renewed and released. MaxSessions bounds connections, not locks held.
+// Renewals of one session's locks that come at once share one statement,
+// which lists the locks the backend holds (pg_locks). A statement on a
+// shared session is not cut short by its caller's cancellation (pgx would
+// break the connection, and with it the other callers' locks): the caller's
+// context is checked before it starts, OpTimeout bounds it.
+//
+// A session that fails to answer (a broken connection, a timeout) is closed:
+// exactly the locks it held are lost, each reported to its holder at its next
+// Renew or Release, and none is taken again by itself.
 //
 // Advisory locks have no TTL. The handle's TTL is only the lease the caller
 // plans by; the lock ends when it is released or when its session dies (the

@@ -96,17 +96,17 @@ func TestCloseHonoursDeadline(t *testing.T) {
 	p.Blackhole()
 	inFlight := make(chan error, 1)
 	go func() {
-		_, err := l.TryLock(ctx, "d", time.Minute) // takes the idle session, then hangs
+		_, err := l.TryLock(ctx, "d", time.Minute) // takes the session, then hangs
 		inFlight <- err
 	}()
 	for {
 		l.mu.Lock()
-		n := len(l.idle)
+		n := l.sessions[0].busy
 		l.mu.Unlock()
-		if n == 0 {
+		if n > 0 {
 			break
 		}
-		time.Sleep(time.Millisecond) // until the TryLock took the idle session
+		time.Sleep(time.Millisecond) // until the TryLock took the session
 	}
 	const deadline = 500 * time.Millisecond
 	cctx, cancel := context.WithTimeout(ctx, deadline)
@@ -189,6 +189,8 @@ func TestTickResentAfterLostReply(t *testing.T) {
 	}
 	if err := <-done; err == nil {
 		t.Fatal("TryLockTick answered through a blackholed link")
+	} else {
+		t.Logf("first call: %v", err)
 	}
 	var fence int64
 	var tok string
@@ -200,9 +202,9 @@ func TestTickResentAfterLostReply(t *testing.T) {
 	}
 	// The first call's session still lives on the server (the proxy keeps
 	// its socket open) and holds the lock.
-	_, err = b.TryLockTick(ctx, req)
+	got, err := b.TryLockTick(ctx, req)
 	if !errors.Is(err, locking.ErrUnavailable) {
-		t.Fatalf("resent while the first session holds the lock = %v, want ErrUnavailable", err)
+		t.Fatalf("resent while the first session holds the lock = %+v, %v, want ErrUnavailable (holder %d, b's sessions %v)", got, err, c.holderPID("k"), b.sessionPIDs())
 	}
 	p.Cut() // the server now sees the first session's socket close
 	deadline := time.Now().Add(10 * time.Second)

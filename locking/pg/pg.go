@@ -18,13 +18,6 @@ import (
 // Sentinel errors of this backend. Both are also matched by the locking
 // sentinels they wrap (see each).
 var (
-	// ErrNoSession: every one of Options.MaxSessions sessions is in use, so
-	// TryLock cannot ask Postgres. It comes wrapped with locking.ErrUnavailable:
-	// like an unreachable backend, the answer is "cannot tell now", never
-	// "contended". Raise MaxSessions (and Postgres's max_connections) or hold
-	// fewer locks at once.
-	ErrNoSession = errors.New("pg: all sessions in use")
-
 	// ErrTransactionPooler: the sessions do not stay on one Postgres backend,
 	// so advisory locks would not exclude anything. Not wrapped with
 	// ErrUnavailable: it is a configuration mistake, not a passing outage.
@@ -46,8 +39,9 @@ type Options struct {
 	// Namespace separates clusters sharing one database: keys of different
 	// namespaces never contend (beyond a 2^-64 id collision). Default "bext".
 	Namespace string
-	// MaxSessions bounds the connections this Locker opens, and so the locks
-	// it can hold at once. Default 16.
+	// MaxSessions bounds the connections this Locker opens. It does not
+	// bound the locks held: a session holds any number of them, and calls
+	// share the sessions, queueing on a busy one. Default 16.
 	MaxSessions int
 	// OpTimeout bounds every query and every new connection. Default 5s.
 	OpTimeout time.Duration
@@ -64,12 +58,13 @@ type Locker struct {
 	cfg   *pgx.ConnConfig
 	times sessionTimes
 
-	mu     sync.Mutex
-	closed bool
-	idle   []*session       // open sessions holding no lock, most recent last
-	open   int              // sessions idle, pinned or being connected
-	held   map[int64]*lease // lock id → its lease; nil while a TryLock is asking
-	ops    sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
+	mu        sync.Mutex
+	closed    bool
+	sessions  []*session       // open sessions, shared by calls and locks (pool.go)
+	open      int              // sessions open or being connected
+	connected chan struct{}    // closed (and replaced) when a connect ends
+	held      map[int64]*lease // lock id → its lease; nil while a TryLock is asking
+	ops       sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
 
 	// abort is cancelled when Close's deadline passes: every query in
 	// flight gives up at once, so Close returns in time.
@@ -84,8 +79,9 @@ type Locker struct {
 }
 
 // lease is a held lock: the handle's private state. mu serialises Renew,
-// Release and Close on its session (a pgx.Conn is not safe for concurrent
-// use); done means the session no longer belongs to this lease.
+// Release and Close of this lock; done means the lock was released or
+// lost. sess is the session that took the lock, shared with other locks:
+// renew and release go there.
 type lease struct {
 	mu   sync.Mutex
 	id   int64
@@ -150,7 +146,7 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
-	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease)}
+	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{})}
 	l.times = configureSessions(cfg, opts.OpTimeout)
 	l.abort, l.abortFunc = context.WithCancel(context.Background())
 	return l, nil
@@ -210,11 +206,10 @@ func (l *Locker) settle(ctx context.Context, id int64, ls *lease) (*lease, error
 		return nil, nil
 	}
 	if l.closed {
-		// Close ran while we asked and could not see this lock: end it here
-		// by closing its session.
+		// Close ran while we asked and could not see this lock: Close ends
+		// it by closing its session, after this call (it waits for ops).
 		delete(l.held, id)
 		l.mu.Unlock()
-		l.discard(ctx, ls.sess)
 		return nil, locking.ErrClosed
 	}
 	l.held[id] = ls
@@ -249,14 +244,16 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	return locking.NewHandle(l, key, tok, ls.fenceVal, ttl, ls), nil
 }
 
-// tryLock asks Postgres once, retrying once on a fresh connection when a
-// reused idle session turns out dead (Postgres restarted since). Retrying is
-// safe: the dead session is closed, so any lock it might have taken ends.
+// tryLock asks Postgres once, on a shared session, retrying once on a
+// fresh connection when a reused session turns out dead (Postgres
+// restarted since). Retrying is safe: the dead session is closed, so any
+// lock it might have taken ends. The id is claimed (claimID), so no session
+// of this Locker holds it and asking on any of them is sound.
 func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, error) {
-	ctx, cancel := l.opCtx(ctx)
+	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		s, reused, err := l.acquireReady(ctx)
+		s, fresh, err := l.acquireReady(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
 		}
@@ -267,44 +264,50 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 		)
 		err = s.conn.QueryRow(ctx, tryLockSQL, id, l.opts.Namespace, key, l.opts.Holder).Scan(&ok, &fence, &pid)
 		if err != nil {
-			// The statement may have taken the lock before failing: closing
-			// the session is what guarantees it ends.
-			l.discard(ctx, s)
-			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+			// The statement may have taken the lock before failing.
+			if l.failed(ctx, s, id, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
 			return nil, queryErr("try-lock", key, err)
 		}
 		if pid != s.pid {
-			l.discard(ctx, s)
-			return nil, fmt.Errorf("%w: try-lock %q ran on backend %d, the session's is %d", ErrTransactionPooler, key, pid, s.pid)
+			err := fmt.Errorf("%w: try-lock %q ran on backend %d, the session's is %d", ErrTransactionPooler, key, pid, s.pid)
+			l.killOwned(s, err)
+			l.release(s)
+			return nil, err
 		}
 		if !ok {
-			l.putIdle(s)
+			l.release(s)
 			return nil, nil
 		}
 		if fence == nil {
-			l.discard(ctx, s)
+			l.giveBack(ctx, s, id)
 			return nil, fmt.Errorf("%w: pg: try-lock %q: won the lock but got no fencing token", locking.ErrUnavailable, key)
 		}
-		return &lease{id: id, key: key, sess: s, fenceVal: *fence}, nil
+		ls := &lease{id: id, key: key, sess: s, fenceVal: *fence}
+		l.hold(ls)
+		l.release(s)
+		return ls, nil
 	}
 }
 
 // acquireReady is acquire plus the table, for statements that use it.
 func (l *Locker) acquireReady(ctx context.Context) (*session, bool, error) {
-	s, reused, err := l.acquire(ctx)
+	s, fresh, err := l.acquire(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	if err := l.ensureSchema(ctx, s); err != nil {
-		l.discard(ctx, s)
+		if broken(s, err) {
+			l.killOwned(s, err)
+		}
+		l.release(s)
 		if pe := poolerErr(err); pe != nil {
 			return nil, false, pe
 		}
 		return nil, false, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
 	}
-	return s, reused, nil
+	return s, fresh, nil
 }
 
 // queryErr wraps the failure of a lock statement: ErrTransactionPooler
@@ -331,9 +334,11 @@ func lostErr(op, key string, err error) error {
 }
 
 // Renew proves the handle's session is alive and still holds its lock. It
-// does not extend anything (advisory locks have no TTL). Any failure ends
-// the lock: the session is closed and the error wraps locking.ErrLockLost,
-// and also locking.ErrUnavailable when Postgres did not answer.
+// does not extend anything (advisory locks have no TTL). Renewals of the
+// locks of one session that come at once share one statement (renewOn).
+// Any failure ends the lock: the error wraps locking.ErrLockLost, and also
+// locking.ErrUnavailable when Postgres did not answer; a session that
+// failed to answer is closed, and every other lock on it is lost with it.
 func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -353,29 +358,36 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 }
 
 // check asks whether ls's session still holds its lock; on any failure it
-// ends ls (closing the session) and returns an error wrapping ErrLockLost.
-// ls.mu must be held and ls not done.
+// ends ls and returns an error wrapping ErrLockLost. ls.mu must be held
+// and ls not done.
 func (l *Locker) check(ctx context.Context, ls *lease) error {
-	ctx, cancel := l.opCtx(ctx)
-	defer cancel()
-	hi, lo := splitID(ls.id)
-	var (
-		pid   uint32
-		holds bool
-	)
-	err := ls.sess.conn.QueryRow(ctx, renewSQL, hi, lo).Scan(&pid, &holds)
-	switch {
-	case err != nil:
-		err = lostErr("renew", ls.key, err)
-	case pid != ls.sess.pid:
-		err = fmt.Errorf("%w: pg: renew %q: %w: backend %d, the session's is %d", locking.ErrLockLost, ls.key, ErrTransactionPooler, pid, ls.sess.pid)
-	case !holds:
-		err = fmt.Errorf("%w: pg: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
-	default:
-		return nil
+	if err := l.deadErr("renew", ls); err != nil {
+		return err
 	}
-	l.end(ctx, ls, false)
-	return err
+	ctx, cancel := l.stmtCtx(ctx)
+	defer cancel()
+	s := ls.sess
+	r := l.renewOn(ctx, s)
+	if r.err != nil {
+		if err := l.deadErr("renew", ls); err != nil {
+			return err
+		}
+		// No answer in time: the session is in doubt.
+		l.kill(s, r.err)
+		ls.done = true
+		return lostErr("renew", ls.key, r.err)
+	}
+	if r.pid != s.pid {
+		err := fmt.Errorf("%w: backend %d, the session's is %d", ErrTransactionPooler, r.pid, s.pid)
+		l.kill(s, err)
+		ls.done = true
+		return fmt.Errorf("%w: pg: renew %q: %w", locking.ErrLockLost, ls.key, err)
+	}
+	if _, ok := r.held[ls.id]; !ok {
+		l.forget(ls)
+		return fmt.Errorf("%w: pg: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
+	}
+	return nil
 }
 
 // stillHeld answers a TryLock for a key this Locker holds: true (contended)
@@ -389,15 +401,14 @@ func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 	if ls.done {
 		return false
 	}
-	// Detached from the asker's cancellation: a TryLock given up half-way
-	// must not leave the holder's session in doubt, which would end its lock.
-	return l.check(context.WithoutCancel(ctx), ls) == nil
+	return l.check(ctx, ls) == nil
 }
 
-// Release unlocks and returns the session to the idle list, in one round
-// trip. A lock that is no longer held, or any failure, gives an error
-// wrapping locking.ErrLockLost (and locking.ErrUnavailable when Postgres
-// did not answer); the session is then closed, which ends the lock.
+// Release unlocks on the lock's session, in one round trip; the session
+// stays open for its other locks. A lock that is no longer held, or any
+// failure, gives an error wrapping locking.ErrLockLost (and
+// locking.ErrUnavailable when Postgres did not answer); a session that
+// failed to answer is closed, which ends its locks.
 func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -416,44 +427,46 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 }
 
 // unlock gives ls's lock back (and forgets a tick grant's token); ls.mu
-// must be held.
+// must be held and ls not done.
 func (l *Locker) unlock(ctx context.Context, ls *lease) error {
-	ctx, cancel := l.opCtx(ctx)
+	if err := l.deadErr("release", ls); err != nil {
+		return err
+	}
+	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
+	s := ls.sess
+	if err := l.use(ctx, s); err != nil {
+		if derr := l.deadErr("release", ls); derr != nil {
+			return derr
+		}
+		l.kill(s, err)
+		ls.done = true
+		return lostErr("release", ls.key, err)
+	}
 	var (
 		unlocked bool
 		err      error
 	)
 	if ls.tick {
 		var forgot int64
-		err = ls.sess.conn.QueryRow(ctx, releaseTickSQL, ls.id, l.opts.Namespace, ls.rowKey, ls.token).Scan(&unlocked, &forgot)
+		err = s.conn.QueryRow(ctx, releaseTickSQL, ls.id, l.opts.Namespace, ls.rowKey, ls.token).Scan(&unlocked, &forgot)
 	} else {
-		err = ls.sess.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
+		err = s.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
 	}
 	switch {
 	case err != nil:
-		err = lostErr("release", ls.key, err)
+		// In doubt whether the lock is still held: only the session's end
+		// is sure to end it.
+		l.killOwned(s, err)
+		l.release(s)
+		ls.done = true
+		return lostErr("release", ls.key, err)
 	case !unlocked:
 		err = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
 	}
-	l.end(ctx, ls, err == nil)
+	l.forget(ls)
+	l.release(s)
 	return err
-}
-
-// end forgets ls and either returns its session to idle (clean, after a
-// successful unlock) or closes it (in doubt). ls.mu must be held.
-func (l *Locker) end(ctx context.Context, ls *lease, clean bool) {
-	ls.done = true
-	l.mu.Lock()
-	if l.held[ls.id] == ls {
-		delete(l.held, ls.id)
-	}
-	l.mu.Unlock()
-	if clean {
-		l.putIdle(ls.sess)
-	} else {
-		l.discard(ctx, ls.sess)
-	}
 }
 
 // leaseOf checks h and the Locker's state and returns h's lease.
@@ -526,7 +539,6 @@ func (l *Locker) Close(ctx context.Context) error {
 			if ls.done {
 				return
 			}
-			// putIdle closes the session, as the Locker is closed.
 			if err := l.unlock(ctx, ls); err != nil && !errors.Is(err, locking.ErrLockLost) {
 				emu.Lock()
 				errs = append(errs, err)
@@ -537,11 +549,17 @@ func (l *Locker) Close(ctx context.Context) error {
 	wg.Wait()
 	l.ops.Wait()
 	l.mu.Lock()
-	idle := l.idle
-	l.idle = nil
+	sessions := append([]*session(nil), l.sessions...)
 	l.mu.Unlock()
-	for _, s := range idle {
-		wg.Go(func() { l.discard(ctx, s) })
+	for _, s := range sessions {
+		wg.Go(func() {
+			// A Renew may still be using it: wait for its statement
+			// (bounded by OpTimeout and by ctx's deadline, via abort).
+			s.sem <- struct{}{}
+			closeConn(l, ctx, s.conn)
+			l.killOwned(s, locking.ErrClosed)
+			<-s.sem
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -131,7 +132,7 @@ func TestIdleSessionKilledIsReplaced(t *testing.T) {
 	}
 	// Kill the now idle session, as a Postgres restart would.
 	l.mu.Lock()
-	pid := l.idle[0].pid
+	pid := l.sessions[0].pid
 	l.mu.Unlock()
 	var done bool
 	if err := c.admin.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, int32(pid)).Scan(&done); err != nil || !done {
@@ -221,27 +222,35 @@ func TestUnreachableBlackhole(t *testing.T) {
 	}
 }
 
-func TestSessionsExhausted(t *testing.T) {
+// TestSessionsShared: MaxSessions bounds connections, not locks: three
+// sessions hold many locks, re-entrant asks for held keys stay contended
+// (never answered yes by the holding session), and Ping and List share
+// the sessions.
+func TestSessionsShared(t *testing.T) {
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 3})
 	ctx := context.Background()
-	for _, k := range []string{"a", "b", "c"} {
-		mustLock(t, l, k)
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if h, err := l.TryLock(ctx, fmt.Sprintf("k%d", i), time.Minute); h == nil || err != nil {
+				t.Errorf("TryLock(k%d) = %v, %v", i, h, err)
+			}
+		})
 	}
-	start := time.Now()
-	h, err := l.TryLock(ctx, "d", time.Minute)
-	if h != nil || !errors.Is(err, ErrNoSession) || !errors.Is(err, locking.ErrUnavailable) {
-		t.Fatalf("TryLock beyond MaxSessions = %v, %v; want ErrNoSession and ErrUnavailable", h, err)
+	wg.Wait()
+	if pids := l.sessionPIDs(); len(pids) > 3 {
+		t.Fatalf("%d sessions open (%v), want at most 3", len(pids), pids)
 	}
-	t.Logf("answered in %v: %v", time.Since(start), err)
-	// Re-entrant asks for held keys stay contended, not errors.
-	mustContend(t, l, "a")
-	// Ping and List still work on a throwaway connection.
+	for i := range n {
+		mustContend(t, l, fmt.Sprintf("k%d", i))
+	}
 	if err := l.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
-	if infos, err := l.List(ctx); err != nil || len(infos) != 3 {
-		t.Fatalf("List = %+v, %v; want 3 locks", infos, err)
+	if infos, err := l.List(ctx); err != nil || len(infos) != n {
+		t.Fatalf("List = %d locks, %v; want %d", len(infos), err, n)
 	}
 }
 
@@ -299,8 +308,8 @@ func TestCloseReleasesEverything(t *testing.T) {
 	h := mustLock(t, a, "x")
 	mustLock(t, a, "y")
 	pids := a.sessionPIDs()
-	if len(pids) != 2 {
-		t.Fatalf("a has sessions %v, want 2", pids)
+	if len(pids) != 1 {
+		t.Fatalf("a has sessions %v, want 1 (its two locks share it)", pids)
 	}
 	cancel() // Close must work with a cancelled context
 	if err := a.Close(ctx); err != nil {
@@ -336,18 +345,13 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 }
 
-// sessionPIDs lists the backends of l's open sessions (idle or pinned).
+// sessionPIDs lists the backends of l's open sessions.
 func (l *Locker) sessionPIDs() []int32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var pids []int32
-	for _, s := range l.idle {
+	for _, s := range l.sessions {
 		pids = append(pids, int32(s.pid))
-	}
-	for _, ls := range l.held {
-		if ls != nil {
-			pids = append(pids, int32(ls.sess.pid))
-		}
 	}
 	return pids
 }

@@ -17,12 +17,6 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// session is one open connection with the backend pid it was probed on.
-type session struct {
-	conn *pgx.Conn
-	pid  uint32
-}
-
 // closeTimeout bounds closing one connection (sending Terminate).
 const closeTimeout = time.Second
 
@@ -110,56 +104,6 @@ SELECT pg_backend_pid(), pg_try_advisory_lock(1650817140, pg_backend_pid()) FROM
 	return b.String()
 }
 
-// acquire takes an idle session or, below MaxSessions, connects a new one.
-// reused says the session came from the idle list (it may have died there).
-func (l *Locker) acquire(ctx context.Context) (s *session, reused bool, err error) {
-	l.mu.Lock()
-	if n := len(l.idle); n > 0 {
-		s = l.idle[n-1]
-		l.idle[n-1] = nil
-		l.idle = l.idle[:n-1]
-		l.mu.Unlock()
-		return s, true, nil
-	}
-	if l.open >= l.opts.MaxSessions {
-		l.mu.Unlock()
-		return nil, false, fmt.Errorf("%w (%d of %d pinned by held locks or in use): %w",
-			ErrNoSession, l.opts.MaxSessions, l.opts.MaxSessions, locking.ErrUnavailable)
-	}
-	l.open++
-	l.mu.Unlock()
-	s, err = l.connect(ctx)
-	if err != nil {
-		l.mu.Lock()
-		l.open--
-		l.mu.Unlock()
-		return nil, false, err
-	}
-	return s, false, nil
-}
-
-// putIdle returns a healthy session for reuse, or closes it once the Locker
-// is closed.
-func (l *Locker) putIdle(s *session) {
-	l.mu.Lock()
-	if !l.closed {
-		l.idle = append(l.idle, s)
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.discard(context.Background(), s)
-}
-
-// discard closes a session in doubt (never reused) and frees its slot.
-// Closing it ends every lock it held.
-func (l *Locker) discard(ctx context.Context, s *session) {
-	closeConn(l, ctx, s.conn)
-	l.mu.Lock()
-	l.open--
-	l.mu.Unlock()
-}
-
 // closeConn closes conn within closeTimeout, at once when Close's deadline
 // passed (l.abort): the server ends the session either way.
 func closeConn(l *Locker, ctx context.Context, conn *pgx.Conn) {
@@ -226,7 +170,7 @@ func (l *Locker) dialProbe(ctx context.Context) (*session, uint32, error) {
 		closeConn(l, ctx, conn)
 		return nil, 0, err
 	}
-	return &session{conn: conn, pid: pid}, conn.PgConn().PID(), nil
+	return newSession(conn, pid), conn.PgConn().PID(), nil
 }
 
 // leakTest finds out whether a session lock outlives the client that took
@@ -426,50 +370,6 @@ func (l *Locker) ensureSchemaConn(ctx context.Context, conn *pgx.Conn) error {
 	}
 	l.schemaOK.Store(true)
 	return nil
-}
-
-// withSession runs fn on an idle (or new) session under OpTimeout, or on a
-// throwaway connection when all MaxSessions are in use. Errors wrap
-// locking.ErrUnavailable, or ErrTransactionPooler.
-func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return locking.ErrClosed
-	}
-	l.ops.Add(1)
-	l.mu.Unlock()
-	defer l.ops.Done()
-
-	ctx, cancel := l.opCtx(ctx)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		s, reused, err := l.acquire(ctx)
-		if errors.Is(err, ErrNoSession) {
-			s, err := l.connect(ctx)
-			if err != nil {
-				return err
-			}
-			err = fn(ctx, s.conn)
-			closeConn(l, ctx, s.conn)
-			if err != nil {
-				return sessionErr(err)
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(ctx, s.conn); err != nil {
-			l.discard(ctx, s)
-			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
-				continue
-			}
-			return sessionErr(err)
-		}
-		l.putIdle(s)
-		return nil
-	}
 }
 
 func sessionErr(err error) error {

@@ -206,12 +206,13 @@ ON CONFLICT (namespace, key) DO UPDATE
 
 	getPauseSQL = `SELECT paused, pause_until, coalesce(pause_note, '') FROM bext_lock_fences WHERE namespace = $1::text AND key = $2::text`
 
-	// renewSQL proves the session is alive and its backend still holds the
-	// lock.
-	renewSQL = `SELECT pg_backend_pid(), EXISTS (
-  SELECT 1 FROM pg_locks
-  WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
-    AND classid::bigint = $1::bigint AND objid::bigint = $2::bigint AND objsubid = 1)`
+	// renewSQL proves the session is alive and lists the bigint advisory
+	// locks its backend holds: one statement answers the renewals of every
+	// lock on the session (renewOn). pg_locks costs the same whichever
+	// locks are asked for, so all of them are returned.
+	renewSQL = `SELECT pg_backend_pid(), coalesce(array_agg((classid::bigint << 32) | objid::bigint), '{}')
+FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid = 1`
 
 	releaseSQL = `SELECT pg_advisory_unlock($1::bigint)`
 

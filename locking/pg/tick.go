@@ -78,16 +78,16 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	return ans, err
 }
 
-// tryLockTick runs tryLockTickSQL, retrying once on a fresh connection
-// when a reused idle session turns out dead. Retrying is safe: the dead
+// tryLockTick runs tryLockTickSQL on a shared session, retrying once on a
+// fresh connection when a reused session turns out dead. Retrying is safe: the dead
 // session is closed, and a first attempt that did reach Postgres is found
 // by its token (the resent-call rule).
 func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req locking.TickRequest, token string) (*lease, locking.TickAnswer, error) {
-	ctx, cancel := l.opCtx(ctx)
+	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
 	tickUS := req.Tick.UnixMicro()
 	for attempt := 0; ; attempt++ {
-		s, reused, err := l.acquireReady(ctx)
+		s, fresh, err := l.acquireReady(ctx)
 		if err != nil {
 			return nil, locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err)
 		}
@@ -103,17 +103,17 @@ func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req 
 			tickUS, req.Floor.UnixMicro(), req.MaxSkew.Microseconds(), req.Window.Microseconds(), token).
 			Scan(&verdict, &fence, &mark, &nowUS, &pid, &syncCommit)
 		if err != nil {
-			// The statement may have taken the lock before failing: closing
-			// the session is what guarantees it ends.
-			l.discard(ctx, s)
-			if reused && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+			// The statement may have taken the lock before failing.
+			if l.failed(ctx, s, id, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
 			return nil, locking.TickAnswer{}, queryErr("try-lock-tick", req.Key, err)
 		}
 		if pid != s.pid {
-			l.discard(ctx, s)
-			return nil, locking.TickAnswer{}, fmt.Errorf("%w: try-lock-tick %q ran on backend %d, the session's is %d", ErrTransactionPooler, req.Key, pid, s.pid)
+			err := fmt.Errorf("%w: try-lock-tick %q ran on backend %d, the session's is %d", ErrTransactionPooler, req.Key, pid, s.pid)
+			l.killOwned(s, err)
+			l.release(s)
+			return nil, locking.TickAnswer{}, err
 		}
 		ans := locking.TickAnswer{Now: time.UnixMicro(nowUS)}
 		if mark != nil {
@@ -122,13 +122,16 @@ func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req 
 		switch verdict {
 		case "granted":
 			if fence == nil || syncCommit != "on" {
-				l.discard(ctx, s) // ends the lock
+				l.giveBack(ctx, s, id)
 				return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
 					locking.ErrUnavailable, req.Key, fence, syncCommit)
 			}
 			ans.Verdict = locking.TickGranted
-			return &lease{id: id, key: lockKey, sess: s, fenceVal: *fence,
-				tick: true, rowKey: req.Key, token: token, tickUS: tickUS}, ans, nil
+			ls := &lease{id: id, key: lockKey, sess: s, fenceVal: *fence,
+				tick: true, rowKey: req.Key, token: token, tickUS: tickUS}
+			l.hold(ls)
+			l.release(s)
+			return ls, ans, nil
 		case "done":
 			ans.Verdict = locking.TickDone
 		case "contended":
@@ -138,18 +141,18 @@ func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req 
 		case "missed":
 			ans.Verdict = locking.TickMissed
 		case "ahead":
-			l.putIdle(s)
+			l.release(s)
 			return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
 				Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}
 		case "resend_held":
-			l.putIdle(s)
+			l.release(s)
 			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
 				locking.ErrUnavailable, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease())
 		default:
-			l.discard(ctx, s)
+			l.giveBack(ctx, s, id)
 			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, verdict)
 		}
-		l.putIdle(s)
+		l.release(s)
 		return nil, ans, nil
 	}
 }

@@ -1,0 +1,380 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// session is one open connection, with the backend pid it was probed on,
+// shared by every lock it holds and by every call that needs a statement.
+//
+// Many advisory locks live on one session: a lock stays on the session
+// that took it (renew and release go there), and sessions are taken for
+// a statement, never pinned by a lock, so MaxSessions bounds connections,
+// not locks held. A pgx.Conn is not safe for concurrent use: sem lets one
+// statement at a time on it, the others queue.
+type session struct {
+	conn *pgx.Conn
+	pid  uint32
+	sem  chan struct{} // holds a token while a statement uses conn
+
+	// Under Locker.mu.
+	busy   int              // calls holding or waiting for sem
+	leases map[int64]*lease // the locks this session holds
+	dead   bool             // killed: its locks are gone, never re-taken
+	cause  error            // why it was killed
+
+	rmu    sync.Mutex
+	round  *renewRound  // the next renew round not yet sent, nil if none
+	rounds atomic.Int64 // renew statements sent, for tests
+}
+
+func newSession(conn *pgx.Conn, pid uint32) *session {
+	return &session{conn: conn, pid: pid, sem: make(chan struct{}, 1), leases: make(map[int64]*lease)}
+}
+
+// errSessionDead is the cause given to a call that waited for a session
+// killed meanwhile.
+var errSessionDead = errors.New("pg: the session was closed")
+
+// acquire returns a session whose statement slot (sem) the caller now
+// holds: an existing session nobody uses, else a new one while fewer than
+// MaxSessions are open, else the least busy one, waited for. fresh says the
+// session was connected for this call (a statement failing on a reused
+// one may be retried once: it may have died unnoticed). ctx bounds the
+// wait and the connecting; the caller must release (or kill) s.
+func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, false, locking.ErrClosed
+		}
+		var best *session
+		for _, c := range l.sessions {
+			if best == nil || c.busy < best.busy || (c.busy == best.busy && len(c.leases) < len(best.leases)) {
+				best = c
+			}
+		}
+		if best == nil || (best.busy > 0 && l.open < l.opts.MaxSessions) {
+			if l.open >= l.opts.MaxSessions {
+				// Every session is being connected by another call: wait
+				// for one to be done.
+				ch := l.connected
+				l.mu.Unlock()
+				select {
+				case <-ch:
+					continue
+				case <-ctx.Done():
+					return nil, false, fmt.Errorf("%w: pg: waiting for a session: %w", locking.ErrUnavailable, ctx.Err())
+				}
+			}
+			l.open++
+			l.mu.Unlock()
+			s, err := l.connect(ctx)
+			l.mu.Lock()
+			close(l.connected)
+			l.connected = make(chan struct{})
+			if err != nil {
+				l.open--
+				l.mu.Unlock()
+				return nil, false, err
+			}
+			s.busy = 1
+			s.sem <- struct{}{}
+			if l.closed {
+				l.open--
+				l.mu.Unlock()
+				closeConn(l, ctx, s.conn)
+				return nil, false, locking.ErrClosed
+			}
+			l.sessions = append(l.sessions, s)
+			l.mu.Unlock()
+			return s, true, nil
+		}
+		best.busy++
+		l.mu.Unlock()
+		if err := l.enter(ctx, best); err != nil {
+			if errors.Is(err, errSessionDead) {
+				continue // try another
+			}
+			return nil, false, err
+		}
+		return best, false, nil
+	}
+}
+
+// enter waits for s's statement slot; s.busy was raised by the caller and
+// is lowered again on failure. It fails when ctx ends first, or when s was
+// killed (errSessionDead).
+func (l *Locker) enter(ctx context.Context, s *session) error {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		l.mu.Lock()
+		s.busy--
+		l.mu.Unlock()
+		return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, ctx.Err())
+	}
+	l.mu.Lock()
+	dead := s.dead
+	l.mu.Unlock()
+	if dead {
+		l.release(s)
+		return errSessionDead
+	}
+	return nil
+}
+
+// use enters s for a statement on one of its locks.
+func (l *Locker) use(ctx context.Context, s *session) error {
+	l.mu.Lock()
+	if s.dead {
+		l.mu.Unlock()
+		return errSessionDead
+	}
+	s.busy++
+	l.mu.Unlock()
+	return l.enter(ctx, s)
+}
+
+// release gives s's statement slot back.
+func (l *Locker) release(s *session) {
+	<-s.sem
+	l.mu.Lock()
+	s.busy--
+	l.mu.Unlock()
+}
+
+// kill ends s for good: it is forgotten, its socket closed (which makes
+// Postgres end the backend and so free every lock on it), and each of its
+// locks is lost, to be reported as such to its holder at its next Renew or
+// Release (the held map forgets them at once, so their keys can be asked
+// for again; nothing re-takes them by itself). Safe to call without s's
+// slot and more than once: closing the socket is safe concurrently with a
+// statement in flight, which then fails.
+func (l *Locker) kill(s *session, cause error) {
+	if l.bury(s, cause) {
+		if nc := s.conn.PgConn().Conn(); nc != nil {
+			_ = nc.Close()
+		}
+	}
+}
+
+// killOwned is kill by the holder of s's slot. A connection pgx already
+// closed (a statement timed out) is left to pgx, which sends a cancel
+// request and closes the socket itself.
+func (l *Locker) killOwned(s *session, cause error) {
+	if l.bury(s, cause) && !s.conn.IsClosed() {
+		if nc := s.conn.PgConn().Conn(); nc != nil {
+			_ = nc.Close()
+		}
+	}
+}
+
+// bury marks s dead and forgets it and its locks; false if it already was.
+func (l *Locker) bury(s *session, cause error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.dead {
+		return false
+	}
+	s.dead, s.cause = true, cause
+	for i, c := range l.sessions {
+		if c == s {
+			l.sessions = append(l.sessions[:i], l.sessions[i+1:]...)
+			l.open--
+			break
+		}
+	}
+	for id, ls := range s.leases {
+		if l.held[id] == ls {
+			delete(l.held, id)
+		}
+	}
+	return true
+}
+
+// broken tells whether err (from a statement on s) leaves s in doubt: the
+// connection is closed (pgx closes it on a timeout mid-statement) or the
+// server ended the session.
+func broken(s *session, err error) bool {
+	return s.conn.IsClosed() || isConnError(err)
+}
+
+// failed handles the failure of a statement that may have taken lock id
+// on s, s's slot held: a session in doubt is killed (its end frees the
+// lock); on a live session (an error the server answered) the lock is
+// given back (giveBack). It releases s's slot and reports whether s was
+// killed.
+func (l *Locker) failed(ctx context.Context, s *session, id int64, err error) (killed bool) {
+	if broken(s, err) {
+		l.killOwned(s, err)
+		l.release(s)
+		return true
+	}
+	return l.giveBack(ctx, s, id)
+}
+
+// giveBack unlocks id on s, s's slot held, as a statement that took it
+// but did not get to keep it failed (advisory session locks survive a
+// rolled-back statement). The id is claimed, so s holds it at most once.
+// If the unlock fails too, s is killed. It releases s's slot.
+func (l *Locker) giveBack(ctx context.Context, s *session, id int64) (killed bool) {
+	var ok bool
+	if err := s.conn.QueryRow(ctx, releaseSQL, id).Scan(&ok); err != nil {
+		l.killOwned(s, err)
+		l.release(s)
+		return true
+	}
+	l.release(s)
+	return false
+}
+
+// hold records ls as held on its session; s's slot must be held, so a
+// kill cannot run between the statement and the record.
+func (l *Locker) hold(ls *lease) {
+	l.mu.Lock()
+	ls.sess.leases[ls.id] = ls
+	l.mu.Unlock()
+}
+
+// forget ends ls on its (live) session: the session no longer holds it.
+func (l *Locker) forget(ls *lease) {
+	ls.done = true
+	l.mu.Lock()
+	if ls.sess.leases[ls.id] == ls {
+		delete(ls.sess.leases, ls.id)
+	}
+	if l.held[ls.id] == ls {
+		delete(l.held, ls.id)
+	}
+	l.mu.Unlock()
+}
+
+// deadErr returns the error for a lease whose session was killed (nil if
+// it was not): the lock is lost, and the backend unavailable when the
+// session died of a broken connection.
+func (l *Locker) deadErr(op string, ls *lease) error {
+	l.mu.Lock()
+	dead, cause := ls.sess.dead, ls.sess.cause
+	l.mu.Unlock()
+	if !dead {
+		return nil
+	}
+	ls.done = true
+	if errors.Is(cause, locking.ErrClosed) {
+		return locking.ErrClosed
+	}
+	return lostErr(op, ls.key, fmt.Errorf("session %d ended: %w", ls.sess.pid, cause))
+}
+
+// withSession runs fn on a shared session under OpTimeout (see stmtCtx).
+// Errors wrap locking.ErrUnavailable, or ErrTransactionPooler.
+func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return locking.ErrClosed
+	}
+	l.ops.Add(1)
+	l.mu.Unlock()
+	defer l.ops.Done()
+
+	ctx, cancel := l.stmtCtx(ctx)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		s, fresh, err := l.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		if err := fn(ctx, s.conn); err != nil {
+			if !broken(s, err) {
+				l.release(s)
+				return sessionErr(err)
+			}
+			l.killOwned(s, err)
+			l.release(s)
+			if !fresh && attempt == 0 && ctx.Err() == nil {
+				continue
+			}
+			return sessionErr(err)
+		}
+		l.release(s)
+		return nil
+	}
+}
+
+// stmtCtx bounds a statement on a shared session by OpTimeout and Close's
+// deadline, but not by ctx's cancellation or deadline: pgx breaks the
+// connection of a statement whose context ends mid-flight, and a shared
+// session carries other callers' locks. Callers check ctx before they
+// start; from there the wait for a session and the statement are bounded
+// by OpTimeout alone.
+func (l *Locker) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return l.opCtx(context.WithoutCancel(ctx))
+}
+
+// renewRound is one renew statement shared by every Renew of a session that
+// joined before it was sent: one query per session and round trip however
+// many of its locks renew at once, instead of one each (every renew reads
+// pg_locks, whose cost grows with the locks held server-wide).
+type renewRound struct {
+	done   chan struct{} // closed once the fields below are set
+	joined int           // Renews answered by this round beyond its leader (under session.rmu)
+	pid    uint32
+	held   map[int64]struct{} // the lock ids the backend holds
+	err    error
+}
+
+// renewOn returns the answer of a renew round of s sent after this call
+// began: it joins the round not yet sent, or starts one and sends it once
+// it gets s's slot. A failed statement kills s (its locks are in doubt).
+func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
+	s.rmu.Lock()
+	r := s.round
+	lead := r == nil
+	if lead {
+		r = &renewRound{done: make(chan struct{})}
+		s.round = r
+	}
+	if !lead {
+		r.joined++
+	}
+	s.rmu.Unlock()
+	if !lead {
+		<-r.done // the leader's wait and statement are bounded by OpTimeout
+		return r
+	}
+	defer close(r.done)
+	err := l.use(ctx, s)
+	// Calls from now on need a statement sent after them: a new round.
+	s.rmu.Lock()
+	s.round = nil
+	s.rmu.Unlock()
+	if err != nil {
+		r.err = err
+		return r
+	}
+	s.rounds.Add(1)
+	var ids []int64
+	if err := s.conn.QueryRow(ctx, renewSQL).Scan(&r.pid, &ids); err != nil {
+		r.err = err
+		l.killOwned(s, err)
+		l.release(s)
+		return r
+	}
+	l.release(s)
+	r.held = make(map[int64]struct{}, len(ids))
+	for _, id := range ids {
+		r.held[id] = struct{}{}
+	}
+	return r
+}
