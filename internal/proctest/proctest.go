@@ -130,7 +130,11 @@ type Node struct {
 func Start(t testing.TB, bin string, env []string, args ...string) *Node {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	// A -race binary sleeps a second at exit (GORACE atexit_sleep_ms), and
+	// every command job runs under a re-executed copy of the binary (its
+	// supervisor): without this, each job of a -race node lasts a second
+	// more than it should, and an every-second schedule overlaps itself.
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
