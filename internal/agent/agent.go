@@ -109,6 +109,9 @@ func New(b Backend, run Runner, opts Options) *Agent {
 	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096)}
 }
 
+// NodeID is the node the agent speaks for.
+func (a *Agent) NodeID() string { return a.opts.NodeID }
+
 // SetSchedules tells the agent the node's schedules and their definition
 // hashes (what drift compares); called at start and on every reload.
 func (a *Agent) SetSchedules(s map[string]Schedule, hashes map[string]string, configHash string) {

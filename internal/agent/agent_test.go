@@ -1,0 +1,87 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/agent"
+	"github.com/bext-dev/bext-scheduler/locking/memory"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// pause_after_failures = 3 pauses the schedule cluster-wide after the
+// third failed run in a row (whichever nodes ran them), with a note
+// saying why, and tells the notifier; a success in between resets it.
+func TestPauseAfterFailures(t *testing.T) {
+	mem := memory.New()
+	var mu sync.Mutex
+	var told []string
+	nodes := []*agent.Agent{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, id := range []string{"a", "b", "c"} {
+		ag := agent.New(mem.Peer(id), noRunner{}, agent.Options{NodeID: id, FlushEvery: time.Millisecond,
+			Paused: func(schedule, note string) { mu.Lock(); told = append(told, schedule+": "+note); mu.Unlock() }})
+		ag.SetSchedules(map[string]agent.Schedule{"s": {TTL: time.Minute, PauseAfterFailures: 3}}, nil, "h")
+		nodes = append(nodes, ag)
+		wg.Add(1)
+		go func() { defer wg.Done(); ag.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	record := func(i int, node int, result scheduler.RunResult) {
+		r := scheduler.RunRecord{Schedule: "s", Tick: t0.Add(time.Duration(i) * time.Minute), Node: nodes[node].NodeID(),
+			Result: result, Start: t0.Add(time.Duration(i) * time.Minute), Attempts: 1, RunID: string(rune('a'+i)) + "-run"}
+		if result == scheduler.ResultFailure {
+			r.Err = errors.New("exit status 1")
+		}
+		nodes[node].RunRecorded(r)
+	}
+	waitRuns := func(n int) {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			runs, err := mem.Runs(context.Background(), "s", 100)
+			if err == nil && len(runs) >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d runs in history, want %d", len(runs), n)
+			}
+			time.Sleep(5 * time.Millisecond) // the agents flush on their own timers; nothing to be told by
+		}
+	}
+	paused := func() bool {
+		p, err := mem.GetPause(context.Background(), "s")
+		return err == nil && p.Paused
+	}
+	record(0, 0, scheduler.ResultFailure)
+	record(1, 1, scheduler.ResultFailure)
+	record(2, 2, scheduler.ResultSuccess)
+	record(3, 0, scheduler.ResultFailure)
+	record(4, 1, scheduler.ResultFailure)
+	waitRuns(5)
+	if paused() {
+		t.Fatal("paused after 2 failures in a row (a success came between)")
+	}
+	record(5, 2, scheduler.ResultFailure) // the third in a row, on a third node
+	waitRuns(6)
+	deadline := time.Now().Add(20 * time.Second)
+	for !paused() {
+		if time.Now().After(deadline) {
+			t.Fatal("not paused after 3 failed runs in a row")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p, _ := mem.GetPause(context.Background(), "s")
+	if p.Note != "paused after 3 failed runs in a row (pause_after_failures)" {
+		t.Errorf("pause note %q", p.Note)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 {
+		t.Errorf("notifier told %v, want once", told)
+	}
+}
