@@ -69,16 +69,6 @@ func pausedRunSpec(t *testing.T, b *Backend, host bool, spec Spec) {
 		}
 		return false
 	})
-	if b.Kind == "pg" {
-		// Works around the bug TestPausedHolderPastLeaseLetsTicksResume
-		// shows: a run cancelled at its lease deadline is never released,
-		// and on Postgres the paused holder's live session keeps the lock,
-		// so no node runs the schedule again until that process exits.
-		// Restarting the holder (Close releases what it holds) lets this
-		// test check the rest.
-		holder.Stop()
-		holder.Start()
-	}
 	c.WaitTicks(2, 30*time.Second)
 
 	var pausedRun ledger.Run
@@ -118,15 +108,11 @@ func pausedRunSpec(t *testing.T, b *Backend, host bool, spec Spec) {
 // (scheduler and job) past its lease, resumes it, and wants the schedule
 // to run again within a few seconds of the resume, on some node.
 //
-// It fails on Postgres (bug, reported): when the lease deadline passes,
-// scheduler/tick.go's handleTick skips the release of a lock_lost run
-// ("a lost lock is not ours to release"), but a lease-deadline lock_lost
-// does not mean the backend freed the lock: the paused host's Postgres
-// session is alive and still holds the advisory lock, and locking/pg keeps
-// the lease, so every node (the holder through its re-entrancy guard)
-// answers contended for every later tick until that process exits. On
-// Redis the key's TTL frees it, so the test passes there. Releasing (token
-// checked) after every run, lock_lost included, would fix it.
+// It failed on Postgres until scheduler/tick.go released (token checked)
+// after every run, lock_lost included: a lease-deadline lock_lost does not
+// mean the backend freed the lock (the paused host's Postgres session is
+// alive and still holds the advisory lock), so every node answered
+// contended for every later tick until that process exited.
 func TestPausedHolderPastLeaseLetsTicksResume(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *Backend) {
 		c := startCluster(t, b, pausedSpec)

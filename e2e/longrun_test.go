@@ -156,16 +156,6 @@ func injectFault(t *testing.T, c *Cluster, fault string, rng *rand.Rand) episode
 		groups := n.Pause(fault == faultPauseHost)
 		hold(rng)
 		n.Resume(groups)
-		if c.Backend.Kind == "pg" {
-			// Works around the bug TestPausedHolderPastLeaseLetsTicksResume
-			// shows: a holder resumed past its lease cancels its run but
-			// never releases the lock its live Postgres session still holds,
-			// so the schedule would stall until that node's next restart,
-			// and every later episode would count the stall. Restarting the
-			// paused node ends its session.
-			n.Stop()
-			n.Start()
-		}
 	case faultStall:
 		n.Proxy.Blackhole()
 		hold(rng)
