@@ -22,8 +22,9 @@ import (
 var ErrInvalid = errors.New("config: invalid")
 
 // MaxFileSize bounds a configuration file (and each included file). Larger
-// files are refused before they are read whole.
-const MaxFileSize = 4 << 20
+// files are refused before they are read whole. 32 MiB holds 100,000
+// schedules in one file (loading is linear in its size).
+const MaxFileSize = 32 << 20
 
 // Config mirrors the TOML file. Load fills defaults and resolves every
 // schedule; a Config built by hand should be checked with Validate.

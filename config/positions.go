@@ -94,10 +94,11 @@ func (pos *positions) step(sch schema, part string, line int) schema {
 // documents the decoder accepted; should the parser still fail, the index is
 // simply shorter and problems fall back to an enclosing line.
 func indexLines(data []byte, root schema) *positions {
-	pos := &positions{lines: map[string]int{}}
+	starts := newlines(data)
+	// About one key a line: sized once, the map is not rehashed as it grows.
+	pos := &positions{lines: make(map[string]int, len(starts)), starts: starts}
 	var p unstable.Parser
 	p.Reset(data)
-	pos.starts = newlines(data)
 	arrays := map[string]int{} // array-table path → tables seen so far
 	prefix, table := "", root
 	for p.NextExpression() {
