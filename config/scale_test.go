@@ -81,3 +81,21 @@ func TestLoadScalesLinearly(t *testing.T) {
 		})
 	}
 }
+
+func TestMetricsHistogramsPerSchedule(t *testing.T) {
+	c, err := Parse([]byte(fleetHead+"[metrics]\nper_schedule_histograms = true\n"), "m.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Metrics.HistogramsPerSchedule(1_000_000) {
+		t.Error("per_schedule_histograms = true: off at a million schedules")
+	}
+	var auto Metrics
+	if !auto.HistogramsPerSchedule(AutoHistogramSchedules) || auto.HistogramsPerSchedule(AutoHistogramSchedules+1) {
+		t.Errorf("unset: want per schedule up to %d schedules, not past it", AutoHistogramSchedules)
+	}
+	off := false
+	if (Metrics{PerScheduleHistograms: &off}).HistogramsPerSchedule(1) {
+		t.Error("per_schedule_histograms = false: on at one schedule")
+	}
+}
