@@ -22,8 +22,9 @@ import (
 var ErrInvalid = errors.New("config: invalid")
 
 // MaxFileSize bounds a configuration file (and each included file). Larger
-// files are refused before they are read whole.
-const MaxFileSize = 4 << 20
+// files are refused before they are read whole. 32 MiB holds 100,000
+// schedules in one file (loading is linear in its size).
+const MaxFileSize = 32 << 20
 
 // Config mirrors the TOML file. Load fills defaults and resolves every
 // schedule; a Config built by hand should be checked with Validate.
@@ -39,6 +40,7 @@ type Config struct {
 	Locking   Locking    `toml:"locking"`
 	Jobs      Jobs       `toml:"jobs"`
 	Notify    Notify     `toml:"notify"`
+	Metrics   Metrics    `toml:"metrics"`
 	Scheduled []Schedule `toml:"scheduled"`
 
 	// Path is the absolute path of the main file, set by Load and Parse.
@@ -63,6 +65,29 @@ const (
 // DefaultCleanAllow is what env_mode = "clean" passes when env_allow is not
 // set: what programs need to find themselves and speak the right language.
 var DefaultCleanAllow = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// Metrics is the [metrics] table.
+type Metrics struct {
+	// PerScheduleHistograms: whether bext_scheduler_run_duration_seconds
+	// and bext_scheduler_tick_lateness_seconds have a series per schedule
+	// (about 17 each) or one per node. Unset: per schedule while the node
+	// holds at most AutoHistogramSchedules schedules.
+	PerScheduleHistograms *bool `toml:"per_schedule_histograms"`
+}
+
+// AutoHistogramSchedules is the number of schedules up to which the two
+// histograms are per schedule when [metrics] per_schedule_histograms is
+// unset: past it they would be most of a node's memory and series.
+const AutoHistogramSchedules = 1000
+
+// HistogramsPerSchedule reports whether a node holding n schedules keeps
+// the two histograms per schedule.
+func (m Metrics) HistogramsPerSchedule(n int) bool {
+	if m.PerScheduleHistograms != nil {
+		return *m.PerScheduleHistograms
+	}
+	return n <= AutoHistogramSchedules
+}
 
 // Jobs is the [jobs] table: defaults for every command job.
 type Jobs struct {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // expandEnv replaces ${NAME} and ${NAME:-default} in s from the environment.
@@ -104,27 +105,29 @@ func nameLen(s string) int {
 // expandAll expands every string value reachable from v (a pointer to a
 // decoded document): string fields, string elements of slices, string values
 // of maps, and strings held in interface fields (durations before parsing).
-// Map keys are never expanded. path is the dotted TOML path for messages.
-func (b *builder) expandAll(v reflect.Value, path string, at *positions) {
+// Map keys are never expanded. path is the dotted TOML path for messages,
+// spelled out only for a value that holds a '$' (a fleet of 100,000
+// schedules has millions of fields, almost none of them expanded).
+func (b *builder) expandAll(v reflect.Value, path *keyPath, at *positions) {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return
 		}
 		if v.Kind() == reflect.Interface {
-			if s, ok := v.Interface().(string); ok && v.CanSet() {
-				v.Set(reflect.ValueOf(b.expand(s, path, at)))
+			if s, ok := v.Interface().(string); ok && v.CanSet() && hasDollar(s) {
+				v.Set(reflect.ValueOf(b.expand(s, path.String(), at)))
 			}
 			return
 		}
 		b.expandAll(v.Elem(), path, at)
 	case reflect.String:
-		if v.CanSet() {
-			v.SetString(b.expand(v.String(), path, at))
+		if v.CanSet() && hasDollar(v.String()) {
+			v.SetString(b.expand(v.String(), path.String(), at))
 		}
 	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
-			b.expandAll(v.Index(i), join(path, strconv.Itoa(i)), at)
+			b.expandAll(v.Index(i), &keyPath{parent: path, index: i}, at)
 		}
 	case reflect.Map:
 		if v.Type().Elem().Kind() != reflect.String {
@@ -133,27 +136,74 @@ func (b *builder) expandAll(v reflect.Value, path string, at *positions) {
 		iter := v.MapRange()
 		for iter.Next() {
 			s := iter.Value().String()
+			if !hasDollar(s) {
+				continue
+			}
 			k := iter.Key().String()
-			if e := b.expand(s, join(path, k), at); e != s {
+			if e := b.expand(s, join(path.String(), k), at); e != s {
 				v.SetMapIndex(iter.Key(), reflect.ValueOf(e).Convert(v.Type().Elem()))
 			}
 		}
 	case reflect.Struct:
-		t := v.Type()
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			tag := f.Tag.Get("toml")
-			if !f.IsExported() || tag == "-" {
+		for _, f := range tomlFields(v.Type()) {
+			if f.anonymous {
+				b.expandAll(v.Field(f.index), path, at)
 				continue
 			}
-			p := path
-			if !f.Anonymous {
-				name, _, _ := strings.Cut(tag, ",")
-				p = join(path, name)
-			}
-			b.expandAll(v.Field(i), p, at)
+			b.expandAll(v.Field(f.index), &keyPath{parent: path, name: f.name, index: -1}, at)
 		}
 	}
+}
+
+// tomlField is a struct field expandAll descends into.
+type tomlField struct {
+	index     int
+	name      string // the toml key
+	anonymous bool   // embedded: its fields are the struct's own
+}
+
+// fieldCache: reflect.Type → []tomlField, read once per type rather than
+// once per schedule.
+var fieldCache sync.Map
+
+func tomlFields(t reflect.Type) []tomlField {
+	if fs, ok := fieldCache.Load(t); ok {
+		return fs.([]tomlField)
+	}
+	var fs []tomlField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("toml")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		fs = append(fs, tomlField{index: i, name: name, anonymous: f.Anonymous})
+	}
+	fieldCache.Store(t, fs)
+	return fs
+}
+
+// hasDollar reports whether s may hold a ${VAR} (or an escaped $$).
+func hasDollar(s string) bool { return strings.IndexByte(s, '$') >= 0 }
+
+// keyPath is a dotted TOML path built as expandAll descends: a key name,
+// or an array index when index >= 0. A nil *keyPath is the root.
+type keyPath struct {
+	parent *keyPath
+	name   string
+	index  int
+}
+
+func (p *keyPath) String() string {
+	if p == nil {
+		return ""
+	}
+	part := p.name
+	if p.index >= 0 {
+		part = strconv.Itoa(p.index)
+	}
+	return join(p.parent.String(), part)
 }
 
 // expand expands one value, reporting problems at the line of path.

@@ -167,7 +167,7 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	if !ok {
 		return nil
 	}
-	b.expandAll(reflect.ValueOf(&doc), "", at)
+	b.expandAll(reflect.ValueOf(&doc), nil, at)
 
 	c := doc.Config
 	c.Path, c.file, c.at = abs, path, at
@@ -390,6 +390,9 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 		s.at = keyLines{pos: at, prefix: fmt.Sprintf("scheduled.%d", i)}
 		s.Line = s.at.line("")
 		dur := func(dst *Duration, v any, key string, positive bool) {
+			if v == nil { // unset: keep the default (and build no label)
+				return
+			}
 			label := fmt.Sprintf("schedule %q: %s", s.ID, key)
 			if s.ID == "" {
 				label = s.at.prefix + "." + key
@@ -502,7 +505,7 @@ func (b *builder) includes(c *Config) []Schedule {
 			if !ok {
 				continue
 			}
-			b.expandAll(reflect.ValueOf(&doc), "", at)
+			b.expandAll(reflect.ValueOf(&doc), nil, at)
 			out = append(out, b.schedules(doc.Scheduled, at)...)
 		}
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,8 @@ import (
 // It is held by pointer so that printing a Config with %+v stays readable.
 type positions struct {
 	lines map[string]int
+	// starts indexes the lines of the document while it is indexed (nil after).
+	starts lineStarts
 	// folded lists keys spelled in another case than the schema's: go-toml
 	// matches struct fields case-insensitively, TOML keys are case-sensitive.
 	folded []foldedKey
@@ -91,7 +94,9 @@ func (pos *positions) step(sch schema, part string, line int) schema {
 // documents the decoder accepted; should the parser still fail, the index is
 // simply shorter and problems fall back to an enclosing line.
 func indexLines(data []byte, root schema) *positions {
-	pos := &positions{lines: map[string]int{}}
+	starts := newlines(data)
+	// About one key a line: sized once, the map is not rehashed as it grows.
+	pos := &positions{lines: make(map[string]int, len(starts)), starts: starts}
 	var p unstable.Parser
 	p.Reset(data)
 	arrays := map[string]int{} // array-table path → tables seen so far
@@ -103,7 +108,7 @@ func indexLines(data []byte, root schema) *positions {
 			parts, first := keyParts(e.Key())
 			path, sch := "", root
 			for i, part := range parts {
-				sch = pos.step(sch, part, lineOf(&p, first))
+				sch = pos.step(sch, part, pos.lineOf(first))
 				path = join(path, part)
 				if i == len(parts)-1 && e.Kind == unstable.ArrayTable {
 					arrays[path]++
@@ -114,12 +119,13 @@ func indexLines(data []byte, root schema) *positions {
 			}
 			prefix, table = path, sch
 			if first != nil {
-				pos.set(path, lineOf(&p, first))
+				pos.set(path, pos.lineOf(first))
 			}
 		case unstable.KeyValue:
 			pos.keyValue(&p, prefix, table, e)
 		}
 	}
+	pos.starts = nil
 	return pos
 }
 
@@ -129,7 +135,7 @@ func (pos *positions) keyValue(p *unstable.Parser, prefix string, sch schema, e 
 	if first == nil {
 		return
 	}
-	line := lineOf(p, first)
+	line := pos.lineOf(first)
 	path := prefix
 	for _, part := range parts {
 		sch = pos.step(sch, part, line)
@@ -148,7 +154,7 @@ func (pos *positions) value(p *unstable.Parser, path string, sch schema, v *unst
 			n := it.Node()
 			l := line
 			if n.Raw.Length > 0 {
-				l = lineOf(p, n)
+				l = pos.lineOf(n)
 			}
 			pos.set(join(path, strconv.Itoa(i)), l)
 			pos.value(p, join(path, strconv.Itoa(i)), sch, n, l)
@@ -217,8 +223,29 @@ func keyParts(it unstable.Iterator) (parts []string, first *unstable.Node) {
 	return parts, first
 }
 
-func lineOf(p *unstable.Parser, n *unstable.Node) int {
-	return p.Shape(n.Raw).Start.Line
+// lineStarts holds the offset of every line's first byte, so that a line
+// is a binary search away. (go-toml's Parser.Shape counts the newlines from
+// the start of the file on every call: a file of N keys cost N² there.)
+type lineStarts []uint32
+
+func newlines(data []byte) lineStarts {
+	starts := lineStarts{0}
+	for i, c := range data {
+		if c == '\n' {
+			starts = append(starts, uint32(i+1))
+		}
+	}
+	return starts
+}
+
+// lineOf returns the line of a node of the document being indexed.
+func (pos *positions) lineOf(n *unstable.Node) int {
+	return pos.starts.line(n.Raw.Offset)
+}
+
+// line returns the 1-based line holding byte offset off.
+func (s lineStarts) line(off uint32) int {
+	return sort.Search(len(s), func(i int) bool { return s[i] > off })
 }
 
 func join(path, part string) string {

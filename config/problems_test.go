@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -189,7 +190,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Truncate(10 << 20); err != nil { // sparse: 10 MB without writing it
+	if err := f.Truncate(40 << 20); err != nil { // sparse: 40 MB without writing it
 		t.Fatal(err)
 	}
 	f.Close()
@@ -200,7 +201,7 @@ func TestBadInput(t *testing.T) {
 		{"missing", filepath.Join(dir, "nope.toml"), "no such file", true},
 		{"directory", dir, "is a directory", false},
 		{"junk", write(t, dir, "junk.toml", string(junk)), "junk.toml:", false},
-		{"10 MB", big, "over the 4194304 byte limit", false},
+		{"40 MB", big, fmt.Sprintf("over the %d byte limit", MaxFileSize), false},
 		{"NUL", write(t, dir, "nul.toml", "a = 1\x00\n"), "nul.toml:1: file contains a NUL byte", false},
 		{"not regular", os.DevNull, "not a regular file", false},
 	} {

@@ -186,7 +186,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 
 	s.Location = time.UTC
 	if s.Timezone != "" {
-		loc, err := time.LoadLocation(s.Timezone)
+		loc, err := scheduler.LoadLocation(s.Timezone)
 		if err != nil {
 			v.atSchedule(s, "timezone", "unknown timezone %q (want an IANA name such as \"Europe/Paris\")", s.Timezone)
 		} else {

@@ -63,6 +63,10 @@ type Metrics struct {
 
 	ready *Readiness
 
+	// perScheduleHistograms: the two histograms have a series per
+	// schedule, else one per node (schedule label "", i.e. absent).
+	perScheduleHistograms bool
+
 	mu         sync.Mutex
 	seen       map[string]bool          // schedules whose series are initialised
 	minRuntime map[string]time.Duration // schedule → min_runtime (absent: none)
@@ -137,8 +141,20 @@ func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) 
 type Option func(*options)
 
 type options struct {
-	now         func() time.Time
-	readyWindow time.Duration
+	now                   func() time.Time
+	readyWindow           time.Duration
+	perScheduleHistograms bool
+}
+
+// WithPerScheduleHistograms says whether the run-duration and lateness
+// histograms have a series per schedule (true, the default) or one per
+// node, without the schedule label (false). Each per-schedule histogram is
+// about 17 series; at 100,000 schedules that is millions of series and
+// gigabytes on the node and in Prometheus. The counters stay per schedule
+// either way (the alerts of deploy/alerts.yml read them per schedule; the
+// lateness alert sums the histogram over schedules).
+func WithPerScheduleHistograms(on bool) Option {
+	return func(o *options) { o.perScheduleHistograms = on }
 }
 
 // WithClock sets the clock the readiness check reads (tests inject one).
@@ -154,7 +170,7 @@ func WithReadyWindow(d time.Duration) Option { return func(o *options) { o.ready
 // registration conflict is a programming error and panics, as
 // prometheus.MustRegister does.
 func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
-	o := options{now: time.Now, readyWindow: DefaultReadyWindow}
+	o := options{now: time.Now, readyWindow: DefaultReadyWindow, perScheduleHistograms: true}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -226,9 +242,14 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 			Name: "bext_scheduler_last_success_timestamp_seconds",
 			Help: "Unix time this node last finished a successful run of the schedule; absent until it has. Alert on time() - max by (schedule) over the nodes.",
 		}, []string{"schedule"})),
-		ready:      newReadiness(o.now, o.readyWindow),
-		seen:       map[string]bool{},
-		minRuntime: map[string]time.Duration{},
+		ready:                 newReadiness(o.now, o.readyWindow),
+		seen:                  map[string]bool{},
+		minRuntime:            map[string]time.Duration{},
+		perScheduleHistograms: o.perScheduleHistograms,
+	}
+	if !m.perScheduleHistograms { // the node's series exist from the start
+		m.runDuration.WithLabelValues("")
+		m.lateness.WithLabelValues("")
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "bext_scheduler_build_info",
@@ -282,15 +303,25 @@ func (m *Metrics) AddSchedule(id string) {
 	// its age cannot fire on a fresh deploy (0 would read as 1970).
 	m.triggers.WithLabelValues(id)
 	m.retries.WithLabelValues(id)
-	m.runDuration.WithLabelValues(id)
-	m.lateness.WithLabelValues(id)
+	if m.perScheduleHistograms {
+		m.runDuration.WithLabelValues(id)
+		m.lateness.WithLabelValues(id)
+	}
+}
+
+// histLabel is the schedule label of id's histogram series.
+func (m *Metrics) histLabel(id string) string {
+	if m.perScheduleHistograms {
+		return id
+	}
+	return ""
 }
 
 // TickFired counts the tick and records its lateness.
 func (m *Metrics) TickFired(id string, _ time.Time, lateness time.Duration) {
 	m.AddSchedule(id)
 	m.ticks.WithLabelValues(id).Inc()
-	m.lateness.WithLabelValues(id).Observe(max(lateness, 0).Seconds())
+	m.lateness.WithLabelValues(m.histLabel(id)).Observe(max(lateness, 0).Seconds())
 }
 
 // TickSkipped counts the skip under its reason.
@@ -304,7 +335,7 @@ func (m *Metrics) TickSkipped(id string, _ time.Time, reason scheduler.SkipReaso
 func (m *Metrics) RunFinished(id string, _ time.Time, result scheduler.RunResult, d time.Duration, overrun bool) {
 	m.AddSchedule(id)
 	m.runs.WithLabelValues(id, string(result)).Inc()
-	m.runDuration.WithLabelValues(id).Observe(max(d, 0).Seconds())
+	m.runDuration.WithLabelValues(m.histLabel(id)).Observe(max(d, 0).Seconds())
 	if overrun {
 		m.overruns.WithLabelValues(id).Inc()
 	}

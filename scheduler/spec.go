@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -38,6 +40,42 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 // moment the process started as in robfig/cron: every node must compute the
 // same tick times or the cluster lock cannot tell one tick from another.
 func ParseSpec(expr string, loc *time.Location) (Spec, error) {
+	if loc == nil {
+		loc = time.UTC
+	}
+	// Specs are immutable: schedules with the same expression in the same
+	// zone share one (a fleet often repeats a handful of expressions).
+	key := specKey{expr, loc}
+	if s, ok := specs.Load(key); ok {
+		return s.(Spec), nil
+	}
+	s, err := parseSpec(expr, loc)
+	if err != nil {
+		return nil, err
+	}
+	if specCount.Add(1) <= maxInterned {
+		shared, _ := specs.LoadOrStore(key, s)
+		return shared.(Spec), nil
+	}
+	return s, nil
+}
+
+// The interned specs, bounded so that a process reloading ever-new
+// expressions does not grow without end (past the bound, specs are simply
+// not shared).
+var (
+	specs     sync.Map // specKey → Spec
+	specCount atomic.Int64
+)
+
+const maxInterned = 1 << 16
+
+type specKey struct {
+	expr string
+	loc  *time.Location
+}
+
+func parseSpec(expr string, loc *time.Location) (Spec, error) {
 	expr = strings.TrimSpace(expr)
 	if expr == "" {
 		return nil, fmt.Errorf("scheduler: empty cron expression")
@@ -50,7 +88,7 @@ func ParseSpec(expr string, loc *time.Location) (Spec, error) {
 		return nil, fmt.Errorf("scheduler: cron expression: %w", err)
 	}
 	if hasZone {
-		if loc, err = time.LoadLocation(zone); err != nil {
+		if loc, err = LoadLocation(zone); err != nil {
 			return nil, fmt.Errorf("scheduler: cron expression: unknown time zone %q: %w", zone, err)
 		}
 	}

@@ -115,7 +115,8 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	}
 	v, cm := buildVersion()
 	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: v, Commit: cm, GoVersion: runtime.Version()})
+	m := metrics.New(reg, metrics.BuildInfo{Version: v, Commit: cm, GoVersion: runtime.Version()},
+		metrics.WithPerScheduleHistograms(cfg.Metrics.HistogramsPerSchedule(len(cfg.Scheduled))))
 	var locker scheduler.Locker
 	var closer locking.Locker
 	if backend.Locker != nil {

@@ -1,0 +1,101 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fleet writes n schedules as the operators of a big fleet do: a yearly
+// cron in a zone with daylight saving, a command job each.
+func fleet(n, first int) string {
+	var b strings.Builder
+	for i := first; i < first+n; i++ {
+		fmt.Fprintf(&b, "[[scheduled]]\nid = \"s%06d\"\ncron = \"0 0 1 1 *\"\ntimezone = \"Europe/Paris\"\ncommand = [\"/bin/true\"]\n", i)
+	}
+	return b.String()
+}
+
+const fleetHead = "node_id = \"n\"\n[locking]\nbackend = \"memory\"\n"
+
+// minTime is the fastest of a few runs of f: the least disturbed by other
+// work on the machine.
+func minTime(t *testing.T, runs int, f func()) time.Duration {
+	t.Helper()
+	best := time.Duration(1<<63 - 1)
+	for range runs {
+		start := time.Now()
+		f()
+		best = min(best, time.Since(start))
+	}
+	return best
+}
+
+// TestLoadScalesLinearly fails when doubling the schedules more than
+// triples the load time (it was quadratic: every key's line was found by
+// counting the newlines from the start of the file).
+func TestLoadScalesLinearly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times loads of thousands of schedules")
+	}
+	oneFile := func(n int) func() {
+		data := []byte(fleetHead + fleet(n, 0))
+		return func() {
+			c, err := Parse(data, "fleet.toml")
+			if err != nil || len(c.Scheduled) != n {
+				t.Fatalf("Parse: %d schedules, %v", len(c.Scheduled), err)
+			}
+		}
+	}
+	included := func(n int) func() {
+		dir := t.TempDir()
+		const per = 500
+		main := filepath.Join(dir, "bext.config.toml")
+		if err := os.WriteFile(main, []byte("include = [\"inc-*.toml\"]\n"+fleetHead), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i += per {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("inc-%06d.toml", i)), []byte(fleet(per, i)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return func() {
+			c, err := Load(main)
+			if err != nil || len(c.Scheduled) != n {
+				t.Fatalf("Load: %d schedules, %v", len(c.Scheduled), err)
+			}
+		}
+	}
+	for name, load := range map[string]func(int) func(){"one file": oneFile, "includes": included} {
+		t.Run(name, func(t *testing.T) {
+			small, large := load(2000), load(4000)
+			small() // warm up: zone data, the schema
+			ts, tl := minTime(t, 3, small), minTime(t, 3, large)
+			t.Logf("2,000 schedules: %v; 4,000: %v (×%.2f)", ts, tl, float64(tl)/float64(ts))
+			if tl > 3*ts {
+				t.Errorf("doubling the schedules multiplied the load time by %.2f (want at most 3): %v → %v", float64(tl)/float64(ts), ts, tl)
+			}
+		})
+	}
+}
+
+func TestMetricsHistogramsPerSchedule(t *testing.T) {
+	c, err := Parse([]byte(fleetHead+"[metrics]\nper_schedule_histograms = true\n"), "m.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Metrics.HistogramsPerSchedule(1_000_000) {
+		t.Error("per_schedule_histograms = true: off at a million schedules")
+	}
+	var auto Metrics
+	if !auto.HistogramsPerSchedule(AutoHistogramSchedules) || auto.HistogramsPerSchedule(AutoHistogramSchedules+1) {
+		t.Errorf("unset: want per schedule up to %d schedules, not past it", AutoHistogramSchedules)
+	}
+	off := false
+	if (Metrics{PerScheduleHistograms: &off}).HistogramsPerSchedule(1) {
+		t.Error("per_schedule_histograms = false: on at one schedule")
+	}
+}
