@@ -78,6 +78,7 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 		floor = strconv.FormatInt(req.Floor.UnixMicro(), 10)
 	}
 
+	st := newHeld(lockKey)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	r, err := replyInts(tickScript.Run(opCtx, l.client,
@@ -99,7 +100,7 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 		if fence <= 0 {
 			return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: granted with fence %d", req.Key, errReply, fence)
 		}
-		h, err := l.track(ctx, handleKey, lockKey, token, fence, req.TTL)
+		h, err := l.track(ctx, handleKey, st, token, fence, req.TTL)
 		if err != nil {
 			return locking.TickAnswer{}, err
 		}
