@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -300,9 +301,20 @@ func TestRedisSentinelFailover(t *testing.T) {
 		if r, err := s.Replica.Role(); err != nil || r != "master" {
 			return fmt.Errorf("replica's role %q, %v", r, err)
 		}
-		// The Locker's own client follows the Sentinel (it asks it on
-		// reconnect): wait until it writes to the new primary.
-		return l.client.Set(ctx, "bext:probe", "x", time.Minute).Err()
+		// Each Locker's client follows the Sentinel by itself (its
+		// +switch-master subscription closes the connections to the old
+		// primary). Until it has, it may still reach the demoted primary,
+		// a replica once the Sentinel has demoted it: a write there is
+		// refused (READONLY), so no grant, but a read-only verdict (done,
+		// contended) may be stale. Before it is demoted, both are masters
+		// for a moment. Wait until both Lockers talk to the new primary.
+		for _, lk := range []*Locker{l, other} {
+			port, err := lk.client.ConfigGet(ctx, "port").Result()
+			if err != nil || port["port"] != strconv.Itoa(s.Replica.Port) {
+				return fmt.Errorf("a Locker still talks to port %v (%v)", port, err)
+			}
+		}
+		return nil
 	}); err != nil {
 		t.Fatalf("the failover did not complete: %v", err)
 	}

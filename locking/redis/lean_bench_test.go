@@ -74,13 +74,14 @@ func (f *fencedFloor) lockRelease(ctx context.Context, lockKey, fenceKey string)
 }
 
 // phase is what one side spent in one block of operations.
-type phase struct{ ops, wallNs, cpuNs, allocs int64 }
+type phase struct{ ops, wallNs, cpuNs, allocs, bytes int64 }
 
 func (p *phase) add(q phase) {
 	p.ops += q.ops
 	p.wallNs += q.wallNs
 	p.cpuNs += q.cpuNs
 	p.allocs += q.allocs
+	p.bytes += q.bytes
 }
 
 // measure runs ops operations of do spread over g goroutines and returns
@@ -89,7 +90,7 @@ func (p *phase) add(q phase) {
 func measure(g, ops int, do func(worker, i int) error) (phase, error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	mallocs := ms.Mallocs
+	mallocs, bytes := ms.Mallocs, ms.TotalAlloc
 	cpu0 := cpuNow()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -115,7 +116,7 @@ func measure(g, ops int, do func(worker, i int) error) (phase, error) {
 	cpu := cpuNow() - cpu0
 	runtime.ReadMemStats(&ms)
 	close(errs)
-	p := phase{ops: int64(ops), wallNs: int64(wall), cpuNs: int64(cpu), allocs: int64(ms.Mallocs - mallocs)}
+	p := phase{ops: int64(ops), wallNs: int64(wall), cpuNs: int64(cpu), allocs: int64(ms.Mallocs - mallocs), bytes: int64(ms.TotalAlloc - bytes)}
 	return p, <-errs
 }
 
@@ -197,6 +198,8 @@ func BenchmarkVsFencedFloor(b *testing.B) {
 			b.ReportMetric(per(fp.cpuNs, fp.ops), "floor-cpu-ns/op")
 			b.ReportMetric(per(lp.allocs, lp.ops), "locker-allocs/op")
 			b.ReportMetric(per(fp.allocs, fp.ops), "floor-allocs/op")
+			b.ReportMetric(per(lp.bytes, lp.ops), "locker-B/op")
+			b.ReportMetric(per(fp.bytes, fp.ops), "floor-B/op")
 			b.ReportMetric(float64(lp.wallNs)/float64(fp.wallNs), "time-ratio")
 			b.ReportMetric(float64(lp.cpuNs)/float64(fp.cpuNs), "cpu-ratio")
 		})

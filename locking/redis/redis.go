@@ -94,7 +94,11 @@ type Locker struct {
 
 	mu     sync.Mutex
 	closed bool
-	held   map[*locking.Handle]struct{} // for Close to release
+	// shut mirrors closed for checkOpen, which every call makes: a load
+	// instead of a lock. track still decides under mu, so no lock is
+	// registered after Close swept.
+	shut atomic.Bool
+	held map[*locking.Handle]struct{} // for Close to release
 }
 
 var (
@@ -357,6 +361,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil // shutdown paths may close twice; the first did the work
 	}
 	l.closed = true
+	l.shut.Store(true)
 	handles := make([]*locking.Handle, 0, len(l.held))
 	for h := range l.held {
 		handles = append(handles, h)
@@ -449,9 +454,7 @@ func (l *Locker) lockKey(key string) string {
 }
 
 func (l *Locker) checkOpen() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	if l.shut.Load() {
 		return locking.ErrClosed
 	}
 	return nil
