@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +99,8 @@ func keysPerShard(t *testing.T, c *testenv.RedisCluster, prefix string, n int) [
 // is granted twice throughout.
 func TestRedisClusterFailover(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3, 1)
+	// Registered before the Lockers: runs after their Close.
+	t.Cleanup(func() { waitDialRetries(t) })
 	ctx := context.Background()
 	open := func(holder string) *Locker {
 		l := openLocker(t, Options{URL: c.URL(), KeyPrefix: "bext:", Holder: holder, OpTimeout: 2 * time.Second})
@@ -196,6 +200,16 @@ func TestRedisClusterFailover(t *testing.T) {
 		g.mustTick(b, freq(k, t1.Add(time.Second)), locking.TickGranted) // fence checked above the old ones
 	}
 
+	// More locks of a on shard 2, so that Close below (which goes through
+	// them in no set order) most likely meets the dead master before the
+	// live one's lock.
+	for i := 0; i < 30; i++ {
+		k := fmt.Sprintf("extra%d", i)
+		if c.Shard(t, "{"+k+"}") == 2 {
+			mustLock(t, a, k, time.Minute)
+		}
+	}
+
 	// Shard 2's master dies, no replica to take over.
 	c.Masters[2].Kill()
 	t2 := t1.Add(2 * time.Second)
@@ -225,6 +239,13 @@ func TestRedisClusterFailover(t *testing.T) {
 	if err := a.Renew(ctx, held[k1]); err != nil {
 		t.Errorf("Renew(%s) with another master dead = %v", held[k1], err)
 	}
+	// Closing gives back the locks on the live masters although those on
+	// the dead one cannot be reached.
+	if err := a.Close(ctx); !errors.Is(err, locking.ErrUnavailable) {
+		t.Errorf("Close with a master dead = %v, want its locks reported ErrUnavailable", err)
+	}
+	g.mustTick(b, freq(k1, t2.Add(time.Second)), locking.TickGranted)
+
 	// Asking every tick again from the other node grants nothing twice.
 	for _, ks := range shards[:2] {
 		for _, k := range ks {
@@ -363,4 +384,21 @@ func TestRedisSentinelFailover(t *testing.T) {
 // these tests claim ticks a few seconds ahead of the clock.
 func freq(key string, tick time.Time) locking.TickRequest {
 	return locking.TickRequest{Key: key, Tick: tick, TTL: testTTL, MaxSkew: time.Minute}
+}
+
+// waitDialRetries waits until go-redis has no dial retry left running. A
+// pool whose dial failed (a killed master) retries in a goroutine that
+// checks once a second whether its pool was closed; the test's goroutine
+// leak check would otherwise catch it still asleep.
+func waitDialRetries(t *testing.T) {
+	err := testenv.Poll(5*time.Second, func() error {
+		buf := make([]byte, 1<<20)
+		if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "pool.(*ConnPool).tryDial") {
+			return fmt.Errorf("a go-redis dial retry is still running")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }

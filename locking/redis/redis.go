@@ -377,6 +377,9 @@ func (l *Locker) Close(ctx context.Context) error {
 			continue // gone either way
 		}
 		errs = append(errs, err)
+		if _, ok := l.client.(*goredis.ClusterClient); ok {
+			continue // one master down says nothing of the others' locks
+		}
 		if errors.Is(err, locking.ErrUnavailable) {
 			if left := len(handles) - i - 1; left > 0 {
 				errs = append(errs, fmt.Errorf("locking/redis: close: %d more locks left to expire with their TTL", left))
