@@ -37,8 +37,15 @@ type fencedFloor struct {
 func newFencedFloor(b testing.TB) *fencedFloor {
 	url := testenv.RedisURL(b)
 	admin := adminClient(b, url)
-	f := &fencedFloor{client: adminClient(b, url), prefix: testPrefix(b, admin)}
-	var err error
+	// The Locker's client options (context deadlines honoured, timeouts
+	// capped at OpTimeout): the floor differs from the Locker only in
+	// what this package does around the calls.
+	c, err := newClient(url, DefaultOpTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	f := &fencedFloor{client: c.(*goredis.Client), prefix: testPrefix(b, admin)}
 	if f.acquireSHA, err = f.client.ScriptLoad(context.Background(), libSrc+acquireSrc).Result(); err != nil {
 		b.Fatal(err)
 	}
