@@ -3,10 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,8 +19,12 @@ import (
 // share its slot, LastRuns and RecordRuns pipeline across slots (nodes),
 // and prefix{} keys live wherever their own hash sends them.
 func TestClusterConformanceRedisCluster(t *testing.T) {
-	addrs := startRedisCluster(t, 3)
-	url := "redis://" + strings.Join(addrs, ",")
+	rc := testenv.StartRedisCluster(t, 3, 0)
+	addrs := make([]string, len(rc.Masters))
+	for i, m := range rc.Masters {
+		addrs[i] = m.Addr
+	}
+	url := rc.URL()
 	admin := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = admin.Close() })
 	var n atomic.Int64
@@ -63,79 +63,4 @@ func TestClusterConformanceRedisCluster(t *testing.T) {
 			return now
 		},
 	})
-}
-
-// startRedisCluster starts masters private redis-servers in cluster mode,
-// splits the slots between them, joins them and waits until every one
-// reports the cluster ok. It returns their addresses.
-func startRedisCluster(t *testing.T, masters int) []string {
-	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("this test runs its own redis-servers and cannot find one (apt-get install redis-server): %v", err)
-	}
-	ctx := context.Background()
-	addrs := make([]string, masters)
-	clients := make([]*goredis.Client, masters)
-	for i := range masters {
-		port := testenv.FreePort(t)
-		dir := t.TempDir()
-		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--save", "", "--appendonly", "no", "--dir", dir)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting redis-server: %v", err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		addrs[i] = "127.0.0.1:" + strconv.Itoa(port)
-		clients[i] = goredis.NewClient(&goredis.Options{Addr: addrs[i]})
-		t.Cleanup(func() { _ = clients[i].Close() })
-	}
-	const slots = 16384
-	for i, c := range clients {
-		if err := waitFor(func() error { return c.Ping(ctx).Err() }); err != nil {
-			t.Fatalf("redis-server %s does not answer: %v", addrs[i], err)
-		}
-		lo, hi := i*slots/masters, (i+1)*slots/masters-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			t.Fatalf("CLUSTER ADDSLOTSRANGE on %s: %v", addrs[i], err)
-		}
-	}
-	for _, a := range addrs[1:] {
-		host, port, _ := strings.Cut(a, ":")
-		if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-			t.Fatalf("CLUSTER MEET %s: %v", a, err)
-		}
-	}
-	for i, c := range clients {
-		err := waitFor(func() error {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", masters)) {
-				return fmt.Errorf("not formed yet: %s", info)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("the cluster did not form on %s: %v", addrs[i], err)
-		}
-	}
-	return addrs
-}
-
-// waitFor polls f until it succeeds or 20 s have passed: a server cannot
-// tell us when it is up or when the cluster has formed; we ask it.
-func waitFor(f func() error) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -109,6 +109,27 @@
 // unchecked where CONFIG is refused). A mark Redis lost is raised back by
 // the caller's TickRequest.Floor.
 //
+// # Failover
+//
+// Redis replicates asynchronously, and TestRedisClusterFailover and
+// TestRedisSentinelFailover show what that means for locks. A graceful
+// failover (CLUSTER FAILOVER, which lets the replica catch up first) loses
+// nothing: held locks renew on the promoted replica and no tick runs
+// twice. A failover to a replica that lagged (SENTINEL FAILOVER, a master
+// killed before its last writes reached the replica) loses those writes: a
+// lock taken then reads as lost at its next renewal (ErrLockLost), and the
+// mark of a tick decided then is gone, so that tick is done only for the
+// nodes that pass it as their Floor; a node that never saw it decided can
+// be granted it again. Fences still increase across any failover (they are
+// floored at the server's clock), so a fenced write of the first run is
+// refused after the second began. During a Sentinel failover both the old
+// and the new primary accept writes for a moment, until the Sentinel
+// demotes the old one. On a Cluster whose master died with no replica to
+// promote, that master's keys fail with ErrUnavailable (the scheduler's
+// backend_error) while the other masters keep serving, provided
+// cluster-require-full-coverage is no; with the default (yes) the whole
+// cluster refuses commands once the master is marked failed.
+//
 // # URLs
 //
 // Open accepts:

@@ -121,6 +121,7 @@ func TestStalledConnectionRenewTimesOutBeforeLease(t *testing.T) {
 	if !errors.Is(err, locking.ErrUnavailable) {
 		t.Fatalf("Renew over a stalled link = %v, want ErrUnavailable", err)
 	}
+	t.Logf("Renew over a stalled link failed after %v (OpTimeout %v)", elapsed, opTimeout)
 	if elapsed >= 2*opTimeout {
 		t.Fatalf("Renew over a stalled link took %v, want < 2 × OpTimeout (%v)", elapsed, 2*opTimeout)
 	}

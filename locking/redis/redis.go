@@ -2,12 +2,15 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -86,10 +89,16 @@ type Locker struct {
 	prefix     string
 	opTimeout  time.Duration
 	holderArg  string // "" or holderSep + Options.Holder, as stored after the fence
+	holderBox  any    // holderArg boxed once: a script argument without an allocation per call
+	ttlBox     atomic.Pointer[ttlArg]
 
 	mu     sync.Mutex
 	closed bool
-	held   map[*locking.Handle]struct{} // for Close to release
+	// shut mirrors closed for checkOpen, which every call makes: a load
+	// instead of a lock. track still decides under mu, so no lock is
+	// registered after Close swept.
+	shut atomic.Bool
+	held map[*locking.Handle]struct{} // for Close to release
 }
 
 var (
@@ -98,10 +107,64 @@ var (
 )
 
 // heldLock is a handle's backend state: the keys it names and the exact value
-// stored at acquire time, which renew and release compare against.
+// stored at acquire time, which renew and release compare against. It is
+// allocated before the acquire and carries what the call needs (the keys
+// slice, the operation's deadline), so that a try-lock + release costs few
+// allocations beyond go-redis's own (see lean_bench_test.go).
 type heldLock struct {
-	lockKey string
-	value   string
+	keys [2]string // lock key; fence key (TryLock's acquire only)
+	// args are a call's script arguments, kept here so the variadic call
+	// does not allocate them: TryLock's token, holder and TTL, then, once
+	// the lock is held, the value and TTL that renew passes (release the
+	// value alone). Read-only once the handle exists.
+	args [3]any
+	// value is the stored value, token + fenceSep + fence + holder: in buf
+	// when it fits. TryLock draws the token into buf directly.
+	value []byte
+	buf   [valueBuf]byte
+	op    deadlineCtx
+}
+
+// valueBuf holds a token, a fence and a holder name of up to 43 bytes.
+const valueBuf = tokenLen + len(fenceSep) + 20 + len(holderSep) + 43
+
+// tokenLen is the length of the tokens TryLock draws: 16 random bytes in hex,
+// as locking.NewToken's.
+const tokenLen = 32
+
+// tokenArg and valueArg pass a heldLock's token and value to go-redis as
+// its bytes (encoding.BinaryMarshaler): a pointer in an interface costs no
+// allocation, a string does. Their String hides the token, should go-redis
+// ever print a command.
+type (
+	tokenArg heldLock
+	valueArg heldLock
+)
+
+func (a *tokenArg) MarshalBinary() ([]byte, error) { return a.buf[:tokenLen], nil }
+func (a *tokenArg) String() string                 { return "<token>" }
+func (a *valueArg) MarshalBinary() ([]byte, error) { return a.value, nil }
+func (a *valueArg) String() string                 { return "<token>" + fenceSep + "<fence>" }
+
+func (st *heldLock) lockKey() string { return st.keys[0] }
+
+// ttlArg is a TTL in milliseconds boxed as a script argument. The Locker
+// keeps the last one used: callers use one TTL over and over, and boxing
+// an int64 above 255 allocates.
+type ttlArg struct {
+	ms  int64
+	arg any
+}
+
+// ttlArg returns ttl in milliseconds as a script argument.
+func (l *Locker) ttlArg(ttl time.Duration) any {
+	ms := ttl.Milliseconds()
+	if a := l.ttlBox.Load(); a != nil && a.ms == ms {
+		return a.arg
+	}
+	a := &ttlArg{ms: ms, arg: ms}
+	l.ttlBox.Store(a)
+	return a.arg
 }
 
 // Open builds a Locker for opts.URL. It does not contact Redis: a node
@@ -133,6 +196,7 @@ func New(client goredis.UniversalClient, opts Options) *Locker {
 		prefix:    opts.KeyPrefix,
 		opTimeout: opts.OpTimeout,
 		holderArg: holderArg(opts.Holder),
+		holderBox: holderArg(opts.Holder),
 		held:      make(map[*locking.Handle]struct{}),
 	}
 }
@@ -167,19 +231,23 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("locking/redis: try-lock %q: %w", key, context.Cause(ctx))
 	}
-	token, err := locking.NewToken()
-	if err != nil {
-		return nil, err
+	st := &heldLock{}
+	// The token, as locking.NewToken draws it, written into the lock's
+	// state: it is sent from there, and the handle's string is made once.
+	var random [tokenLen / 2]byte
+	if _, err := rand.Read(random[:]); err != nil {
+		return nil, fmt.Errorf("locking: reading random token: %w", err)
 	}
+	hex.Encode(st.buf[:tokenLen], random[:])
+	token := string(st.buf[:tokenLen])
 	// One allocation for both keys: the fence key is the lock key plus a
 	// suffix, so the lock key is a prefix of it.
 	fenceKey := l.prefix + "{" + key + "}" + fenceSuffix // = lockKey(key) + fenceSuffix
-	lockKey := fenceKey[:len(fenceKey)-len(fenceSuffix)]
+	st.keys = [2]string{fenceKey[:len(fenceKey)-len(fenceSuffix)], fenceKey}
+	st.args = [3]any{(*tokenArg)(st), l.holderBox, l.ttlArg(ttl)}
 
-	opCtx, cancel := l.opContext(ctx)
-	defer cancel()
-	fence, err := replyInt(acquireScript.Run(opCtx, l.client,
-		[]string{lockKey, fenceKey}, token, l.holderArg, ttl.Milliseconds()))
+	fence, err := replyInt(acquireScript.Run(l.opContextIn(ctx, &st.op), l.client, st.keys[:], st.args[:]...))
+	st.op = deadlineCtx{} // keep nothing of the caller's context
 	switch {
 	case err != nil:
 		return nil, l.opError(ctx, "try-lock", key, err)
@@ -188,12 +256,25 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	case fence < 0:
 		return nil, fmt.Errorf("locking/redis: try-lock %q: %w: fence %d", key, errReply, fence)
 	}
-	return l.track(ctx, key, lockKey, token, fence, ttl)
+	return l.track(ctx, key, st, token, fence, ttl)
 }
 
-// track builds the handle of a lock just taken and registers it for Close.
-func (l *Locker) track(ctx context.Context, key, lockKey, token string, fence int64, ttl time.Duration) (*locking.Handle, error) {
-	st := &heldLock{lockKey: lockKey, value: l.storedValue(token, fence)}
+// newHeld is the state of a lock of lockKey about to be taken by a script
+// that names its keys itself.
+func newHeld(lockKey string) *heldLock {
+	return &heldLock{keys: [2]string{lockKey}}
+}
+
+// track builds the handle of a lock just taken (st from the acquire) and
+// registers it for Close.
+func (l *Locker) track(ctx context.Context, key string, st *heldLock, token string, fence int64, ttl time.Duration) (*locking.Handle, error) {
+	// Built in buf when it fits (TryLock's token is already at its start:
+	// the first append copies it onto itself).
+	v := append(st.buf[:0], token...)
+	v = append(v, fenceSep...)
+	v = strconv.AppendInt(v, fence, 10)
+	st.value = append(v, l.holderArg...)
+	st.args = [3]any{(*valueArg)(st), l.ttlArg(ttl)}
 	h := locking.NewHandle(l, key, token, fence, ttl, st)
 	l.mu.Lock()
 	if l.closed {
@@ -226,7 +307,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	}
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	n, err := replyInt(renewScript.Run(opCtx, l.client, []string{st.lockKey}, st.value, h.TTL().Milliseconds()))
+	n, err := replyInt(renewScript.Run(opCtx, l.client, st.keys[:1], st.args[:2]...))
 	if err != nil {
 		// The lock may still be ours on the server, so Close will still
 		// try to release it; the caller must stop acting as holder anyway.
@@ -255,7 +336,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 func (l *Locker) release(ctx context.Context, h *locking.Handle, st *heldLock) error {
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	n, err := replyInt(releaseScript.Run(opCtx, l.client, []string{st.lockKey}, st.value))
+	n, err := replyInt(releaseScript.Run(opCtx, l.client, st.keys[:1], st.args[:1]...))
 	if err != nil {
 		return l.opError(ctx, "release", h.Key(), err)
 	}
@@ -280,6 +361,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		return nil // shutdown paths may close twice; the first did the work
 	}
 	l.closed = true
+	l.shut.Store(true)
 	handles := make([]*locking.Handle, 0, len(l.held))
 	for h := range l.held {
 		handles = append(handles, h)
@@ -295,6 +377,9 @@ func (l *Locker) Close(ctx context.Context) error {
 			continue // gone either way
 		}
 		errs = append(errs, err)
+		if _, ok := l.client.(*goredis.ClusterClient); ok {
+			continue // one master down says nothing of the others' locks
+		}
 		if errors.Is(err, locking.ErrUnavailable) {
 			if left := len(handles) - i - 1; left > 0 {
 				errs = append(errs, fmt.Errorf("locking/redis: close: %d more locks left to expire with their TTL", left))
@@ -323,15 +408,46 @@ func (l *Locker) Ping(ctx context.Context) error {
 	return nil
 }
 
-// opContext bounds one operation by OpTimeout. A caller's deadline that
-// is already as tight is used as is: deriving a timer context costs more
-// than a microsecond and a few allocations on every call.
+// opContext bounds one operation by OpTimeout: ctx with a deadline
+// OpTimeout from now (or ctx itself when its own deadline is as tight). The
+// cancel func is kept for the callers' shape; there is nothing to cancel.
 func (l *Locker) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opTimeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, l.opTimeout)
+	return l.opContextIn(ctx, new(deadlineCtx)), noCancel
 }
+
+func noCancel() {}
+
+// opContextIn is opContext building its context in dc, which the caller
+// allocated along with something else (heldLock carries one).
+func (l *Locker) opContextIn(ctx context.Context, dc *deadlineCtx) context.Context {
+	d := time.Now().Add(l.opTimeout)
+	if pd, ok := ctx.Deadline(); ok && !pd.After(d) {
+		return ctx
+	}
+	*dc = deadlineCtx{Context: ctx, deadline: d}
+	return dc
+}
+
+// deadlineCtx is ctx with an earlier deadline and no timer behind it.
+// context.WithTimeout costs a timer, a channel and four allocations per
+// call, and the timer's start and stop contend between goroutines: most of
+// this package's overhead over bare go-redis (issue 18). go-redis needs no
+// timer to honour the deadline: every wait of a command reads Deadline
+// (the socket's read and write deadlines, the dial) or has its own bound
+// no longer than OpTimeout (the pool wait, PoolTimeout); a retry after
+// the deadline fails at once on a socket deadline already past. Only the
+// retry backoff (at most MaxRetryBackoff per retry) waits on Done alone.
+//
+// Done and Err are the parent's: the context is never done by itself, so
+// it keeps the contract that Err is nil until Done is closed. It is handed
+// to go-redis only, never to code that would wait on Done for the
+// deadline.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // lockKey is the Redis key of key's lock. The braces make key a Redis
 // Cluster hash tag, so the lock and its fence counter (lockKey+fenceSuffix)
@@ -341,9 +457,7 @@ func (l *Locker) lockKey(key string) string {
 }
 
 func (l *Locker) checkOpen() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	if l.shut.Load() {
 		return locking.ErrClosed
 	}
 	return nil

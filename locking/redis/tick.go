@@ -47,16 +47,8 @@ const initMarksBatch = 500
 // resends a script by itself when the connection broke before the reply
 // (EOF), and the resend is answered the same way.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
-	if err := locking.CheckTickRequest(req); err != nil {
-		return locking.TickAnswer{}, err
-	}
-	token := req.Token
-	if token == "" {
-		var err error
-		if token, err = locking.NewToken(); err != nil {
-			return locking.TickAnswer{}, err
-		}
-	} else if err := checkToken(req.Key, token); err != nil {
+	c, err := l.prepareTick(req)
+	if err != nil {
 		return locking.TickAnswer{}, err
 	}
 	if err := l.checkOpen(); err != nil {
@@ -65,7 +57,36 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	if err := ctx.Err(); err != nil {
 		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w", req.Key, context.Cause(ctx))
 	}
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	return l.answerTick(ctx, &c, tickScript.Run(opCtx, l.client, c.keys, c.args...))
+}
 
+// tickCall is one try-lock-tick made ready to send: its token, keys and
+// tick.lua's arguments.
+type tickCall struct {
+	req       locking.TickRequest
+	token     string
+	handleKey string
+	st        *heldLock
+	keys      []string
+	args      []any
+}
+
+// prepareTick validates req and builds its call.
+func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
+	if err := locking.CheckTickRequest(req); err != nil {
+		return tickCall{}, err
+	}
+	token := req.Token
+	if token == "" {
+		var err error
+		if token, err = locking.NewToken(); err != nil {
+			return tickCall{}, err
+		}
+	} else if err := checkToken(req.Key, token); err != nil {
+		return tickCall{}, err
+	}
 	base := l.lockKey(req.Key)
 	tick := req.Tick.UnixMicro()
 	lockKey, handleKey := base, req.Key
@@ -77,15 +98,21 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	if !req.Floor.IsZero() {
 		floor = strconv.FormatInt(req.Floor.UnixMicro(), 10)
 	}
+	return tickCall{
+		req: req, token: token, handleKey: handleKey, st: newHeld(lockKey),
+		keys: []string{lockKey, base + fenceSuffix, base + markSuffix, base + pauseSuffix},
+		args: []any{token, l.holderBox, l.ttlArg(req.TTL),
+			strconv.FormatInt(tick, 10), floor,
+			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
+			strconv.FormatInt(req.Window.Microseconds(), 10)},
+	}, nil
+}
 
-	opCtx, cancel := l.opContext(ctx)
-	defer cancel()
-	r, err := replyInts(tickScript.Run(opCtx, l.client,
-		[]string{lockKey, base + fenceSuffix, base + markSuffix, base + pauseSuffix},
-		token, l.holderArg, req.TTL.Milliseconds(),
-		strconv.FormatInt(tick, 10), floor,
-		strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
-		strconv.FormatInt(req.Window.Microseconds(), 10)), tickReplyLen)
+// answerTick decodes tick.lua's reply to c into the answer, registering a
+// granted lock. ctx is the caller's, for the error's cause.
+func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) (locking.TickAnswer, error) {
+	req := c.req
+	r, err := replyInts(cmd, tickReplyLen)
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", req.Key, err)
 	}
@@ -99,7 +126,7 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 		if fence <= 0 {
 			return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: granted with fence %d", req.Key, errReply, fence)
 		}
-		h, err := l.track(ctx, handleKey, lockKey, token, fence, req.TTL)
+		h, err := l.track(ctx, c.handleKey, c.st, c.token, fence, req.TTL)
 		if err != nil {
 			return locking.TickAnswer{}, err
 		}
@@ -259,4 +286,73 @@ func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// tickBatch bounds how many scripts one pipelined round trip of
+// TryLockTicks carries: large enough to pay for the round trip many times
+// over, small enough that Redis runs them within OpTimeout and other
+// clients are not kept waiting long behind them.
+const tickBatch = 500
+
+// TryLockTicks is TryLockTick for many requests at once, sent in
+// pipelined round trips of at most tickBatch scripts (on a Cluster,
+// go-redis splits each pipeline by master): a burst of ticks due in the
+// same second costs a few round trips instead of one per tick. answers[i]
+// and errs[i] are what TryLockTick would have returned for reqs[i]; each
+// request is decided on its own, by the same script, so the batch changes
+// nothing of the decision. A request whose reply was lost is resent by
+// go-redis with its token and answered from the lock it took, as for
+// TryLockTick.
+func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error) {
+	answers, errs = make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	calls := make([]tickCall, len(reqs))
+	for i, r := range reqs {
+		calls[i], errs[i] = l.prepareTick(r)
+	}
+	fail := func(err error) {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	if err := l.checkOpen(); err != nil {
+		fail(err)
+		return answers, errs
+	}
+	pending := make([]int, 0, len(reqs))
+	for i := range reqs {
+		if errs[i] == nil {
+			pending = append(pending, i)
+		}
+	}
+	for len(pending) > 0 {
+		batch := pending[:min(len(pending), tickBatch)]
+		pending = pending[len(batch):]
+		if err := ctx.Err(); err != nil {
+			fail(fmt.Errorf("locking/redis: try-lock-tick: %w", context.Cause(ctx)))
+			return answers, errs
+		}
+		opCtx, cancel := l.opContext(ctx)
+		cmds := make([]*goredis.Cmd, len(batch))
+		// The pipeline's own error is that of its first failed command;
+		// each command keeps its own, read below.
+		_, _ = l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
+			for j, i := range batch {
+				cmds[j] = p.EvalSha(opCtx, tickScript.Hash(), calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+		for j, i := range batch {
+			if err := cmds[j].Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				// The script cache was flushed (a restart): the script did
+				// not run, so running it again is its first run. Run falls
+				// back to EVAL, which loads it for the next ones.
+				cmds[j] = tickScript.Run(opCtx, l.client, calls[i].keys, calls[i].args...)
+			}
+			answers[i], errs[i] = l.answerTick(ctx, &calls[i], cmds[j])
+		}
+		cancel()
+	}
+	return answers, errs
 }
