@@ -247,7 +247,9 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 			!next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
 			continue
 		}
-		st.active++
+		// Not counted as running (st.active) until granted: a try that
+		// is only asking must not make the schedule's next regular tick
+		// skip as still_running (handleTick counts it once granted).
 		s.inflight++
 		s.wg.Add(1)
 		acts = append(acts, action{f: fired{st: st, def: def, tick: prev, lateness: now.Sub(prev), catchup: true}})

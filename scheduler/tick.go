@@ -29,6 +29,7 @@ type fired struct {
 	tick     time.Time // T, the scheduled time
 	lateness time.Duration
 	catchup  bool    // tried by the catch-up (catchup.go), not by the loop
+	counted  bool    // a catch-up granted, and so counted in st.active
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
 	burst    *burst  // bounds its try-lock-tick; set when the tick locks
 }
@@ -92,6 +93,21 @@ func (s *Scheduler) handleTick(f fired) {
 	}
 	h := l.h
 	if f.catchup {
+		// Granted: from now on it is a run of the schedule on this node.
+		// A regular tick already running here under overlap = "skip"
+		// (it took the lock after this try asked) keeps the schedule.
+		s.mu.Lock()
+		busy := f.st.active > 0 && f.def.Overlap == OverlapSkip
+		if !busy {
+			f.st.active++
+		}
+		s.mu.Unlock()
+		if busy {
+			s.release(f.def.ID, h, "catch-up while a run is going on")
+			s.finish(f, runOutcome{abandoned: true})
+			return
+		}
+		f.counted = true
 		s.obs.TickFired(f.st.id, f.tick, s.clock.Now().Sub(f.tick))
 	}
 
@@ -286,7 +302,9 @@ func (s *Scheduler) finish(f fired, out runOutcome) {
 			st.last.result, st.last.runStart, st.last.runDur = out.result, out.start, out.dur
 		}
 	}
-	st.active--
+	if !f.catchup || f.counted {
+		st.active--
+	}
 	s.inflight--
 	s.forgetIfDoneLocked(st)
 	s.notifyLocked()

@@ -114,12 +114,20 @@ func TestLockRunFromTerminal(t *testing.T) {
 	}
 	select {
 	case err := <-exited:
-		mu.Lock()
-		defer mu.Unlock()
 		if err != nil {
+			mu.Lock()
+			defer mu.Unlock()
 			t.Fatalf("lock run: %v\n%s", err, out.String())
 		}
-		<-readDone // the pty's output is complete once every holder is gone
+		// The pty's output is complete once every holder is gone. Waited
+		// for before taking mu: the reader takes mu for each read.
+		select {
+		case <-readDone:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the pty still has a holder 20s after lock run exited")
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if !strings.Contains(out.String(), "got hello") {
 			t.Fatalf("the command did not read the terminal:\n%s", out.String())
 		}
