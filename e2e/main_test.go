@@ -44,7 +44,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	// With the test hooks: the clock-skew scenarios offset a node's clock
 	// through BEXT_TEST_CLOCK_OFFSET, which the shipped binary ignores.
-	if bextBin, err = proctest.Build(dir, proctest.TestHooksTag); err != nil {
+	if bextBin, err = proctest.BuildTimed(dir, proctest.TestHooksTag); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
