@@ -553,7 +553,8 @@ func TestStopWaitsForJobsAndReleasesLocks(t *testing.T) {
 		sched("quick", everyMinute, hints.RequireGlobal, quick)).start()
 	h.clock.Advance(time.Minute)
 	job.waitStarted(t)
-	h.rec.waitRuns(t, 1) // quick ran and released its lock at once
+	h.rec.waitRuns(t, 1) // quick ran (reported just before its release)
+	h.locker.wait(t, "quick's release", func() bool { _, _, releases := h.locker.counts(); return releases >= 1 })
 	if who := h.heldBy("quick"); who != "" {
 		t.Fatalf("quick's lock held by %q after its run", who)
 	}
