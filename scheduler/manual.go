@@ -77,6 +77,12 @@ func (s *Scheduler) handleManual(f fired) {
 	if l != nil { // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
+	// Still in flight until the catch-up below has been handed out, so
+	// that nobody waiting for the scheduler to be idle sees a gap.
+	s.mu.Lock()
+	s.inflight++
+	s.wg.Add(1)
+	s.mu.Unlock()
 	s.finish(f, out)
 	if m.Done != nil {
 		m.Done(out.result)
@@ -84,4 +90,9 @@ func (s *Scheduler) handleManual(f fired) {
 	// A regular tick due meanwhile found the lock held by this run: try
 	// it now, late, within its catch-up window (the mark decides).
 	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st == f.st })
+	s.mu.Lock()
+	s.inflight--
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.wg.Done()
 }
