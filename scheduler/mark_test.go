@@ -91,11 +91,17 @@ func TestStopDuringJitterNeverRunsATickTwice(t *testing.T) {
 	}
 	stopA() // during the jitter: A runs the tick at once, then stops
 	<-doneA
+	// B handled its own tick of that Advance; it must have re-armed its
+	// timer before the clock moves again, or the timer, armed from a
+	// reading taken before the move, fires one step late.
+	if err := b.WaitIdle(wctx); err != nil {
+		t.Fatalf("%v: b %s", err, b.IdleState())
+	}
 	// B's clock reaches 00:00:01 1.5s later, and every tick after.
 	for range 10 {
 		base.Advance(500 * time.Millisecond)
 		if err := b.WaitIdle(wctx); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v: b %s; armed %d; runs %v", err, b.IdleState(), base.Armed(), runs)
 		}
 	}
 	stopB()
