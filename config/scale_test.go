@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,17 +22,23 @@ func fleet(n, first int) string {
 
 const fleetHead = "node_id = \"n\"\n[locking]\nbackend = \"memory\"\n"
 
-// minTime is the fastest of a few runs of f: the least disturbed by other
-// work on the machine.
-func minTime(t *testing.T, runs int, f func()) time.Duration {
-	t.Helper()
-	best := time.Duration(1<<63 - 1)
-	for range runs {
+// minTimes times small and large alternately, runs times each, and
+// returns the fastest run of each: the least disturbed by other work on
+// the machine. Alternating puts both under the same load, and a GC
+// before each run keeps one run's garbage off the next one's clock.
+func minTimes(runs int, small, large func()) (ts, tl time.Duration) {
+	ts, tl = time.Duration(1<<63-1), time.Duration(1<<63-1)
+	timed := func(f func()) time.Duration {
+		runtime.GC()
 		start := time.Now()
 		f()
-		best = min(best, time.Since(start))
+		return time.Since(start)
 	}
-	return best
+	for range runs {
+		ts = min(ts, timed(small))
+		tl = min(tl, timed(large))
+	}
+	return ts, tl
 }
 
 // TestLoadScalesLinearly fails when doubling the schedules more than
@@ -73,7 +80,7 @@ func TestLoadScalesLinearly(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			small, large := load(2000), load(4000)
 			small() // warm up: zone data, the schema
-			ts, tl := minTime(t, 3, small), minTime(t, 3, large)
+			ts, tl := minTimes(5, small, large)
 			t.Logf("2,000 schedules: %v; 4,000: %v (×%.2f)", ts, tl, float64(tl)/float64(ts))
 			if tl > 3*ts {
 				t.Errorf("doubling the schedules multiplied the load time by %.2f (want at most 3): %v → %v", float64(tl)/float64(ts), ts, tl)
