@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -85,8 +86,9 @@ func BenchmarkBurstPostgres(b *testing.B) {
 // per Locker that open returns (fresh keys every round), and reports the
 // lateness of the runs' starts. A tick run twice fails the benchmark;
 // skips other than contended (backend errors: a tick whose try-lock-tick
-// timed out, run later by the recovery's catch-up) are reported as
-// errors/op, ticks not run within 30s as unrun/op. MaxClockSkew is 5s so
+// timed out, run later by the recovery's catch-up) and runs that did not
+// succeed (lock_lost: granted after the lease's deadline, 1s after it
+// asked) are reported as errors/op, ticks not run within 30s as unrun/op. MaxClockSkew is 5s so
 // that a slow start is measured, not skipped as missed.
 func benchBurst(b *testing.B, n int, open func(*testing.B, int) []scheduler.Locker) {
 	var late []time.Duration
@@ -131,6 +133,11 @@ func benchBurst(b *testing.B, n int, open func(*testing.B, int) []scheduler.Lock
 		select {
 		case <-all:
 		case <-time.After(time.Until(at) + 30*time.Second):
+			if os.Getenv("BURST_DEBUG") != "" {
+				buf := make([]byte, 1<<24)
+				os.WriteFile("/tmp/burst-stacks.txt", buf[:runtime.Stack(buf, true)], 0o644)
+				fmt.Println("contended", out.contended.Load(), "finished", out.finished.Load())
+			}
 		}
 		b.StopTimer()
 		for _, stop := range stops {
@@ -156,15 +163,26 @@ func benchBurst(b *testing.B, n int, open func(*testing.B, int) []scheduler.Lock
 }
 
 // burstOutcomes counts the skips other than contended (the other nodes'
-// share): backend errors and missed ticks.
+// share) and the runs that did not succeed.
 type burstOutcomes struct {
 	scheduler.NopObserver
-	bad atomic.Int64
+	bad       atomic.Int64
+	contended atomic.Int64
+	finished  atomic.Int64
 }
 
 func (o *burstOutcomes) TickSkipped(_ string, _ time.Time, why scheduler.SkipReason) {
 	if why != scheduler.SkipContended {
 		o.bad.Add(1)
+	} else {
+		o.contended.Add(1)
+	}
+}
+
+func (o *burstOutcomes) RunFinished(_ string, _ time.Time, r scheduler.RunResult, _ time.Duration, _ bool) {
+	o.finished.Add(1)
+	if r != scheduler.ResultSuccess {
+		o.bad.Add(1) // lock_lost: granted after its lease's deadline
 	}
 }
 
