@@ -150,6 +150,8 @@ type Scheduler struct {
 	work *pool          // the workers that carry them (pool.go)
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
+	// batch sends try-lock-ticks together (batch.go); nil: one by one.
+	batch *batcher
 
 	// Set by Run before the loop starts.
 	stopCh chan struct{}   // closed when shutdown begins: abandon ticks not started
@@ -243,6 +245,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		s.maxLease = lb.MaxLease()
 	}
 	s.bootClock = bootClockOf(opts.Clock)
+	s.batch = newBatcher(opts.Locker)
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err

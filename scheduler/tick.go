@@ -153,7 +153,7 @@ func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
 	ctx := f.burst.ctx
 	sent := s.leaseNow()
 	before := s.clock.Now()
-	ans, err := s.opts.Locker.TryLockTick(ctx, req)
+	ans, err := s.tryLockTick(ctx, req) // batched when the backend can (batch.go)
 	if err != nil {
 		var ahead *locking.AheadError
 		if errors.As(err, &ahead) {

@@ -162,3 +162,15 @@ func (l *Locker) checkKey(ctx context.Context, op, key string) error {
 	}
 	return nil
 }
+
+// TryLockTicks is TryLockTick for each request in turn: answers[i] and
+// errs[i] are its answer to reqs[i]. The memory backend has no round trip
+// to save; it implements the batch so that a scheduler on it takes the
+// same path (scheduler.TickBatcher) as on Redis and Postgres.
+func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error) {
+	answers, errs = make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	for i, r := range reqs {
+		answers[i], errs[i] = l.TryLockTick(ctx, r)
+	}
+	return answers, errs
+}

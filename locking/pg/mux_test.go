@@ -91,6 +91,18 @@ WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.granted AND l.ob
 		}
 	}
 	t.Logf("%d Renews on 64 goroutines: %v", n, time.Since(start))
+	// pg_locks costs what the server's whole lock table costs: read once
+	// per session per renewAudit, not once per round.
+	l.mu.Lock()
+	var audits int64
+	for _, s := range l.sessions {
+		audits += s.audits.Load()
+	}
+	sessions := len(l.sessions)
+	l.mu.Unlock()
+	if audits > int64(sessions) {
+		t.Errorf("renew rounds read pg_locks %d times on %d sessions within a few seconds; want at most once each", audits, sessions)
+	}
 	start = time.Now()
 	if err := l.Renew(ctx, handles[0]); err != nil {
 		t.Fatal(err)

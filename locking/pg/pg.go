@@ -383,7 +383,7 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 		ls.done = true
 		return fmt.Errorf("%w: pg: renew %q: %w", locking.ErrLockLost, ls.key, err)
 	}
-	if _, ok := r.held[ls.id]; !ok {
+	if _, ok := r.held[ls.id]; r.held != nil && !ok {
 		l.forget(ls)
 		return fmt.Errorf("%w: pg: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
 	}

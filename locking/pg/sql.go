@@ -209,10 +209,16 @@ ON CONFLICT (namespace, key) DO UPDATE
 	// renewSQL proves the session is alive and lists the bigint advisory
 	// locks its backend holds: one statement answers the renewals of every
 	// lock on the session (renewOn). pg_locks costs the same whichever
-	// locks are asked for, so all of them are returned.
+	// locks are asked for, so all of them are returned. It costs what the
+	// server's whole lock table costs, so rounds send it only once per
+	// renewAudit per session, pingSQL otherwise (renewRound).
 	renewSQL = `SELECT pg_backend_pid(), coalesce(array_agg((classid::bigint << 32) | objid::bigint), '{}')
 FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid = 1`
+
+	// pingSQL is a renew round that trusts the session's bookkeeping:
+	// the session is alive, on its own backend (see renewRound).
+	pingSQL = `SELECT pg_backend_pid()`
 
 	releaseSQL = `SELECT pg_advisory_unlock($1::bigint)`
 

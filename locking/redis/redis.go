@@ -48,8 +48,12 @@ var (
 	libSrc string
 	//go:embed acquire.lua
 	acquireSrc string
+	//go:embed tickstep.lua
+	tickStepSrc string
 	//go:embed tick.lua
 	tickSrc string
+	//go:embed ticks.lua
+	ticksSrc string
 	//go:embed initmark.lua
 	initMarkSrc string
 	//go:embed renew.lua
@@ -60,7 +64,8 @@ var (
 	// The scripts run by EVALSHA, falling back to EVAL (which also loads
 	// them) on NOSCRIPT, e.g. after a Redis restart flushed the cache.
 	acquireScript  = goredis.NewScript(libSrc + acquireSrc)
-	tickScript     = goredis.NewScript(libSrc + tickSrc)
+	tickScript     = goredis.NewScript(libSrc + tickStepSrc + tickSrc)
+	ticksScript    = goredis.NewScript(libSrc + tickStepSrc + ticksSrc)
 	initMarkScript = goredis.NewScript(initMarkSrc)
 	renewScript    = goredis.NewScript(renewSrc)
 	releaseScript  = goredis.NewScript(releaseSrc)

@@ -111,11 +111,17 @@ func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 // answerTick decodes tick.lua's reply to c into the answer, registering a
 // granted lock. ctx is the caller's, for the error's cause.
 func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) (locking.TickAnswer, error) {
-	req := c.req
 	r, err := replyInts(cmd, tickReplyLen)
 	if err != nil {
-		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", req.Key, err)
+		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
+	return l.decodeTick(ctx, c, r)
+}
+
+// decodeTick turns tick_step's five integers r for c into the answer,
+// registering a granted lock.
+func (l *Locker) decodeTick(ctx context.Context, c *tickCall, r []int64) (locking.TickAnswer, error) {
+	req := c.req
 	verdict, fence, mark, now, ahead := r[0], r[1], r[2], r[3], r[4]
 	ans := locking.TickAnswer{Now: time.UnixMicro(now)}
 	if mark != 0 {
@@ -288,21 +294,24 @@ func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
 	return out, nil
 }
 
-// tickBatch bounds how many scripts one pipelined round trip of
-// TryLockTicks carries: large enough to pay for the round trip many times
-// over, small enough that Redis runs them within OpTimeout and other
-// clients are not kept waiting long behind them.
+// tickBatch bounds how many requests one round trip of TryLockTicks
+// carries: large enough to pay for the round trip many times over, small
+// enough that Redis runs them within OpTimeout and other clients are not
+// kept waiting long behind them (ticks.lua runs them in about 2 ms).
 const tickBatch = 500
 
-// TryLockTicks is TryLockTick for many requests at once, sent in
-// pipelined round trips of at most tickBatch scripts (on a Cluster,
-// go-redis splits each pipeline by master): a burst of ticks due in the
-// same second costs a few round trips instead of one per tick. answers[i]
-// and errs[i] are what TryLockTick would have returned for reqs[i]; each
-// request is decided on its own, by the same script, so the batch changes
-// nothing of the decision. A request whose reply was lost is resent by
-// go-redis with its token and answered from the lock it took, as for
-// TryLockTick.
+// TryLockTicks is TryLockTick for many requests at once: a burst of ticks
+// due in the same second costs a few round trips instead of one per tick.
+// On one server (standalone or Sentinel) each round trip is one ticks.lua
+// script deciding up to tickBatch requests in order, at one reading of the
+// server's clock; on a Cluster, whose schedules lie in different slots, it
+// is a pipeline of tick.lua scripts (go-redis splits it by master).
+// answers[i] and errs[i] are what TryLockTick would have returned for
+// reqs[i]: each request is decided on its own by the same step
+// (tickstep.lua), so the batch changes nothing of the decision. An error
+// of the round trip is the error of each request in it. A round trip
+// whose reply was lost is resent by go-redis with the same tokens, and
+// each request is answered from the lock it took, as for TryLockTick.
 func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error) {
 	answers, errs = make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	calls := make([]tickCall, len(reqs))
@@ -326,6 +335,7 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 			pending = append(pending, i)
 		}
 	}
+	_, cluster := l.client.(*goredis.ClusterClient)
 	for len(pending) > 0 {
 		batch := pending[:min(len(pending), tickBatch)]
 		pending = pending[len(batch):]
@@ -333,26 +343,60 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 			fail(fmt.Errorf("locking/redis: try-lock-tick: %w", context.Cause(ctx)))
 			return answers, errs
 		}
-		opCtx, cancel := l.opContext(ctx)
-		cmds := make([]*goredis.Cmd, len(batch))
-		// The pipeline's own error is that of its first failed command;
-		// each command keeps its own, read below.
-		_, _ = l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
-			for j, i := range batch {
-				cmds[j] = p.EvalSha(opCtx, tickScript.Hash(), calls[i].keys, calls[i].args...)
-			}
-			return nil
-		})
-		for j, i := range batch {
-			if err := cmds[j].Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-				// The script cache was flushed (a restart): the script did
-				// not run, so running it again is its first run. Run falls
-				// back to EVAL, which loads it for the next ones.
-				cmds[j] = tickScript.Run(opCtx, l.client, calls[i].keys, calls[i].args...)
-			}
-			answers[i], errs[i] = l.answerTick(ctx, &calls[i], cmds[j])
+		if cluster || len(batch) == 1 {
+			l.tickPipeline(ctx, calls, batch, answers, errs)
+		} else {
+			l.tickScriptBatch(ctx, calls, batch, answers, errs)
 		}
-		cancel()
 	}
 	return answers, errs
+}
+
+// tickScriptBatch decides the requests calls[i], i in batch, in one
+// ticks.lua script.
+func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []int, answers []locking.TickAnswer, errs []error) {
+	keys := make([]string, 0, 4*len(batch))
+	args := make([]any, 1, 1+6*len(batch))
+	args[0] = l.holderBox
+	for _, i := range batch {
+		c := &calls[i]
+		keys = append(keys, c.keys...)
+		args = append(args, c.args[0]) // token
+		args = append(args, c.args[2:]...)
+	}
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	r, err := replyInts(ticksScript.Run(opCtx, l.client, keys, args...), tickReplyLen*len(batch))
+	for j, i := range batch {
+		if err != nil {
+			errs[i] = l.opError(ctx, "try-lock-tick", calls[i].req.Key, err)
+			continue
+		}
+		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], r[j*tickReplyLen:(j+1)*tickReplyLen])
+	}
+}
+
+// tickPipeline decides the requests calls[i], i in batch, in one
+// pipeline of tick.lua scripts.
+func (l *Locker) tickPipeline(ctx context.Context, calls []tickCall, batch []int, answers []locking.TickAnswer, errs []error) {
+	opCtx, cancel := l.opContext(ctx)
+	defer cancel()
+	cmds := make([]*goredis.Cmd, len(batch))
+	// The pipeline's own error is that of its first failed command;
+	// each command keeps its own, read below.
+	_, _ = l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
+		for j, i := range batch {
+			cmds[j] = p.EvalSha(opCtx, tickScript.Hash(), calls[i].keys, calls[i].args...)
+		}
+		return nil
+	})
+	for j, i := range batch {
+		if err := cmds[j].Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache was flushed (a restart): the script did
+			// not run, so running it again is its first run. Run falls
+			// back to EVAL, which loads it for the next ones.
+			cmds[j] = tickScript.Run(opCtx, l.client, calls[i].keys, calls[i].args...)
+		}
+		answers[i], errs[i] = l.answerTick(ctx, &calls[i], cmds[j])
+	}
 }

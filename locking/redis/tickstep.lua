@@ -1,0 +1,93 @@
+-- tickstep: the decision of one try-lock-tick (locking.DecideTick), made on
+-- the server's clock reading (now, now_s), shared by tick.lua (one request)
+-- and ticks.lua (a batch in one script). Prepended after lib.lua.
+-- lock, counter, mark, pause: the request's keys (lock key, fence counter,
+-- tick mark, pause flag), all in one hash slot. token, holder ('' or '|' ..
+-- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
+-- in microseconds: decimal strings.
+-- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
+-- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
+-- is ahead by 'ahead'); fence is set when granted; mark is the mark after
+-- the step.
+local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
+  local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
+
+  local function mark_now()
+    return tonumber(redis.call('GET', mark) or 0)
+  end
+
+  -- A resent call (its first reply lost) finds its own lock: granted, with the
+  -- fence it drew, whatever the mark says now; the lease counts from now, as
+  -- the caller believes.
+  local held = redis.call('GET', lock)
+  local fence = held and own_fence(held, token, holder)
+  if fence then
+    redis.call('PEXPIRE', lock, ttl)
+    return {1, fence, mark_now(), now, 0}
+  end
+
+  -- A tick too far ahead of the server's clock is refused; nothing changes.
+  if tick - now > skew then
+    return {6, 0, 0, now, tick - now}
+  end
+
+  -- The effective mark: the stored one, or the server's time minus max skew
+  -- when missing; raised to the caller's floor, never past the server's clock.
+  -- eff_s is its exact decimal (nil: the missing mark's now - skew).
+  local stored = redis.call('GET', mark)
+  local eff, eff_s
+  if stored then
+    eff, eff_s = tonumber(stored), stored
+  else
+    eff = now - skew
+  end
+  if floor_s ~= '' then
+    local fl, fl_s = tonumber(floor_s), floor_s
+    if fl > now then
+      fl, fl_s = now, now_s
+    end
+    if fl > eff then
+      eff, eff_s = fl, fl_s
+    end
+  end
+
+  -- keep_mark stores the effective mark when the floor raised it. A missing
+  -- mark that was only read (as now - skew) stays missing: stored, it would
+  -- stop moving with the clock.
+  local function keep_mark()
+    if eff_s ~= nil and eff_s ~= stored then
+      redis.call('SET', mark, eff_s)
+    end
+  end
+
+  if tick <= eff then
+    keep_mark()
+    return {2, 0, eff, now, 0}
+  end
+
+  -- The pause flag is read here, inside the step: a pause set before this
+  -- call always wins. A paused or missed tick is consumed (the mark moves to
+  -- it), so neither a resume nor a late node runs it.
+  local paused = false
+  if redis.call('EXISTS', pause) == 1 then
+    local u = redis.call('HGET', pause, 'until')
+    paused = (not u) or now < tonumber(u)
+  end
+  if paused then
+    redis.call('SET', mark, tick_s)
+    return {4, 0, tick, now, 0}
+  end
+  if now - tick > math.max(skew, window) then
+    redis.call('SET', mark, tick_s)
+    return {5, 0, tick, now, 0}
+  end
+
+  if held then
+    keep_mark()
+    return {3, 0, eff, now, 0}
+  end
+
+  redis.call('SET', mark, tick_s)
+  fence = grant(lock, counter, token, holder, ttl, now, now_s)
+  return {1, fence, tick, now, 0}
+end

@@ -1,0 +1,150 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// gatedBatcher answers each request with its own tick as the mark (so a
+// test sees every tick got its own answer), after gate lets it, and
+// records the batches.
+type gatedBatcher struct {
+	gate  chan struct{}
+	fail  error // when set, every request's error
+	short bool  // answer one request fewer than asked
+
+	mu      sync.Mutex
+	batches [][]locking.TickRequest
+	asked   int // requests in batches so far
+}
+
+func (g *gatedBatcher) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, reqs)
+	g.asked += len(reqs)
+	g.mu.Unlock()
+	<-g.gate
+	n := len(reqs)
+	if g.short {
+		n--
+	}
+	answers, errs := make([]locking.TickAnswer, n), make([]error, n)
+	for i := range n {
+		answers[i] = locking.TickAnswer{Verdict: locking.TickDone, Mark: reqs[i].Tick}
+		errs[i] = g.fail
+	}
+	return answers, errs
+}
+
+// askAll sends n requests (ticks 1s..ns) through b at once and returns
+// each answer and error by request.
+func askAll(b *batcher, n int) ([]locking.TickAnswer, []error, func()) {
+	answers, errs := make([]locking.TickAnswer, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i], errs[i] = b.do(context.Background(), locking.TickRequest{Key: fmt.Sprint(i), Tick: time.Unix(int64(i+1), 0)})
+		}()
+	}
+	return answers, errs, wg.Wait
+}
+
+// waitQueued spins until every one of n requests is in a batch or in the
+// queue (nothing signals that: the requests come from goroutines just
+// started).
+func waitQueued(t *testing.T, b *batcher, g *gatedBatcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		g.mu.Lock()
+		asked := g.asked
+		g.mu.Unlock()
+		if q+asked == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queued and %d asked of %d requests", q, asked, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestBatcherGroupsWaitingRequests: while maxSenders batches are on their
+// way, the other requests wait, and the next batch takes all of them; each
+// request gets its own answer.
+func TestBatcherGroupsWaitingRequests(t *testing.T) {
+	const n = 200
+	g := &gatedBatcher{gate: make(chan struct{})}
+	b := newBatcher(struct {
+		Locker
+		TickBatcher
+	}{nil, g})
+	answers, errs, wait := askAll(b, n)
+	waitQueued(t, b, g, n)
+	close(g.gate)
+	wait()
+	for i := range n {
+		if errs[i] != nil || !answers[i].Mark.Equal(time.Unix(int64(i+1), 0)) {
+			t.Fatalf("request %d answered %v, %v: not its own answer", i, answers[i].Mark, errs[i])
+		}
+	}
+	if len(g.batches) != maxSenders+1 {
+		t.Errorf("%d batches for %d requests, %d of them sent before the others queued; want %d", len(g.batches), n, maxSenders, maxSenders+1)
+	}
+	if b.senders != 0 || len(b.queue) != 0 {
+		t.Errorf("after the burst: %d senders, %d queued; want none", b.senders, len(b.queue))
+	}
+}
+
+// TestBatcherErrorIsEachRequests: an error of the round trip, or a
+// request left unanswered, is that request's error: its tick is skipped
+// as backend_error, never run.
+func TestBatcherErrorIsEachRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		g    *gatedBatcher
+	}{
+		{"failed", &gatedBatcher{gate: make(chan struct{}), fail: fmt.Errorf("test: %w", locking.ErrUnavailable)}},
+		{"short", &gatedBatcher{gate: make(chan struct{}), short: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 50
+			b := newBatcher(struct {
+				Locker
+				TickBatcher
+			}{nil, tc.g})
+			_, errs, wait := askAll(b, n)
+			waitQueued(t, b, tc.g, n)
+			close(tc.g.gate)
+			wait()
+			failed := 0
+			for _, err := range errs {
+				if err != nil {
+					if !errors.Is(err, locking.ErrUnavailable) {
+						t.Fatalf("error %v; want it to wrap ErrUnavailable", err)
+					}
+					failed++
+				}
+			}
+			want := n // every request of every failed batch
+			if tc.g.short {
+				want = len(tc.g.batches) // the last request of each batch
+			}
+			if failed != want {
+				t.Errorf("%d requests failed, want %d", failed, want)
+			}
+		})
+	}
+}
