@@ -78,6 +78,18 @@ func Run(t *testing.T, b Backend) {
 	}
 }
 
+// RunTicks runs only the try-lock-tick cases: for a second path to the
+// same decision, such as a batch call answering one request at a time.
+func RunTicks(t *testing.T, b Backend) {
+	t.Helper()
+	if b.New == nil || b.Expire == nil {
+		t.Fatal("lockertest: Backend.New and Backend.Expire are required")
+	}
+	for _, c := range tickCases {
+		t.Run(c.name, func(t *testing.T) { c.run(newSuite(t, b)) })
+	}
+}
+
 type testCase struct {
 	name string
 	run  func(s *suite)

@@ -42,7 +42,7 @@ func TestConformance(t *testing.T) {
 		return p
 	}
 
-	lockertest.Run(t, lockertest.Backend{
+	backend := lockertest.Backend{
 		New: func(t testing.TB) locking.Locker {
 			// A long OpTimeout: the suite checks the contract's semantics
 			// (64 lockers dialling at once under -race on a shared 2-core
@@ -76,7 +76,22 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("forgetting the mark %s: %v", mk, err)
 			}
 		},
-	})
+	}
+	lockertest.Run(t, backend)
+	// The scheduler sends ticks that wait together through TryLockTicks
+	// (ticks.lua): that path must answer every rule of the mark exactly as
+	// TryLockTick does.
+	batched := backend
+	batched.New = func(t testing.TB) locking.Locker { return batchedLocker{backend.New(t).(*Locker)} }
+	t.Run("batched", func(t *testing.T) { lockertest.RunTicks(t, batched) })
+}
+
+// batchedLocker answers TryLockTick through a one-request TryLockTicks.
+type batchedLocker struct{ *Locker }
+
+func (b batchedLocker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	answers, errs := b.TryLockTicks(ctx, []locking.TickRequest{req})
+	return answers[0], errs[0]
 }
 
 func TestTryLockContentionAndFence(t *testing.T) {
