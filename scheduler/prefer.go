@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -141,6 +142,10 @@ type handoff struct {
 	delay   time.Duration
 	watcher locking.TickWatcher // nil: nothing is heard, waits end by time
 
+	// offset is this node's clock minus the backend's (ns), as last
+	// measured by a lock operation (clockOffset, tick.go).
+	offset atomic.Int64
+
 	mu sync.Mutex
 	// heard is the highest mark heard per key: a tick that fires here
 	// after its mark was heard (a faster clock elsewhere) drops at once.
@@ -250,24 +255,38 @@ func (s *Scheduler) handedOff(f fired) bool {
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
 // returns true when f was decided elsewhere meanwhile (heard), and f must
 // not be asked for; false when this node asks now. It waits only for
-// regular ticks, and never past half of f's on-time bound
-// (max(max_clock_skew, window) after T, on the backend's clock), so a tick
-// handed to another node is never made late or missed by the wait.
+// regular ticks, and never past handoffBound; f's lateness (a loop that
+// woke late) counts as time already waited.
 func (s *Scheduler) handOff(f fired) bool {
 	h := s.hand
 	if h == nil || f.catchup || f.manual != nil {
 		return false
 	}
+	tick := f.tick.Truncate(time.Microsecond)
+	h.mu.Lock()
+	heard := !tick.After(h.heard[f.def.ID])
+	h.mu.Unlock()
+	if heard {
+		// Decided before this node even fired it (its clock runs behind,
+		// or its loop woke late): nothing to ask, preferred or not.
+		s.heardDecided(f)
+		return true
+	}
 	rank, n := h.pref.Rank(f.def.ID, f.tick)
 	if rank <= 0 || n <= 1 {
 		return false
 	}
-	wait := h.delay
+	// The turn is counted on the backend's clock: T + delay_k there is
+	// T + offset + delay_k here (offset: this node's clock minus the
+	// backend's, as last measured). A node whose clock runs ahead would
+	// otherwise end its wait before the preferred node even fired, and win
+	// the tick; one running behind asks at once when its turn has passed.
+	turn := h.delay
 	if n > 2 {
-		wait += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
+		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
 	}
-	budget := max(s.opts.MaxClockSkew, s.window(f.def, f.tick))/2 - f.lateness
-	wait = min(wait, budget)
+	offset := time.Duration(h.offset.Load())
+	wait := offset + min(turn, s.handoffBound(f)) - f.lateness
 	if wait <= 0 {
 		return false
 	}
@@ -277,7 +296,7 @@ func (s *Scheduler) handOff(f fired) bool {
 	now := s.clock.Now()
 	timer := s.clock.NewTimer(wait)
 	defer timer.Stop()
-	w := &waiter{tick: f.tick.Truncate(time.Microsecond), deadline: now.Add(wait), ch: make(chan struct{})}
+	w := &waiter{tick: tick, deadline: now.Add(wait), ch: make(chan struct{})}
 	h.mu.Lock()
 	if !w.tick.After(h.heard[f.def.ID]) {
 		h.mu.Unlock()
@@ -297,7 +316,7 @@ func (s *Scheduler) handOff(f fired) bool {
 	case <-s.stopCh: // shutting down: ask now, as without handoff
 	}
 	h.mu.Lock()
-	heard := w.heard // a mark heard as the timer fired still wins
+	heard = w.heard // a mark heard as the timer fired still wins
 	if !heard {
 		ws := h.waiting[f.def.ID]
 		if i := slices.Index(ws, w); i >= 0 {
@@ -313,6 +332,23 @@ func (s *Scheduler) handOff(f fired) bool {
 		s.heardDecided(f)
 	}
 	return heard
+}
+
+// handoffBound is how long after T (on the backend's clock) f's turn may
+// come at the latest. Two limits, each with half its room to spare:
+//   - the on-time bound, max(max_clock_skew, window) after T: a tick
+//     handed over must not be made late or missed by the wait;
+//   - the next tick's earliest claim, next(T) - max_clock_skew: a node
+//     whose clock runs ahead by up to max_clock_skew may claim the next
+//     tick then, which raises the mark past T, and T, not yet asked for,
+//     would be lost. With the default skew of 1s, an every-second
+//     schedule has no room: every node asks at once, as without handoff.
+func (s *Scheduler) handoffBound(f fired) time.Duration {
+	bound := max(s.opts.MaxClockSkew, s.window(f.def, f.tick)) / 2
+	if next := f.def.Spec.Next(f.tick); !next.IsZero() {
+		bound = min(bound, (next.Sub(f.tick)-s.opts.MaxClockSkew)/2)
+	}
+	return bound
 }
 
 // heardDecided records that f's tick was decided elsewhere, as a "done"

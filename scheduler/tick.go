@@ -227,6 +227,9 @@ func (s *Scheduler) nodeLocalPaused(f fired) bool {
 
 // clockOffset reports this node's clock offset to an observer that wants it.
 func (s *Scheduler) clockOffset(d time.Duration) {
+	if s.hand != nil {
+		s.hand.offset.Store(int64(d)) // the handoff counts turns on the backend's clock
+	}
 	if s.clockObs != nil {
 		s.clockObs.ClockOffset(d)
 	}
