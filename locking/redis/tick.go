@@ -104,7 +104,8 @@ func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 		args: []any{token, l.holderBox, l.ttlArg(req.TTL),
 			strconv.FormatInt(tick, 10), floor,
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
-			strconv.FormatInt(req.Window.Microseconds(), 10)},
+			strconv.FormatInt(req.Window.Microseconds(), 10),
+			l.tickChannel(), req.Key},
 	}, nil
 }
 

@@ -4,7 +4,9 @@
 -- KEYS[3] tick mark, KEYS[4] pause flag; all in one hash slot.
 -- ARGV[1] token, ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms,
 -- ARGV[4] T, ARGV[5] floor ('' for none), ARGV[6] max skew, ARGV[7]
--- catch-up window; times and durations in microseconds, as decimal strings.
+-- catch-up window; times and durations in microseconds, as decimal strings;
+-- ARGV[8] the channel raised marks are published on ('' for none), ARGV[9]
+-- the caller's key, published as 'T key' (T as given in ARGV[4]).
 -- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
@@ -13,6 +15,14 @@ local token, holder, ttl = ARGV[1], ARGV[2], ARGV[3]
 local tick_s, floor_s = ARGV[4], ARGV[5]
 local tick, skew, window = tonumber(tick_s), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now, now_s = clock()
+
+-- publish tells the cluster's nodes that the mark was raised to T
+-- (locking.TickWatcher): a node waiting for its turn drops T without asking.
+local function publish()
+  if ARGV[8] ~= '' then
+    redis.call('PUBLISH', ARGV[8], tick_s .. ' ' .. ARGV[9])
+  end
+end
 
 local function mark_now()
   return tonumber(redis.call('GET', KEYS[3]) or 0)
@@ -77,10 +87,12 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
 end
 if paused then
   redis.call('SET', KEYS[3], tick_s)
+  publish()
   return {4, 0, tick, now, 0}
 end
 if now - tick > math.max(skew, window) then
   redis.call('SET', KEYS[3], tick_s)
+  publish()
   return {5, 0, tick, now, 0}
 end
 
@@ -90,5 +102,6 @@ if held then
 end
 
 redis.call('SET', KEYS[3], tick_s)
+publish()
 fence = grant(KEYS[1], KEYS[2], token, holder, ttl, now, now_s)
 return {1, fence, tick, now, 0}
