@@ -181,7 +181,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	cancel()
 	wg.Wait()
 	triesAll, releasesAll, _ := count()
-	
+
 	perNode := map[string]int{}
 	total, ran, runsAll := 0, 0, 0
 	mu.Lock()
