@@ -281,12 +281,15 @@ func (s *Scheduler) handOff(f fired) bool {
 	// backend's, as last measured). A node whose clock runs ahead would
 	// otherwise end its wait before the preferred node even fired, and win
 	// the tick; one running behind asks at once when its turn has passed.
+	// The bound holds on this node's clock too, whatever the offset: a
+	// stale one (a clock stepped since) must not stretch the wait.
 	turn := h.delay
 	if n > 2 {
 		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
 	}
+	bound := s.handoffBound(f)
 	offset := time.Duration(h.offset.Load())
-	wait := offset + min(turn, s.handoffBound(f)) - f.lateness
+	wait := min(offset+min(turn, bound), bound) - f.lateness
 	if wait <= 0 {
 		return false
 	}
