@@ -38,6 +38,7 @@ type Config struct {
 	History   History    `toml:"history"`
 	Log       Log        `toml:"log"`
 	Locking   Locking    `toml:"locking"`
+	Cluster   Cluster    `toml:"cluster"`
 	Jobs      Jobs       `toml:"jobs"`
 	Notify    Notify     `toml:"notify"`
 	Metrics   Metrics    `toml:"metrics"`
@@ -163,6 +164,21 @@ const (
 )
 
 // Locking is the [locking] table.
+// Cluster is the [cluster] table: how the nodes share the work.
+type Cluster struct {
+	// HandoffDelay is how long a node that is not a tick's preferred node
+	// waits, at the first rank, before it asks for the tick itself (later
+	// ranks wait up to twice as long); "0s" turns the handoff off: every
+	// node asks at once. Default DefaultHandoffDelay, or half of
+	// max_clock_skew when that is less.
+	HandoffDelay Duration `toml:"handoff_delay"`
+}
+
+// Handoff is the effective handoff delay for max_clock_skew skew; 0 is off.
+func (c Cluster) Handoff(skew time.Duration) time.Duration {
+	return min(c.HandoffDelay.Duration, skew/2)
+}
+
 type Locking struct {
 	Backend      string   `toml:"backend"`        // "" (none) | memory | redis | pg
 	SafetyMargin Duration `toml:"safety_margin"`  // added to every TTL; default 5s

@@ -17,6 +17,9 @@ const (
 	DefaultLogFormat       = "text"
 	DefaultSafetyMargin    = 5 * time.Second
 	DefaultMaxClockSkew    = time.Second
+	// DefaultHandoffDelay is [cluster] handoff_delay's default: far above a
+	// backend round trip, far below max_clock_skew.
+	DefaultHandoffDelay = 250 * time.Millisecond
 	DefaultRedisKeyPrefix  = "bext:lock:"
 	DefaultRedisOpTimeout  = 2 * time.Second
 	DefaultPGNamespace     = "bext"
@@ -55,6 +58,7 @@ func defaultConfig() Config {
 		History:       History{Keep: DefaultHistoryKeep},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Notify:        Notify{Timeout: Duration{DefaultNotifyTimeout}},
+		Cluster:       Cluster{HandoffDelay: Duration{DefaultHandoffDelay}},
 		Locking: Locking{
 			SafetyMargin: Duration{DefaultSafetyMargin},
 			MaxClockSkew: Duration{DefaultMaxClockSkew},

@@ -104,8 +104,13 @@ type (
 		Config
 		ShutdownGrace any        `toml:"shutdown_grace"`
 		Locking       lockingDoc `toml:"locking"`
+		Cluster       clusterDoc `toml:"cluster"`
 		Notify        notifyDoc  `toml:"notify"`
 		Scheduled     []schedDoc `toml:"scheduled"`
+	}
+	clusterDoc struct {
+		Cluster
+		HandoffDelay any `toml:"handoff_delay"`
 	}
 	notifyDoc struct {
 		Notify
@@ -163,6 +168,7 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	doc.Locking.Redis.Redis = def.Locking.Redis
 	doc.Locking.PG.PG = def.Locking.PG
 	doc.Notify.Notify = def.Notify
+	doc.Cluster.Cluster = def.Cluster
 	at, ok := b.decode(data, &doc, false)
 	if !ok {
 		return nil
@@ -175,6 +181,8 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	c.Locking.Redis = doc.Locking.Redis.Redis
 	c.Locking.PG = doc.Locking.PG.PG
 	c.Notify = doc.Notify.Notify
+	c.Cluster = doc.Cluster.Cluster
+	b.duration(&c.Cluster.HandoffDelay, doc.Cluster.HandoffDelay, "cluster.handoff_delay", at.line("cluster.handoff_delay"), false)
 	b.duration(&c.Notify.Timeout, doc.Notify.Timeout, "notify.timeout", at.line("notify.timeout"), true)
 	b.duration(&c.ShutdownGrace, doc.ShutdownGrace, "shutdown_grace", at.line("shutdown_grace"), false)
 	b.duration(&c.Locking.SafetyMargin, doc.Locking.SafetyMargin, "locking.safety_margin", at.line("locking.safety_margin"), false)

@@ -357,3 +357,27 @@ func TestValidateByHand(t *testing.T) {
 		t.Fatalf("want 4 problems (cron, jitter, no job, duplicate), got %v", err)
 	}
 }
+
+// [cluster] handoff_delay: the default (capped at half of a small
+// max_clock_skew), an explicit value, and "0s" for off.
+func TestHandoffDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     time.Duration
+	}{
+		{"default", "node_id = \"a\"\n", DefaultHandoffDelay},
+		{"default under a small skew", "[locking]\nmax_clock_skew = \"200ms\"\n", 100 * time.Millisecond},
+		{"explicit", "[cluster]\nhandoff_delay = \"100ms\"\n", 100 * time.Millisecond},
+		{"off", "[cluster]\nhandoff_delay = \"0s\"\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.in), "test.toml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Cluster.Handoff(c.Locking.MaxClockSkew.Duration); got != tc.want {
+				t.Errorf("handoff delay %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

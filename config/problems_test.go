@@ -78,6 +78,11 @@ func TestProblems(t *testing.T) {
 		{"bad listen", "[http]\nlisten = \"9464\"\n", `http.listen "9464"`, 2},
 		{"NUL byte", "node_id = \"a\"\n\nx = \"\x00\"\n", "NUL byte", 3},
 		{"bad include glob", "include = [\"[\"]\n", "bad glob", 1},
+		{"bad handoff delay", "[cluster]\nhandoff_delay = \"quick\"\n", `cluster.handoff_delay: bad duration "quick"`, 2},
+		{"negative handoff delay", "[cluster]\nhandoff_delay = \"-1s\"\n", "cluster.handoff_delay: negative duration", 2},
+		{"handoff delay over half the skew", "[locking]\nmax_clock_skew = \"500ms\"\n[cluster]\n\nhandoff_delay = \"300ms\"\n",
+			"cluster.handoff_delay: 300ms is more than half of locking.max_clock_skew (500ms)", 5},
+		{"unknown key in cluster", "[cluster]\nhandof_delay = \"1s\"\n", `unknown key "cluster.handof_delay"`, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.in), "test.toml")

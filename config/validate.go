@@ -59,6 +59,7 @@ func (c *Config) validate() []Problem {
 		v.add(at("log.format"), "log.format: unknown format %q (want text or json)", c.Log.Format)
 	}
 	v.locking(&c.Locking, at)
+	v.cluster(c.Cluster, c.Locking.MaxClockSkew.Duration, at)
 	v.notify(c.Notify, at)
 	v.envMode(c.Jobs.EnvMode, "jobs.env_mode", at("jobs.env_mode"))
 	v.envNames(c.Jobs.EnvAllow, "jobs.env_allow", at)
@@ -117,6 +118,22 @@ func (v *validator) positive(d Duration, name string, line int, why string) {
 		v.add(line, "%s: negative duration %v", name, d.Duration)
 	case d.Duration == 0:
 		v.add(line, "%s: must be more than 0 (%s)", name, why)
+	}
+}
+
+// cluster checks [cluster]. A handoff delay above half of max_clock_skew
+// is refused when the operator wrote it: the scheduler never lets a turn
+// come later than that (a tick handed over must stay on time), so it
+// would silently not be what was asked for. The default is quietly capped
+// at half of a small max_clock_skew instead.
+func (v *validator) cluster(c Cluster, skew time.Duration, at func(string) int) {
+	d := c.HandoffDelay.Duration
+	line := at("cluster.handoff_delay")
+	switch {
+	case d < 0:
+		v.add(line, "cluster.handoff_delay: negative duration %v", d)
+	case d > skew/2 && skew > 0 && (line > 0 || d != DefaultHandoffDelay):
+		v.add(line, "cluster.handoff_delay: %v is more than half of locking.max_clock_skew (%v): a tick handed to another node must still start on time; lower it, or \"0s\" to turn the handoff off", d, skew)
 	}
 }
 

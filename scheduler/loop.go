@@ -54,10 +54,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	notes = nil
 
+	stopWatch := s.startWatch()
 	rec := s.startRecovery()
 	s.loop(ctx)
 	rec.wait()
 	s.shutdown()
+	stopWatch()
 	return nil
 }
 

@@ -91,6 +91,15 @@ type Options struct {
 	// Rand returns a number in [0, n); it draws the jitter delays.
 	// Default: math/rand/v2's Int64N.
 	Rand func(n int64) int64
+	// Preferrer, when set, spreads locked ticks over the live nodes: a
+	// node not preferred for a tick waits its turn, HandoffDelay (default
+	// DefaultHandoffDelay, at most MaxClockSkew/2) per rank, before it
+	// asks (prefer.go). nil: every node asks at once.
+	Preferrer    Preferrer
+	HandoffDelay time.Duration
+	// Watcher tells a waiting node that its tick was decided elsewhere;
+	// default: Locker, when it is a locking.TickWatcher.
+	Watcher locking.TickWatcher
 }
 
 // Defaults of Options and Schedule.
@@ -131,6 +140,7 @@ type Scheduler struct {
 	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
+	hand      *handoff         // nil: no handoff (prefer.go)
 
 	mu       sync.Mutex
 	states   map[string]*schedState // by ID; also removed ones still busy
@@ -246,6 +256,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	}
 	s.bootClock = bootClockOf(opts.Clock)
 	s.batch = newBatcher(opts.Locker)
+	s.initHandoff()
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err
@@ -279,6 +290,7 @@ func withDefaults(o Options) (Options, error) {
 		{"SafetyMargin", &o.SafetyMargin, DefaultSafetyMargin},
 		{"MaxClockSkew", &o.MaxClockSkew, DefaultMaxClockSkew},
 		{"ShutdownGrace", &o.ShutdownGrace, DefaultShutdownGrace},
+		{"HandoffDelay", &o.HandoffDelay, 0}, // initHandoff fills it, from MaxClockSkew
 	} {
 		switch {
 		case *d.v < 0:

@@ -77,6 +77,11 @@ func (s *Scheduler) handleTick(f fired) {
 		return
 	}
 
+	// A node that is not the tick's preferred one waits its turn, and
+	// drops the tick if it hears meanwhile that it was decided (prefer.go).
+	if s.handedOff(f) {
+		return
+	}
 	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
 	// done, paused, missed, contended or granted, on its own clock.
 	l, why := s.acquire(f)
@@ -222,6 +227,9 @@ func (s *Scheduler) nodeLocalPaused(f fired) bool {
 
 // clockOffset reports this node's clock offset to an observer that wants it.
 func (s *Scheduler) clockOffset(d time.Duration) {
+	if s.hand != nil {
+		s.hand.offset.Store(int64(d)) // the handoff counts turns on the backend's clock
+	}
 	if s.clockObs != nil {
 		s.clockObs.ClockOffset(d)
 	}

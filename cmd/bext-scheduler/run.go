@@ -153,6 +153,9 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		Observer:      observer,
 		Logger:        logger,
 	}
+	if ag != nil { // a typed nil would not be a nil Preferrers
+		service.Handoff(&schedOpts, cfg, backend, ag)
+	}
 	schedules := service.Schedules(cfg, logger)
 	sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
@@ -81,6 +82,10 @@ type Agent struct {
 
 	records chan scheduler.RunRecord
 	dropped int // records dropped because the queue was full (under mu)
+
+	// live is the node registry as last read (prefer.go): the scheduler's
+	// Preferrer reads it on every locked tick, without asking the backend.
+	live atomic.Pointer[liveNodes]
 }
 
 // New returns an agent for the node's schedules (see SetSchedules).
@@ -192,6 +197,7 @@ func (a *Agent) announce(ctx context.Context) {
 		a.log.Debug("listing the nodes failed", slog.Any("error", err))
 		return
 	}
+	a.setLive(nodes)
 	desc := describeDrift(nodes)
 	if a.opts.Drift != nil {
 		a.opts.Drift(desc != "")

@@ -47,6 +47,8 @@ type table struct {
 	shards [numShards]shard
 	// nodes are the live announcements (cluster.Store), few and table-wide.
 	nodes nodeTable
+	// watches are the TickWatchers listening to raised marks (watch.go).
+	watches watchers
 }
 
 // shard is one mutex-guarded part of the table.

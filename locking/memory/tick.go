@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -11,8 +12,18 @@ import (
 // TryLockTick is try-lock-tick (locking.TickLocker): in one step under the
 // shard mutexes of the key (its mark and pause flag) and of the lock (the
 // key, or the tick's key with PerTick), it answers a resent call from its
-// own lock, else decides with locking.DecideTick on the table's clock.
+// own lock, else decides with locking.DecideTick on the table's clock. A
+// raised mark is then told to the table's watches (watch.go), after the
+// shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	ans, err := l.tryLockTick(ctx, r)
+	if err == nil && ans.Verdict.Raised() {
+		l.tab.watches.publish(locking.TickMark{Key: r.Key, Tick: r.Tick.Truncate(time.Microsecond)})
+	}
+	return ans, err
+}
+
+func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	if err := ctx.Err(); err != nil {
 		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
 	}

@@ -104,7 +104,8 @@ func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 		args: []any{token, l.holderBox, l.ttlArg(req.TTL),
 			strconv.FormatInt(tick, 10), floor,
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
-			strconv.FormatInt(req.Window.Microseconds(), 10)},
+			strconv.FormatInt(req.Window.Microseconds(), 10),
+			l.tickChannel(), req.Key},
 	}, nil
 }
 
@@ -356,7 +357,7 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 // ticks.lua script.
 func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []int, answers []locking.TickAnswer, errs []error) {
 	keys := make([]string, 0, 4*len(batch))
-	args := make([]any, 1, 1+6*len(batch))
+	args := make([]any, 1, 1+8*len(batch))
 	args[0] = l.holderBox
 	for _, i := range batch {
 		c := &calls[i]

@@ -4,7 +4,9 @@
 -- KEYS[3] tick mark, KEYS[4] pause flag; all in one hash slot.
 -- ARGV[1] token, ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms,
 -- ARGV[4] T, ARGV[5] floor ('' for none), ARGV[6] max skew, ARGV[7]
--- catch-up window; times and durations in microseconds, as decimal strings.
+-- catch-up window; times and durations in microseconds, as decimal strings;
+-- ARGV[8] the channel raised marks are published on ('' for none), ARGV[9]
+-- the caller's key, published as 'T key' (T as given in ARGV[4]).
 -- Returns tick_step's {verdict, fence, mark, now, ahead}.
 local now, now_s = clock()
-return tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s)
+return tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], now, now_s)

@@ -5,16 +5,17 @@
 -- server the cost of a command and a script call per tick, which is most
 -- of what a tick costs it in a burst.
 -- KEYS[4i-3 .. 4i]: request i's keys, as tick.lua's KEYS.
--- ARGV[1] '' or '|' .. holder (the same for every request); ARGV[2+6(i-1)
--- .. 7+6(i-1)]: request i's token, ttl in ms, T, floor, max skew, window.
+-- ARGV[1] '' or '|' .. holder (the same for every request); ARGV[2+8(i-1)
+-- .. 9+8(i-1)]: request i's token, ttl in ms, T, floor, max skew, window,
+-- channel and key (tick.lua's ARGV[8] and ARGV[9]).
 -- Returns the concatenation of every request's 5 integers.
 local now, now_s = clock()
 local holder = ARGV[1]
 local out = {}
 for i = 1, #KEYS / 4 do
-  local k, a = 4 * (i - 1), 1 + 6 * (i - 1)
+  local k, a = 4 * (i - 1), 1 + 8 * (i - 1)
   local r = tick_step(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-    ARGV[a + 1], holder, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], now, now_s)
+    ARGV[a + 1], holder, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], now, now_s)
   for j = 1, 5 do
     out[#out + 1] = r[j]
   end

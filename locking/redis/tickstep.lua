@@ -4,13 +4,23 @@
 -- lock, counter, mark, pause: the request's keys (lock key, fence counter,
 -- tick mark, pause flag), all in one hash slot. token, holder ('' or '|' ..
 -- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
--- in microseconds: decimal strings.
+-- in microseconds: decimal strings; channel: where a raised mark is
+-- published as 'T key' ('' for nowhere), key the caller's key.
 -- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
 -- the step.
-local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
+local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, channel, key, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
+
+  -- publish tells the cluster's nodes that the mark was raised to T
+  -- (locking.TickWatcher): a node waiting for its turn drops T without
+  -- asking.
+  local function publish()
+    if channel ~= '' then
+      redis.call('PUBLISH', channel, tick_s .. ' ' .. key)
+    end
+  end
 
   local function mark_now()
     return tonumber(redis.call('GET', mark) or 0)
@@ -75,10 +85,12 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   end
   if paused then
     redis.call('SET', mark, tick_s)
+    publish()
     return {4, 0, tick, now, 0}
   end
   if now - tick > math.max(skew, window) then
     redis.call('SET', mark, tick_s)
+    publish()
     return {5, 0, tick, now, 0}
   end
 
@@ -88,6 +100,7 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   end
 
   redis.call('SET', mark, tick_s)
+  publish()
   fence = grant(lock, counter, token, holder, ttl, now, now_s)
   return {1, fence, tick, now, 0}
 end

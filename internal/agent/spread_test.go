@@ -1,0 +1,227 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/internal/agent"
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/redis"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// countingLocker counts one node's backend round trips on the tick path.
+type countingLocker struct {
+	scheduler.Locker
+	tries, releases, renews atomic.Int64
+}
+
+func (c *countingLocker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	c.tries.Add(1)
+	return c.Locker.TryLockTick(ctx, r)
+}
+
+func (c *countingLocker) Release(ctx context.Context, h *locking.Handle) error {
+	c.releases.Add(1)
+	return c.Locker.Release(ctx, h)
+}
+
+func (c *countingLocker) Renew(ctx context.Context, h *locking.Handle) error {
+	c.renews.Add(1)
+	return c.Locker.Renew(ctx, h)
+}
+
+// readyWatcher passes a watch on and tells when it first listens.
+type readyWatcher struct {
+	locking.TickWatcher
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (r *readyWatcher) WatchTicks(ctx context.Context, w locking.TickWatch) error {
+	inner := w.Listening
+	w.Listening = func() {
+		if inner != nil {
+			inner()
+		}
+		r.once.Do(func() { close(r.ready) })
+	}
+	return r.TickWatcher.WatchTicks(ctx, w)
+}
+
+// Five nodes in one process on one real Redis, each with its agent (the
+// registry, announced and read every 100ms) and its scheduler with the
+// handoff, run 50 every-second require_global schedules for 24 seconds:
+// over 1,000 ticks. Every tick runs exactly once, no node runs more than
+// 1.5/N of them, and the backend round trips on the tick path, counted by
+// wrapping each node's Locker, stay near one try-lock-tick per tick plus
+// the release after the run.
+func TestSpreadFiveNodesOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 24s of real time")
+	}
+	url := testenv.RedisURL(t)
+	prefix := "bext:test:" + testenv.UniqueName(t) + ":"
+	const (
+		nodes     = 5
+		schedules = 50
+		seconds   = 24
+		skew      = 500 * time.Millisecond
+		delay     = 100 * time.Millisecond
+	)
+	var (
+		mu   sync.Mutex
+		runs = map[string]map[time.Time][]string{} // schedule → tick → nodes
+	)
+	var scheds []scheduler.Schedule
+	for i := range schedules {
+		id := fmt.Sprintf("spread-%02d", i)
+		scheds = append(scheds, scheduler.Schedule{ID: id, CronExpr: "*/1 * * * * *", Hint: hints.RequireGlobal,
+			ExpectedRuntime: time.Second,
+			Job: scheduler.JobFunc(func(_ context.Context, tk scheduler.Tick) error {
+				mu.Lock()
+				if runs[id] == nil {
+					runs[id] = map[time.Time][]string{}
+				}
+				runs[id][tk.Time] = append(runs[id][tk.Time], tk.NodeID)
+				mu.Unlock()
+				return nil
+			})})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var counters []*countingLocker
+	var agents []*agent.Agent
+	var ids []string
+	var scheds5 []*scheduler.Scheduler
+	var watchers []*readyWatcher
+	for i := range nodes {
+		id := fmt.Sprintf("node-%d", i)
+		ids = append(ids, id)
+		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		cl := &countingLocker{Locker: lk}
+		counters = append(counters, cl)
+		ab, err := agent.For(lk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s *scheduler.Scheduler
+		ag := agent.New(ab, noRunner{}, agent.Options{NodeID: id, AnnounceEvery: 100 * time.Millisecond})
+		agents = append(agents, ag)
+		rw := &readyWatcher{TickWatcher: lk, ready: make(chan struct{})}
+		watchers = append(watchers, rw)
+		s, err = scheduler.New(scheduler.Options{NodeID: id, Locker: cl, Backend: hints.Distributed,
+			MaxClockSkew: skew, SafetyMargin: time.Second, Preferrer: ag.Preferrer(), HandoffDelay: delay,
+			Watcher: rw}, scheds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scheds5 = append(scheds5, s)
+		wg.Add(1)
+		go func() { defer wg.Done(); ag.Run(ctx) }()
+	}
+	// Every agent knows the five nodes before the schedulers start: a
+	// state to poll, nothing tells it.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, ag := range agents {
+		for {
+			if _, n := ag.Preferrer().Rank("x", time.Now()); n == nodes {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the agents never saw the five nodes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	start := time.Now()
+	for _, s := range scheds5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for _, rw := range watchers {
+		select {
+		case <-rw.ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a node never listened to raised marks")
+		}
+	}
+	// Round trips are counted from the first tick every node fired for
+	// sure (2s after the start): before it, each node's catch-up asks once
+	// per schedule (DESIGN.md "Catch-up"), a start-up cost, not a tick's.
+	first := start.Truncate(time.Second).Add(2 * time.Second)
+	last := start.Add(seconds*time.Second - 2*time.Second)
+	count := func() (tries, releases, renews int64) {
+		for _, c := range counters {
+			tries += c.tries.Load()
+			releases += c.releases.Load()
+			renews += c.renews.Load()
+		}
+		return
+	}
+	time.Sleep(time.Until(first)) // the test is real time passing
+	tries0, releases0, renews0 := count()
+	time.Sleep(time.Until(start.Add(seconds * time.Second)))
+	cancel()
+	wg.Wait()
+	triesAll, releasesAll, _ := count()
+
+	perNode := map[string]int{}
+	total, ran, runsAll := 0, 0, 0
+	mu.Lock()
+	for _, sc := range scheds {
+		for tick := first; tick.Before(last); tick = tick.Add(time.Second) {
+			total++
+			got := runs[sc.ID][tick]
+			if len(got) != 1 {
+				t.Errorf("%s tick %v ran on %v, want exactly one node", sc.ID, tick.Format(time.RFC3339), got)
+			}
+		}
+		for tick, byTick := range runs[sc.ID] {
+			runsAll += len(byTick)
+			if tick.Before(first) {
+				continue
+			}
+			for _, n := range byTick {
+				perNode[n]++
+				ran++
+			}
+		}
+	}
+	mu.Unlock()
+	if total < 1000 {
+		t.Errorf("only %d ticks checked", total)
+	}
+	tries, releases, renews := count()
+	tries, releases, renews = tries-tries0, releases-releases0, renews-renews0
+	t.Logf("whole run, catch-up at start included: %d runs, %.3f try-lock-ticks + %.3f releases per run",
+		runsAll, float64(triesAll)/float64(runsAll), float64(releasesAll)/float64(runsAll))
+	limit := ran * 3 / (2 * nodes)
+	for _, id := range ids {
+		if perNode[id] > limit {
+			t.Errorf("%s ran %d of %d ticks, over 1.5/N = %d", id, perNode[id], ran, limit)
+		}
+	}
+	tpt, rpt := float64(tries)/float64(ran), float64(releases)/float64(ran)
+	t.Logf("from the first tick on: %d nodes, %d runs (%d ticks checked exactly once): per node %v; per tick %.3f try-lock-ticks + %.3f releases + %.3f renewals = %.3f round trips",
+		nodes, ran, total, perNode, tpt, rpt, float64(renews)/float64(ran), tpt+rpt+float64(renews)/float64(ran))
+	if tpt > 1.1 {
+		t.Errorf("%.3f try-lock-ticks per tick, want about 1", tpt)
+	}
+}

@@ -1,0 +1,70 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+var _ locking.TickWatcher = (*Locker)(nil)
+
+// tickChannel is the channel tick.lua publishes raised marks on: one per
+// cluster (key prefix). Channels are not keys: it cannot collide with a
+// lock, mark or state key of the prefix, and it belongs to no hash slot
+// (a Redis Cluster forwards a PUBLISH to every node).
+func (l *Locker) tickChannel() string { return l.prefix + "ticks" }
+
+// WatchTicks subscribes to the cluster's raised marks (locking.TickWatcher)
+// on a connection of its own, until ctx ends. go-redis re-subscribes by
+// itself after a dropped connection (checking it with pings); Listening is
+// called at first and after each re-subscription. A message that does not
+// parse (another program on the channel) is ignored.
+func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
+	if err := l.checkOpen(); err != nil {
+		return fmt.Errorf("locking/redis: watch ticks: %w", err)
+	}
+	ps := l.client.Subscribe(ctx, l.tickChannel())
+	defer ps.Close()
+	// With subscriptions, the channel carries each (re-)subscription's
+	// confirmation as well as the messages.
+	ch := ps.ChannelWithSubscriptions()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			switch m := m.(type) {
+			case *goredis.Subscription:
+				if m.Kind == "subscribe" && w.Listening != nil {
+					w.Listening()
+				}
+			case *goredis.Message:
+				if tm, ok := parseMark(m.Payload); ok && w.Mark != nil {
+					w.Mark(tm)
+				}
+			}
+		}
+	}
+}
+
+// parseMark reads tick.lua's 'T key' (T in µs).
+func parseMark(s string) (locking.TickMark, bool) {
+	t, key, ok := strings.Cut(s, " ")
+	if !ok || key == "" {
+		return locking.TickMark{}, false
+	}
+	us, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return locking.TickMark{}, false
+	}
+	return locking.TickMark{Key: key, Tick: time.UnixMicro(us)}, true
+}

@@ -1,0 +1,48 @@
+package locking
+
+import (
+	"context"
+	"time"
+)
+
+// TickWatcher is implemented by backends that tell every node of a cluster
+// when a try-lock-tick raised a tick mark (granted, paused or missed): the
+// scheduler's handoff (a node that is not a tick's preferred node waits a
+// moment before it asks) lets a waiting node drop a tick it hears was
+// decided, without asking the backend. What it hears is a hint, never a
+// decision: a mark heard is a mark the backend raised, but a mark not heard
+// proves nothing (delivery is at most once: a dropped connection loses what
+// was sent meanwhile), so a node that hears nothing asks try-lock-tick as
+// before, and the mark still decides.
+type TickWatcher interface {
+	// WatchTicks reports marks raised by any node of the cluster, this one
+	// included, until ctx ends; then it returns nil. It reconnects by
+	// itself after a dropped connection. It returns an error only when it
+	// cannot watch at all (a closed Locker). The callbacks run on the
+	// watch's own goroutine, or on the goroutine of the try-lock-tick that
+	// raised the mark: they must not block.
+	WatchTicks(ctx context.Context, w TickWatch) error
+}
+
+// TickWatch is what WatchTicks reports to.
+type TickWatch struct {
+	// Mark is called for each raised mark.
+	Mark func(TickMark)
+	// Listening, when set, is called each time the watch starts to
+	// receive (at first and after each reconnection): marks raised before
+	// it were not heard.
+	Listening func()
+}
+
+// TickMark is a tick mark a try-lock-tick raised: Key's ticks up to Tick
+// are decided. Tick is in whole microseconds, as backends store marks.
+type TickMark struct {
+	Key  string
+	Tick time.Time
+}
+
+// Raised reports whether a try-lock-tick verdict raised the mark to the
+// request's tick: the verdicts a TickWatcher publishes.
+func (v TickVerdict) Raised() bool {
+	return v == TickGranted || v == TickPaused || v == TickMissed
+}

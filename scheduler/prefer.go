@@ -1,0 +1,394 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Spreading ticks over the live nodes (the handoff).
+//
+// Without it every node asks the backend for every locked tick: backend
+// load grows with nodes × schedules, and the node whose clock runs fastest
+// wins nearly every tick. With it each tick has one preferred node among
+// the live nodes, by rendezvous (highest-random-weight) hashing on the
+// schedule id and the tick time over the node registry: every node that
+// knows the same live nodes computes the same order, and a node joining or
+// leaving moves only the ticks it wins or won. The preferred node asks at
+// once; the others wait a short handoff delay and then ask, unless they
+// heard meanwhile (locking.TickWatcher) that the tick's mark was raised.
+// Nothing here decides a tick: try-lock-tick and its mark still do, so a
+// preferred node that is dead, frozen or slow costs the tick at most the
+// delay, two nodes that disagree on the registry both ask at once (as
+// before), and no tick runs twice.
+//
+// The waits are ranked: the node of rank k ≥ 1 waits
+// delay × (1 + (k-1)/(n-1)), all within [delay, 2×delay). One delay for
+// every non-preferred node would cost, when the preferred node is dead,
+// n-1 simultaneous asks for each of its ticks; ranked, the runner-up asks
+// first and the others hear its mark before their turn (the stagger,
+// delay/(n-1), is far above a round trip). The spread stays under 2×delay
+// however many of the top-ranked nodes are dead, so a dead preferred node
+// alone costs exactly the delay.
+//
+// A node alone, or one whose registry is unknown or stale, has rank 0 and
+// asks at once: exactly the behaviour without handoff. Catch-up tries and
+// manual runs never wait; node-local ticks take no lock and never reach
+// this.
+
+// Preferrer ranks this node among the live nodes for a tick. It must
+// answer from memory (a registry refreshed in the background), never by
+// asking a backend: it is called for every locked tick.
+type Preferrer interface {
+	// Rank returns this node's place for tick T of schedule id among the
+	// n live nodes it knows, itself included: rank 0 is the preferred
+	// node. n ≤ 1 (alone, or nothing known) means no handoff.
+	Rank(id string, tick time.Time) (rank, n int)
+}
+
+// DefaultHandoffDelay is Options.HandoffDelay's default: far above a
+// backend round trip and the delivery of a published mark (a few ms), so
+// a live preferred node nearly always decides first, and far below
+// max_clock_skew, so a tick a non-preferred node runs is still on time.
+const DefaultHandoffDelay = 250 * time.Millisecond
+
+// Peers is a fixed set of live nodes seen from one of them: a Preferrer by
+// rendezvous hashing. Build it with NewPeers whenever the registry
+// changes; it is read-only and safe for concurrent use.
+type Peers struct {
+	self  uint64   // hash of this node's id
+	peers []uint64 // hashes of the other nodes' ids, without duplicates
+	ids   []string // the other nodes' ids, in the order of peers
+}
+
+// NewPeers returns self's view of the live nodes (self may or may not be
+// among nodes; it always counts).
+func NewPeers(self string, nodes []string) *Peers {
+	p := &Peers{self: nodeHash(self)}
+	seen := map[string]bool{self: true}
+	for _, n := range nodes {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		p.peers = append(p.peers, nodeHash(n))
+		p.ids = append(p.ids, n)
+	}
+	return p
+}
+
+// Len is the number of live nodes, self included.
+func (p *Peers) Len() int { return len(p.peers) + 1 }
+
+// Rank is rendezvous hashing: each node's weight for (id, T) is a mix of
+// its id's hash and the tick's; rank is how many nodes weigh more than
+// self. Equal weights (hash collisions of distinct ids, vanishingly rare)
+// break by id hash, so every node still computes one order.
+func (p *Peers) Rank(id string, tick time.Time) (rank, n int) {
+	if p == nil {
+		return 0, 1
+	}
+	k := tickHash(id, tick)
+	mine := mix64(p.self ^ k)
+	for _, h := range p.peers {
+		w := mix64(h ^ k)
+		if w > mine || (w == mine && h > p.self) {
+			rank++
+		}
+	}
+	return rank, len(p.peers) + 1
+}
+
+// nodeHash and tickHash are FNV-1a: stable across processes, versions and
+// platforms (every node must compute the same order), unlike Go's map
+// hash, which is seeded per process.
+func nodeHash(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+func tickHash(id string, tick time.Time) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	var b [9]byte // a separator byte no id contains, then T in µs
+	binary.BigEndian.PutUint64(b[1:], uint64(tick.UnixMicro()))
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+// mix64 is the SplitMix64 finaliser: FNV alone spreads small input
+// differences poorly over the high bits that decide a comparison.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// handoff is a scheduler's side of it: the preferrer, the marks heard and
+// the ticks waiting for their turn.
+type handoff struct {
+	pref    Preferrer
+	delay   time.Duration
+	watcher locking.TickWatcher // nil: nothing is heard, waits end by time
+
+	// offset is this node's clock minus the backend's (ns), as last
+	// measured by a lock operation (clockOffset, tick.go).
+	offset atomic.Int64
+
+	mu sync.Mutex
+	// heard is the highest mark heard per key: a tick that fires here
+	// after its mark was heard (a faster clock elsewhere) drops at once.
+	heard   map[string]time.Time
+	waiting map[string][]*waiter // by key
+	// nwait counts the waiters not yet heard (WaitSettled, tests).
+	nwait     int
+	listening bool
+}
+
+type waiter struct {
+	tick     time.Time
+	deadline time.Time // on the scheduler's clock
+	ch       chan struct{}
+	heard    bool // under handoff.mu
+}
+
+// initHandoff sets s.hand from the options (nil: no handoff).
+func (s *Scheduler) initHandoff() {
+	o := s.opts
+	if o.Preferrer == nil || o.Locker == nil {
+		return
+	}
+	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
+		heard: map[string]time.Time{}, waiting: map[string][]*waiter{}}
+	if h.delay == 0 {
+		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
+	}
+	if h.watcher == nil {
+		h.watcher, _ = o.Locker.(locking.TickWatcher)
+	}
+	s.hand = h
+}
+
+// startWatch starts listening to raised marks; the returned function stops
+// and waits for it.
+func (s *Scheduler) startWatch() (stop func()) {
+	h := s.hand
+	if h == nil || h.watcher == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(s.jobCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: h.hear, Listening: func() {
+			h.mu.Lock()
+			h.listening = true
+			h.mu.Unlock()
+			s.mu.Lock()
+			s.notifyLocked()
+			s.mu.Unlock()
+		}})
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("not listening to decided ticks: nodes that wait for a tick's preferred node will ask the backend anyway",
+				slog.Any("error", err))
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// hear is told a raised mark: waiters for ticks up to it stop waiting.
+func (h *handoff) hear(m locking.TickMark) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m.Tick.After(h.heard[m.Key]) {
+		h.heard[m.Key] = m.Tick
+	}
+	ws := h.waiting[m.Key]
+	if len(ws) == 0 {
+		return
+	}
+	kept := ws[:0]
+	for _, w := range ws {
+		if w.tick.After(m.Tick) {
+			kept = append(kept, w)
+			continue
+		}
+		w.heard = true
+		h.nwait--
+		close(w.ch)
+	}
+	clear(ws[len(kept):])
+	if len(kept) == 0 {
+		delete(h.waiting, m.Key)
+	} else {
+		h.waiting[m.Key] = kept
+	}
+}
+
+// handedOff is the hook of handleTick (tick.go) before step 4: true when
+// f was heard decided elsewhere during its handoff and is finished here
+// (skipped as contended, as a "done" answer would be) without asking.
+func (s *Scheduler) handedOff(f fired) bool {
+	if !s.handOff(f) {
+		return false
+	}
+	f.burst.done() // f will not take its lock
+	s.reportSkip(f, SkipContended, 0)
+	s.finish(f, runOutcome{skip: SkipContended})
+	return true
+}
+
+// handOff is the handoff of locked tick f, before its try-lock-tick: it
+// returns true when f was decided elsewhere meanwhile (heard), and f must
+// not be asked for; false when this node asks now. It waits only for
+// regular ticks, and never past handoffBound; f's lateness (a loop that
+// woke late) counts as time already waited.
+func (s *Scheduler) handOff(f fired) bool {
+	h := s.hand
+	if h == nil || f.catchup || f.manual != nil {
+		return false
+	}
+	tick := f.tick.Truncate(time.Microsecond)
+	h.mu.Lock()
+	heard := !tick.After(h.heard[f.def.ID])
+	h.mu.Unlock()
+	if heard {
+		// Decided before this node even fired it (its clock runs behind,
+		// or its loop woke late): nothing to ask, preferred or not.
+		s.heardDecided(f)
+		return true
+	}
+	rank, n := h.pref.Rank(f.def.ID, f.tick)
+	if rank <= 0 || n <= 1 {
+		return false
+	}
+	// The turn is counted on the backend's clock: T + delay_k there is
+	// T + offset + delay_k here (offset: this node's clock minus the
+	// backend's, as last measured). A node whose clock runs ahead would
+	// otherwise end its wait before the preferred node even fired, and win
+	// the tick; one running behind asks at once when its turn has passed.
+	// The bound holds on this node's clock too, whatever the offset: a
+	// stale one (a clock stepped since) must not stretch the wait.
+	turn := h.delay
+	if n > 2 {
+		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
+	}
+	bound := s.handoffBound(f)
+	offset := time.Duration(h.offset.Load())
+	wait := min(offset+min(turn, bound), bound) - f.lateness
+	if wait <= 0 {
+		return false
+	}
+	// The timer is armed before the waiter is shown (WaitSettled): a test
+	// that moved its clock in between would leave the timer due later
+	// than the deadline it saw.
+	now := s.clock.Now()
+	timer := s.clock.NewTimer(wait)
+	defer timer.Stop()
+	w := &waiter{tick: tick, deadline: now.Add(wait), ch: make(chan struct{})}
+	h.mu.Lock()
+	if !w.tick.After(h.heard[f.def.ID]) {
+		h.mu.Unlock()
+		s.heardDecided(f)
+		return true
+	}
+	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
+	h.nwait++
+	h.mu.Unlock()
+	s.mu.Lock()
+	s.notifyLocked() // WaitSettled re-checks
+	s.mu.Unlock()
+
+	select {
+	case <-w.ch:
+	case <-timer.C():
+	case <-s.stopCh: // shutting down: ask now, as without handoff
+	}
+	h.mu.Lock()
+	heard = w.heard // a mark heard as the timer fired still wins
+	if !heard {
+		ws := h.waiting[f.def.ID]
+		if i := slices.Index(ws, w); i >= 0 {
+			h.waiting[f.def.ID] = slices.Delete(ws, i, i+1)
+			if len(h.waiting[f.def.ID]) == 0 {
+				delete(h.waiting, f.def.ID)
+			}
+		}
+		h.nwait--
+	}
+	h.mu.Unlock()
+	if heard {
+		s.heardDecided(f)
+	}
+	return heard
+}
+
+// handoffBound is how long after T (on the backend's clock) f's turn may
+// come at the latest. Two limits, each with half its room to spare:
+//   - the on-time bound, max(max_clock_skew, window) after T: a tick
+//     handed over must not be made late or missed by the wait;
+//   - the next tick's earliest claim, next(T) - max_clock_skew: a node
+//     whose clock runs ahead by up to max_clock_skew may claim the next
+//     tick then, which raises the mark past T, and T, not yet asked for,
+//     would be lost. With the default skew of 1s, an every-second
+//     schedule has no room: every node asks at once, as without handoff.
+func (s *Scheduler) handoffBound(f fired) time.Duration {
+	bound := max(s.opts.MaxClockSkew, s.window(f.def, f.tick)) / 2
+	if next := f.def.Spec.Next(f.tick); !next.IsZero() {
+		bound = min(bound, (next.Sub(f.tick)-s.opts.MaxClockSkew)/2)
+	}
+	return bound
+}
+
+// heardDecided records that f's tick was decided elsewhere, as a "done"
+// answer would: it raises the floor this node passes with try-lock-tick
+// (the mark heard was raised by the backend) and skips f as contended.
+func (s *Scheduler) heardDecided(f fired) {
+	s.mu.Lock()
+	if f.tick.After(f.st.decided) {
+		f.st.decided = f.tick
+	}
+	s.mu.Unlock()
+}
+
+// settledLocked reports, under s.mu, whether every tick in flight is a
+// handoff waiting for a timer that is not yet due: the quiet state a
+// fake-clock test waits for before it moves the clock (WaitIdle would wait
+// for the waiters, which only the clock ends).
+func (s *Scheduler) settledLocked() bool {
+	h := s.hand
+	if h == nil {
+		return s.idleLocked()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := s.clock.Now()
+	for _, ws := range h.waiting {
+		for _, w := range ws {
+			if !w.deadline.After(now) {
+				return false
+			}
+		}
+	}
+	if s.inflight > h.nwait || !s.parked || s.wakePending {
+		return false
+	}
+	// As idleLocked: parked, but its timer may be due and not yet taken.
+	nowNs := now.UnixNano()
+	head := s.heap.head()
+	return (head == nil || head.at > nowNs) && s.wakeAt > nowNs
+}

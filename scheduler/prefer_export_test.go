@@ -1,0 +1,17 @@
+package scheduler
+
+import "context"
+
+// WaitSettled is WaitIdle for a scheduler with a handoff: it waits until
+// every tick in flight is waiting for its turn on a timer not yet due, so
+// the test can move the clock on.
+func (s *Scheduler) WaitSettled(ctx context.Context) error { return s.waitUntil(ctx, s.settledLocked) }
+
+// WaitListening waits until the handoff listens to raised marks.
+func (s *Scheduler) WaitListening(ctx context.Context) error {
+	return s.waitUntil(ctx, func() bool {
+		s.hand.mu.Lock()
+		defer s.hand.mu.Unlock()
+		return s.hand.listening
+	})
+}
