@@ -11,15 +11,15 @@ import (
 
 // The defaults, all in one place. A key left out of the file gets these.
 const (
-	DefaultShutdownGrace   = 30 * time.Second
-	DefaultListen          = "127.0.0.1:9464"
-	DefaultLogLevel        = "info"
-	DefaultLogFormat       = "text"
-	DefaultSafetyMargin    = 5 * time.Second
-	DefaultMaxClockSkew    = time.Second
+	DefaultShutdownGrace = 30 * time.Second
+	DefaultListen        = "127.0.0.1:9464"
+	DefaultLogLevel      = "info"
+	DefaultLogFormat     = "text"
+	DefaultSafetyMargin  = 5 * time.Second
+	DefaultMaxClockSkew  = time.Second
 	// DefaultHandoffDelay is [cluster] handoff_delay's default: far above a
 	// backend round trip, far below max_clock_skew.
-	DefaultHandoffDelay = 250 * time.Millisecond
+	DefaultHandoffDelay    = 250 * time.Millisecond
 	DefaultRedisKeyPrefix  = "bext:lock:"
 	DefaultRedisOpTimeout  = 2 * time.Second
 	DefaultPGNamespace     = "bext"
