@@ -42,6 +42,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.runParents[i].ctx, s.runParents[i].cancel = context.WithCancel(s.jobCtx)
 	}
 	now := s.clock.Now()
+	if cap(s.heap) == 0 {
+		// One slot per schedule from the start: grown by append, it would
+		// carry up to a quarter of its slots unused.
+		s.heap = make(eventHeap, 0, len(s.states))
+	}
 	notes := make([]nextNote, 0, len(s.states))
 	for _, st := range s.states {
 		if !st.removed {
@@ -163,7 +168,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			s.heap.remove(e)
 		} else {
 			e.at = next.UnixNano()
-			s.heap.fix(e.index)
+			s.heap.fix(e)
 		}
 		a := action{
 			f:    fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick)},
@@ -250,7 +255,7 @@ func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
 		}
 	case st.fire.index >= 0:
 		st.fire.at = st.next.UnixNano()
-		s.heap.fix(st.fire.index)
+		s.heap.fix(&st.fire)
 	default:
 		st.fire.at = st.next.UnixNano()
 		s.heap.push(&st.fire)

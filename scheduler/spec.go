@@ -40,6 +40,13 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 // moment the process started as in robfig/cron: every node must compute the
 // same tick times or the cluster lock cannot tell one tick from another.
 func ParseSpec(expr string, loc *time.Location) (Spec, error) {
+	sp, _, err := parseShared(expr, loc)
+	return sp, err
+}
+
+// parseShared is ParseSpec that also returns the expression as interned
+// with the spec, so the schedules of one expression share its text too.
+func parseShared(expr string, loc *time.Location) (Spec, string, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
@@ -47,26 +54,33 @@ func ParseSpec(expr string, loc *time.Location) (Spec, error) {
 	// zone share one (a fleet often repeats a handful of expressions).
 	key := specKey{expr, loc}
 	if s, ok := specs.Load(key); ok {
-		return s.(Spec), nil
+		in := s.(*interned)
+		return in.spec, in.expr, nil
 	}
 	s, err := parseSpec(expr, loc)
 	if err != nil {
-		return nil, err
+		return nil, expr, err
 	}
 	if specCount.Add(1) <= maxInterned {
-		shared, _ := specs.LoadOrStore(key, s)
-		return shared.(Spec), nil
+		shared, _ := specs.LoadOrStore(key, &interned{s, expr})
+		in := shared.(*interned)
+		return in.spec, in.expr, nil
 	}
-	return s, nil
+	return s, expr, nil
 }
 
 // The interned specs, bounded so that a process reloading ever-new
 // expressions does not grow without end (past the bound, specs are simply
 // not shared).
 var (
-	specs     sync.Map // specKey → Spec
+	specs     sync.Map // specKey → *interned
 	specCount atomic.Int64
 )
+
+type interned struct {
+	spec Spec
+	expr string
+}
 
 const maxInterned = 1 << 16
 
