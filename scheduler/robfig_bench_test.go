@@ -155,7 +155,7 @@ func BenchmarkVsRobfigWake(b *testing.B) {
 				}
 			}
 		}()
-		debug.FreeOSMemory() // the setup's garbage, not collected in a window
+		debug.FreeOSMemory()                                            // the setup's garbage, not collected in a window
 		second := time.Now().Truncate(time.Second).Add(2 * time.Second) // one to settle
 		window := func(offset time.Duration, ran chan struct{}) time.Duration {
 			at := second.Add(offset)
