@@ -309,6 +309,9 @@ func (s *Scheduler) shutdown() {
 		p.cancel() // cancelled with jobCtx already; this tells vet so
 	}
 	s.work.close() // every tick has finished: only parked workers are left
+	if r := s.relCtx.Swap(nil); r != nil {
+		r.cancel() // no release is in flight any more
+	}
 
 	s.mu.Lock()
 	for _, st := range s.states {
@@ -327,9 +330,7 @@ func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) })
 // release gives h back with a fresh context: the one that got here may be
 // cancelled already (shutdown), and a lock must still be released then.
 func (s *Scheduler) release(id string, h *locking.Handle, why string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.jobCtx), releaseTimeout)
-	defer cancel()
-	if err := s.opts.Locker.Release(ctx, h); err != nil {
+	if err := s.opts.Locker.Release(s.releaseCtx(), h); err != nil {
 		// The lock is not ours any more (expired, or the backend is down
 		// and will expire it): nothing to retry, but worth knowing. A lock
 		// already lost is expected after a lock_lost run.
@@ -341,8 +342,38 @@ func (s *Scheduler) release(id string, h *locking.Handle, why string) {
 			slog.Int64("fence", h.Fence()), slog.String("when", why), slog.Any("error", err))
 		return
 	}
-	s.log.Debug("lock released", slog.String("schedule", id),
-		slog.Int64("fence", h.Fence()), slog.String("when", why))
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("lock released", slog.String("schedule", id),
+			slog.Int64("fence", h.Fence()), slog.String("when", why))
+	}
+}
+
+// releaseCtx returns a context that bounds one release to at least
+// releaseTimeout: one context, and its timer, serves every release of
+// about a second (a context and a timer per release were a tenth of a
+// burst's cost). Not cancelled by the shutdown, like jobCtx's values-only
+// parent: a lock must still be released then.
+func (s *Scheduler) releaseCtx() context.Context {
+	now := time.Now() // a context deadline is on the real clock
+	if r := s.relCtx.Load(); r != nil && r.deadline.Sub(now) >= releaseTimeout {
+		return r.ctx
+	}
+	r := &sharedDeadline{deadline: now.Add(releaseTimeout + releaseReuse)}
+	r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(s.jobCtx), r.deadline)
+	// Releases still using the one replaced keep it until its deadline,
+	// when its own timer ends it.
+	s.relCtx.Store(r)
+	return r.ctx
+}
+
+// releaseReuse is how long one release context is handed out.
+const releaseReuse = time.Second
+
+// sharedDeadline is a context with a deadline that several operations use.
+type sharedDeadline struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
 }
 
 // notifyLocked wakes WaitIdle callers (tests) to re-check their condition.

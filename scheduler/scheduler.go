@@ -170,6 +170,8 @@ type Scheduler struct {
 		cancel context.CancelFunc
 	}
 	nextParent atomic.Uint32
+	// relCtx bounds releases (loop.go releaseCtx).
+	relCtx     atomic.Pointer[sharedDeadline]
 	cancelJobs context.CancelCauseFunc
 	// endGrace is closed by EndGrace: the shutdown cancels jobs at once.
 	endGrace     chan struct{}
