@@ -102,29 +102,24 @@ func BenchmarkVsRobfigMemory(b *testing.B) {
 	b.ReportMetric(robB, "robfig-B/schedule")
 }
 
-// atSubSecond fires at every whole second plus offset.
-func atSubSecond(offset time.Duration) stepSpec {
-	return stepSpec{period: int64(time.Second), offset: int64(offset)}
-}
-
 // BenchmarkVsRobfigWake: the CPU of one wake that starts 70 jobs (no-op
-// jobs that report they ran), with 100,000 schedules in each system, against
-// the floor: a bare timer that starts 70 goroutines. The three take turns
-// within each second (bext at .1 s, the floor at .4 s, robfig at .7 s), and
-// each wake is charged the CPU of a window from 20 ms before it to 280 ms
-// after it (or until its 70th job ran, if later): what a system does after
-// starting the jobs (robfig sorts every entry) counts too. Target: bext
-// within 2x the floor.
+// jobs that report they ran), with 100,000 cron schedules in each system,
+// against the floor: a bare timer that starts 70 goroutines. The 70 are
+// cron specs with seconds, so the three take turns every three seconds
+// (bext at 0 mod 3, the floor at 1, robfig at 2), and each wake is charged
+// the CPU of a window from 20 ms before it to 280 ms after it (or until
+// its 70th job ran, if later): what a system does after starting the jobs
+// (robfig sorts every entry) counts too. Target: bext within 2x the floor.
 func BenchmarkVsRobfigWake(b *testing.B) {
-	const fires, wakes = 70, 4
-	const bextAt, floorAt, robAt = 100 * time.Millisecond, 400 * time.Millisecond, 700 * time.Millisecond
+	const fires, wakes = 70, 3
 	var bextCPU, robCPU, floorCPU time.Duration
+	withSeconds := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 	for range b.N {
 		bextRan, robRan, floorRan := make(chan struct{}, fires*wakes), make(chan struct{}, fires*wakes), make(chan struct{}, fires*wakes)
 		specs := idleSpecs(vsN - fires)
 		var extra []scheduler.Schedule
 		for i := range fires {
-			extra = append(extra, scheduler.Schedule{ID: "wake" + strconv.Itoa(i), Spec: atSubSecond(bextAt),
+			extra = append(extra, scheduler.Schedule{ID: "wake" + strconv.Itoa(i), CronExpr: "0/3 * * * * *",
 				Hint: hints.NodeLocal, Job: scheduler.JobFunc(func(context.Context, scheduler.Tick) error {
 					bextRan <- struct{}{}
 					return nil
@@ -133,34 +128,45 @@ func BenchmarkVsRobfigWake(b *testing.B) {
 		s := bextOf(b, specs, extra...)
 		c := robfigOf(b, specs)
 		for range fires {
-			c.Schedule(atSubSecond(robAt), cron.FuncJob(func() { robRan <- struct{}{} }))
+			sp, err := withSeconds.Parse("2/3 * * * * *")
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Schedule(sp, cron.FuncJob(func() { robRan <- struct{}{} }))
 		}
 		stop := running(b, s)
 		waitIdle(b, s)
 		c.Start()
 		c.Entries() // answered once its loop has computed every entry's next time
-		var stopFloor atomic.Bool
+		stopFloor := make(chan struct{})
 		floorDone := make(chan struct{})
 		go func() { // the floor: one timer, a goroutine per job
 			defer close(floorDone)
-			for !stopFloor.Load() {
-				at := time.Now().Truncate(time.Second).Add(floorAt)
-				if time.Until(at) <= 0 {
-					at = at.Add(time.Second)
+			for {
+				now := time.Now()
+				at := now.Truncate(3 * time.Second).Add(time.Second)
+				if !at.After(now) {
+					at = at.Add(3 * time.Second)
 				}
 				t := time.NewTimer(time.Until(at))
-				<-t.C
+				select {
+				case <-t.C:
+				case <-stopFloor:
+					t.Stop()
+					return
+				}
 				for range fires {
 					go func() { floorRan <- struct{}{} }()
 				}
 			}
 		}()
-		debug.FreeOSMemory()                                            // the setup's garbage, not collected in a window
-		second := time.Now().Truncate(time.Second).Add(2 * time.Second) // one to settle
+		debug.FreeOSMemory() // the setup's garbage, not collected in a window
+		// The first turn of each settles (workers started, stacks grown).
+		round := time.Now().Truncate(3 * time.Second).Add(6 * time.Second)
 		window := func(offset time.Duration, ran chan struct{}) time.Duration {
-			at := second.Add(offset)
+			at := round.Add(offset)
 			time.Sleep(time.Until(at.Add(-20 * time.Millisecond)))
-			for len(ran) > 0 { // from a wake before the settling second
+			for len(ran) > 0 { // from a turn before
 				<-ran
 			}
 			cpu0 := processCPU()
@@ -172,13 +178,13 @@ func BenchmarkVsRobfigWake(b *testing.B) {
 		}
 		var bc, rc, fc time.Duration
 		for range wakes {
-			bc += window(bextAt, bextRan)
-			fc += window(floorAt, floorRan)
-			rc += window(robAt, robRan)
-			second = second.Add(time.Second)
+			bc += window(0, bextRan)
+			fc += window(time.Second, floorRan)
+			rc += window(2*time.Second, robRan)
+			round = round.Add(3 * time.Second)
 		}
 		bextCPU, robCPU, floorCPU = bc/wakes, rc/wakes, fc/wakes
-		stopFloor.Store(true)
+		close(stopFloor)
 		<-floorDone
 		<-c.Stop().Done()
 		stop()

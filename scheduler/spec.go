@@ -215,6 +215,35 @@ type cronSpec struct {
 	zoned     *cron.SpecSchedule
 	wall      *cron.SpecSchedule
 	fixedHour bool // and loc is not UTC: the daylight-saving rules apply
+	// period caches minPeriod (+1, so 0 means not yet computed): it walks
+	// the calendar, and prevTick asks for it on every run.
+	period atomic.Int64
+}
+
+// knownPeriod is MinPeriod(spec), computed once per cron spec.
+func knownPeriod(spec Spec) time.Duration {
+	switch s := spec.(type) {
+	case everySpec:
+		return s.every
+	case offsetSpec:
+		return knownPeriod(s.spec)
+	case *cronSpec:
+		p := s.period.Load()
+		if p == 0 {
+			p = int64(s.minPeriod()) + 1
+			s.period.Store(p)
+		}
+		return time.Duration(p - 1)
+	}
+	return 0
+}
+
+// probeStart is where prevTick starts probing back from now: spec's
+// shortest period when known, bounded by limit, at least a second. From a
+// second, a daily spec took 17 doublings (a Next each) to find its
+// previous tick, and every run asks for it (Tick.PrevTime).
+func probeStart(spec Spec, limit time.Duration) time.Duration {
+	return max(time.Second, min(knownPeriod(spec), limit))
 }
 
 func (c *cronSpec) Next(t time.Time) time.Time {
