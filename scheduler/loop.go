@@ -189,7 +189,11 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 
 // dispatch reports and starts what popDueLocked decided.
 func (s *Scheduler) dispatch(acts []action) {
+	if len(acts) == 0 {
+		return
+	}
 	b := s.newBurst(acts)
+	tasks := s.tasks[:0]
 	for i := range acts {
 		a := &acts[i]
 		s.obs.NextTick(a.next.id, a.next.next)
@@ -201,8 +205,11 @@ func (s *Scheduler) dispatch(acts []action) {
 		if a.f.def.lock {
 			a.f.burst = b
 		}
-		s.work.submit(task{f: a.f})
+		tasks = append(tasks, task{f: a.f})
 	}
+	s.work.submitAll(tasks)
+	clear(tasks)
+	s.tasks = tasks
 }
 
 // burst is the deadline of the lock requests of ticks the loop handed out

@@ -155,6 +155,8 @@ type Scheduler struct {
 	wake chan struct{}  // tells the loop the heap's head changed
 	wg   sync.WaitGroup // tick tasks not finished
 	work *pool          // the workers that carry them (pool.go)
+	// tasks is dispatch's buffer, kept between wakes (the loop's only).
+	tasks []task
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
 
