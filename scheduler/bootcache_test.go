@@ -54,3 +54,19 @@ func TestBootCacheFollowsSuspendsAndClockSteps(t *testing.T) {
 	f.advance(bootRefresh)
 	check("a refresh period later", 4)
 }
+
+// On the host's clocks, a cached reading is never ahead of CLOCK_BOOTTIME
+// and behind it by less than bootTolerance.
+func TestBootCacheAgreesWithTheBootClock(t *testing.T) {
+	for range 20_000 {
+		before := bootTime()
+		got := leaseClock.now()
+		after := bootTime()
+		if got.After(after) {
+			t.Fatalf("cached reading %v is ahead of the boot clock read after it (%v)", got, after)
+		}
+		if before.Sub(got) > bootTolerance {
+			t.Fatalf("cached reading %v is %v behind the boot clock read before it", got, before.Sub(got))
+		}
+	}
+}
