@@ -171,3 +171,55 @@ func TestReloadSwapsOnlyWhatChanged(t *testing.T) {
 		t.Errorf("Snapshot IDs = %s, want a", got)
 	}
 }
+
+// Reload first looks for each schedule where the last set had it: a set
+// reordered, shortened in the middle, or changed by Add and Remove in
+// between must still come out exactly as given.
+func TestReloadFindsSchedulesWhereverTheyMoved(t *testing.T) {
+	job := &countingJob{}
+	var set []scheduler.Schedule
+	for _, id := range strings.Split("a b c d e f g h", " ") {
+		set = append(set, sched(id, everyMinute, hints.NodeLocal, job))
+	}
+	h := newHarness(t, scheduler.Options{}, set...).start()
+	reload := func(ids string, want string) {
+		t.Helper()
+		var next []scheduler.Schedule
+		for _, id := range strings.Fields(ids) {
+			next = append(next, sched(id, everyMinute, hints.NodeLocal, job))
+		}
+		if err := h.s.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(snapshotIDs(h.s), " "); got != want {
+			t.Fatalf("after Reload(%s): schedules %s, want %s", ids, got, want)
+		}
+	}
+	reload("a b d e f g h", "a b d e f g h")     // one taken out
+	reload("h g f e d b a x", "a b d e f g h x") // reversed, one added
+	reload("h g e b a x", "a b e g h x")         // two taken out, apart
+	if err := h.s.Remove("g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.Add(sched("g", everyMinute, hints.NodeLocal, job)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.Add(sched("y", everyMinute, hints.NodeLocal, job)); err != nil {
+		t.Fatal(err)
+	}
+	reload("h e b a x y", "a b e h x y") // g, added back by Add, taken out
+	reload("h e b a x y g", "a b e g h x y")
+	reload("h e b a", "a b e h") // the end taken out
+	h.rec.mu.Lock()
+	for _, id := range []string{"c", "d", "f", "g", "x", "y"} {
+		if n, ok := h.rec.next[id]; !ok || !n.IsZero() {
+			t.Errorf("schedule %s taken out: last NextTick %v (reported %v), want zero", id, n, ok)
+		}
+	}
+	h.rec.mu.Unlock()
+	h.loopParked()
+	h.step(time.Minute)
+	if n := len(job.got()); n != 4 {
+		t.Errorf("%d runs at the next tick, want one for each of the 4 schedules", n)
+	}
+}

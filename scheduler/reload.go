@@ -40,18 +40,42 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 	// Compare the set with the live schedules, under mu a chunk at a time.
 	// Only holders of cfgMu change which schedules are live or their
 	// definitions, so what this finds holds until the end.
+	//
+	// A set given again is mostly the same schedules in the same order,
+	// so each is first looked for where the last set had it (s.order),
+	// one step further on (a schedule taken out before it), and only then
+	// in the map: a walk through memory laid out in that order, instead
+	// of a hash lookup landing anywhere. What the walk passed over is
+	// where the schedules the set no longer names are.
 	var (
-		errs  []indexedErr
-		todo  []int // new, re-added or changed: compile
-		swaps []int // another job value only
-		fresh map[string]struct{}
-		named int // live schedules the set names
+		errs   []indexedErr
+		todo   []int // new, re-added or changed: compile
+		swaps  []int // another job value only
+		fresh  map[string]struct{}
+		old    = s.order
+		j      int           // the walk's place in old
+		passed []*schedState // old's entries the walk stepped over
+		order  = make([]*schedState, len(schedules))
 	)
 	for lo := 0; lo < len(schedules); lo += reloadChunk {
 		s.mu.Lock()
 		for i := lo; i < min(lo+reloadChunk, len(schedules)); i++ {
 			sc := &schedules[i]
-			st := s.states[sc.ID]
+			var st *schedState
+			switch {
+			case j < len(old) && old[j].id == sc.ID:
+				st = old[j]
+				j++
+			case j+1 < len(old) && old[j+1].id == sc.ID:
+				passed = append(passed, old[j])
+				st = old[j+1]
+				j += 2
+			}
+			if st == nil || st.removed {
+				// Not where the last set had it, or a removed state the
+				// map may have replaced since (Add): the map knows.
+				st = s.states[sc.ID]
+			}
 			if st == nil || st.removed {
 				if fresh == nil {
 					fresh = map[string]struct{}{}
@@ -69,7 +93,7 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 				continue
 			}
 			st.gen = gen
-			named++
+			order[i] = st
 			switch changeOf(st.def, sc) {
 			case changeJob:
 				swaps = append(swaps, i)
@@ -116,8 +140,9 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 		st.def = &c
 	}
 	now = s.clock.Now()
-	for _, c := range defs {
+	for k, c := range defs { // defs[k] is the schedule todo[k]: no errors
 		st, isNew, keep := s.installLocked(c, gen)
+		order[todo[k]] = st
 		if isNew {
 			added = append(added, c)
 		}
@@ -125,15 +150,18 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 			notes = append(notes, n)
 		}
 	}
-	if named < s.nlive-len(added) {
-		// Some live schedules are not in the set: find them.
-		for id, st := range s.states {
+	// Every live schedule is in old (New, Reload and Add put it there):
+	// the ones not named are among those the walk passed over or never
+	// reached.
+	for _, group := range [][]*schedState{passed, old[j:]} {
+		for _, st := range group {
 			if !st.removed && st.gen != gen {
-				notes = append(notes, nextNote{id, time.Time{}})
+				notes = append(notes, nextNote{st.id, time.Time{}})
 				s.removeLocked(st)
 			}
 		}
 	}
+	s.order = order
 	if len(notes) > 0 {
 		s.pokeLocked()
 	}
@@ -167,6 +195,7 @@ func (s *Scheduler) Add(sc Schedule) error {
 		return duplicate(0, sc.ID)
 	}
 	st, _, _ := s.installLocked(c, s.gen)
+	s.appendOrderLocked(st)
 	n, ok := s.rescheduleLocked(st, s.clock.Now(), false)
 	if ok {
 		s.pokeLocked()
@@ -200,6 +229,17 @@ func (s *Scheduler) Remove(id string) error {
 	s.mu.Unlock()
 	s.obs.NextTick(id, time.Time{})
 	return nil
+}
+
+// appendOrderLocked files st, just made live by Add, at the end of s.order.
+// Removed schedules stay in s.order until the next Reload; when they
+// outnumber the live ones (a program that only adds and removes), they
+// are dropped here.
+func (s *Scheduler) appendOrderLocked(st *schedState) {
+	if len(s.order) >= 2*s.nlive && len(s.order) >= 64 {
+		s.order = slices.DeleteFunc(s.order, func(o *schedState) bool { return o.removed })
+	}
+	s.order = append(s.order, st)
 }
 
 // newState is the state of a schedule first compiled as c.

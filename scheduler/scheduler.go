@@ -141,6 +141,10 @@ type Scheduler struct {
 	mu       sync.Mutex
 	states   map[string]*schedState // by ID; also removed ones still busy
 	nlive    int                    // states not removed
+	// order is every live state (and some removed ones), in the order of
+	// the set last given to New or Reload, then those Add added: where
+	// Reload looks for a schedule first (reload.go). cfgMu's.
+	order    []*schedState
 	heap     eventHeap
 	started  bool // Run was called
 	stopping bool // Run's context ended: no new fires
@@ -294,8 +298,10 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err
 	}
-	for _, c := range defs {
-		s.states[c.ID] = newState(c)
+	s.order = make([]*schedState, len(defs))
+	for i, c := range defs {
+		s.order[i] = newState(c)
+		s.states[c.ID] = s.order[i]
 	}
 	s.nlive = len(defs)
 	s.markLater(defs)
