@@ -38,6 +38,7 @@ func BenchmarkReloadOneChanged(b *testing.B) {
 	defer stop()
 	waitIdle(b, s)
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for i := range b.N {
 		set := all[:n+1]
 		if i%2 == 1 {
@@ -49,6 +50,8 @@ func BenchmarkReloadOneChanged(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/reload")
+	// CPU (getrusage) says more than wall time on a shared machine.
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/reload")
 }
 
 // BenchmarkAddRemove: Add then Remove of one schedule beside 100,000
@@ -65,6 +68,7 @@ func BenchmarkAddRemove(b *testing.B) {
 	waitIdle(b, s)
 	extra := all[n]
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for range b.N {
 		if err := s.Add(extra); err != nil {
 			b.Fatal(err)
@@ -75,4 +79,5 @@ func BenchmarkAddRemove(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(2*b.N), "µs/change")
+	b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(2*b.N), "cpu-µs/change")
 }
