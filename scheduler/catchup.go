@@ -288,9 +288,10 @@ func (s *Scheduler) lookback(def *compiled, now time.Time) time.Duration {
 
 // prevTick returns spec's latest tick at or before now, if one lies within
 // limit of now (zero otherwise). It probes back from now in doubling steps,
-// so a long window costs a few dozen Next calls, not one per tick.
+// from the spec's shortest period, so a long window costs a few Next
+// calls, not one per tick.
 func prevTick(spec Spec, now time.Time, limit time.Duration) time.Time {
-	for d := time.Second; ; d *= 2 {
+	for d := probeStart(spec, limit); ; d *= 2 {
 		t := spec.Next(now.Add(-d))
 		if !t.IsZero() && !t.After(now) {
 			for {

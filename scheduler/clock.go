@@ -61,10 +61,10 @@ func (o offsetClock) Now() time.Time { return o.Clock.Now().Add(o.offset) }
 func bootClockOf(c Clock) func() time.Time {
 	switch c := c.(type) {
 	case realClock:
-		return bootTime
+		return leaseClock.now
 	case offsetClock:
 		if _, ok := c.Clock.(realClock); ok {
-			return bootTime
+			return leaseClock.now
 		}
 	}
 	return nil

@@ -12,9 +12,9 @@ const (
 // the heap allocates nothing per fire.
 type event struct {
 	at    int64 // Unix nanoseconds by the scheduler's clock
-	kind  eventKind
-	index int // position in the heap; -1 when not in it
 	st    *schedState
+	index int32 // position in the heap; -1 when not in it (2^31 schedules is far away)
+	kind  eventKind
 }
 
 // eventHeap is a 4-ary min-heap of events by (at, kind). Push, pop, fix
@@ -41,14 +41,14 @@ func (h eventHeap) less(i, j int) bool {
 
 func (h eventHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].e.index = i
-	h[j].e.index = j
+	h[i].e.index = int32(i)
+	h[j].e.index = int32(j)
 }
 
 func (h *eventHeap) push(e *event) {
-	e.index = len(*h)
+	e.index = int32(len(*h))
 	*h = append(*h, heapSlot{e.at, e.kind, e})
-	h.up(e.index)
+	h.up(int(e.index))
 }
 
 // head returns the earliest event, or nil.
@@ -61,7 +61,7 @@ func (h eventHeap) head() *event {
 
 // remove takes e out of the heap; e must be in it.
 func (h *eventHeap) remove(e *event) {
-	i := e.index
+	i := int(e.index)
 	last := len(*h) - 1
 	if i != last {
 		h.swap(i, last)
@@ -74,9 +74,10 @@ func (h *eventHeap) remove(e *event) {
 	}
 }
 
-// fix restores the heap after the event at i changed its time.
-func (h eventHeap) fix(i int) {
-	h[i].at = h[i].e.at
+// fix restores the heap after e, which is in it, changed its time.
+func (h eventHeap) fix(e *event) {
+	i := int(e.index)
+	h[i].at = e.at
 	if !h.down(i) {
 		h.up(i)
 	}

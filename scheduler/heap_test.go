@@ -14,7 +14,7 @@ func TestEventHeapKeepsOrderAndIndexes(t *testing.T) {
 	var in []*event // the model: events in the heap, any order
 	check := func(step int) {
 		for i, s := range h {
-			if s.e.index != i || s.at != s.e.at || s.kind != s.e.kind {
+			if int(s.e.index) != i || s.at != s.e.at || s.kind != s.e.kind {
 				t.Fatalf("step %d: slot %d holds index %d, key (%d,%d), event key (%d,%d)",
 					step, i, s.e.index, s.at, s.kind, s.e.at, s.e.kind)
 			}
@@ -39,7 +39,7 @@ func TestEventHeapKeepsOrderAndIndexes(t *testing.T) {
 		default:
 			e := in[r.IntN(len(in))]
 			e.at = r.Int64N(100)
-			h.fix(e.index)
+			h.fix(e)
 		}
 		check(step)
 	}

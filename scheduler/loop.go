@@ -42,6 +42,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.runParents[i].ctx, s.runParents[i].cancel = context.WithCancel(s.jobCtx)
 	}
 	now := s.clock.Now()
+	if cap(s.heap) == 0 {
+		// One slot per schedule from the start: grown by append, it would
+		// carry up to a quarter of its slots unused.
+		s.heap = make(eventHeap, 0, len(s.states))
+	}
 	notes := make([]nextNote, 0, len(s.states))
 	for _, st := range s.states {
 		if !st.removed {
@@ -165,7 +170,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			s.heap.remove(e)
 		} else {
 			e.at = next.UnixNano()
-			s.heap.fix(e.index)
+			s.heap.fix(e)
 		}
 		a := action{
 			f:    fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick)},
@@ -186,7 +191,11 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 
 // dispatch reports and starts what popDueLocked decided.
 func (s *Scheduler) dispatch(acts []action) {
+	if len(acts) == 0 {
+		return
+	}
 	b := s.newBurst(acts)
+	tasks := s.tasks[:0]
 	for i := range acts {
 		a := &acts[i]
 		s.obs.NextTick(a.next.id, a.next.next)
@@ -198,8 +207,11 @@ func (s *Scheduler) dispatch(acts []action) {
 		if a.f.def.lock {
 			a.f.burst = b
 		}
-		s.work.submit(task{f: a.f})
+		tasks = append(tasks, task{f: a.f})
 	}
+	s.work.submitAll(tasks)
+	clear(tasks)
+	s.tasks = tasks
 }
 
 // burst is the deadline of the lock requests of ticks the loop handed out
@@ -252,7 +264,7 @@ func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
 		}
 	case st.fire.index >= 0:
 		st.fire.at = st.next.UnixNano()
-		s.heap.fix(st.fire.index)
+		s.heap.fix(&st.fire)
 	default:
 		st.fire.at = st.next.UnixNano()
 		s.heap.push(&st.fire)
@@ -306,6 +318,9 @@ func (s *Scheduler) shutdown() {
 		p.cancel() // cancelled with jobCtx already; this tells vet so
 	}
 	s.work.close() // every tick has finished: only parked workers are left
+	if r := s.relCtx.Swap(nil); r != nil {
+		r.cancel() // no release is in flight any more
+	}
 
 	s.mu.Lock()
 	for _, st := range s.states {
@@ -324,9 +339,7 @@ func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) })
 // release gives h back with a fresh context: the one that got here may be
 // cancelled already (shutdown), and a lock must still be released then.
 func (s *Scheduler) release(id string, h *locking.Handle, why string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.jobCtx), releaseTimeout)
-	defer cancel()
-	if err := s.opts.Locker.Release(ctx, h); err != nil {
+	if err := s.opts.Locker.Release(s.releaseCtx(), h); err != nil {
 		// The lock is not ours any more (expired, or the backend is down
 		// and will expire it): nothing to retry, but worth knowing. A lock
 		// already lost is expected after a lock_lost run.
@@ -338,8 +351,38 @@ func (s *Scheduler) release(id string, h *locking.Handle, why string) {
 			slog.Int64("fence", h.Fence()), slog.String("when", why), slog.Any("error", err))
 		return
 	}
-	s.log.Debug("lock released", slog.String("schedule", id),
-		slog.Int64("fence", h.Fence()), slog.String("when", why))
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("lock released", slog.String("schedule", id),
+			slog.Int64("fence", h.Fence()), slog.String("when", why))
+	}
+}
+
+// releaseCtx returns a context that bounds one release to at least
+// releaseTimeout: one context, and its timer, serves every release of
+// about a second (a context and a timer per release were a tenth of a
+// burst's cost). Not cancelled by the shutdown, like jobCtx's values-only
+// parent: a lock must still be released then.
+func (s *Scheduler) releaseCtx() context.Context {
+	now := time.Now() // a context deadline is on the real clock
+	if r := s.relCtx.Load(); r != nil && r.deadline.Sub(now) >= releaseTimeout {
+		return r.ctx
+	}
+	r := &sharedDeadline{deadline: now.Add(releaseTimeout + releaseReuse)}
+	r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(s.jobCtx), r.deadline)
+	// Releases still using the one replaced keep it until its deadline,
+	// when its own timer ends it.
+	s.relCtx.Store(r)
+	return r.ctx
+}
+
+// releaseReuse is how long one release context is handed out.
+const releaseReuse = time.Second
+
+// sharedDeadline is a context with a deadline that several operations use.
+type sharedDeadline struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
 }
 
 // notifyLocked wakes WaitIdle callers (tests) to re-check their condition.

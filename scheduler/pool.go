@@ -64,18 +64,38 @@ func newPool(run func(task)) *pool {
 // submit queues t.
 func (p *pool) submit(t task) {
 	p.mu.Lock()
-	if p.head > 0 && p.head >= len(p.queue)/2 {
-		// Compact before growing, so a queue that never quite empties
-		// does not keep its consumed prefix forever.
-		n := copy(p.queue, p.queue[p.head:])
-		clear(p.queue[n:])
-		p.queue, p.head = p.queue[:n], 0
-	}
+	p.compactLocked()
 	p.queue = append(p.queue, t)
 	if p.spinning == 0 {
 		p.spinLocked()
 	}
 	p.mu.Unlock()
+}
+
+// submitAll queues ts, in order, under one lock: the loop hands out the
+// ticks of a wake together, and a lock per tick had the workers that take
+// them queue behind the loop.
+func (p *pool) submitAll(ts []task) {
+	if len(ts) == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.compactLocked()
+	p.queue = append(p.queue, ts...)
+	if p.spinning == 0 {
+		p.spinLocked()
+	}
+	p.mu.Unlock()
+}
+
+// compactLocked drops the consumed prefix before the queue grows, so a
+// queue that never quite empties does not keep it forever.
+func (p *pool) compactLocked() {
+	if p.head > 0 && p.head >= len(p.queue)/2 {
+		n := copy(p.queue, p.queue[p.head:])
+		clear(p.queue[n:])
+		p.queue, p.head = p.queue[:n], 0
+	}
 }
 
 // spinLocked gets one more worker spinning: a parked one, or a new one.

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,8 +141,20 @@ type Scheduler struct {
 	backend   backendState     // outage and recovery (catchup.go)
 	hand      *handoff         // nil: no handoff (prefer.go)
 
+	// cfgMu orders Reload, Add and Remove: only they change which
+	// schedules are live and their definitions, so Reload can compare
+	// the set it was given with the live one in steps, without holding mu
+	// throughout. gen, nlive and policies are theirs.
+	cfgMu    sync.Mutex
+	gen      uint32                // Reloads so far
+	policies map[policyKey]*policy // the distinct policies compiled
 	mu       sync.Mutex
 	states   map[string]*schedState // by ID; also removed ones still busy
+	nlive    int                    // states not removed
+	// order is every live state (and some removed ones), in the order of
+	// the set last given to New or Reload, then those Add added: where
+	// Reload looks for a schedule first (reload.go). cfgMu's.
+	order    []*schedState
 	heap     eventHeap
 	started  bool // Run was called
 	stopping bool // Run's context ended: no new fires
@@ -158,6 +169,8 @@ type Scheduler struct {
 	wake chan struct{}  // tells the loop the heap's head changed
 	wg   sync.WaitGroup // tick tasks not finished
 	work *pool          // the workers that carry them (pool.go)
+	// tasks is dispatch's buffer, kept between wakes (the loop's only).
+	tasks []task
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
 	// batch sends try-lock-ticks together (batch.go); nil: one by one.
@@ -175,6 +188,8 @@ type Scheduler struct {
 		cancel context.CancelFunc
 	}
 	nextParent atomic.Uint32
+	// relCtx bounds releases (loop.go releaseCtx).
+	relCtx     atomic.Pointer[sharedDeadline]
 	cancelJobs context.CancelCauseFunc
 	// endGrace is closed by EndGrace: the shutdown cancels jobs at once.
 	endGrace     chan struct{}
@@ -183,32 +198,67 @@ type Scheduler struct {
 
 // compiled is a validated Schedule with what the scheduler derives from it
 // once. Reload swaps a state's compiled pointer; a tick in flight keeps the
-// one it fired with.
+// one it fired with. What schedules usually have in common (the hint, the
+// durations, the lock's TTL) sits in a policy they share: a fleet of
+// 100,000 schedules has a handful of distinct ones, and each compiled
+// stays a few words.
 type compiled struct {
-	Schedule
+	ID       string
+	CronExpr string // shared with every schedule of the same expression
+	Spec     Spec   // parsed, spread applied
+	Job      Job
+	*policy
+	// loc is the zone CronExpr was parsed in when the Schedule had no
+	// Spec (nil when it had one): with the same expression and zone, a
+	// Reload knows the spec is the same without parsing or looking it up.
+	loc *time.Location
+}
+
+// policy is the shared, immutable part of a compiled schedule: the
+// schedule's options with their defaults filled in, and what they resolve
+// to under the scheduler's options.
+type policy struct {
+	policyKey
 	lock bool          // the hint resolved to "take the lock"
 	ttl  time.Duration // the lease of its lock
 }
 
-// schedState is the scheduler's memory of one schedule ID.
+// policyKey is a Schedule's options, defaults filled in; it decides the
+// rest of its policy (the scheduler's options are fixed at New).
+type policyKey struct {
+	Hint               hints.Hint
+	ExpectedRuntime    time.Duration
+	Jitter             time.Duration
+	Timeout            time.Duration
+	Overlap            Overlap
+	CatchupWindow      time.Duration
+	Spread             time.Duration
+	Retries            int
+	RetryBackoff       time.Duration
+	PauseAfterFailures int
+}
+
+// schedState is the scheduler's memory of one schedule ID. Fields are
+// ordered so the small ones share a word: there is one per schedule.
 type schedState struct {
-	id      string
-	def     *compiled
-	fire    event     // the next tick in the heap (index -1 when not)
-	next    time.Time // fire.at as a time, in the spec's location
-	active  int       // ticks of it in flight on this node
-	removed bool      // gone from the set; kept while active
+	id   string
+	def  *compiled
+	fire event     // the next tick in the heap (index -1 when not)
+	next time.Time // fire.at as a time, in the spec's location
 	// decided is the latest tick of it this node has seen decided by the
 	// backend (granted, done, paused, missed): the floor it passes with
 	// try-lock-tick, so a backend that lost its marks cannot make a tick
 	// this node saw decided run again.
 	decided time.Time
-	// owed: a tick of it failed on the backend; the catch-up tries its
-	// latest tick when the backend answers again (catchup.go).
-	owed bool
 	// lastSuccess is the tick of the last successful run this node knows.
 	lastSuccess time.Time
 	last        lastOutcome
+	active      int32  // ticks of it in flight on this node
+	gen         uint32 // the last Reload that named it (reload.go)
+	removed     bool   // gone from the set; kept while active
+	// owed: a tick of it failed on the backend; the catch-up tries its
+	// latest tick when the backend answers again (catchup.go).
+	owed bool
 }
 
 type lastOutcome struct {
@@ -238,12 +288,13 @@ type ScheduleState struct {
 func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	opts, optErr := withDefaults(opts)
 	s := &Scheduler{
-		opts:   opts,
-		clock:  opts.Clock,
-		obs:    opts.Observer,
-		log:    opts.Logger,
-		states: make(map[string]*schedState, len(schedules)),
-		wake:   make(chan struct{}, 1),
+		opts:     opts,
+		clock:    opts.Clock,
+		obs:      opts.Observer,
+		log:      opts.Logger,
+		states:   make(map[string]*schedState, len(schedules)),
+		policies: map[policyKey]*policy{},
+		wake:     make(chan struct{}, 1),
 	}
 	s.backend.poke = make(chan struct{}, 1)
 	s.endGrace = make(chan struct{})
@@ -261,11 +312,12 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err
 	}
-	for _, c := range defs {
-		st := &schedState{id: c.ID, def: c}
-		st.fire = event{kind: eventFire, index: -1, st: st}
-		s.states[c.ID] = st
+	s.order = make([]*schedState, len(defs))
+	for i, c := range defs {
+		s.order[i] = newState(c)
+		s.states[c.ID] = s.order[i]
 	}
+	s.nlive = len(defs)
 	s.markLater(defs)
 	return s, nil
 }
@@ -322,157 +374,6 @@ func withDefaults(o Options) (Options, error) {
 	return o, errors.Join(errs...)
 }
 
-// compile validates a schedule set and resolves what can be resolved once.
-// Warnings (require_global on the memory backend) are logged, one line per
-// kind of warning, however many schedules it concerns.
-func (s *Scheduler) compile(schedules []Schedule) ([]*compiled, error) {
-	var errs []error
-	warned := map[string][]string{}
-	seen := make(map[string]bool, len(schedules))
-	now := s.clock.Now()
-	out := make([]*compiled, 0, len(schedules))
-	for i, sc := range schedules {
-		name := fmt.Sprintf("schedule %q", sc.ID)
-		if sc.ID == "" {
-			name = fmt.Sprintf("schedule #%d", i+1)
-		}
-		bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)) }
-		nerr := len(errs)
-		if err := locking.CheckKey(sc.ID); err != nil {
-			bad(fmt.Errorf("id is not a valid lock key: %w", err))
-		} else if seen[sc.ID] {
-			bad(errors.New("duplicate id"))
-		}
-		seen[sc.ID] = true
-		if sc.Spec == nil {
-			sp, err := ParseSpec(sc.CronExpr, sc.Location)
-			if err != nil {
-				bad(err)
-			}
-			sc.Spec = sp
-		}
-		sc.Spec = ApplySpread(sc.Spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
-		if sc.Spec != nil && sc.Spec.Next(now).IsZero() {
-			bad(fmt.Errorf("cron expression %q never fires", sc.CronExpr))
-		}
-		if sc.Job == nil {
-			bad(errors.New("no job"))
-		}
-		switch sc.Overlap {
-		case "":
-			sc.Overlap = OverlapSkip
-		case OverlapSkip, OverlapAllow:
-		default:
-			bad(fmt.Errorf("overlap %q is neither %q nor %q", sc.Overlap, OverlapSkip, OverlapAllow))
-		}
-		for _, d := range []struct {
-			name string
-			v    time.Duration
-		}{{"expected_runtime", sc.ExpectedRuntime}, {"jitter", sc.Jitter}, {"timeout", sc.Timeout}} {
-			if d.v < 0 {
-				bad(fmt.Errorf("%s is negative (%v)", d.name, d.v))
-			}
-		}
-		if sc.ExpectedRuntime == 0 {
-			sc.ExpectedRuntime = DefaultExpectedRuntime
-		}
-		if sc.Hint == "" {
-			sc.Hint = hints.Default
-		}
-		res, err := hints.Resolve(sc.Hint, s.opts.Backend)
-		if err != nil {
-			bad(err)
-		} else if res.Warning != "" {
-			warned[res.Warning] = append(warned[res.Warning], sc.ID)
-		}
-		if len(errs) > nerr {
-			continue
-		}
-		ttl := LockTTL(sc.ExpectedRuntime, sc.Jitter, s.opts.SafetyMargin, s.opts.MaxClockSkew)
-		out = append(out, &compiled{Schedule: sc, lock: res.Lock, ttl: ttl})
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	for w, ids := range warned {
-		sample := ids[:min(len(ids), 5)]
-		s.log.Warn(w, slog.Int("schedules", len(ids)), slog.String("ids", strings.Join(sample, ",")))
-	}
-	return out, nil
-}
-
-// Reload replaces the schedule set: schedules are matched by ID; new ones
-// start firing, removed ones stop, changed ones fire by their new spec from
-// now on. Nothing in flight is dropped: a running tick of a removed or
-// changed schedule finishes under the definition it fired with, and locks
-// it holds (running or lingering) are kept and released as usual. An
-// invalid set is refused whole (the error lists every problem) and the old
-// set keeps running.
-func (s *Scheduler) Reload(schedules []Schedule) error {
-	defs, err := s.compile(schedules)
-	if err != nil {
-		return err
-	}
-	var notes []nextNote
-	var added []*compiled
-	s.mu.Lock()
-	now := s.clock.Now()
-	keep := make(map[string]bool, len(defs))
-	for _, c := range defs {
-		keep[c.ID] = true
-		st := s.states[c.ID]
-		if st == nil {
-			st = &schedState{id: c.ID}
-			st.fire = event{kind: eventFire, index: -1, st: st}
-			s.states[c.ID] = st
-		}
-		same := st.def != nil && !st.removed && sameTiming(st.def, c) && st.fire.index >= 0
-		if st.def == nil || st.removed {
-			added = append(added, c)
-		}
-		st.def, st.removed = c, false
-		// An unchanged schedule keeps its next tick: rescheduled from now,
-		// a tick due but not yet popped by the loop would be lost.
-		if s.started && !s.stopping && !same {
-			notes = append(notes, s.scheduleLocked(st, now))
-		}
-	}
-	for id, st := range s.states {
-		if keep[id] || st.removed {
-			continue
-		}
-		st.removed = true
-		if st.fire.index >= 0 {
-			s.heap.remove(&st.fire)
-		}
-		st.next = time.Time{}
-		notes = append(notes, nextNote{id, time.Time{}})
-		s.forgetIfDoneLocked(st)
-	}
-	s.pokeLocked()
-	s.mu.Unlock()
-	for _, n := range notes {
-		s.obs.NextTick(n.id, n.next)
-	}
-	if len(added) > 0 {
-		s.markLater(added)
-		select {
-		case s.backend.poke <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-// sameTiming reports whether two definitions of a schedule fire at the
-// same times, so Reload can keep its next tick.
-func sameTiming(a, b *compiled) bool {
-	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread {
-		return false
-	}
-	return a.Location.String() == b.Location.String()
-}
-
 // Snapshot returns every schedule's state, sorted by ID.
 func (s *Scheduler) Snapshot() []ScheduleState {
 	s.mu.Lock()
@@ -482,7 +383,7 @@ func (s *Scheduler) Snapshot() []ScheduleState {
 			continue
 		}
 		out = append(out, ScheduleState{
-			ID: st.id, Next: st.next, Running: st.active,
+			ID: st.id, Next: st.next, Running: int(st.active),
 			LastTick: st.last.tick, LastSkip: st.last.skip, LastResult: st.last.result,
 			LastRunStart: st.last.runStart, LastRunDuration: st.last.runDur,
 		})

@@ -40,6 +40,13 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 // moment the process started as in robfig/cron: every node must compute the
 // same tick times or the cluster lock cannot tell one tick from another.
 func ParseSpec(expr string, loc *time.Location) (Spec, error) {
+	sp, _, err := parseShared(expr, loc)
+	return sp, err
+}
+
+// parseShared is ParseSpec that also returns the expression as interned
+// with the spec, so the schedules of one expression share its text too.
+func parseShared(expr string, loc *time.Location) (Spec, string, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
@@ -47,26 +54,33 @@ func ParseSpec(expr string, loc *time.Location) (Spec, error) {
 	// zone share one (a fleet often repeats a handful of expressions).
 	key := specKey{expr, loc}
 	if s, ok := specs.Load(key); ok {
-		return s.(Spec), nil
+		in := s.(*interned)
+		return in.spec, in.expr, nil
 	}
 	s, err := parseSpec(expr, loc)
 	if err != nil {
-		return nil, err
+		return nil, expr, err
 	}
 	if specCount.Add(1) <= maxInterned {
-		shared, _ := specs.LoadOrStore(key, s)
-		return shared.(Spec), nil
+		shared, _ := specs.LoadOrStore(key, &interned{s, expr})
+		in := shared.(*interned)
+		return in.spec, in.expr, nil
 	}
-	return s, nil
+	return s, expr, nil
 }
 
 // The interned specs, bounded so that a process reloading ever-new
 // expressions does not grow without end (past the bound, specs are simply
 // not shared).
 var (
-	specs     sync.Map // specKey → Spec
+	specs     sync.Map // specKey → *interned
 	specCount atomic.Int64
 )
+
+type interned struct {
+	spec Spec
+	expr string
+}
 
 const maxInterned = 1 << 16
 
@@ -201,6 +215,35 @@ type cronSpec struct {
 	zoned     *cron.SpecSchedule
 	wall      *cron.SpecSchedule
 	fixedHour bool // and loc is not UTC: the daylight-saving rules apply
+	// period caches minPeriod (+1, so 0 means not yet computed): it walks
+	// the calendar, and prevTick asks for it on every run.
+	period atomic.Int64
+}
+
+// knownPeriod is MinPeriod(spec), computed once per cron spec.
+func knownPeriod(spec Spec) time.Duration {
+	switch s := spec.(type) {
+	case everySpec:
+		return s.every
+	case offsetSpec:
+		return knownPeriod(s.spec)
+	case *cronSpec:
+		p := s.period.Load()
+		if p == 0 {
+			p = int64(s.minPeriod()) + 1
+			s.period.Store(p)
+		}
+		return time.Duration(p - 1)
+	}
+	return 0
+}
+
+// probeStart is where prevTick starts probing back from now: spec's
+// shortest period when known, bounded by limit, at least a second. From a
+// second, a daily spec took 17 doublings (a Next each) to find its
+// previous tick, and every run asks for it (Tick.PrevTime).
+func probeStart(spec Spec, limit time.Duration) time.Duration {
+	return max(time.Second, min(knownPeriod(spec), limit))
 }
 
 func (c *cronSpec) Next(t time.Time) time.Time {

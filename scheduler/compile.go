@@ -1,0 +1,245 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// ErrDuplicateID is wrapped (with ErrInvalid) by the error for a schedule
+// whose id is already taken: twice in a set given to New or Reload, or an
+// id Add finds live.
+var ErrDuplicateID = errors.New("scheduler: duplicate schedule id")
+
+// compile validates a schedule set and resolves what can be resolved once.
+// Warnings (require_global on the memory backend) are logged, one line per
+// kind of warning, however many schedules it concerns.
+func (s *Scheduler) compile(schedules []Schedule) ([]*compiled, error) {
+	var errs []error
+	warned := map[string][]string{}
+	seen := make(map[string]struct{}, len(schedules))
+	now := s.clock.Now()
+	out := make([]*compiled, 0, len(schedules))
+	for i := range schedules {
+		sc := &schedules[i]
+		c, err := s.compileOne(i, sc, now, func(w string) { warned[w] = append(warned[w], sc.ID) })
+		if _, dup := seen[sc.ID]; dup && sc.ID != "" {
+			err = append(err, duplicate(i, sc.ID))
+		}
+		seen[sc.ID] = struct{}{}
+		if len(err) > 0 {
+			errs = append(errs, err...)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s.logWarnings(warned)
+	return out, nil
+}
+
+func (s *Scheduler) logWarnings(warned map[string][]string) {
+	for w, ids := range warned {
+		sample := ids[:min(len(ids), 5)]
+		s.log.Warn(w, slog.Int("schedules", len(ids)), slog.String("ids", strings.Join(sample, ",")))
+	}
+}
+
+// invalid is the error for schedule i (its position in the set, for one
+// without an id) of id: it wraps ErrInvalid and err.
+func invalid(i int, id string, err error) error {
+	name := fmt.Sprintf("schedule %q", id)
+	if id == "" {
+		name = fmt.Sprintf("schedule #%d", i+1)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+}
+
+// duplicate is the error for schedule i whose id is taken.
+func duplicate(i int, id string) error {
+	return invalid(i, id, fmt.Errorf("duplicate id: %w", ErrDuplicateID))
+}
+
+// compileOne validates schedule sc, the i-th of its set, and compiles it;
+// it reports every problem of it. warn receives the warning its hint
+// resolved with, if any. Only the caller of a failing schedule pays for
+// the error's text.
+func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(string)) (*compiled, []error) {
+	var errs []error
+	bad := func(err error) { errs = append(errs, invalid(i, sc.ID, err)) }
+	if err := locking.CheckKey(sc.ID); err != nil {
+		bad(fmt.Errorf("id is not a valid lock key: %w", err))
+	}
+	spec, expr := sc.Spec, sc.CronExpr
+	var loc *time.Location
+	if spec == nil {
+		sp, shared, err := parseShared(sc.CronExpr, sc.Location)
+		if err != nil {
+			bad(err)
+		}
+		spec, expr, loc = sp, shared, orUTC(sc.Location)
+	}
+	spec = ApplySpread(spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
+	if spec != nil && spec.Next(now).IsZero() {
+		bad(fmt.Errorf("cron expression %q never fires", sc.CronExpr))
+	}
+	if sc.Job == nil {
+		bad(errors.New("no job"))
+	}
+	k := keyOf(sc)
+	switch k.Overlap {
+	case OverlapSkip, OverlapAllow:
+	default:
+		bad(fmt.Errorf("overlap %q is neither %q nor %q", sc.Overlap, OverlapSkip, OverlapAllow))
+	}
+	for _, d := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"expected_runtime", sc.ExpectedRuntime}, {"jitter", sc.Jitter}, {"timeout", sc.Timeout}} {
+		if d.v < 0 {
+			bad(fmt.Errorf("%s is negative (%v)", d.name, d.v))
+		}
+	}
+	res, err := hints.Resolve(k.Hint, s.opts.Backend)
+	if err != nil {
+		bad(err)
+	} else if res.Warning != "" && warn != nil {
+		warn(res.Warning)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	p := s.policies[k]
+	if p == nil {
+		p = &policy{policyKey: k, lock: res.Lock,
+			ttl: LockTTL(k.ExpectedRuntime, k.Jitter, s.opts.SafetyMargin, s.opts.MaxClockSkew)}
+		s.policies[k] = p
+	}
+	return &compiled{ID: sc.ID, CronExpr: expr, Spec: spec, Job: sc.Job, policy: p, loc: loc}, nil
+}
+
+func orUTC(loc *time.Location) *time.Location {
+	if loc == nil {
+		return time.UTC
+	}
+	return loc
+}
+
+// keyOf is sc's options with their defaults filled in.
+func keyOf(sc *Schedule) policyKey {
+	k := policyKey{
+		Hint: sc.Hint, ExpectedRuntime: sc.ExpectedRuntime, Jitter: sc.Jitter, Timeout: sc.Timeout,
+		Overlap: sc.Overlap, CatchupWindow: sc.CatchupWindow, Spread: sc.Spread, Retries: sc.Retries,
+		RetryBackoff: sc.RetryBackoff, PauseAfterFailures: sc.PauseAfterFailures,
+	}
+	if k.Overlap == "" {
+		k.Overlap = OverlapSkip
+	}
+	if k.ExpectedRuntime == 0 {
+		k.ExpectedRuntime = DefaultExpectedRuntime
+	}
+	if k.Hint == "" {
+		k.Hint = hints.Default
+	}
+	return k
+}
+
+// change is how a Schedule differs from the definition compiled for its id.
+type change uint8
+
+const (
+	changeNone change = iota // nothing: the definition stands
+	changeJob                // only the job value: the definition with the new job stands
+	changeAll                // anything else: compile it again
+)
+
+// changeOf compares sc with def, compiled for the same id, without
+// compiling sc: what Reload does for every schedule of the set, so it
+// costs a few comparisons. It may answer changeAll for a schedule that
+// compiles to the same definition (a spec it cannot compare), never the
+// reverse.
+func changeOf(def *compiled, sc *Schedule) change {
+	if def.CronExpr != sc.CronExpr || def.policyKey != keyOf(sc) || !sameSpec(def, sc) {
+		return changeAll
+	}
+	if sc.Job == nil {
+		return changeAll // compile reports it
+	}
+	if !sameJob(def.Job, sc.Job) {
+		return changeJob
+	}
+	return changeNone
+}
+
+// sameSpec reports whether sc's spec, spread applied, is def's.
+func sameSpec(def *compiled, sc *Schedule) bool {
+	raw := sc.Spec
+	if raw == nil {
+		// The same expression (compared by the caller) in the same zone
+		// parses to the same spec, and the same spread (in the policy)
+		// moves it by the same offset.
+		return def.loc != nil && def.loc == orUTC(sc.Location)
+	}
+	if equal(def.Spec, raw) {
+		// The spread left raw as it was then (sameSpec is called with
+		// equal policies, so with the same spread), and leaves it now.
+		return true
+	}
+	o, ok := def.Spec.(offsetSpec)
+	return ok && sc.Spread > 0 && SpecOffset(raw) == 0 && equal(o.spec, raw) &&
+		o.off == SpreadOffset(sc.ID, sc.Spread)
+}
+
+// sameTiming reports whether two definitions of a schedule fire at the
+// same times, so Reload can keep its next tick.
+func sameTiming(a, b *compiled) bool {
+	if equal(a.Spec, b.Spec) {
+		return true
+	}
+	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread {
+		return false
+	}
+	la, lb := SpecLocation(a.Spec), SpecLocation(b.Spec)
+	return la != nil && lb != nil && la.String() == lb.String()
+}
+
+// sameJob reports whether a and b are the same job. A JobFunc is not
+// comparable in Go; two holding the same function value (the same closure,
+// or the same top-level function) are the same job, compared by the
+// pointer a func value is. Two closures made apart count as different,
+// which costs Reload a copy of the definition, never a wrong one.
+func sameJob(a, b Job) bool {
+	if fa, ok := a.(JobFunc); ok {
+		fb, ok := b.(JobFunc)
+		return ok && *(*unsafe.Pointer)(unsafe.Pointer(&fa)) == *(*unsafe.Pointer)(unsafe.Pointer(&fb))
+	}
+	return equal(a, b)
+}
+
+// equal is a == b for values of any dynamic type: false, instead of a
+// panic, when the type is not comparable (a Job or Spec holding a slice or
+// a map, directly or in a field).
+func equal(a, b any) (eq bool) {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ta := reflect.TypeOf(a)
+	if ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			eq = false // an interface field holding an incomparable value
+		}
+	}()
+	return a == b
+}
