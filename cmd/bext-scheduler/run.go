@@ -175,7 +175,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if l := cfg.HTTP.Listen; l != "" && l != "off" {
 		srv = server.New(l, reg, m.Ready, logger, server.WithAPI(server.APIConfig{
 			Ops: opsSvc, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,
-		}))
+		}), server.WithMetrics(m.Handler(slog.NewLogLogger(logger.Handler(), slog.LevelError))))
 		if err := srv.Start(); err != nil {
 			closeLocker(closer, logger)
 			return withCode(exitFailure, err)
