@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,35 +138,64 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
 	out := make(map[string]string, len(schedules))
 	ticks := tickSamples{anchor: anchor, seen: map[scheduler.Spec][]int64{}}
+	h := sha256.New()
+	var sum [sha256.Size]byte
+	var f fields
 	for _, s := range schedules {
-		h := sha256.New()
-		field := func(name string, v any) { fmt.Fprintf(h, "%s=%v\x00", name, v) }
-		field("id", s.ID)
-		field("cron", s.CronExpr)
-		field("zone", zoneName(s))
-		field("hint", hintName(s.Hint))
+		h.Reset()
+		f.b = f.b[:0]
+		f.add("id", s.ID)
+		f.add("cron", s.CronExpr)
+		f.add("zone", zoneName(s))
+		f.add("hint", hintName(s.Hint))
 		overlap := s.Overlap
 		if overlap == "" {
 			overlap = scheduler.OverlapSkip
 		}
-		field("overlap", overlap)
-		field("expected_runtime", s.ExpectedRuntime)
-		field("jitter", s.Jitter)
-		field("timeout", s.Timeout)
-		field("catchup", s.CatchupWindow)
-		field("spread", s.Spread)
-		field("retries", s.Retries)
-		field("retry_backoff", s.RetryBackoff)
-		field("pause_after_failures", s.PauseAfterFailures)
+		f.add("overlap", string(overlap))
+		f.add("expected_runtime", s.ExpectedRuntime)
+		f.add("jitter", s.Jitter)
+		f.add("timeout", s.Timeout)
+		f.add("catchup", s.CatchupWindow)
+		f.add("spread", s.Spread)
+		f.add("retries", int64(s.Retries))
+		f.add("retry_backoff", s.RetryBackoff)
+		f.add("pause_after_failures", int64(s.PauseAfterFailures))
+		_, _ = h.Write(f.b) // a hash.Hash never fails
 		hashJob(h, s.Job)
+		f.b = f.b[:0]
 		if spec := effectiveSpec(s); spec != nil {
 			for _, t := range ticks.of(spec) {
-				field("tick", t)
+				f.add("tick", t)
 			}
 		}
-		out[s.ID] = hex.EncodeToString(h.Sum(nil))[:hashLen]
+		_, _ = h.Write(f.b)
+		out[s.ID] = hex.EncodeToString(h.Sum(sum[:0]))[:hashLen]
 	}
 	return out
+}
+
+// fields encodes a schedule's fields for its hash as `name=value\x00`,
+// with value printed as fmt's %v prints it: the hash is compared across
+// nodes, including nodes of other versions during a rolling deploy, so
+// its bytes never change. (fmt.Fprintf per field was most of the CPU of
+// starting 100,000 schedules.)
+type fields struct{ b []byte }
+
+func (f *fields) add(name string, v any) {
+	f.b = append(f.b, name...)
+	f.b = append(f.b, '=')
+	switch v := v.(type) {
+	case string:
+		f.b = append(f.b, v...)
+	case int64:
+		f.b = strconv.AppendInt(f.b, v, 10)
+	case time.Duration:
+		f.b = append(f.b, v.String()...)
+	default:
+		f.b = fmt.Appendf(f.b, "%v", v)
+	}
+	f.b = append(f.b, 0)
 }
 
 func hashJob(h hash.Hash, j scheduler.Job) {
