@@ -54,7 +54,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	notes = nil
 
-	rec := s.startRecovery()
+	rec := s.startRecovery(ctx)
 	s.loop(ctx)
 	rec.wait()
 	s.shutdown()
