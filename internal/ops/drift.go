@@ -137,7 +137,7 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	y := now.UTC().Year()
 	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
 	out := make(map[string]string, len(schedules))
-	ticks := tickSamples{anchor: anchor, seen: map[scheduler.Spec][]int64{}}
+	ticks := tickSamples{anchor: anchor, seen: map[scheduler.Spec][]byte{}}
 	h := sha256.New()
 	var sum [sha256.Size]byte
 	var f fields
@@ -163,13 +163,9 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		f.add("pause_after_failures", int64(s.PauseAfterFailures))
 		_, _ = h.Write(f.b) // a hash.Hash never fails
 		hashJob(h, s.Job)
-		f.b = f.b[:0]
 		if spec := effectiveSpec(s); spec != nil {
-			for _, t := range ticks.of(spec) {
-				f.add("tick", t)
-			}
+			_, _ = h.Write(ticks.of(spec))
 		}
-		_, _ = h.Write(f.b)
 		out[s.ID] = hex.EncodeToString(h.Sum(sum[:0]))[:hashLen]
 	}
 	return out
@@ -238,32 +234,33 @@ func ConfigHash(hashes map[string]string) string {
 // expression in a zone with daylight saving): 100,000 schedules took 27 s.
 type tickSamples struct {
 	anchor time.Time
-	seen   map[scheduler.Spec][]int64 // comparable specs only
+	seen   map[scheduler.Spec][]byte // comparable specs only
 }
 
-func (ts tickSamples) of(spec scheduler.Spec) []int64 {
+// of returns spec's sample ticks as the hash's fields ("tick=<Unix ns>").
+func (ts tickSamples) of(spec scheduler.Spec) []byte {
 	cached, ok := ts.lookup(spec)
 	if ok {
 		return cached
 	}
-	out := make([]int64, 0, hashSamples*hashTicks)
+	var f fields
 	for m := range hashSamples {
 		t := ts.anchor.AddDate(0, m, 0)
 		for range hashTicks {
 			if t = spec.Next(t); t.IsZero() {
 				break
 			}
-			out = append(out, t.UnixNano())
+			f.add("tick", t.UnixNano())
 		}
 	}
-	ts.store(spec, out)
-	return out
+	ts.store(spec, f.b)
+	return f.b
 }
 
 // lookup and store skip specs that cannot be map keys: a comparable type
 // may still hold an incomparable value (a spread offset around an
 // embedder's Spec), which panics only when hashed.
-func (ts tickSamples) lookup(spec scheduler.Spec) (out []int64, ok bool) {
+func (ts tickSamples) lookup(spec scheduler.Spec) (out []byte, ok bool) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return nil, false
 	}
@@ -276,7 +273,7 @@ func (ts tickSamples) lookup(spec scheduler.Spec) (out []int64, ok bool) {
 	return out, ok
 }
 
-func (ts tickSamples) store(spec scheduler.Spec, out []int64) {
+func (ts tickSamples) store(spec scheduler.Spec, out []byte) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return
 	}
