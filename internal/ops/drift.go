@@ -171,6 +171,29 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	return out
 }
 
+// quoted encodes fields as fmt's "%s=%q\x00" does, for strings and
+// string slices.
+type quoted struct{ b []byte }
+
+func (q *quoted) str(name, v string) {
+	q.b = append(q.b, name...)
+	q.b = append(q.b, '=')
+	q.b = strconv.AppendQuote(q.b, v)
+	q.b = append(q.b, 0)
+}
+
+func (q *quoted) strs(name string, vs []string) {
+	q.b = append(q.b, name...)
+	q.b = append(q.b, "=["...)
+	for i, v := range vs {
+		if i > 0 {
+			q.b = append(q.b, ' ')
+		}
+		q.b = strconv.AppendQuote(q.b, v)
+	}
+	q.b = append(q.b, ']', 0)
+}
+
 // fields encodes a schedule's fields for its hash as `name=value\x00`,
 // with value printed as fmt's %v prints it: the hash is compared across
 // nodes, including nodes of other versions during a rolling deploy, so
@@ -198,12 +221,16 @@ func hashJob(h hash.Hash, j scheduler.Job) {
 	field := func(name string, v any) { fmt.Fprintf(h, "%s=%q\x00", name, v) }
 	switch j := j.(type) {
 	case *jobs.Command:
-		field("job", "command")
-		field("argv", j.Argv)
-		field("dir", j.Dir)
-		field("env", slices.Sorted(maps.Keys(j.Env)))
-		field("env_clean", j.BaseEnv.Clean)
-		field("env_allow", j.BaseEnv.Allow)
+		// The common job, printed without fmt (as %q prints it).
+		var f quoted
+		f.str("job", "command")
+		f.strs("argv", j.Argv)
+		f.str("dir", j.Dir)
+		f.strs("env", slices.Sorted(maps.Keys(j.Env)))
+		// %q of a bool, as the first version hashed it: fmt's bad-verb form.
+		f.b = append(f.b, "env_clean=%!q(bool="+strconv.FormatBool(j.BaseEnv.Clean)+")\x00"...)
+		f.strs("env_allow", j.BaseEnv.Allow)
+		_, _ = h.Write(f.b)
 	case *jobs.HTTP:
 		field("job", "http")
 		field("method", j.Method)

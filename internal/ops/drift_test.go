@@ -120,6 +120,9 @@ func TestScheduleHashesStable(t *testing.T) {
 			Overlap: scheduler.OverlapAllow, ExpectedRuntime: 2 * time.Minute, Jitter: 1500 * time.Millisecond, Timeout: time.Hour,
 			CatchupWindow: catchup, Spread: time.Second, Retries: 3, RetryBackoff: 10 * time.Second, PauseAfterFailures: 5,
 			Job: &jobs.HTTP{URL: "https://user:pw@example.com/secret/path", Method: "POST", Timeout: 30 * time.Second}}, "542418832c29301d"},
+		{scheduler.Schedule{ID: "clean", CronExpr: "@every 90s", Spec: mustSpec(t, "@every 90s", time.UTC),
+			Job: &jobs.Command{Argv: []string{"sh", "-c", "echo \"hi\"\n"}, Dir: "/srv/x y", Env: map[string]string{"B": "1", "A": "2"},
+				BaseEnv: jobs.EnvPolicy{Clean: true, Allow: []string{"PATH", "HOME"}}}}, "ba3580ba9b93c11b"},
 	} {
 		if got := hashOf(t, c.s, now); got != c.want {
 			t.Errorf("%s: hash %s, want %s", c.s.ID, got, c.want)
