@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,14 +52,16 @@ Flags win over the file.`,
 					return usageErrorf("--listen %q: %v (or \"off\" to disable)", listen, err)
 				}
 			}
+			restoreGC := startupGC()
 			p := configPath(path)
 			cfg, err := loadConfig(c.ErrOrStderr(), p)
 			if err != nil {
+				restoreGC()
 				return err
 			}
 			o := overrides{nodeID: nodeID, listen: listen}
 			o.apply(cfg)
-			return serve(c.Context(), p, cfg, o, c.ErrOrStderr())
+			return serve(c.Context(), p, cfg, o, c.ErrOrStderr(), restoreGC)
 		},
 	}
 	addConfigFlag(c, &path)
@@ -99,8 +102,25 @@ func newLogger(w io.Writer, lc config.Log) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serve runs the node until SIGINT/SIGTERM (or ctx ends).
-func serve(parent context.Context, path string, cfg *config.Config, o overrides, stderr io.Writer) error {
+// startupGC makes the garbage collector run at a quarter of its default
+// pace while the node loads its config and builds its schedules, and
+// returns what restores it. Loading 100,000 schedules makes several times
+// the node's live heap in garbage, and collecting it at the default pace
+// was a fifth of the start's CPU (2.9 s against 2.3 s, for a peak RSS
+// about 75 MiB higher; serve frees it all before the node is ready). An
+// operator's GOGC or GOMEMLIMIT is left alone.
+func startupGC() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(400)
+	return sync.OnceFunc(func() { debug.SetGCPercent(prev) })
+}
+
+// serve runs the node until SIGINT/SIGTERM (or ctx ends). restoreGC ends
+// startupGC's pace once the node is built.
+func serve(parent context.Context, path string, cfg *config.Config, o overrides, stderr io.Writer, restoreGC func()) error {
+	defer restoreGC() // on the early returns
 	if parent == nil {
 		parent = context.Background()
 	}
@@ -179,6 +199,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	// node keeps).
 	nScheduled := len(cfg.Scheduled)
 	cfg.ReleaseSchedules()
+	restoreGC()
 	debug.FreeOSMemory()
 
 	var srv *server.Server
