@@ -195,9 +195,9 @@ func newScheduleSet(perScheduleHist bool) *scheduleSet {
 }
 
 // families are the counter and gauge families, in exposition order.
-func (s *scheduleSet) families() []family {
-	return []family{famTicks, famSkipped, famRuns, famOverruns, famAnomalies, famTriggers, famRetries, famNextTick, famLastSuccess}
-}
+func (s *scheduleSet) families() []family { return counterFamilies }
+
+var counterFamilies = []family{famTicks, famSkipped, famRuns, famOverruns, famAnomalies, famTriggers, famRetries, famNextTick, famLastSuccess}
 
 // get returns id's series, creating it (every counter at zero) when new.
 func (s *scheduleSet) get(id string) *series {
