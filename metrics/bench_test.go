@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,4 +51,25 @@ func BenchmarkObserverTick(b *testing.B) {
 		m.RunFinished("nightly", tick, scheduler.ResultSuccess, 2*time.Second, false)
 		m.NextTick("nightly", tick.Add(24*time.Hour))
 	}
+}
+
+// BenchmarkWriteText is one scrape's per-schedule series at 100,000
+// schedules, histograms per node (what a node that big runs by default).
+func BenchmarkWriteText(b *testing.B) {
+	m := New(prometheus.NewRegistry(), build, WithPerScheduleHistograms(false))
+	next := time.Unix(1_800_000_000, 0)
+	for i := range 100_000 {
+		id := fmt.Sprintf("s%06d", i)
+		m.AddSchedule(id)
+		m.NextTick(id, next)
+	}
+	var n int64
+	b.ReportAllocs()
+	for b.Loop() {
+		n = 0
+		if err := m.sched.writeText(func(p []byte) error { n += int64(len(p)); return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "bytes/scrape")
 }

@@ -37,7 +37,7 @@ func TestPerScheduleHistogramsOff(t *testing.T) {
 	if n, sum := histogram(t, reg, "bext_scheduler_tick_lateness_seconds", nil); n != 2 || sum < 0.059 || sum > 0.061 {
 		t.Errorf("lateness: %d samples summing to %v, want 2 summing to 0.06", n, sum)
 	}
-	if got := testutil.ToFloat64(m.runs.WithLabelValues("a", string(scheduler.ResultFailure))); got != 1 {
+	if got := value(t, reg, "bext_scheduler_runs_total", map[string]string{"schedule": "a", "result": string(scheduler.ResultFailure)}); got != 1 {
 		t.Errorf("runs_total{a,failure} = %v, want 1", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -43,32 +44,27 @@ var (
 // Metrics holds every bext-scheduler metric. It implements
 // scheduler.Observer and is safe for concurrent use.
 type Metrics struct {
-	ticks       *prometheus.CounterVec
-	skipped     *prometheus.CounterVec
-	runs        *prometheus.CounterVec
-	runDuration *prometheus.HistogramVec
-	lateness    *prometheus.HistogramVec
-	nextTick    *prometheus.GaugeVec
-	overruns    *prometheus.CounterVec
+	// sched holds the per-schedule series (schedules.go).
+	sched *scheduleSet
+	// The two histograms when they are per node (per-schedule histograms
+	// off): one series each, without the schedule label. nil otherwise.
+	runDuration prometheus.Histogram
+	lateness    prometheus.Histogram
+
 	clockOffset prometheus.Gauge
-	triggers    *prometheus.CounterVec
-	retries     *prometheus.CounterVec
 	drift       prometheus.Gauge
-	anomalies   *prometheus.CounterVec
-	lastSuccess *prometheus.GaugeVec
 
 	lockOps      *prometheus.CounterVec
 	lockDuration *prometheus.HistogramVec
 	heldLocks    *prometheus.GaugeVec
 
+	// fixed has every collector New registered on the caller's registry
+	// except sched: Handler gathers it, then writes sched's series itself.
+	fixed *prometheus.Registry
+
 	ready *Readiness
 
-	// perScheduleHistograms: the two histograms have a series per
-	// schedule, else one per node (schedule label "", i.e. absent).
-	perScheduleHistograms bool
-
 	mu         sync.Mutex
-	seen       map[string]bool          // schedules whose series are initialised
 	minRuntime map[string]time.Duration // schedule → min_runtime (absent: none)
 }
 
@@ -88,15 +84,15 @@ var anomalyKinds = []string{AnomalyTooFast, AnomalyOverrun}
 // RunRecorded counts a manual run, the retries of a run and its duration
 // anomalies, and sets the last-success gauge when it succeeded.
 func (m *Metrics) RunRecorded(r scheduler.RunRecord) {
-	m.AddSchedule(r.Schedule)
+	se := m.sched.get(r.Schedule)
 	if r.Manual {
-		m.triggers.WithLabelValues(r.Schedule).Inc()
+		se.triggers.Add(1)
 	}
 	if r.Attempts > 1 {
-		m.retries.WithLabelValues(r.Schedule).Add(float64(r.Attempts - 1))
+		se.retries.Add(uint32(r.Attempts - 1))
 	}
 	if r.Overrun {
-		m.anomalies.WithLabelValues(r.Schedule, AnomalyOverrun).Inc()
+		se.anomalies[anomalyOverrunIdx].Add(1)
 	}
 	if r.Result != scheduler.ResultSuccess {
 		return
@@ -105,11 +101,11 @@ func (m *Metrics) RunRecorded(r scheduler.RunRecord) {
 	floor := m.minRuntime[r.Schedule]
 	m.mu.Unlock()
 	if floor > 0 && r.Duration < floor {
-		m.anomalies.WithLabelValues(r.Schedule, AnomalyTooFast).Inc()
+		se.anomalies[anomalyTooFastIdx].Add(1)
 	}
 	// The time the run finished, on the clock that timed it.
 	end := r.Start.Add(r.Duration)
-	m.lastSuccess.WithLabelValues(r.Schedule).Set(float64(end.UnixNano()) / 1e9)
+	se.lastSuccess.Store(math.Float64bits(float64(end.UnixNano()) / 1e9))
 }
 
 // SetMinRuntime sets schedule id's min_runtime: a successful run faster
@@ -174,93 +170,56 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m := &Metrics{
-		ticks: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_ticks_total",
-			Help: "Ticks fired by this node, per schedule.",
-		}, []string{"schedule"})),
-		skipped: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_ticks_skipped_total",
-			Help: "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed).",
-		}, []string{"schedule", "reason"})),
-		runs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_runs_total",
-			Help: "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).",
-		}, []string{"schedule", "result"})),
-		runDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "bext_scheduler_run_duration_seconds",
-			Help:    "How long job runs took, per schedule.",
-			Buckets: runDurationBuckets,
-		}, []string{"schedule"})),
-		lateness: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "bext_scheduler_tick_lateness_seconds",
-			Help:    "How long after its scheduled time a tick was handled, per schedule.",
-			Buckets: latenessBuckets,
-		}, []string{"schedule"})),
-		nextTick: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "bext_scheduler_next_tick_timestamp_seconds",
-			Help: "Unix time of the schedule's next tick.",
-		}, []string{"schedule"})),
-		overruns: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_overruns_total",
-			Help: "Job runs that took longer than the schedule's expected_runtime.",
-		}, []string{"schedule"})),
-		lockOps: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_locking_operations_total",
-			Help: "Lock operations, per backend, op (try_lock, renew, release) and result (acquired, contended, ok, lost, error; try-lock-tick also done, paused, missed).",
-		}, []string{"backend", "op", "result"})),
-		lockDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "bext_locking_operation_duration_seconds",
-			Help:    "How long lock operations took, per backend and op.",
-			Buckets: lockOpBuckets,
-		}, []string{"backend", "op"})),
-		heldLocks: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "bext_locking_held_locks",
-			Help: "Locks this process holds now, per backend.",
-		}, []string{"backend"})),
-		clockOffset: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "bext_scheduler_clock_offset_seconds",
-			Help: "This node's clock minus the lock backend's, measured on the last try-lock-tick.",
-		})),
-		triggers: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_triggers_total",
-			Help: "Manual runs (trigger, backfill) this node ran, per schedule.",
-		}, []string{"schedule"})),
-		retries: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_retries_total",
-			Help: "Failed attempts retried within their tick, per schedule.",
-		}, []string{"schedule"})),
-		drift: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "bext_cluster_config_drift",
-			Help: "1 when the live nodes run different schedule definitions, else 0.",
-		})),
-		anomalies: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bext_scheduler_run_anomalies_total",
-			Help: "Runs on this node whose duration is suspicious, per schedule and kind (too_fast: a success under min_runtime; overrun: over expected_runtime).",
-		}, []string{"schedule", "kind"})),
-		lastSuccess: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "bext_scheduler_last_success_timestamp_seconds",
-			Help: "Unix time this node last finished a successful run of the schedule; absent until it has. Alert on time() - max by (schedule) over the nodes.",
-		}, []string{"schedule"})),
-		ready:                 newReadiness(o.now, o.readyWindow),
-		seen:                  map[string]bool{},
-		minRuntime:            map[string]time.Duration{},
-		perScheduleHistograms: o.perScheduleHistograms,
+	m := &Metrics{fixed: prometheus.NewRegistry(), minRuntime: map[string]time.Duration{}}
+	m.sched = register(reg, newScheduleSet(o.perScheduleHistograms))
+	if !o.perScheduleHistograms { // one series per node, there from the start
+		m.runDuration = registerFixed(m, reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: famRunDuration.name, Help: famRunDuration.help, Buckets: runDurationBuckets,
+		}))
+		m.lateness = registerFixed(m, reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: famLateness.name, Help: famLateness.help, Buckets: latenessBuckets,
+		}))
 	}
-	if !m.perScheduleHistograms { // the node's series exist from the start
-		m.runDuration.WithLabelValues("")
-		m.lateness.WithLabelValues("")
-	}
+	m.lockOps = registerFixed(m, reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bext_locking_operations_total",
+		Help: "Lock operations, per backend, op (try_lock, renew, release) and result (acquired, contended, ok, lost, error; try-lock-tick also done, paused, missed).",
+	}, []string{"backend", "op", "result"}))
+	m.lockDuration = registerFixed(m, reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "bext_locking_operation_duration_seconds",
+		Help:    "How long lock operations took, per backend and op.",
+		Buckets: lockOpBuckets,
+	}, []string{"backend", "op"}))
+	m.heldLocks = registerFixed(m, reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "bext_locking_held_locks",
+		Help: "Locks this process holds now, per backend.",
+	}, []string{"backend"}))
+	m.clockOffset = registerFixed(m, reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bext_scheduler_clock_offset_seconds",
+		Help: "This node's clock minus the lock backend's, measured on the last try-lock-tick.",
+	}))
+	m.drift = registerFixed(m, reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bext_cluster_config_drift",
+		Help: "1 when the live nodes run different schedule definitions, else 0.",
+	}))
+	m.ready = newReadiness(o.now, o.readyWindow)
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "bext_scheduler_build_info",
 		Help:        "Always 1; the labels say which build runs.",
 		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": build.GoVersion},
 	})
 	buildInfo.Set(1)
-	register(reg, buildInfo)
-	register(reg, collectors.NewGoCollector())
-	register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerFixed(m, reg, prometheus.Collector(buildInfo))
+	registerFixed(m, reg, collectors.NewGoCollector())
+	registerFixed(m, reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// registerFixed registers c on reg (or takes the equal collector reg
+// already has) and on m.fixed, the registry Handler gathers.
+func registerFixed[C prometheus.Collector](m *Metrics, reg prometheus.Registerer, c C) C {
+	c = register(reg, c)
+	register(prometheus.Registerer(m.fixed), c)
+	return c
 }
 
 // register registers c, or returns the equal collector reg already has.
@@ -281,64 +240,52 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 // AddSchedule creates a schedule's series at zero, so dashboards and alerts
 // see 0 for "never skipped" instead of a missing series. Observer methods
 // call it for schedules they see first; calling it again is cheap.
-func (m *Metrics) AddSchedule(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.seen[id] {
-		return
-	}
-	m.seen[id] = true
-	m.ticks.WithLabelValues(id)
-	for _, r := range skipReasons {
-		m.skipped.WithLabelValues(id, string(r))
-	}
-	for _, r := range runResults {
-		m.runs.WithLabelValues(id, string(r))
-	}
-	m.overruns.WithLabelValues(id)
-	for _, k := range anomalyKinds {
-		m.anomalies.WithLabelValues(id, k)
-	}
-	// Not the last-success gauge: absent until a success, so an alert on
-	// its age cannot fire on a fresh deploy (0 would read as 1970).
-	m.triggers.WithLabelValues(id)
-	m.retries.WithLabelValues(id)
-	if m.perScheduleHistograms {
-		m.runDuration.WithLabelValues(id)
-		m.lateness.WithLabelValues(id)
-	}
-}
-
-// histLabel is the schedule label of id's histogram series.
-func (m *Metrics) histLabel(id string) string {
-	if m.perScheduleHistograms {
-		return id
-	}
-	return ""
-}
+// Not the last-success gauge: absent until a success, so an alert on its
+// age cannot fire on a fresh deploy (0 would read as 1970).
+func (m *Metrics) AddSchedule(id string) { m.sched.get(id) }
 
 // TickFired counts the tick and records its lateness.
 func (m *Metrics) TickFired(id string, _ time.Time, lateness time.Duration) {
-	m.AddSchedule(id)
-	m.ticks.WithLabelValues(id).Inc()
-	m.lateness.WithLabelValues(m.histLabel(id)).Observe(max(lateness, 0).Seconds())
+	se := m.sched.get(id)
+	se.ticks.Add(1)
+	v := max(lateness, 0).Seconds()
+	if m.lateness != nil {
+		m.lateness.Observe(v)
+		return
+	}
+	h := m.sched.hists(se)
+	h.mu.Lock()
+	h.lateness.observe(latenessBuckets, v)
+	h.mu.Unlock()
 }
 
 // TickSkipped counts the skip under its reason.
 func (m *Metrics) TickSkipped(id string, _ time.Time, reason scheduler.SkipReason) {
-	m.AddSchedule(id)
-	m.skipped.WithLabelValues(id, string(reason)).Inc()
+	se := m.sched.get(id)
+	if i := skipIndex(reason); i >= 0 {
+		se.skipped[i].Add(1)
+	}
 }
 
 // RunFinished counts the run under its result, records its duration, and
 // counts an overrun.
 func (m *Metrics) RunFinished(id string, _ time.Time, result scheduler.RunResult, d time.Duration, overrun bool) {
-	m.AddSchedule(id)
-	m.runs.WithLabelValues(id, string(result)).Inc()
-	m.runDuration.WithLabelValues(m.histLabel(id)).Observe(max(d, 0).Seconds())
-	if overrun {
-		m.overruns.WithLabelValues(id).Inc()
+	se := m.sched.get(id)
+	if i := resultIndex(result); i >= 0 {
+		se.runs[i].Add(1)
 	}
+	if overrun {
+		se.overruns.Add(1)
+	}
+	v := max(d, 0).Seconds()
+	if m.runDuration != nil {
+		m.runDuration.Observe(v)
+		return
+	}
+	h := m.sched.hists(se)
+	h.mu.Lock()
+	h.duration.observe(runDurationBuckets, v)
+	h.mu.Unlock()
 }
 
 // NextTick sets the schedule's next-tick gauge; the zero time (schedule
@@ -346,10 +293,12 @@ func (m *Metrics) RunFinished(id string, _ time.Time, result scheduler.RunResult
 // a next tick forever. Its counters stay: they are history.
 func (m *Metrics) NextTick(id string, next time.Time) {
 	if next.IsZero() {
-		m.nextTick.DeleteLabelValues(id)
+		if se := m.sched.lookup(id); se != nil {
+			se.next.Store(0)
+		}
 		return
 	}
-	m.nextTick.WithLabelValues(id).Set(float64(next.UnixNano()) / 1e9)
+	m.sched.get(id).next.Store(math.Float64bits(float64(next.UnixNano()) / 1e9))
 }
 
 // Readiness is the readiness check that InstrumentLocker feeds.

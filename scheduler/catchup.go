@@ -151,7 +151,7 @@ func (r recovery) wait() {
 // starts (bounded by startTimeout), then starts the goroutine that probes
 // a failed backend every probeEvery until it answers, catches up what the
 // outage made skip, and creates the marks of schedules Reload added.
-func (s *Scheduler) startRecovery() recovery {
+func (s *Scheduler) startRecovery(runCtx context.Context) recovery {
 	if s.opts.Locker == nil {
 		return recovery{}
 	}
@@ -159,7 +159,10 @@ func (s *Scheduler) startRecovery() recovery {
 	ok := s.initMarks(ctx, false)
 	cancel()
 	if ok {
-		s.catchUp(s.clock.Now(), func(*schedState) bool { return true })
+		// Stops early when Run's ctx ends (a SIGTERM while it runs): finding
+		// the latest tick of 100,000 schedules takes seconds of CPU, and
+		// a stopping node tries none of them anyway.
+		s.catchUp(s.clock.Now(), func(*schedState) bool { return runCtx.Err() == nil })
 	} else {
 		s.mu.Lock()
 		for _, st := range s.states {

@@ -60,7 +60,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	notes = nil
 
 	stopWatch := s.startWatch()
-	rec := s.startRecovery()
+	rec := s.startRecovery(ctx)
 	s.loop(ctx)
 	rec.wait()
 	s.shutdown()

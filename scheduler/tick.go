@@ -77,11 +77,22 @@ func (s *Scheduler) handleTick(f fired) {
 		return
 	}
 
+	// A catch-up try still queued when shutdown begins is not sent: no
+	// mark is raised for it, so another node, or this one once restarted,
+	// still catches the tick up. At 100,000 schedules the queue of tries
+	// (one backend round trip each) kept a stopping node running.
+	if f.catchup && s.stoppingNow() {
+		f.burst.done()
+		s.finish(f, runOutcome{abandoned: true})
+		return
+	}
+
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
 	if s.handedOff(f) {
 		return
 	}
+
 	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
 	// done, paused, missed, contended or granted, on its own clock.
 	l, why := s.acquire(f)
@@ -281,6 +292,16 @@ func (s *Scheduler) waitJitter(f fired, l *lease) bool {
 				return false
 			}
 		}
+	}
+}
+
+// stoppingNow reports whether shutdown has begun.
+func (s *Scheduler) stoppingNow() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -34,9 +34,10 @@ var ErrStarted = errors.New("server: already started")
 
 // Server serves /metrics, /healthz and /readyz.
 type Server struct {
-	addr   string
-	logger *slog.Logger
-	srv    *http.Server
+	addr    string
+	logger  *slog.Logger
+	srv     *http.Server
+	metrics http.Handler // /metrics: reg through promhttp, or WithMetrics's
 
 	mu   sync.Mutex
 	ln   net.Listener
@@ -61,10 +62,15 @@ func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) e
 	}
 	errLog := slog.NewLogLogger(logger.Handler(), slog.LevelError)
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      errLog,
-		ErrorHandling: promhttp.ContinueOnError, // a broken collector must not hide the others
-	}))
+	s := &Server{
+		addr:   addr,
+		logger: logger,
+		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+			ErrorLog:      errLog,
+			ErrorHandling: promhttp.ContinueOnError, // a broken collector must not hide the others
+		}),
+	}
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) { s.metrics.ServeHTTP(w, r) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})
@@ -77,17 +83,13 @@ func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) e
 		}
 		writeText(w, http.StatusOK, "ready")
 	})
-	s := &Server{
-		addr:   addr,
-		logger: logger,
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: readHeaderTimeout,
-			ReadTimeout:       readTimeout,
-			WriteTimeout:      writeTimeout,
-			IdleTimeout:       idleTimeout,
-			ErrorLog:          errLog,
-		},
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          errLog,
 	}
 	for _, o := range opts {
 		o(s, mux)
@@ -146,6 +148,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	<-done
 	return err
+}
+
+// WithMetrics serves /metrics with h instead of New's registry through
+// promhttp (metrics.Metrics.Handler: the per-schedule series of a big
+// fleet written without a message per series).
+func WithMetrics(h http.Handler) Option {
+	return func(s *Server, _ *http.ServeMux) { s.metrics = h }
 }
 
 func writeText(w http.ResponseWriter, status int, body string) {

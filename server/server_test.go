@@ -103,6 +103,17 @@ func TestEndpoints(t *testing.T) {
 	}
 }
 
+// WithMetrics's handler answers /metrics instead of the registry's.
+func TestWithMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "bext_test_registry_total", Help: "Unused."}))
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "bext_test_own 1\n") })
+	base := start(t, New("127.0.0.1:0", reg, nil, nil, WithMetrics(h)))
+	if code, body := get(t, "GET", base+"/metrics"); code != 200 || body != "bext_test_own 1\n" {
+		t.Errorf("/metrics = %d %q, want 200 and the handler's own body", code, body)
+	}
+}
+
 func TestNilReadyIsReady(t *testing.T) {
 	base := start(t, New("127.0.0.1:0", prometheus.NewRegistry(), nil, nil))
 	if code, _ := get(t, "GET", base+"/readyz"); code != 200 {

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,14 +52,16 @@ Flags win over the file.`,
 					return usageErrorf("--listen %q: %v (or \"off\" to disable)", listen, err)
 				}
 			}
+			restoreGC := startupGC()
 			p := configPath(path)
 			cfg, err := loadConfig(c.ErrOrStderr(), p)
 			if err != nil {
+				restoreGC()
 				return err
 			}
 			o := overrides{nodeID: nodeID, listen: listen}
 			o.apply(cfg)
-			return serve(c.Context(), p, cfg, o, c.ErrOrStderr())
+			return serve(c.Context(), p, cfg, o, c.ErrOrStderr(), restoreGC)
 		},
 	}
 	addConfigFlag(c, &path)
@@ -98,8 +102,25 @@ func newLogger(w io.Writer, lc config.Log) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// serve runs the node until SIGINT/SIGTERM (or ctx ends).
-func serve(parent context.Context, path string, cfg *config.Config, o overrides, stderr io.Writer) error {
+// startupGC makes the garbage collector run at a quarter of its default
+// pace while the node loads its config and builds its schedules, and
+// returns what restores it. Loading 100,000 schedules makes several times
+// the node's live heap in garbage, and collecting it at the default pace
+// was a fifth of the start's CPU (2.9 s against 2.3 s, for a peak RSS
+// about 75 MiB higher; serve frees it all before the node is ready). An
+// operator's GOGC or GOMEMLIMIT is left alone.
+func startupGC() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(400)
+	return sync.OnceFunc(func() { debug.SetGCPercent(prev) })
+}
+
+// serve runs the node until SIGINT/SIGTERM (or ctx ends). restoreGC ends
+// startupGC's pace once the node is built.
+func serve(parent context.Context, path string, cfg *config.Config, o overrides, stderr io.Writer, restoreGC func()) error {
+	defer restoreGC() // on the early returns
 	if parent == nil {
 		parent = context.Background()
 	}
@@ -174,11 +195,21 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	}
 	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID})
 
+	// Everything is built from the config's schedules: drop them, and give
+	// the memory that loading them took back to the system now, before
+	// the node reports ready, rather than over the next minutes (at
+	// 100,000 schedules the parse's garbage is several times what the
+	// node keeps).
+	nScheduled := len(cfg.Scheduled)
+	cfg.ReleaseSchedules()
+	restoreGC()
+	debug.FreeOSMemory()
+
 	var srv *server.Server
 	if l := cfg.HTTP.Listen; l != "" && l != "off" {
 		srv = server.New(l, reg, m.Ready, logger, server.WithAPI(server.APIConfig{
 			Ops: opsSvc, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,
-		}))
+		}), server.WithMetrics(m.Handler(slog.NewLogLogger(logger.Handler(), slog.LevelError))))
 		if err := srv.Start(); err != nil {
 			closeLocker(closer, logger)
 			return withCode(exitFailure, err)
@@ -239,7 +270,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	go func() { defer close(notifyDone); notifier.Run(notifyCtx) }()
 
 	logger.Info("bext-scheduler started", "version", v, "config", cfg.Path,
-		"schedules", len(cfg.Scheduled), "backend", backendName)
+		"schedules", nScheduled, "backend", backendName)
 	agentDone := make(chan struct{})
 	go func() { // owned by serve, which waits for it below
 		defer close(agentDone)

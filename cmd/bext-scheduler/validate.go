@@ -20,6 +20,7 @@ it: keys, durations, cron expressions, hints, backends, jobs. It does not
 connect to the lock backend. Exit code 0 when valid, 2 when not.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			defer startupGC()() // a load and an exit: the garbage dies with the process
 			cfg, err := loadConfig(c.ErrOrStderr(), configPath(path))
 			if err != nil {
 				return err

@@ -103,3 +103,29 @@ func TestDrift(t *testing.T) {
 		t.Errorf("unnamed drift = %+v", d)
 	}
 }
+
+// The hash's bytes never change between versions: nodes of two versions
+// during a rolling deploy compare them, and a change reads as drift on
+// every schedule. These are the hashes of the first version that had them.
+func TestScheduleHashesStable(t *testing.T) {
+	now := utc("2026-03-01T10:00:00Z")
+	catchup := 90 * time.Minute
+	for _, c := range []struct {
+		s    scheduler.Schedule
+		want string
+	}{
+		{scheduler.Schedule{ID: "report", CronExpr: "0 3 * * *", Location: paris(t), Spec: mustSpec(t, "0 3 * * *", paris(t)),
+			Job: &jobs.Command{Argv: []string{"/bin/report", "a b"}, Env: map[string]string{"TOKEN": "one"}}}, "b9661f270bcacbb0"},
+		{scheduler.Schedule{ID: "hook", CronExpr: "*/5 * * * *", Spec: mustSpec(t, "*/5 * * * *", time.UTC), Hint: "require_global",
+			Overlap: scheduler.OverlapAllow, ExpectedRuntime: 2 * time.Minute, Jitter: 1500 * time.Millisecond, Timeout: time.Hour,
+			CatchupWindow: catchup, Spread: time.Second, Retries: 3, RetryBackoff: 10 * time.Second, PauseAfterFailures: 5,
+			Job: &jobs.HTTP{URL: "https://user:pw@example.com/secret/path", Method: "POST", Timeout: 30 * time.Second}}, "542418832c29301d"},
+		{scheduler.Schedule{ID: "clean", CronExpr: "@every 90s", Spec: mustSpec(t, "@every 90s", time.UTC),
+			Job: &jobs.Command{Argv: []string{"sh", "-c", "echo \"hi\"\n"}, Dir: "/srv/x y", Env: map[string]string{"B": "1", "A": "2"},
+				BaseEnv: jobs.EnvPolicy{Clean: true, Allow: []string{"PATH", "HOME"}}}}, "ba3580ba9b93c11b"},
+	} {
+		if got := hashOf(t, c.s, now); got != c.want {
+			t.Errorf("%s: hash %s, want %s", c.s.ID, got, c.want)
+		}
+	}
+}
