@@ -221,7 +221,11 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	tpt, rpt := float64(tries)/float64(ran), float64(releases)/float64(ran)
 	t.Logf("from the first tick on: %d nodes, %d runs (%d ticks checked exactly once): per node %v; per tick %.3f try-lock-ticks + %.3f releases + %.3f renewals = %.3f round trips",
 		nodes, ran, total, perNode, tpt, rpt, float64(renews)/float64(ran), tpt+rpt+float64(renews)/float64(ran))
-	if tpt > 1.1 {
-		t.Errorf("%.3f try-lock-ticks per tick, want about 1", tpt)
+	// Without the watch every node asks: 5 per tick. With it about 1 on a
+	// quiet machine (1.02 measured); on a loaded one a published mark can
+	// reach a waiting node after its 100ms turn, which then asks and is
+	// told done (1.26 seen with load average 9), so the bound is 1.5.
+	if tpt > 1.5 {
+		t.Errorf("%.3f try-lock-ticks per tick, want about 1 (5 without the watch)", tpt)
 	}
 }
