@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -46,83 +47,87 @@ const (
 	maxSenders = 4
 )
 
-// tryLockTick is step 4's request: batched when the backend can, else
-// TryLockTick.
-func (s *Scheduler) tryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
-	if s.batch == nil {
-		return s.opts.Locker.TryLockTick(ctx, req)
-	}
-	return s.batch.do(ctx, req)
-}
-
 // batcher sends the try-lock-ticks of a scheduler in batches. No goroutine
-// of its own: the ticks waiting for an answer send the batches, one
-// batch each, and the one that sent a batch hands the sending on to a tick
-// still queued when it leaves.
+// of its own: a tick that queues its request while fewer than maxSenders
+// batches are under way becomes a sender, and sends batch after batch
+// from the head of the queue until it finds the queue empty.
+//
+// A tick does not wait for its answer on a goroutine of its own: the
+// sender hands the answered ticks back to the pool (deliver), where a
+// worker carries each on from step 4's answer (Scheduler.lockAnswered).
+// With a goroutine parked per waiting tick, a burst of 10,000 ticks kept
+// hundreds to thousands of workers (and their stacks) alive; now only the
+// senders wait, at most maxSenders of them.
 type batcher struct {
 	b TickBatcher
+	// deliver hands answered asynchronous calls (those with no wake) back
+	// to the scheduler, in the order they were answered.
+	deliver func([]*batchCall)
 
 	mu      sync.Mutex
 	queue   []*batchCall // not yet sent, in arrival order
-	senders int          // batches being sent, or a tick told to send one
+	senders int          // ticks sending batches
 }
 
 // batchCall is one tick's request, waiting in the queue or in a batch.
 type batchCall struct {
-	ctx  context.Context
-	req  locking.TickRequest
-	ans  locking.TickAnswer
-	err  error
-	wake chan struct{} // a signal: answered, or told to send (see below)
-	// Under batcher.mu:
-	answered bool
-	send     int // batches this tick was told to send
+	ctx context.Context
+	req locking.TickRequest
+	ans locking.TickAnswer
+	err error
+	// wake, for a caller of do, is closed once answered; without it the
+	// call is asynchronous and answered through batcher.deliver.
+	wake chan struct{}
+	// Of an asynchronous call: the tick, and the lease clock and clock
+	// readings around its round trip (acquire in tick.go).
+	f            fired
+	sent, before time.Time
+	after        time.Time
 }
 
 // newBatcher returns a batcher for l, nil when l cannot batch.
-func newBatcher(l Locker) *batcher {
+func newBatcher(l Locker, deliver func([]*batchCall)) *batcher {
 	b, ok := l.(TickBatcher)
 	if !ok {
 		return nil
 	}
-	return &batcher{b: b}
+	return &batcher{b: b, deliver: deliver}
 }
 
-// do queues req and returns its answer. The caller sends a batch itself
-// when fewer than maxSenders are under way (a lone tick: at once), or
-// when a sender hands the sending on to it while it waits.
+// do queues req and waits for its answer (tests; ticks use submit).
 func (b *batcher) do(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
-	c := &batchCall{ctx: ctx, req: req, wake: make(chan struct{}, 1)}
+	c := &batchCall{ctx: ctx, req: req, wake: make(chan struct{})}
+	b.submit(c)
+	<-c.wake
+	return c.ans, c.err
+}
+
+// submit queues c. When fewer than maxSenders batches are under way, the
+// caller sends batches itself (a lone tick: at once) until none is left
+// to send; otherwise it returns and a sender takes c.
+func (b *batcher) submit(c *batchCall) {
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.senders < maxSenders {
-		b.senders++
-		c.send++
-	}
-	for {
-		if c.send > 0 {
-			c.send--
-			b.mu.Unlock()
-			b.sendOne()
-			b.mu.Lock()
-			continue
-		}
-		if c.answered {
-			b.mu.Unlock()
-			return c.ans, c.err
-		}
+	if b.senders >= maxSenders {
 		b.mu.Unlock()
-		<-c.wake
-		b.mu.Lock()
+		return
+	}
+	b.senders++
+	b.mu.Unlock()
+	for b.sendOne() {
 	}
 }
 
 // sendOne sends one batch from the head of the queue and answers its
-// ticks, then hands the sending on to the first tick still queued (or
-// stops being a sender when none is).
-func (b *batcher) sendOne() {
+// ticks. It reports false, no longer a sender, when the queue was empty.
+func (b *batcher) sendOne() bool {
 	b.mu.Lock()
 	n := min(len(b.queue), maxBatch)
+	if n == 0 {
+		b.senders--
+		b.mu.Unlock()
+		return false
+	}
 	batch := make([]*batchCall, n)
 	copy(batch, b.queue)
 	// Shift rather than reslice, so the queue's array does not keep
@@ -132,30 +137,24 @@ func (b *batcher) sendOne() {
 	b.queue = b.queue[:k]
 	b.mu.Unlock()
 
-	if n > 0 {
-		answers, errs := b.b.TryLockTicks(batchContext(batch), requests(batch))
-		b.mu.Lock()
-		for i, c := range batch {
-			if i < len(answers) && i < len(errs) {
-				c.ans, c.err = answers[i], errs[i]
-			} else {
-				c.err = errShortBatch
-			}
-			c.answered = true
-			signal(c.wake)
+	answers, errs := b.b.TryLockTicks(batchContext(batch), requests(batch))
+	async := batch[:0] // the calls without a waiter, in place
+	for i, c := range batch {
+		if i < len(answers) && i < len(errs) {
+			c.ans, c.err = answers[i], errs[i]
+		} else {
+			c.err = errShortBatch
 		}
-		b.mu.Unlock()
+		if c.wake != nil {
+			close(c.wake)
+		} else {
+			async = append(async, c)
+		}
 	}
-
-	b.mu.Lock()
-	if len(b.queue) > 0 {
-		next := b.queue[0]
-		next.send++
-		signal(next.wake)
-	} else {
-		b.senders--
+	if len(async) > 0 {
+		b.deliver(async)
 	}
-	b.mu.Unlock()
+	return true
 }
 
 // errShortBatch answers the requests a backend left unanswered: a broken
@@ -185,13 +184,4 @@ func batchContext(batch []*batchCall) context.Context {
 		}
 	}
 	return ctx
-}
-
-// signal wakes the goroutine waiting on ch (buffered, 1) if it is not
-// woken already: it re-reads its state under batcher.mu when it wakes.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

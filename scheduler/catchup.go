@@ -235,7 +235,7 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 			continue
 		}
 		prev := prevTick(def.Spec, now, s.lookback(def, now))
-		if prev.IsZero() || !prev.After(st.decided) {
+		if prev.IsZero() || st.decided.atOrAfter(prev) {
 			continue
 		}
 		if now.Sub(prev) > max(s.window(def, prev), s.opts.MaxClockSkew) {

@@ -21,9 +21,11 @@ import "sync"
 // costs what a goroutine per tick used to cost.
 const maxIdleWorkers = 64
 
-// task is one unit of work for a worker: a fired tick.
+// task is one unit of work for a worker: a fired tick, or one whose
+// batched try-lock-tick was answered (call; batch.go).
 type task struct {
-	f fired
+	f    fired
+	call *batchCall
 }
 
 // pool is the FIFO queue of tasks and the workers that drain it.

@@ -358,11 +358,7 @@ func (s *Scheduler) handoffBound(f fired) time.Duration {
 // answer would: it raises the floor this node passes with try-lock-tick
 // (the mark heard was raised by the backend) and skips f as contended.
 func (s *Scheduler) heardDecided(f fired) {
-	s.mu.Lock()
-	if f.tick.After(f.st.decided) {
-		f.st.decided = f.tick
-	}
-	s.mu.Unlock()
+	f.st.decided.raise(f.tick)
 }
 
 // settledLocked reports, under s.mu, whether every tick in flight is a

@@ -43,9 +43,7 @@ func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
 		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), s.window(def, f.tick)+time.Hour)}
-	s.mu.Lock()
-	t.LastSuccessTime = f.st.lastSuccess
-	s.mu.Unlock()
+	t.LastSuccessTime = f.st.lastSuccess.load(f.tick.Location())
 	var fence int64
 	if l != nil {
 		t.LockKey, t.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()

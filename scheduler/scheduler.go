@@ -249,9 +249,9 @@ type schedState struct {
 	// backend (granted, done, paused, missed): the floor it passes with
 	// try-lock-tick, so a backend that lost its marks cannot make a tick
 	// this node saw decided run again.
-	decided time.Time
+	decided tickTime
 	// lastSuccess is the tick of the last successful run this node knows.
-	lastSuccess time.Time
+	lastSuccess tickTime
 	last        lastOutcome
 	active      int32  // ticks of it in flight on this node
 	gen         uint32 // the last Reload that named it (reload.go)
@@ -306,7 +306,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		s.maxLease = lb.MaxLease()
 	}
 	s.bootClock = bootClockOf(opts.Clock)
-	s.batch = newBatcher(opts.Locker)
+	s.batch = newBatcher(opts.Locker, s.deliverAnswers)
 	s.initHandoff()
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
@@ -399,4 +399,43 @@ func (s *Scheduler) forgetIfDoneLocked(st *schedState) {
 	if st.removed && st.active == 0 && s.states[st.id] == st {
 		delete(s.states, st.id)
 	}
+}
+
+// tickTime is a tick time that only ever moves forward, read and raised
+// without s.mu: a tick reads and raises its schedule's decided floor and
+// last success on its own goroutine, and with thousands of ticks in
+// flight, taking the scheduler's mutex for each of them (four times a
+// tick) was where a burst's workers queued. It keeps the instant in Unix
+// nanoseconds (0: none), so ticks must lie within 1678-2262, as every
+// cron tick does; the location is the reader's (see load).
+type tickTime struct{ ns atomic.Int64 }
+
+// load returns the time in loc (the zero Time when none was raised).
+func (t *tickTime) load(loc *time.Location) time.Time {
+	n := t.ns.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).In(loc)
+}
+
+// raise moves the time to tick if tick is later.
+func (t *tickTime) raise(tick time.Time) {
+	n := tick.UnixNano()
+	for {
+		cur := t.ns.Load()
+		if cur != 0 && n <= cur {
+			return
+		}
+		if t.ns.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// atOrAfter reports whether the time is at or after tick (false when
+// none was raised).
+func (t *tickTime) atOrAfter(tick time.Time) bool {
+	n := t.ns.Load()
+	return n != 0 && tick.UnixNano() <= n
 }

@@ -44,36 +44,22 @@ func (f fired) runID() string {
 
 // runTask is what a worker (pool.go) does with a task.
 func (s *Scheduler) runTask(t task) {
-	if t.f.manual != nil {
+	switch {
+	case t.call != nil:
+		s.lockAnswered(t.call)
+	case t.f.manual != nil:
 		s.handleManual(t.f)
-		return
+	default:
+		s.handleTick(t.f)
 	}
-	s.handleTick(t.f)
 }
 
-// handleTick carries tick f from step 2 to step 8.
+// handleTick carries tick f from step 2 to step 4's request; locked
+// carries it on from the answer.
 func (s *Scheduler) handleTick(f fired) {
-	defer s.wg.Done()
-
 	// Step 2: resolve the hint (done once per schedule by compile).
 	if !f.def.lock {
-		// No backend decides for a node-local tick: this node applies the
-		// catch-up window itself (a node stopped across a tick runs it
-		// late, once, within the window).
-		if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
-			s.reportSkip(f, SkipMissed, 0)
-			s.finish(f, runOutcome{skip: SkipMissed})
-			return
-		}
-		if s.nodeLocalPaused(f) {
-			s.reportSkip(f, SkipPaused, 0)
-			s.finish(f, runOutcome{skip: SkipPaused})
-			return
-		}
-		if s.abandon(f) {
-			return
-		}
-		s.finish(f, s.runJob(f, nil))
+		s.handleLocal(f)
 		return
 	}
 
@@ -84,18 +70,79 @@ func (s *Scheduler) handleTick(f fired) {
 	if f.catchup && s.stoppingNow() {
 		f.burst.done()
 		s.finish(f, runOutcome{abandoned: true})
+		s.wg.Done()
 		return
 	}
 
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
 	if s.handedOff(f) {
+		s.wg.Done()
 		return
 	}
 
 	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
 	// done, paused, missed, contended or granted, on its own clock.
-	l, why := s.acquire(f)
+	if s.batch != nil {
+		// Batched: the tick goes on in lockAnswered, on whichever worker
+		// takes it once its batch is answered; this one is free now
+		// (unless it sends batches itself).
+		s.batch.submit(&batchCall{ctx: f.burst.ctx, req: s.lockRequest(f), f: f,
+			sent: s.leaseNow(), before: s.clock.Now()})
+		return
+	}
+	req := s.lockRequest(f)
+	sent := s.leaseNow()
+	before := s.clock.Now()
+	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
+	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
+	s.locked(f, l, why)
+}
+
+// deliverAnswers hands ticks whose batched try-lock-tick was answered
+// back to the pool, all in one submit (batch.go's deliver).
+func (s *Scheduler) deliverAnswers(calls []*batchCall) {
+	after := s.clock.Now()
+	tasks := make([]task, len(calls))
+	for i, c := range calls {
+		c.after = after
+		tasks[i] = task{call: c}
+	}
+	s.work.submitAll(tasks)
+}
+
+// lockAnswered carries on a tick whose batched try-lock-tick was answered.
+func (s *Scheduler) lockAnswered(c *batchCall) {
+	l, why := s.lockAnswer(c.f, c.ans, c.err, c.sent, c.before, c.after)
+	s.locked(c.f, l, why)
+}
+
+// handleLocal carries node-local tick f from step 2 to step 8.
+func (s *Scheduler) handleLocal(f fired) {
+	defer s.wg.Done()
+	// No backend decides for a node-local tick: this node applies the
+	// catch-up window itself (a node stopped across a tick runs it
+	// late, once, within the window).
+	if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
+		s.reportSkip(f, SkipMissed, 0)
+		s.finish(f, runOutcome{skip: SkipMissed})
+		return
+	}
+	if s.nodeLocalPaused(f) {
+		s.reportSkip(f, SkipPaused, 0)
+		s.finish(f, runOutcome{skip: SkipPaused})
+		return
+	}
+	if s.abandon(f) {
+		return
+	}
+	s.finish(f, s.runJob(f, nil))
+}
+
+// locked carries locked tick f on from step 4's answer: l, the granted
+// lease, or nil and why the tick is skipped.
+func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
+	defer s.wg.Done()
 	if l == nil {
 		if f.catchup {
 			// A catch-up try that was not granted is no tick of this
@@ -149,27 +196,26 @@ func (s *Scheduler) handleTick(f fired) {
 	s.finish(f, out)
 }
 
-// acquire is step 4: try-lock-tick for f. It returns the granted lease,
-// or nil and why the tick is skipped.
-func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
-	defer f.burst.done()
-	st, def := f.st, f.def
-	s.mu.Lock()
-	floor := st.decided
-	s.mu.Unlock()
-	req := locking.TickRequest{
+// lockRequest is step 4's try-lock-tick request for f.
+func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
+	def := f.def
+	return locking.TickRequest{
 		Key:     def.ID,
 		Tick:    f.tick,
 		TTL:     def.ttl,
 		PerTick: def.Overlap == OverlapAllow,
-		Floor:   floor,
+		Floor:   f.st.decided.load(f.tick.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
 		Window:  s.window(def, f.tick),
 	}
-	ctx := f.burst.ctx
-	sent := s.leaseNow()
-	before := s.clock.Now()
-	ans, err := s.tryLockTick(ctx, req) // batched when the backend can (batch.go)
+}
+
+// lockAnswer is step 4's answer to f's try-lock-tick, sent at sent on
+// the lease clock, between before and after on the scheduler's. It
+// returns the granted lease, or nil and why the tick is skipped.
+func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) (*lease, SkipReason) {
+	f.burst.done() // f's request is answered: its context is done with
+	st, def := f.st, f.def
 	if err != nil {
 		var ahead *locking.AheadError
 		if errors.As(err, &ahead) {
@@ -184,7 +230,6 @@ func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
 		s.backendFailed(st, f.tick, err)
 		return nil, SkipBackendError
 	}
-	after := s.clock.Now()
 	if !ans.Now.IsZero() {
 		// This node's clock minus the backend's, read at the middle of the
 		// round trip.
@@ -192,12 +237,9 @@ func (s *Scheduler) acquire(f fired) (*lease, SkipReason) {
 	}
 	s.backendAnswered()
 
-	decided := ans.Verdict != locking.TickContended
-	s.mu.Lock()
-	if decided && f.tick.After(st.decided) {
-		st.decided = f.tick
+	if ans.Verdict != locking.TickContended {
+		st.decided.raise(f.tick)
 	}
-	s.mu.Unlock()
 
 	switch ans.Verdict {
 	case locking.TickGranted:
