@@ -45,10 +45,17 @@ type task struct {
 type pool struct {
 	run func(task)
 
-	mu       sync.Mutex
-	cond     sync.Cond // parked workers wait here
-	queue    []task
-	head     int  // queue[head:] is waiting
+	mu    sync.Mutex
+	cond  sync.Cond // parked workers wait here
+	queue []task
+	head  int // queue[head:] is waiting
+	// granted are ticks whose batched try-lock-tick was answered (batch.go),
+	// taken before any of queue, in order: their lease is running, while
+	// a tick of queue has not asked yet. FIFO between the two had the
+	// answered ticks of a 10,000-tick burst wait behind every request not
+	// yet sent, so their jobs started only once all of them had asked.
+	granted  []task
+	ghead    int  // granted[ghead:] is waiting
 	spinning int  // workers on their way to the queue (see above)
 	idle     int  // parked workers not yet woken
 	parked   int  // parked workers, woken or not
@@ -90,6 +97,48 @@ func (p *pool) submitAll(ts []task) {
 	p.mu.Unlock()
 }
 
+// submitFirst queues ts, in order, ahead of every task submit and
+// submitAll queued (see pool.granted).
+func (p *pool) submitFirst(ts []task) {
+	if len(ts) == 0 {
+		return
+	}
+	p.mu.Lock()
+	if p.ghead > 0 && p.ghead >= len(p.granted)/2 {
+		n := copy(p.granted, p.granted[p.ghead:])
+		clear(p.granted[n:])
+		p.granted, p.ghead = p.granted[:n], 0
+	}
+	p.granted = append(p.granted, ts...)
+	if p.spinning == 0 {
+		p.spinLocked()
+	}
+	p.mu.Unlock()
+}
+
+// waitingLocked reports whether a task waits.
+func (p *pool) waitingLocked() bool { return p.ghead < len(p.granted) || p.head < len(p.queue) }
+
+// takeLocked takes the next task; one must wait.
+func (p *pool) takeLocked() task {
+	if p.ghead < len(p.granted) {
+		t := p.granted[p.ghead]
+		p.granted[p.ghead] = task{}
+		p.ghead++
+		if p.ghead == len(p.granted) {
+			p.granted, p.ghead = p.granted[:0], 0
+		}
+		return t
+	}
+	t := p.queue[p.head]
+	p.queue[p.head] = task{} // drop the references for the GC
+	p.head++
+	if p.head == len(p.queue) {
+		p.queue, p.head = p.queue[:0], 0
+	}
+	return t
+}
+
 // compactLocked drops the consumed prefix before the queue grows, so a
 // queue that never quite empties does not keep it forever.
 func (p *pool) compactLocked() {
@@ -118,16 +167,11 @@ func (p *pool) worker() {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
-		if p.head < len(p.queue) {
-			t := p.queue[p.head]
-			p.queue[p.head] = task{} // drop the references for the GC
-			p.head++
-			if p.head == len(p.queue) {
-				p.queue, p.head = p.queue[:0], 0
-			}
+		if p.waitingLocked() {
+			t := p.takeLocked()
 			// This worker may now block in t: hand the spinning on.
 			p.spinning--
-			if p.head < len(p.queue) && p.spinning == 0 {
+			if p.waitingLocked() && p.spinning == 0 {
 				p.spinLocked()
 			}
 			p.mu.Unlock()

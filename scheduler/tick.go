@@ -100,7 +100,8 @@ func (s *Scheduler) handleTick(f fired) {
 }
 
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
-// back to the pool, all in one submit (batch.go's deliver).
+// back to the pool, all in one submit (batch.go's deliver), ahead of the
+// ticks that have not asked yet: a granted one's lease is running.
 func (s *Scheduler) deliverAnswers(calls []*batchCall) {
 	after := s.clock.Now()
 	tasks := make([]task, len(calls))
@@ -108,7 +109,7 @@ func (s *Scheduler) deliverAnswers(calls []*batchCall) {
 		c.after = after
 		tasks[i] = task{call: c}
 	}
-	s.work.submitAll(tasks)
+	s.work.submitFirst(tasks)
 }
 
 // lockAnswered carries on a tick whose batched try-lock-tick was answered.
