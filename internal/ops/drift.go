@@ -166,7 +166,9 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		if spec := effectiveSpec(s); spec != nil {
 			_, _ = h.Write(ticks.of(spec))
 		}
-		out[s.ID] = hex.EncodeToString(h.Sum(sum[:0]))[:hashLen]
+		// Only the hex digits kept are encoded: the [:hashLen] of a full
+		// encoding kept its 64 bytes alive for every schedule.
+		out[s.ID] = hex.EncodeToString(h.Sum(sum[:0])[:hashLen/2])
 	}
 	return out
 }
