@@ -144,7 +144,11 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		il := metrics.InstrumentLocker(backend.Locker, backend.Name, m)
 		locker, closer = il, il
 	}
-	for _, s := range cfg.Scheduled {
+	// The schedules are built first, so everything else holds their ids
+	// (compacted into one string) rather than the config's.
+	schedules := service.Schedules(cfg, logger)
+	service.CompactIDs(schedules)
+	for _, s := range schedules {
 		m.AddSchedule(s.ID)
 	}
 	// The notifier tells someone (ping_url, [notify] url); the agent does
@@ -177,7 +181,6 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if ag != nil { // a typed nil would not be a nil Preferrers
 		service.Handoff(&schedOpts, cfg, backend, ag)
 	}
-	schedules := service.Schedules(cfg, logger)
 	sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {
 		closeLocker(closer, logger)

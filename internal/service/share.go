@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/jobs"
@@ -104,4 +105,29 @@ func (sh *sharer) keyOf(j scheduler.Job) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// CompactIDs moves the schedules' ids into one string, each id a slice
+// of it. The ids are what a node keeps longest (scheduler, metrics, API,
+// agent and drift hashes all hold them), and loading them left each one a
+// small string among the parse's garbage: once that garbage is collected,
+// the ids keep most of its pages resident. Done once at start: the
+// metrics keep the first string of an id for good, so compacting at every
+// reload would keep each reload's whole string alive.
+func CompactIDs(schedules []scheduler.Schedule) {
+	n := 0
+	for i := range schedules {
+		n += len(schedules[i].ID)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := range schedules {
+		b.WriteString(schedules[i].ID)
+	}
+	all, off := b.String(), 0
+	for i := range schedules {
+		l := len(schedules[i].ID)
+		schedules[i].ID = all[off : off+l]
+		off += l
+	}
 }

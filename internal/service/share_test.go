@@ -3,10 +3,13 @@ package service
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/jobs"
+	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // Schedules whose jobs are equal share one job value; a job that differs
@@ -98,5 +101,23 @@ http = { url = "http://example.com/a", body = "b" }
 	}
 	if c := byID["local"].(*jobs.Command); c.KillGrace != 0 || byID["a"].(*jobs.Command).KillGrace == 0 {
 		t.Errorf("kill grace: node_local %v, a %v", c.KillGrace, byID["a"].(*jobs.Command).KillGrace)
+	}
+}
+
+// CompactIDs leaves every id as it was, each a slice of one string.
+func TestCompactIDs(t *testing.T) {
+	ids := []string{"a", "", "bc", "a", "schedule-long-id"}
+	var scheds []scheduler.Schedule
+	for _, id := range ids {
+		scheds = append(scheds, scheduler.Schedule{ID: strings.Clone(id)})
+	}
+	CompactIDs(scheds)
+	for i, s := range scheds {
+		if s.ID != ids[i] {
+			t.Errorf("id %d: %q, want %q", i, s.ID, ids[i])
+		}
+	}
+	if unsafe.Pointer(unsafe.StringData(scheds[2].ID)) != unsafe.Add(unsafe.Pointer(unsafe.StringData(scheds[0].ID)), 1) {
+		t.Error("the ids are not one string")
 	}
 }
