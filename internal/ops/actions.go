@@ -31,7 +31,7 @@ func (s *Service) Trigger(ctx context.Context, id string, wait time.Duration) (T
 	if s.store == nil {
 		return TriggerAnswer{}, ErrNoBackend
 	}
-	if o := s.overlapOf(d); o == "" || o == scheduler.OverlapSkip {
+	if d.overlap == "" || d.overlap == scheduler.OverlapSkip {
 		held, err := s.store.Held(ctx, id)
 		if err != nil {
 			return TriggerAnswer{}, backendErr("checking the schedule's lock", err)

@@ -162,23 +162,27 @@ type Service struct {
 	by    string
 	poll  time.Duration
 
-	mu    sync.RWMutex
-	defs  []def   // config order
-	byID  []int32 // indexes of defs sorted by id, for lookup
-	names []string
+	mu   sync.RWMutex
+	defs []def   // config order
+	byID []int32 // indexes of defs sorted by id, for lookup
 }
 
 // def is what the Service keeps of a schedule: what status shows and
 // what trigger and backfill need, nothing else (a whole
 // scheduler.Schedule and a map index of them were 200 B per schedule,
-// kept beside the scheduler's own definitions). The hint and overlap are
-// indexes into the Service's names: a fleet has only a few of each.
+// kept beside the scheduler's own definitions). The rest of a fleet's
+// schedules is mostly the same few shapes: one of each is kept.
 type def struct {
-	id, cron string
-	spec     scheduler.Spec // the ticks as fired (spread applied); nil when the cron is invalid
-	zone     *time.Location
-	hint     uint32 // index into names
-	overlap  uint32 // index into names
+	id   string
+	spec scheduler.Spec // the ticks as fired (spread applied); nil when the cron is invalid
+	*shape
+}
+
+type shape struct {
+	cron    string
+	zone    *time.Location
+	hint    string
+	overlap scheduler.Overlap // as the config set it ("" when unset)
 }
 
 // New returns a Service over store (nil when the config names no backend)
@@ -202,31 +206,28 @@ func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
 // what it shows of them, not the slice.
 func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
 	defs := make([]def, len(schedules))
-	var names []string
-	name := func(v string) uint32 {
-		if i := slices.Index(names, v); i >= 0 {
-			return uint32(i)
-		}
-		names = append(names, v)
-		return uint32(len(names) - 1)
-	}
+	shared := map[shape]*shape{}
 	byID := make([]int32, len(schedules))
 	for i, d := range schedules {
-		defs[i] = def{id: d.ID, cron: d.CronExpr, spec: effectiveSpec(d), zone: zoneOf(d),
-			hint: name(hintName(d.Hint)), overlap: name(string(d.Overlap))}
+		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap}
+		p, ok := shared[sh]
+		if !ok {
+			p = &sh
+			shared[sh] = p
+		}
+		defs[i] = def{id: d.ID, spec: effectiveSpec(d), shape: p}
 		byID[i] = int32(i)
 	}
 	slices.SortStableFunc(byID, func(a, b int32) int { return strings.Compare(defs[a].id, defs[b].id) })
 	s.mu.Lock()
-	s.defs, s.byID, s.names = defs, byID, names
+	s.defs, s.byID = defs, byID
 	s.mu.Unlock()
 }
 
-// view is the Service's schedules as last set, read under its lock.
-func (s *Service) view() (defs []def, names []string) {
+func (s *Service) schedules() []def {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.defs, s.names
+	return s.defs
 }
 
 // lookup returns the schedule id names, or ErrUnknownSchedule. Of two
@@ -242,13 +243,6 @@ func (s *Service) lookup(id string) (def, error) {
 		i++
 	}
 	return s.defs[s.byID[i]], nil
-}
-
-// overlapOf is d's overlap as the config set it ("" when unset).
-func (s *Service) overlapOf(d def) scheduler.Overlap {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return scheduler.Overlap(s.names[d.overlap])
 }
 
 // Known reports whether id names a schedule of the config.
@@ -297,12 +291,12 @@ const pauseFanOut = 8
 
 // Schedules assembles every schedule of the config, in config order.
 func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
-	defs, names := s.view()
+	defs := s.schedules()
 	now := s.now()
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: names[d.hint]}
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {
 				next = next.UTC()
