@@ -144,7 +144,11 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		il := metrics.InstrumentLocker(backend.Locker, backend.Name, m)
 		locker, closer = il, il
 	}
-	for _, s := range cfg.Scheduled {
+	// The schedules are built first, so everything else holds their ids
+	// (compacted into one string) rather than the config's.
+	schedules := service.Schedules(cfg, logger)
+	service.CompactIDs(schedules)
+	for _, s := range schedules {
 		m.AddSchedule(s.ID)
 	}
 	// The notifier tells someone (ping_url, [notify] url); the agent does
@@ -177,7 +181,6 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if ag != nil { // a typed nil would not be a nil Preferrers
 		service.Handoff(&schedOpts, cfg, backend, ag)
 	}
-	schedules := service.Schedules(cfg, logger)
 	sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {
 		closeLocker(closer, logger)
@@ -312,8 +315,8 @@ func (r runner) RunManual(m scheduler.Manual) error { return (*r.s).RunManual(m)
 // setAgentSchedules tells the agent the schedules it runs: their lock TTL
 // (for a manual run), pause_after_failures, and definition hashes (drift).
 func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []scheduler.Schedule) {
-	byID := make(map[string]agent.Schedule, len(schedules))
-	for _, s := range schedules {
+	defs := make([]agent.Schedule, len(schedules))
+	for i, s := range schedules {
 		exp := s.ExpectedRuntime
 		if exp == 0 {
 			exp = scheduler.DefaultExpectedRuntime
@@ -322,13 +325,14 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 		if margin == 0 {
 			margin = scheduler.DefaultSafetyMargin
 		}
-		byID[s.ID] = agent.Schedule{
+		defs[i] = agent.Schedule{
+			ID:                 s.ID,
 			TTL:                scheduler.LockTTL(exp, s.Jitter, margin, 0),
 			PauseAfterFailures: s.PauseAfterFailures,
 		}
 	}
 	hashes := ops.ScheduleHashes(schedules, time.Now())
-	ag.SetSchedules(byID, hashes, ops.ConfigHash(hashes))
+	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
 }
 
 func closeLocker(l locking.Locker, logger *slog.Logger) {

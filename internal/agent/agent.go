@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ type Runner interface {
 
 // Schedule is what the agent knows of one schedule.
 type Schedule struct {
+	ID                 string
 	TTL                time.Duration // its lock's TTL, for a manual run
 	PauseAfterFailures int
 }
@@ -75,7 +77,7 @@ type Agent struct {
 	log  *slog.Logger
 
 	mu        sync.Mutex
-	schedules map[string]Schedule
+	schedules []Schedule // sorted by ID: a map of them was 50 B per schedule
 	hashes    map[string]string
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
@@ -118,11 +120,29 @@ func New(b Backend, run Runner, opts Options) *Agent {
 func (a *Agent) NodeID() string { return a.opts.NodeID }
 
 // SetSchedules tells the agent the node's schedules and their definition
-// hashes (what drift compares); called at start and on every reload.
-func (a *Agent) SetSchedules(s map[string]Schedule, hashes map[string]string, configHash string) {
+// hashes (what drift compares); called at start and on every reload. The
+// agent keeps s (sorted by ID, in place) and hashes: the caller must not
+// change them afterwards.
+func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash string) {
+	slices.SortStableFunc(s, func(x, y Schedule) int { return strings.Compare(x.ID, y.ID) })
 	a.mu.Lock()
 	a.schedules, a.hashes, a.configH = s, hashes, configHash
 	a.mu.Unlock()
+}
+
+// schedule returns what the agent knows of schedule id, if it is one of
+// this node's (of two with the same id, the last).
+func (a *Agent) schedule(id string) (Schedule, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(a.schedules, id, func(s Schedule, id string) int { return strings.Compare(s.ID, id) })
+	if !ok {
+		return Schedule{}, false
+	}
+	for i+1 < len(a.schedules) && a.schedules[i+1].ID == id {
+		i++
+	}
+	return a.schedules[i], true
 }
 
 // Observer returns the agent as a scheduler observer (it wants run
@@ -248,9 +268,7 @@ func (a *Agent) poll(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
-		a.mu.Lock()
-		sc, mine := a.schedules[id]
-		a.mu.Unlock()
+		sc, mine := a.schedule(id)
 		if !mine {
 			continue
 		}
@@ -379,9 +397,8 @@ func isFailure(result string) bool {
 // maybePause pauses schedule id cluster-wide when its last
 // pause_after_failures runs, on any node, all failed.
 func (a *Agent) maybePause(ctx context.Context, id string) {
-	a.mu.Lock()
-	n := a.schedules[id].PauseAfterFailures
-	a.mu.Unlock()
+	sc, _ := a.schedule(id)
+	n := sc.PauseAfterFailures
 	if n <= 0 {
 		return
 	}

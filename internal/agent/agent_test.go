@@ -25,7 +25,7 @@ func TestPauseAfterFailures(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		ag := agent.New(mem.Peer(id), noRunner{}, agent.Options{NodeID: id, FlushEvery: time.Millisecond,
 			Paused: func(schedule, note string) { mu.Lock(); told = append(told, schedule+": "+note); mu.Unlock() }})
-		ag.SetSchedules(map[string]agent.Schedule{"s": {TTL: time.Minute, PauseAfterFailures: 3}}, nil, "h")
+		ag.SetSchedules([]agent.Schedule{{ID: "s", TTL: time.Minute, PauseAfterFailures: 3}}, nil, "h")
 		nodes = append(nodes, ag)
 		wg.Add(1)
 		go func() { defer wg.Done(); ag.Run(ctx) }()

@@ -31,7 +31,7 @@ func (s *Service) Trigger(ctx context.Context, id string, wait time.Duration) (T
 	if s.store == nil {
 		return TriggerAnswer{}, ErrNoBackend
 	}
-	if d.Overlap == "" || d.Overlap == scheduler.OverlapSkip {
+	if d.overlap == "" || d.overlap == scheduler.OverlapSkip {
 		held, err := s.store.Held(ctx, id)
 		if err != nil {
 			return TriggerAnswer{}, backendErr("checking the schedule's lock", err)
@@ -141,7 +141,7 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 	if err != nil {
 		return BackfillAnswer{}, err
 	}
-	ticks, err := BackfillTicks(d, from, to)
+	ticks, err := backfillTicks(d.id, d.spec, from, to)
 	if err != nil {
 		return BackfillAnswer{}, err
 	}
@@ -165,25 +165,30 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 // BackfillTicks lists the ticks of d from from to to, both included, as
 // the scheduler fires them (spread included), in UTC.
 func BackfillTicks(d scheduler.Schedule, from, to time.Time) ([]time.Time, error) {
+	return backfillTicks(d.ID, effectiveSpec(d), from, to)
+}
+
+// backfillTicks is BackfillTicks of schedule id firing at spec (nil: its
+// cron is invalid).
+func backfillTicks(id string, spec scheduler.Spec, from, to time.Time) ([]time.Time, error) {
 	switch {
 	case from.IsZero() || to.IsZero():
 		return nil, fmt.Errorf("%w: backfill needs both --from and --to", ErrInvalid)
 	case to.Before(from):
 		return nil, fmt.Errorf("%w: --to %s is before --from %s", ErrInvalid, to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
 	}
-	spec := effectiveSpec(d)
 	if spec == nil {
-		return nil, fmt.Errorf("%w: schedule %q has no valid cron", ErrInvalid, d.ID)
+		return nil, fmt.Errorf("%w: schedule %q has no valid cron", ErrInvalid, id)
 	}
 	var ticks []time.Time
 	for t := spec.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = spec.Next(t) {
 		if len(ticks) == MaxBackfillTicks {
-			return nil, fmt.Errorf("%w: the range holds more than %d ticks of %q; backfill a shorter range", ErrInvalid, MaxBackfillTicks, d.ID)
+			return nil, fmt.Errorf("%w: the range holds more than %d ticks of %q; backfill a shorter range", ErrInvalid, MaxBackfillTicks, id)
 		}
 		ticks = append(ticks, t.UTC())
 	}
 	if len(ticks) == 0 {
-		return nil, fmt.Errorf("%w: no tick of %q between %s and %s", ErrInvalid, d.ID, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: no tick of %q between %s and %s", ErrInvalid, id, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	return ticks, nil
 }

@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -160,13 +162,31 @@ type Service struct {
 	by    string
 	poll  time.Duration
 
-	mu    sync.RWMutex
-	defs  []scheduler.Schedule
-	index map[string]int
+	mu   sync.RWMutex
+	defs []def   // config order
+	byID []int32 // indexes of defs sorted by id, for lookup
+}
+
+// def is what the Service keeps of a schedule: what status shows and
+// what trigger and backfill need, nothing else (a whole
+// scheduler.Schedule and a map index of them were 200 B per schedule,
+// kept beside the scheduler's own definitions). The rest of a fleet's
+// schedules is mostly the same few shapes: one of each is kept.
+type def struct {
+	id   string
+	spec scheduler.Spec // the ticks as fired (spread applied); nil when the cron is invalid
+	*shape
+}
+
+type shape struct {
+	cron    string
+	zone    *time.Location
+	hint    string
+	overlap scheduler.Overlap // as the config set it ("" when unset)
 }
 
 // New returns a Service over store (nil when the config names no backend)
-// for the config's schedules. It keeps schedules (see SetSchedules).
+// for the config's schedules (see SetSchedules).
 func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
 	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll}
 	if s.now == nil {
@@ -183,34 +203,46 @@ func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
 }
 
 // SetSchedules replaces the schedules (after a config reload). It keeps
-// the slice, not a copy (a copy is 16 MB at 100,000 schedules): the
-// caller must not change it afterwards.
+// what it shows of them, not the slice.
 func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
-	defs := schedules
-	index := make(map[string]int, len(defs))
-	for i, d := range defs {
-		index[d.ID] = i
+	defs := make([]def, len(schedules))
+	shared := map[shape]*shape{}
+	byID := make([]int32, len(schedules))
+	for i, d := range schedules {
+		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap}
+		p, ok := shared[sh]
+		if !ok {
+			p = &sh
+			shared[sh] = p
+		}
+		defs[i] = def{id: d.ID, spec: effectiveSpec(d), shape: p}
+		byID[i] = int32(i)
 	}
+	slices.SortStableFunc(byID, func(a, b int32) int { return strings.Compare(defs[a].id, defs[b].id) })
 	s.mu.Lock()
-	s.defs, s.index = defs, index
+	s.defs, s.byID = defs, byID
 	s.mu.Unlock()
 }
 
-func (s *Service) schedules() []scheduler.Schedule {
+func (s *Service) schedules() []def {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.defs
 }
 
-// lookup returns the schedule id names, or ErrUnknownSchedule.
-func (s *Service) lookup(id string) (scheduler.Schedule, error) {
+// lookup returns the schedule id names, or ErrUnknownSchedule. Of two
+// with the same id (the scheduler refuses such a set), the last.
+func (s *Service) lookup(id string) (def, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	i, ok := s.index[id]
+	i, ok := slices.BinarySearchFunc(s.byID, id, func(j int32, id string) int { return strings.Compare(s.defs[j].id, id) })
 	if !ok {
-		return scheduler.Schedule{}, fmt.Errorf("%w %q", ErrUnknownSchedule, id)
+		return def{}, fmt.Errorf("%w %q", ErrUnknownSchedule, id)
 	}
-	return s.defs[i], nil
+	for i+1 < len(s.byID) && s.defs[s.byID[i+1]].id == id {
+		i++
+	}
+	return s.defs[s.byID[i]], nil
 }
 
 // Known reports whether id names a schedule of the config.
@@ -264,14 +296,14 @@ func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.ID, Cron: d.CronExpr, Timezone: zoneName(d), Hint: hintName(d.Hint)}
-		if spec := effectiveSpec(d); spec != nil {
-			if next := spec.Next(now); !next.IsZero() {
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint}
+		if d.spec != nil {
+			if next := d.spec.Next(now); !next.IsZero() {
 				next = next.UTC()
 				out[i].NextTick = &next
 			}
 		}
-		ids[i] = d.ID
+		ids[i] = d.id
 	}
 	if s.store == nil || len(defs) == 0 {
 		return out, nil
@@ -333,14 +365,17 @@ func (s *Service) Runs(ctx context.Context, id string, limit int) ([]Run, error)
 }
 
 // zoneName is the zone a schedule fires in, as an IANA name.
-func zoneName(d scheduler.Schedule) string {
+func zoneName(d scheduler.Schedule) string { return zoneOf(d).String() }
+
+// zoneOf is the zone a schedule fires in.
+func zoneOf(d scheduler.Schedule) *time.Location {
 	if loc := scheduler.SpecLocation(d.Spec); loc != nil {
-		return loc.String()
+		return loc
 	}
 	if d.Location != nil {
-		return d.Location.String()
+		return d.Location
 	}
-	return time.UTC.String()
+	return time.UTC
 }
 
 func hintName(h hints.Hint) string {

@@ -113,16 +113,29 @@ func SameBackend(a, b *config.Config) bool {
 		a.Locking.Redis == b.Locking.Redis && a.Locking.PG == b.Locking.PG
 }
 
-// Schedules builds the scheduler's schedules from the config's.
+// Schedules builds the scheduler's schedules from the config's. Schedules
+// whose jobs are equal share one job value, and equal cron expressions one
+// string (see sharer).
 func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 	out := make([]scheduler.Schedule, 0, len(cfg.Scheduled))
 	mask := Masker(cfg)
+	sh := newSharer()
 	for i := range cfg.Scheduled {
 		s := &cfg.Scheduled[i]
+		job := Job(s, logger)
+		if c, ok := job.(*jobs.Command); ok {
+			c.Mask = mask
+			if s.HintValue != hints.NodeLocal {
+				// A job cancelled because its lease ran out has the safety
+				// margin left before another node may hold the lock: its
+				// SIGTERM→SIGKILL grace must end well within it.
+				c.KillGrace = min(jobs.DefaultKillGrace, max(cfg.Locking.SafetyMargin.Duration/2, time.Second))
+			}
+		}
 		out = append(out, scheduler.Schedule{
 			ID:              s.ID,
 			Spec:            s.Spec,
-			CronExpr:        s.Cron,
+			CronExpr:        sh.expr(s.Cron),
 			Location:        s.Location,
 			Hint:            s.HintValue,
 			ExpectedRuntime: s.ExpectedRuntime.Duration,
@@ -136,17 +149,8 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			Retries:            s.Retries,
 			RetryBackoff:       s.RetryBackoff.Duration,
 			PauseAfterFailures: s.PauseAfterFailures,
-			Job:                Job(s, logger),
+			Job:                sh.job(job),
 		})
-		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok {
-			c.Mask = mask
-		}
-		if c, ok := out[len(out)-1].Job.(*jobs.Command); ok && s.HintValue != hints.NodeLocal {
-			// A job cancelled because its lease ran out has the safety
-			// margin left before another node may hold the lock: its
-			// SIGTERM→SIGKILL grace must end well within it.
-			c.KillGrace = min(jobs.DefaultKillGrace, max(cfg.Locking.SafetyMargin.Duration/2, time.Second))
-		}
 	}
 	return out
 }
