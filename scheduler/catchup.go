@@ -40,6 +40,12 @@ type backendState struct {
 
 	mu       sync.Mutex
 	unmarked []string // locked schedules whose marks are not yet created
+
+	// probeArmed (under the Scheduler's mu) is true while the recovery
+	// goroutine waits with its probe timer armed: a test moving a fake
+	// clock waits for it, or its move could land before the timer is armed
+	// and never fire it.
+	probeArmed bool
 }
 
 // backendFailed records that tick's try-lock-tick of st failed. The first
@@ -191,12 +197,14 @@ func (s *Scheduler) startRecovery(runCtx context.Context) recovery {
 				}
 				retryC = retry.C()
 			}
+			s.setProbeArmed(retryC != nil)
 			select {
 			case <-stop:
 				return
 			case <-s.backend.poke:
 			case <-retryC:
 			}
+			s.setProbeArmed(false)
 			ctx, cancel := context.WithTimeout(s.jobCtx, startTimeout)
 			ok := s.initMarks(ctx, s.backend.down.Load())
 			cancel()
@@ -206,6 +214,13 @@ func (s *Scheduler) startRecovery(runCtx context.Context) recovery {
 		}
 	}()
 	return r
+}
+
+func (s *Scheduler) setProbeArmed(armed bool) {
+	s.mu.Lock()
+	s.backend.probeArmed = armed
+	s.notifyLocked()
+	s.mu.Unlock()
 }
 
 func (s *Scheduler) hasUnmarked() bool {

@@ -38,3 +38,9 @@ func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
 		return s.parked && !s.wakePending && s.wakeAt > s.clock.Now().UnixNano()
 	})
 }
+
+// WaitProbeArmed waits until the recovery goroutine waits on its armed
+// probe timer (a backend outage), so a fake clock's move fires it.
+func (s *Scheduler) WaitProbeArmed(ctx context.Context) error {
+	return s.waitUntil(ctx, func() bool { return s.backend.probeArmed })
+}

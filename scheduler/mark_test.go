@@ -541,7 +541,14 @@ func TestBackendOutageLogsOnceAndCatchesUp(t *testing.T) {
 		t.Errorf("outage logged %d warnings, want 1", n)
 	}
 	h.locker.setTryErr(nil)
-	h.clock.Advance(5 * time.Second) // the next probe finds the backend back
+	// The next probe finds the backend back; wait for its timer to be armed
+	// (a probe of the outage may still be under way), or the move is lost.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.s.WaitProbeArmed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(5 * time.Second)
 	h.logs.waitFor(t, slog.LevelInfo, "lock backend answers again")
 	h.idle()
 	got := job.got()
