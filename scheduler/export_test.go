@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // WaitIdle waits until the scheduler has handled every event due by its
@@ -38,3 +39,18 @@ func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
 		return s.parked && !s.wakePending && s.wakeAt > s.clock.Now().UnixNano()
 	})
 }
+
+// WakeIn is how long from now, by the scheduler's clock, the parked loop
+// is due to wake on its own (the heap's head, or the bound on its sleep).
+func (s *Scheduler) WakeIn() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.wakeAt - s.clock.Now().UnixNano())
+}
+
+// MaxSleep and WallSafetySleep are the loop's bounds on one sleep: on the
+// timer alone, and with the kernel's wall-clock wake (wake_linux.go).
+const (
+	MaxSleep        = maxSleep
+	WallSafetySleep = wallSafetySleep
+)
