@@ -20,8 +20,11 @@ import (
 // head tick, whatever happened in between (the kernel re-evaluates
 // absolute realtime timers on a resume or a clock set), and with
 // TFD_TIMER_CANCEL_ON_SET a read fails with ECANCELED as soon as the wall
-// clock is set, so the loop also hears of a step before its deadline and
-// re-reads the clock. The lease clock (bootcache.go) needs nothing from
+// clock is set (and after a resume, on kernels whose timekeeping_resume
+// calls timerfd_resume), so the loop also hears of a step before its
+// deadline and re-reads the clock. One ECANCELED per set: the read that
+// returns it clears it, and the fd reads EAGAIN again until the next
+// expiry or set. The lease clock (bootcache.go) needs nothing from
 // here: it notices the same jumps itself, as the wall clock moving against
 // the monotonic one, on its next reading.
 //
@@ -167,7 +170,8 @@ func readOutcome(err error) (wake, stop bool, failure error) {
 	case errors.Is(err, unix.ECANCELED):
 		// The wall clock was set (stepped, or moved by a resume): the
 		// deadline still holds in wall time, but what is due may have
-		// changed, so the loop re-reads the clock and re-arms.
+		// changed (a step forward past the head), so the loop re-reads
+		// the clock and re-arms.
 		return true, false, nil
 	case errors.Is(err, os.ErrClosed):
 		return false, true, nil // the loop is done with it
