@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // WaitIdle waits until the scheduler has handled every event due by its
@@ -44,3 +45,18 @@ func (s *Scheduler) WaitLoopParked(ctx context.Context) error {
 func (s *Scheduler) WaitProbeArmed(ctx context.Context) error {
 	return s.waitUntil(ctx, func() bool { return s.backend.probeArmed })
 }
+
+// WakeIn is how long from now, by the scheduler's clock, the parked loop
+// is due to wake on its own (the heap's head, or the bound on its sleep).
+func (s *Scheduler) WakeIn() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.wakeAt - s.clock.Now().UnixNano())
+}
+
+// MaxSleep and WallSafetySleep are the loop's bounds on one sleep: on the
+// timer alone, and with the kernel's wall-clock wake (wake_linux.go).
+const (
+	MaxSleep        = maxSleep
+	WallSafetySleep = wallSafetySleep
+)

@@ -16,8 +16,15 @@ const releaseTimeout = 5 * time.Second
 
 // maxSleep bounds how long the loop sleeps on its timer before it reads
 // the wall clock again: a timer counts monotonic time, so after a host
-// suspend or a clock step it would fire late by that much.
+// suspend or a clock step it would fire late by that much. On Linux with
+// the real clock the kernel wakes the loop at the wall time instead
+// (wake_linux.go), and the timer is only a safety net, at wallSafetySleep.
 const maxSleep = 2 * time.Second
+
+// wallSafetySleep bounds the sleep when the kernel wakes the loop at the
+// head's wall time: should that wake ever be missed, a tick is at most
+// this late.
+const wallSafetySleep = time.Minute
 
 // Run fires the schedules until ctx ends, then stops gracefully: no new
 // ticks fire, ticks waiting on their jitter start at once (their mark is
@@ -88,9 +95,16 @@ type action struct {
 // lock backend never delays another schedule.
 func (s *Scheduler) loop(ctx context.Context) {
 	var timer Timer
+	ww, err := newWallWake(s.clock)
+	if err != nil {
+		s.log.Warn("no wall-clock wake: re-reading the clock every "+maxSleep.String(), slog.Any("error", err))
+	}
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if ww != nil {
+			ww.close()
 		}
 	}()
 	var acts []action
@@ -111,18 +125,37 @@ func (s *Scheduler) loop(ctx context.Context) {
 			continue
 		}
 		var fire <-chan time.Time
+		var wallFire <-chan struct{}
 		s.wakeAt = math.MaxInt64
 		if h != nil {
 			d := min(time.Duration(h.at-now), maxSleep)
 			s.wakeAt = now + int64(d)
+			if ww != nil {
+				// The kernel wakes the loop at h.at; the timer only
+				// backs it up, far enough out never to add a wake.
+				if err := ww.arm(h.at); err == nil {
+					s.wakeAt = now + int64(min(time.Duration(h.at-now), wallSafetySleep))
+					d = wallSafetySleep
+					wallFire = ww.C()
+				} else {
+					ww = s.dropWallWake(ww, err)
+				}
+			}
 			if timer == nil {
 				timer = s.clock.NewTimer(d)
 			} else {
 				timer.Reset(d)
 			}
 			fire = timer.C()
-		} else if timer != nil {
-			timer.Stop()
+		} else {
+			if timer != nil {
+				timer.Stop()
+			}
+			if ww != nil {
+				if err := ww.disarm(); err != nil {
+					ww = s.dropWallWake(ww, err)
+				}
+			}
 		}
 		s.parked = true
 		s.notifyLocked()
@@ -131,6 +164,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-fire:
+		case <-wallFire:
+			if err := ww.failed(); err != nil {
+				ww = s.dropWallWake(ww, err)
+			}
 		case <-s.wake:
 		}
 		s.mu.Lock()
@@ -140,6 +177,14 @@ func (s *Scheduler) loop(ctx context.Context) {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+}
+
+// dropWallWake closes a kernel wake that failed and returns nil: the loop
+// goes back to re-reading the clock every maxSleep.
+func (s *Scheduler) dropWallWake(ww *wallWake, err error) *wallWake {
+	s.log.Warn("wall-clock wake failed: re-reading the clock every "+maxSleep.String(), slog.Any("error", err))
+	ww.close()
+	return nil
 }
 
 // popBatch bounds how many events the loop pops before it hands them out:
