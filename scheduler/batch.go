@@ -55,29 +55,8 @@ func (s *Scheduler) tryLockTick(ctx context.Context, req locking.TickRequest) (l
 	return s.batch.do(ctx, req)
 }
 
-// batcher sends the try-lock-ticks of a scheduler in batches. No goroutine
-// of its own: the ticks waiting for an answer send the batches, one
-// batch each, and the one that sent a batch hands the sending on to a tick
-// still queued when it leaves.
-type batcher struct {
-	b TickBatcher
-
-	mu      sync.Mutex
-	queue   []*batchCall // not yet sent, in arrival order
-	senders int          // batches being sent, or a tick told to send one
-}
-
-// batchCall is one tick's request, waiting in the queue or in a batch.
-type batchCall struct {
-	ctx  context.Context
-	req  locking.TickRequest
-	ans  locking.TickAnswer
-	err  error
-	wake chan struct{} // a signal: answered, or told to send (see below)
-	// Under batcher.mu:
-	answered bool
-	send     int // batches this tick was told to send
-}
+// batcher sends the try-lock-ticks of a scheduler in batches.
+type batcher = group[locking.TickRequest, locking.TickAnswer]
 
 // newBatcher returns a batcher for l, nil when l cannot batch.
 func newBatcher(l Locker) *batcher {
@@ -85,14 +64,43 @@ func newBatcher(l Locker) *batcher {
 	if !ok {
 		return nil
 	}
-	return &batcher{b: b}
+	return &batcher{send: b.TryLockTicks, short: errShortBatch}
+}
+
+// group sends requests of one kind in batches (group commit): a request
+// made while fewer than maxSenders batches are on their way is sent at
+// once, alone if it is alone; the ones made meanwhile wait and go together
+// in the next batch. No goroutine of its own: the callers waiting for an
+// answer send the batches, one batch each, and the one that sent a batch
+// hands the sending on to a caller still queued when it leaves.
+type group[R, A any] struct {
+	// send answers a batch: answers[i] and errs[i] for reqs[i].
+	send func(ctx context.Context, reqs []R) (answers []A, errs []error)
+	// short is the error of a request send left unanswered.
+	short error
+
+	mu      sync.Mutex
+	queue   []*groupCall[R, A] // not yet sent, in arrival order
+	senders int                // batches being sent, or a caller told to send one
+}
+
+// groupCall is one request, waiting in the queue or in a batch.
+type groupCall[R, A any] struct {
+	ctx  context.Context
+	req  R
+	ans  A
+	err  error
+	wake chan struct{} // a signal: answered, or told to send (see below)
+	// Under group.mu:
+	answered bool
+	send     int // batches this caller was told to send
 }
 
 // do queues req and returns its answer. The caller sends a batch itself
-// when fewer than maxSenders are under way (a lone tick: at once), or
+// when fewer than maxSenders are under way (a lone request: at once), or
 // when a sender hands the sending on to it while it waits.
-func (b *batcher) do(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
-	c := &batchCall{ctx: ctx, req: req, wake: make(chan struct{}, 1)}
+func (b *group[R, A]) do(ctx context.Context, req R) (A, error) {
+	c := &groupCall[R, A]{ctx: ctx, req: req, wake: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if b.senders < maxSenders {
@@ -118,12 +126,12 @@ func (b *batcher) do(ctx context.Context, req locking.TickRequest) (locking.Tick
 }
 
 // sendOne sends one batch from the head of the queue and answers its
-// ticks, then hands the sending on to the first tick still queued (or
+// callers, then hands the sending on to the first caller still queued (or
 // stops being a sender when none is).
-func (b *batcher) sendOne() {
+func (b *group[R, A]) sendOne() {
 	b.mu.Lock()
 	n := min(len(b.queue), maxBatch)
-	batch := make([]*batchCall, n)
+	batch := make([]*groupCall[R, A], n)
 	copy(batch, b.queue)
 	// Shift rather than reslice, so the queue's array does not keep
 	// growing at its end while its head is consumed.
@@ -133,13 +141,17 @@ func (b *batcher) sendOne() {
 	b.mu.Unlock()
 
 	if n > 0 {
-		answers, errs := b.b.TryLockTicks(batchContext(batch), requests(batch))
+		reqs := make([]R, n)
+		for i, c := range batch {
+			reqs[i] = c.req
+		}
+		answers, errs := b.send(batchContext(batch), reqs)
 		b.mu.Lock()
 		for i, c := range batch {
 			if i < len(answers) && i < len(errs) {
 				c.ans, c.err = answers[i], errs[i]
 			} else {
-				c.err = errShortBatch
+				c.err = b.short
 			}
 			c.answered = true
 			signal(c.wake)
@@ -162,21 +174,13 @@ func (b *batcher) sendOne() {
 // TickBatcher, whose ticks are skipped as backend_error rather than run.
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
 
-// requests returns the batch's requests.
-func requests(batch []*batchCall) []locking.TickRequest {
-	reqs := make([]locking.TickRequest, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
-	return reqs
-}
-
 // batchContext returns the context of the batch's round trip: the one of
 // its requests' contexts with the earliest deadline. Each tick's context
-// bounds its request by its lock's TTL (burst); all of them derive from
-// the scheduler's job context, so the earliest deadline ends first, and an
-// answer arrives in time for every tick of the batch or for none.
-func batchContext(batch []*batchCall) context.Context {
+// bounds its request by its lock's TTL (burst), each release's by
+// releaseTimeout; all of them derive from the scheduler's job context, so
+// the earliest deadline ends first, and an answer arrives in time for every
+// request of the batch or for none.
+func batchContext[R, A any](batch []*groupCall[R, A]) context.Context {
 	ctx := batch[0].ctx
 	d, ok := ctx.Deadline()
 	for _, c := range batch[1:] {
@@ -188,7 +192,7 @@ func batchContext(batch []*batchCall) context.Context {
 }
 
 // signal wakes the goroutine waiting on ch (buffered, 1) if it is not
-// woken already: it re-reads its state under batcher.mu when it wakes.
+// woken already: it re-reads its state under group.mu when it wakes.
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:

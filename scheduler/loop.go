@@ -326,7 +326,7 @@ func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) })
 func (s *Scheduler) release(id string, h *locking.Handle, why string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.jobCtx), releaseTimeout)
 	defer cancel()
-	if err := s.opts.Locker.Release(ctx, h); err != nil {
+	if err := s.releaseLock(ctx, h); err != nil {
 		// The lock is not ours any more (expired, or the backend is down
 		// and will expire it): nothing to retry, but worth knowing. A lock
 		// already lost is expected after a lock_lost run.
