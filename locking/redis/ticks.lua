@@ -31,4 +31,5 @@ for i = 1, #KEYS / 4 do
     out[#out + 1] = r[j]
   end
 end
+flush_published()
 return out

@@ -5,7 +5,8 @@
 -- tick mark, pause flag), all in one hash slot. token, holder ('' or '|' ..
 -- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
 -- in microseconds: decimal strings; channel: where a raised mark is
--- published as 'T key' ('' for nowhere), key the caller's key.
+-- published as a 'T key' line ('' for nowhere; queued, see
+-- flush_published), key the caller's key.
 -- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
@@ -62,6 +63,32 @@ local function set_value(key, v)
   values[key] = v
 end
 
+-- The raised marks to publish, as 'T key' lines by channel (channels in
+-- first-use order), sent by flush_published when the script's steps are
+-- done: one PUBLISH per channel carries a whole batch's marks, so a burst
+-- costs the server and each listening node a message per batch, not one
+-- per tick. Keys hold no control characters: a newline ends a line.
+local published, channels = {}, {}
+
+local function queue_publish(channel, line)
+  if channel == '' then
+    return
+  end
+  local lines = published[channel]
+  if not lines then
+    lines = {}
+    published[channel] = lines
+    channels[#channels + 1] = channel
+  end
+  lines[#lines + 1] = line
+end
+
+local function flush_published()
+  for _, c in ipairs(channels) do
+    redis.call('PUBLISH', c, table.concat(published[c], '\n'))
+  end
+end
+
 -- is_paused reads the pause flag pause at the server's time now.
 local function is_paused(pause, now)
   if paused_known[pause] == false then
@@ -81,9 +108,7 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- (locking.TickWatcher): a node waiting for its turn drops T without
   -- asking.
   local function publish()
-    if channel ~= '' then
-      redis.call('PUBLISH', channel, tick_s .. ' ' .. key)
-    end
+    queue_publish(channel, tick_s .. ' ' .. key)
   end
 
   local function mark_now()
