@@ -175,6 +175,8 @@ type Scheduler struct {
 	watches sync.Pool
 	// batch sends try-lock-ticks together (batch.go); nil: one by one.
 	batch *batcher
+	// rel sends releases together (release.go); nil: one by one.
+	rel *releaser
 
 	// Set by Run before the loop starts.
 	stopCh chan struct{}   // closed when shutdown begins: abandon ticks not started
@@ -307,6 +309,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	}
 	s.bootClock = bootClockOf(opts.Clock)
 	s.batch = newBatcher(opts.Locker, s.deliverAnswers)
+	s.rel = newReleaser(opts.Locker)
 	s.initHandoff()
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {

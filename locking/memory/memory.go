@@ -186,6 +186,18 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	return nil
 }
 
+// ReleaseAll is Release for each handle in turn: errs[i] is its answer for
+// hs[i]. The memory backend has no round trip to save; it implements the
+// batch so that a scheduler on it takes the same path
+// (scheduler.ReleaseBatcher) as on Redis.
+func (l *Locker) ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []error) {
+	errs = make([]error, len(hs))
+	for i, h := range hs {
+		errs[i] = l.Release(ctx, h)
+	}
+	return errs
+}
+
 // Close releases every lock this Locker holds; peers sharing its table keep
 // theirs. Afterwards every method returns locking.ErrClosed. Closing twice
 // is not an error. Close never blocks on I/O, so it ignores ctx: shutdown

@@ -3,7 +3,9 @@
 -- ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms.
 -- Returns the fence (>= 1) when taken, 0 when someone else holds the lock.
 
-local v = redis.call('GET', KEYS[1])
+-- One read for both keys: the counter's value spares grant a call.
+local read = redis.call('MGET', KEYS[1], KEYS[2])
+local v = read[1]
 if v then
   -- The client may resend this script after a lost reply (a retried
   -- EVALSHA). Finding our own value means the first run took the lock:
@@ -17,4 +19,4 @@ if v then
   return 0
 end
 local now, now_s = clock()
-return grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], now, now_s)
+return (grant(KEYS[1], KEYS[2], read[2], ARGV[1], ARGV[2], ARGV[3], now, now_s))

@@ -198,3 +198,88 @@ type grantedLock struct {
 	l *Locker
 	h *locking.Handle
 }
+
+// TestTryLockTicksRepeatedKeys: one batch that names keys again (the same
+// tick twice, a resend with the same token, per-tick locks sharing a mark
+// and a fence counter, a floor kept then read, a pause) is answered as the
+// same requests sent one by one with TryLockTick: ticks.lua reads its keys
+// ahead, and each step must see the writes of the steps before it.
+func TestTryLockTicksRepeatedKeys(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	ctx := context.Background()
+	t0 := time.Now().Truncate(time.Second)
+	req := func(key string, tick time.Time, mod func(*locking.TickRequest)) locking.TickRequest {
+		r := tickReq(key, tick)
+		if mod != nil {
+			mod(&r)
+		}
+		return r
+	}
+	perTick := func(r *locking.TickRequest) { r.PerTick = true }
+	token := func(r *locking.TickRequest) { r.Token = "0123456789abcdef0123456789abcdef" }
+	floor := func(r *locking.TickRequest) { r.Floor = t0.Add(-time.Second) }
+	reqs := []locking.TickRequest{
+		req("a", t0, nil),                             // granted
+		req("a", t0, nil),                             // done: the mark the first raised
+		req("a", t0.Add(time.Second), nil),            // contended: the first's lock
+		req("b", t0, perTick),                         // granted
+		req("b", t0.Add(time.Second), perTick),        // granted: its own lock, the next fence
+		req("b", t0, perTick),                         // done
+		req("c", t0, token),                           // granted
+		req("c", t0, token),                           // a resend: granted, the same fence
+		req("d", t0.Add(-2*time.Second), floor),       // done, the floor kept as the mark
+		req("d", t0.Add(-1500*time.Millisecond), nil), // done by the kept floor
+		req("e", t0, nil),                             // paused, consumed
+		req("e", t0, nil),                             // done
+	}
+	run := func(batch bool) ([]locking.TickAnswer, []error) {
+		prefix := fmt.Sprintf("%s%v:", testPrefix(t, admin), batch)
+		l := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "n"})
+		if err := l.SetPause(ctx, "e", locking.Pause{Paused: true}); err != nil {
+			t.Fatal(err)
+		}
+		if batch {
+			return l.TryLockTicks(ctx, reqs)
+		}
+		answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+		for i, r := range reqs {
+			answers[i], errs[i] = l.TryLockTick(ctx, r)
+		}
+		return answers, errs
+	}
+	want, wantErrs := run(false)
+	got, errs := run(true)
+	fences := map[string]int64{}
+	for i, r := range reqs {
+		if errs[i] != nil || wantErrs[i] != nil {
+			t.Fatalf("request %d (%s at %v): batch %v, one by one %v", i, r.Key, r.Tick, errs[i], wantErrs[i])
+		}
+		g, w := got[i], want[i]
+		if g.Verdict != w.Verdict || !g.Mark.Equal(w.Mark) {
+			t.Errorf("request %d (%s at %v): batch %v mark %v, one by one %v mark %v", i, r.Key, r.Tick, g.Verdict, g.Mark, w.Verdict, w.Mark)
+			continue
+		}
+		if g.Verdict != locking.TickGranted {
+			continue
+		}
+		// Fences differ between the runs (the clock); within the batch
+		// each counter moves up, and a resend keeps its fence.
+		f := g.Handle.Fence()
+		if prev, ok := fences[r.Key]; ok && f <= prev && !(r.Token != "" && f == prev) {
+			t.Errorf("request %d (%s): fence %d after %d", i, r.Key, f, prev)
+		}
+		fences[r.Key] = f
+	}
+	wantVerdicts := []locking.TickVerdict{locking.TickGranted, locking.TickDone, locking.TickContended,
+		locking.TickGranted, locking.TickGranted, locking.TickDone, locking.TickGranted, locking.TickGranted,
+		locking.TickDone, locking.TickDone, locking.TickPaused, locking.TickDone}
+	for i, v := range wantVerdicts {
+		if want[i].Verdict != v {
+			t.Errorf("request %d one by one: %v, want %v (the case proves less than it says)", i, want[i].Verdict, v)
+		}
+	}
+	if got[7].Handle == nil || got[6].Handle == nil || got[7].Handle.Fence() != got[6].Handle.Fence() {
+		t.Errorf("a resent request in the batch: fences %v and %v, want the same", got[6].Handle, got[7].Handle)
+	}
+}

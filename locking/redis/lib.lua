@@ -39,20 +39,40 @@ end
 -- at least the server's clock, so a counter Redis lost or rewound (no
 -- persistence, an AOF everysec crash, a lagging replica promoted, a switch
 -- to another backend and back) never hands out a fence already given.
-local function grant(lock, counter, token, holder, ttl, now, now_s)
-  local fence = redis.call('INCR', counter)
-  local fence_s = now_s
-  if fence < now then
-    redis.call('SET', counter, now_s)
-    fence = now
-  else
-    fence_s = redis.call('GET', counter) -- the counter's own decimal: exact
-  end
-  redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
+-- counter_v is the counter's value as the caller read it in this script
+-- (false: no counter), or nil when it did not read it. Returns the fence
+-- and its exact decimal, which is now the counter's value.
+local function grant(lock, counter, counter_v, token, holder, ttl, now, now_s)
+  local fence, fence_s
   -- The counter may go once its key is unused for 30 days: the next fence
   -- is then floored at the clock, above every one drawn before, so keys of
   -- `lock run` calls made once do not stay forever. (Tick marks never
   -- expire: a forgotten mark is safe but loses a catch-up.)
-  redis.call('PEXPIRE', counter, 2592000000)
-  return fence
+  local keep = 2592000000
+  -- The usual case, a counter missing or below the clock (the last fence
+  -- was drawn more than a microsecond ago): the fence is the clock, in one
+  -- write. A value that is not an integer as INCR reads one (digits, no
+  -- leading zero) takes the general path below, where INCR refuses it. One
+  -- at or above 2^53, inexact in Lua, is far above the clock: the general
+  -- path too.
+  local c = counter_v
+  if c and c ~= '0' and not string.match(c, '^[1-9]%d*$') then
+    c = nil
+  end
+  if c == false or (c ~= nil and tonumber(c) + 1 < now) then
+    redis.call('SET', counter, now_s, 'PX', keep)
+    fence, fence_s = now, now_s
+  else
+    fence = redis.call('INCR', counter)
+    fence_s = now_s
+    if fence < now then
+      redis.call('SET', counter, now_s)
+      fence = now
+    else
+      fence_s = redis.call('GET', counter) -- the counter's own decimal: exact
+    end
+    redis.call('PEXPIRE', counter, keep)
+  end
+  redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
+  return fence, fence_s
 end

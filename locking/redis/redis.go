@@ -60,6 +60,8 @@ var (
 	renewSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed releases.lua
+	releasesSrc string
 
 	// The scripts run by EVALSHA, falling back to EVAL (which also loads
 	// them) on NOSCRIPT, e.g. after a Redis restart flushed the cache.
@@ -69,6 +71,7 @@ var (
 	initMarkScript = goredis.NewScript(initMarkSrc)
 	renewScript    = goredis.NewScript(renewSrc)
 	releaseScript  = goredis.NewScript(releaseSrc)
+	releasesScript = goredis.NewScript(releasesSrc)
 )
 
 // Options configure a Locker.

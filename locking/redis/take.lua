@@ -41,7 +41,7 @@ end
 
 local req = cjson.decode(head)
 local now, now_s = clock()
-local fence = grant(KEYS[1], KEYS[2], token, holder, ttl, now, now_s)
+local fence = grant(KEYS[1], KEYS[2], nil, token, holder, ttl, now, now_s)
 -- A trigger leaves the queue in this step: no other node can take it. A
 -- backfill tick stays at the head until Done, so that a node dying
 -- mid-run leaves it to the next one once the lock is free.

@@ -344,7 +344,9 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 			fail(fmt.Errorf("locking/redis: try-lock-tick: %w", context.Cause(ctx)))
 			return answers, errs
 		}
-		if cluster || len(batch) == 1 {
+		// A lone request too goes through ticks.lua: the one path the
+		// scheduler's batches take, whatever their size.
+		if cluster {
 			l.tickPipeline(ctx, calls, batch, answers, errs)
 		} else {
 			l.tickScriptBatch(ctx, calls, batch, answers, errs)

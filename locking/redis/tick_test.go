@@ -273,113 +273,167 @@ func TestTickPause(t *testing.T) {
 	mustTick(t, l, tickReq("s", t0.Add(time.Second)), locking.TickGranted)
 }
 
-// TestTickMatchesDecideTick runs tick.lua over a grid of stored states and
-// requests and compares each answer with locking.DecideTick, the reference.
-// Offsets stay clear of every boundary that depends on the exact instant
-// the server decides, so both see the same "now" up to a few milliseconds.
+// TestTickMatchesDecideTick runs try-lock-tick over a grid of stored
+// states and requests and compares each answer with locking.DecideTick, the
+// reference: one by one through tick.lua, then all at once through
+// TryLockTicks (ticks.lua, batches of tickBatch that read their keys ahead
+// in one MGET and their pause flags in one EXISTS). Offsets stay clear of
+// every boundary that depends on the exact instant the server decides, so
+// both see the same "now" up to a few milliseconds.
 func TestTickMatchesDecideTick(t *testing.T) {
+	for _, mode := range []string{"OneByOne", "Batch"} {
+		t.Run(mode, func(t *testing.T) { testTickGrid(t, mode == "Batch") })
+	}
+}
+
+// gridCase is one cell of TestTickMatchesDecideTick's grid.
+type gridCase struct {
+	name string
+	req  locking.TickRequest
+	base time.Time
+	// Offsets from base: the stored mark's, the floor's (gridNone for
+	// none) and the tick's.
+	mo, fo, to time.Duration
+	pk         gridPause
+	held       bool
+	ans        locking.TickAnswer
+	err        error
+}
+
+type gridPause int
+
+const (
+	gridUnpaused gridPause = iota
+	gridPaused
+	gridPauseOver
+)
+
+const gridNone = time.Duration(1 << 62)
+
+func testTickGrid(t *testing.T, batch bool) {
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
-	l := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "me"})
+	l := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "me", OpTimeout: 10 * time.Second})
 	ctx := context.Background()
 
-	const none = time.Duration(1 << 62)
 	s := time.Second
-	marks := []time.Duration{none, -100 * s, -10 * s, -s, s}
-	floors := []time.Duration{none, -50 * s, -5 * s, -s / 2, 10 * s}
+	marks := []time.Duration{gridNone, -100 * s, -10 * s, -s, s}
+	floors := []time.Duration{gridNone, -50 * s, -5 * s, -s / 2, 10 * s}
 	ticks := []time.Duration{-120 * s, -40 * s, -10 * s, -3 * s, -s, s, 3 * s}
 	windows := []time.Duration{0, 30 * s}
-	type pauseKind int
-	const (
-		unpaused pauseKind = iota
-		paused
-		pauseOver
-	)
-	n := 0
-	counts := map[locking.TickVerdict]int{}
+	var cases []*gridCase
 	for _, mo := range marks {
 		for _, fo := range floors {
 			for _, to := range ticks {
 				for _, w := range windows {
-					for _, pk := range []pauseKind{unpaused, paused, pauseOver} {
+					for _, pk := range []gridPause{gridUnpaused, gridPaused, gridPauseOver} {
 						for _, held := range []bool{false, true} {
-							n++
-							key := fmt.Sprintf("k%d", n)
-							base := time.Now().Truncate(time.Millisecond)
-							req := tickReq(key, base.Add(to))
-							req.Window = w
-							if fo != none {
-								req.Floor = base.Add(fo)
+							c := &gridCase{mo: mo, fo: fo, to: to, pk: pk, held: held}
+							c.name = fmt.Sprintf("mark %v floor %v tick %v window %v pause %d held %v", mo, fo, to, w, pk, held)
+							if mo == gridNone {
+								c.name = fmt.Sprintf("mark none floor %v tick %v window %v pause %d held %v", fo, to, w, pk, held)
 							}
-							lk := l.lockKey(key)
-							_, err := admin.Pipelined(ctx, func(p goredis.Pipeliner) error {
-								if mo != none {
-									p.Set(ctx, lk+markSuffix, base.Add(mo).UnixMicro(), 0)
-								}
-								switch pk {
-								case paused:
-									p.HSet(ctx, lk+pauseSuffix, "note", "")
-								case pauseOver:
-									p.HSet(ctx, lk+pauseSuffix, "note", "", "until", base.Add(-s).UnixMicro())
-								}
-								if held {
-									p.Set(ctx, lk, "someone#1|else", time.Minute)
-								}
-								return nil
-							})
-							if err != nil {
-								t.Fatal(err)
-							}
-							ans, err := l.TryLockTick(ctx, req)
-							now := ans.Now
-							wantV, wantMark, wantAhead := locking.DecideTick(req, now, base.Add(mo), mo != none, pk == paused, held)
-							name := fmt.Sprintf("mark %v floor %v tick %v window %v pause %d held %v", mo, fo, to, w, pk, held)
-							if mo == none {
-								name = fmt.Sprintf("mark none floor %v tick %v window %v pause %d held %v", fo, to, w, pk, held)
-							}
-							if wantAhead > 0 {
-								var ae *locking.AheadError
-								if !errors.As(err, &ae) || (ae.Offset-wantAhead).Abs() > time.Millisecond {
-									t.Errorf("%s: %v, want ahead by %v", name, err, wantAhead)
-								}
-								counts[0]++
-								continue
-							}
-							if err != nil {
-								t.Fatalf("%s: %v", name, err)
-							}
-							if wantV == 0 {
-								wantV = locking.TickGranted
-							}
-							counts[wantV]++
-							if ans.Verdict != wantV {
-								t.Errorf("%s: %v, want %v", name, ans.Verdict, wantV)
-								continue
-							}
-							// The mark is stored when the step raised it; a
-							// missing one that was only read stays missing.
-							markBase := base.Add(mo)
-							if mo == none {
-								markBase = now.Add(-req.MaxSkew)
-							}
-							wantStored := mo != none || wantMark.After(markBase)
-							stored, ok := getInt(t, admin, lk+markSuffix)
-							if ok != wantStored || (ok && stored != ans.Mark.UnixMicro()) {
-								t.Errorf("%s: stored mark %d (present %v, want present %v), answer's %d", name, stored, ok, wantStored, ans.Mark.UnixMicro())
-							}
-							// Exact unless the mark came from "now".
-							if d := ans.Mark.Sub(wantMark).Abs(); d > time.Microsecond {
-								t.Errorf("%s: mark %v, want %v", name, ans.Mark, wantMark)
-							}
-							if wantV == locking.TickGranted {
-								if err := l.Release(ctx, ans.Handle); err != nil {
-									t.Errorf("%s: Release: %v", name, err)
-								}
-							}
+							c.req = tickReq(fmt.Sprintf("k%d", len(cases)), time.Time{})
+							c.req.Window = w
+							cases = append(cases, c)
 						}
 					}
 				}
+			}
+		}
+	}
+	// setup stores the cases' states, and their requests' times, around
+	// base.
+	setup := func(cs []*gridCase, base time.Time) {
+		_, err := admin.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, c := range cs {
+				c.base = base
+				c.req.Tick = base.Add(c.to)
+				if c.fo != gridNone {
+					c.req.Floor = base.Add(c.fo)
+				}
+				lk := l.lockKey(c.req.Key)
+				if c.mo != gridNone {
+					p.Set(ctx, lk+markSuffix, base.Add(c.mo).UnixMicro(), 0)
+				}
+				switch c.pk {
+				case gridPaused:
+					p.HSet(ctx, lk+pauseSuffix, "note", "")
+				case gridPauseOver:
+					p.HSet(ctx, lk+pauseSuffix, "note", "", "until", base.Add(-s).UnixMicro())
+				}
+				if c.held {
+					p.Set(ctx, lk, "someone#1|else", time.Minute)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if batch {
+		setup(cases, time.Now().Truncate(time.Millisecond))
+		reqs := make([]locking.TickRequest, len(cases))
+		for i, c := range cases {
+			reqs[i] = c.req
+		}
+		answers, errs := l.TryLockTicks(ctx, reqs)
+		for i, c := range cases {
+			c.ans, c.err = answers[i], errs[i]
+		}
+	} else {
+		for _, c := range cases {
+			setup([]*gridCase{c}, time.Now().Truncate(time.Millisecond))
+			c.ans, c.err = l.TryLockTick(ctx, c.req)
+		}
+	}
+
+	counts := map[locking.TickVerdict]int{}
+	for _, c := range cases {
+		req, ans, err, base, mo := c.req, c.ans, c.err, c.base, c.mo
+		name := c.name
+		lk := l.lockKey(req.Key)
+		now := ans.Now
+		wantV, wantMark, wantAhead := locking.DecideTick(req, now, base.Add(mo), mo != gridNone, c.pk == gridPaused, c.held)
+		if wantAhead > 0 {
+			var ae *locking.AheadError
+			if !errors.As(err, &ae) || (ae.Offset-wantAhead).Abs() > time.Millisecond {
+				t.Errorf("%s: %v, want ahead by %v", name, err, wantAhead)
+			}
+			counts[0]++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if wantV == 0 {
+			wantV = locking.TickGranted
+		}
+		counts[wantV]++
+		if ans.Verdict != wantV {
+			t.Errorf("%s: %v, want %v", name, ans.Verdict, wantV)
+			continue
+		}
+		// The mark is stored when the step raised it; a missing one that
+		// was only read stays missing.
+		markBase := base.Add(mo)
+		if mo == gridNone {
+			markBase = now.Add(-req.MaxSkew)
+		}
+		wantStored := mo != gridNone || wantMark.After(markBase)
+		stored, ok := getInt(t, admin, lk+markSuffix)
+		if ok != wantStored || (ok && stored != ans.Mark.UnixMicro()) {
+			t.Errorf("%s: stored mark %d (present %v, want present %v), answer's %d", name, stored, ok, wantStored, ans.Mark.UnixMicro())
+		}
+		// Exact unless the mark came from "now".
+		if d := ans.Mark.Sub(wantMark).Abs(); d > time.Microsecond {
+			t.Errorf("%s: mark %v, want %v", name, ans.Mark, wantMark)
+		}
+		if wantV == locking.TickGranted {
+			if err := l.Release(ctx, ans.Handle); err != nil {
+				t.Errorf("%s: Release: %v", name, err)
 			}
 		}
 	}
@@ -389,5 +443,5 @@ func TestTickMatchesDecideTick(t *testing.T) {
 			t.Errorf("no case of the grid ended %v", v)
 		}
 	}
-	t.Logf("%d cases: %v", n, counts)
+	t.Logf("%d cases: %v", len(cases), counts)
 }

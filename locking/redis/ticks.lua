@@ -11,6 +11,17 @@
 -- Returns the concatenation of every request's 5 integers.
 local now, now_s = clock()
 local holder = ARGV[1]
+-- Every request's lock, counter and mark in one read, and its pause flag
+-- in one more (tickstep.lua's values).
+local reads, pauses = {}, {}
+for i = 1, #KEYS, 4 do
+  reads[#reads + 1] = KEYS[i]
+  reads[#reads + 1] = KEYS[i + 1]
+  reads[#reads + 1] = KEYS[i + 2]
+  pauses[#pauses + 1] = KEYS[i + 3]
+end
+load(reads)
+load_pauses(pauses)
 local out = {}
 for i = 1, #KEYS / 4 do
   local k, a = 4 * (i - 1), 1 + 8 * (i - 1)
@@ -20,4 +31,5 @@ for i = 1, #KEYS / 4 do
     out[#out + 1] = r[j]
   end
 end
+flush_published()
 return out

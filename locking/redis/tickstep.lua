@@ -5,11 +5,102 @@
 -- tick mark, pause flag), all in one hash slot. token, holder ('' or '|' ..
 -- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
 -- in microseconds: decimal strings; channel: where a raised mark is
--- published as 'T key' ('' for nowhere), key the caller's key.
+-- published as a 'T key' line ('' for nowhere; queued, see
+-- flush_published), key the caller's key.
 -- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
 -- the step.
+-- The values the steps read, kept for the whole script: the lock, mark and
+-- counter keys' values (false: no such key), fetched for many requests in
+-- one MGET (load), and whether pause flags exist, known for a whole batch
+-- from one EXISTS when none does (load_pauses). A step's own writes go into
+-- them too, so a key named twice in one script (the same tick asked twice,
+-- per-tick locks sharing a mark and counter) is read as the earlier step
+-- left it: each step decides exactly as if it ran alone, in order. Reading
+-- ahead is exact: nothing else runs while a script does, and Redis does not
+-- expire keys while a script runs (its clock stands at the script's start).
+local values = {}
+local paused_known = {}
+
+-- load reads keys' values into values, in MGETs of up to 1000 keys (unpack
+-- is bounded by Lua's C stack).
+local function load(keys)
+  for i = 1, #keys, 1000 do
+    local j = math.min(i + 999, #keys)
+    local got = redis.call('MGET', unpack(keys, i, j))
+    for n = i, j do
+      values[keys[n]] = got[n - i + 1]
+    end
+  end
+end
+
+-- load_pauses learns, when none of keys exists, that none is paused.
+local function load_pauses(keys)
+  for i = 1, #keys, 1000 do
+    if redis.call('EXISTS', unpack(keys, i, math.min(i + 999, #keys))) ~= 0 then
+      return -- some exist: each is asked for on its own
+    end
+  end
+  for _, k in ipairs(keys) do
+    paused_known[k] = false
+  end
+end
+
+-- value returns key's value, read now unless known.
+local function value(key)
+  local v = values[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    values[key] = v
+  end
+  return v
+end
+
+-- set_value writes key's value (a mark: no expiry).
+local function set_value(key, v)
+  redis.call('SET', key, v)
+  values[key] = v
+end
+
+-- The raised marks to publish, as 'T key' lines by channel (channels in
+-- first-use order), sent by flush_published when the script's steps are
+-- done: one PUBLISH per channel carries a whole batch's marks, so a burst
+-- costs the server and each listening node a message per batch, not one
+-- per tick. Keys hold no control characters: a newline ends a line.
+local published, channels = {}, {}
+
+local function queue_publish(channel, line)
+  if channel == '' then
+    return
+  end
+  local lines = published[channel]
+  if not lines then
+    lines = {}
+    published[channel] = lines
+    channels[#channels + 1] = channel
+  end
+  lines[#lines + 1] = line
+end
+
+local function flush_published()
+  for _, c in ipairs(channels) do
+    redis.call('PUBLISH', c, table.concat(published[c], '\n'))
+  end
+end
+
+-- is_paused reads the pause flag pause at the server's time now.
+local function is_paused(pause, now)
+  if paused_known[pause] == false then
+    return false
+  end
+  if redis.call('EXISTS', pause) == 0 then
+    return false
+  end
+  local u = redis.call('HGET', pause, 'until')
+  return (not u) or now < tonumber(u)
+end
+
 local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, channel, key, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
 
@@ -17,19 +108,17 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- (locking.TickWatcher): a node waiting for its turn drops T without
   -- asking.
   local function publish()
-    if channel ~= '' then
-      redis.call('PUBLISH', channel, tick_s .. ' ' .. key)
-    end
+    queue_publish(channel, tick_s .. ' ' .. key)
   end
 
   local function mark_now()
-    return tonumber(redis.call('GET', mark) or 0)
+    return tonumber(value(mark) or 0)
   end
 
   -- A resent call (its first reply lost) finds its own lock: granted, with the
   -- fence it drew, whatever the mark says now; the lease counts from now, as
   -- the caller believes.
-  local held = redis.call('GET', lock)
+  local held = value(lock)
   local fence = held and own_fence(held, token, holder)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
@@ -44,7 +133,7 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- The effective mark: the stored one, or the server's time minus max skew
   -- when missing; raised to the caller's floor, never past the server's clock.
   -- eff_s is its exact decimal (nil: the missing mark's now - skew).
-  local stored = redis.call('GET', mark)
+  local stored = value(mark)
   local eff, eff_s
   if stored then
     eff, eff_s = tonumber(stored), stored
@@ -66,7 +155,7 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- stop moving with the clock.
   local function keep_mark()
     if eff_s ~= nil and eff_s ~= stored then
-      redis.call('SET', mark, eff_s)
+      set_value(mark, eff_s)
     end
   end
 
@@ -78,18 +167,13 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- The pause flag is read here, inside the step: a pause set before this
   -- call always wins. A paused or missed tick is consumed (the mark moves to
   -- it), so neither a resume nor a late node runs it.
-  local paused = false
-  if redis.call('EXISTS', pause) == 1 then
-    local u = redis.call('HGET', pause, 'until')
-    paused = (not u) or now < tonumber(u)
-  end
-  if paused then
-    redis.call('SET', mark, tick_s)
+  if is_paused(pause, now) then
+    set_value(mark, tick_s)
     publish()
     return {4, 0, tick, now, 0}
   end
   if now - tick > math.max(skew, window) then
-    redis.call('SET', mark, tick_s)
+    set_value(mark, tick_s)
     publish()
     return {5, 0, tick, now, 0}
   end
@@ -99,8 +183,11 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
     return {3, 0, eff, now, 0}
   end
 
-  redis.call('SET', mark, tick_s)
+  set_value(mark, tick_s)
   publish()
-  fence = grant(lock, counter, token, holder, ttl, now, now_s)
+  local fence_s
+  fence, fence_s = grant(lock, counter, value(counter), token, holder, ttl, now, now_s)
+  values[counter] = fence_s
+  values[lock] = token .. '#' .. fence_s .. holder
   return {1, fence, tick, now, 0}
 end

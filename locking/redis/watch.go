@@ -14,10 +14,11 @@ import (
 
 var _ locking.TickWatcher = (*Locker)(nil)
 
-// tickChannel is the channel tick.lua publishes raised marks on: one per
-// cluster (key prefix). Channels are not keys: it cannot collide with a
-// lock, mark or state key of the prefix, and it belongs to no hash slot
-// (a Redis Cluster forwards a PUBLISH to every node).
+// tickChannel is the channel tick.lua and ticks.lua publish raised marks on
+// (a message per script, a 'T key' line per mark): one per cluster (key
+// prefix). Channels are not keys: it cannot collide with a lock, mark or
+// state key of the prefix, and it belongs to no hash slot (a Redis Cluster
+// forwards a PUBLISH to every node).
 func (l *Locker) tickChannel() string { return l.prefix + "ticks" }
 
 // WatchTicks subscribes to the cluster's raised marks (locking.TickWatcher)
@@ -48,15 +49,22 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 					w.Listening()
 				}
 			case *goredis.Message:
-				if tm, ok := parseMark(m.Payload); ok && w.Mark != nil {
-					w.Mark(tm)
+				if w.Mark == nil {
+					continue
+				}
+				// One message carries the marks one script raised, a
+				// line each (a batch's in one message).
+				for line := range strings.SplitSeq(m.Payload, "\n") {
+					if tm, ok := parseMark(line); ok {
+						w.Mark(tm)
+					}
 				}
 			}
 		}
 	}
 }
 
-// parseMark reads tick.lua's 'T key' (T in µs).
+// parseMark reads one line 'T key' (T in µs) of tickstep.lua's message.
 func parseMark(s string) (locking.TickMark, bool) {
 	t, key, ok := strings.Cut(s, " ")
 	if !ok || key == "" {

@@ -1,0 +1,28 @@
+-- releases: release.lua for many locks in one script, on one server (never
+-- on a Cluster, whose locks lie in different slots): each lock is deleted
+-- only if it is still ours, as release.lua decides it alone. One MGET reads
+-- them all and one DEL deletes the ones that are ours.
+-- KEYS[i] lock key; ARGV[i] the value stored at its acquire.
+-- Returns, for each i, 1 when deleted, 0 when the lock is gone or someone
+-- else's.
+local out, dels, gone = {}, {}, {}
+for i = 1, #KEYS, 1000 do
+  local j = math.min(i + 999, #KEYS)
+  local vs = redis.call('MGET', unpack(KEYS, i, j))
+  for n = i, j do
+    local k = KEYS[n]
+    -- A key named twice is deleted once: the second finds it gone, as a
+    -- second release would.
+    if not gone[k] and vs[n - i + 1] == ARGV[n] then
+      gone[k] = true
+      dels[#dels + 1] = k
+      out[n] = 1
+    else
+      out[n] = 0
+    end
+  end
+end
+for i = 1, #dels, 1000 do
+  redis.call('DEL', unpack(dels, i, math.min(i + 999, #dels)))
+end
+return out

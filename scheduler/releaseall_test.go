@@ -1,0 +1,136 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/memory"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/scheduler/fakeclock"
+)
+
+// batchReleasing is a memory backend that releases through ReleaseAll
+// (scheduler.ReleaseBatcher), counting the handles, and can fail them.
+type batchReleasing struct {
+	*faulty
+	mem *memory.Locker
+
+	mu       sync.Mutex
+	released int
+	fail     error // when set, every handle's error instead of releasing
+}
+
+func (b *batchReleasing) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
+	b.mu.Lock()
+	b.released += len(hs)
+	fail := b.fail
+	b.mu.Unlock()
+	if fail == nil {
+		return b.mem.ReleaseAll(ctx, hs)
+	}
+	errs := make([]error, len(hs))
+	for i, h := range hs {
+		errs[i] = fmt.Errorf("memory: release %v: %w", h, fail)
+	}
+	return errs
+}
+
+func newBatchReleasing(t *testing.T, fail error, ids ...string) (*harness, *batchReleasing) {
+	clock := fakeclock.New(t0)
+	mem := memory.New(memory.WithClock(clock.Now), memory.WithHolder("node-a"))
+	b := &batchReleasing{faulty: &faulty{inner: mem}, mem: mem, fail: fail}
+	var scheds []scheduler.Schedule
+	for _, id := range ids {
+		scheds = append(scheds, sched(id, everyMinute, hints.RequireGlobal, &countingJob{}))
+	}
+	h := newHarness(t, scheduler.Options{Clock: clock, Locker: b, Backend: hints.Distributed}, scheds...).start()
+	return h, b
+}
+
+// TestBatchedReleasesFreeEveryLock: ticks due together on a backend that
+// releases in batches: every run's lock is given back through ReleaseAll
+// (the memory backend implements it), the keys are free for the next tick
+// on any node, and the next tick runs.
+func TestBatchedReleasesFreeEveryLock(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	h, b := newBatchReleasing(t, nil, ids...)
+	h.step(time.Minute)
+	h.rec.waitRuns(t, len(ids))
+	h.idle()
+	b.mu.Lock()
+	released := b.released
+	b.mu.Unlock()
+	if released != len(ids) {
+		t.Errorf("%d handles released through ReleaseAll, want %d", released, len(ids))
+	}
+	infos, err := b.mem.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("locks still held after the runs: %v", infos)
+	}
+	if n := h.logs.count(slog.LevelDebug, "lock released"); n != len(ids) {
+		t.Errorf("%d 'lock released' lines, want %d", n, len(ids))
+	}
+	h.step(time.Minute)
+	h.rec.waitRuns(t, 2*len(ids))
+}
+
+// TestBatchedReleaseFailureIsEachHandles: a batch release that fails is
+// reported for each handle as a single failed release is: one "releasing
+// lock failed" line per schedule, at warn for a backend error and at info
+// for a lock already lost, naming the schedule and the fence.
+func TestBatchedReleaseFailureIsEachHandles(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  error
+		level slog.Level
+	}{
+		{"unavailable", locking.ErrUnavailable, slog.LevelWarn},
+		{"lost", locking.ErrLockLost, slog.LevelInfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids := []string{"a", "b", "c"}
+			h, _ := newBatchReleasing(t, tc.fail, ids...)
+			h.step(time.Minute)
+			h.rec.waitRuns(t, len(ids))
+			h.idle()
+			if n := h.logs.count(tc.level, "releasing lock failed"); n != len(ids) {
+				t.Fatalf("%d 'releasing lock failed' lines at %v, want one per schedule (%d)", n, tc.level, len(ids))
+			}
+			seen := map[string]bool{}
+			h.logs.mu.Lock()
+			for _, r := range h.logs.recs {
+				if r.Message != "releasing lock failed" {
+					continue
+				}
+				var id string
+				var fence int64
+				r.Attrs(func(a slog.Attr) bool {
+					switch a.Key {
+					case "schedule":
+						id = a.Value.String()
+					case "fence":
+						fence = a.Value.Int64()
+					}
+					return true
+				})
+				if fence <= 0 {
+					t.Errorf("schedule %s: failed release logged without its fence", id)
+				}
+				seen[id] = true
+			}
+			h.logs.mu.Unlock()
+			if len(seen) != len(ids) {
+				t.Errorf("failed releases logged for %v, want each of %v", seen, ids)
+			}
+		})
+	}
+}
