@@ -19,17 +19,34 @@ import (
 // countingLocker counts one node's backend round trips on the tick path.
 type countingLocker struct {
 	scheduler.Locker
-	tries, releases, renews atomic.Int64
+	tries, releases, renews atomic.Int64 // requests
+	tryTrips, releaseTrips  atomic.Int64 // round trips: a batch is one
 }
 
 func (c *countingLocker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	c.tries.Add(1)
+	c.tryTrips.Add(1)
 	return c.Locker.TryLockTick(ctx, r)
+}
+
+// TryLockTicks and ReleaseAll pass the scheduler's batches on (Redis
+// decides each in one script): one round trip for all their requests.
+func (c *countingLocker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	c.tries.Add(int64(len(reqs)))
+	c.tryTrips.Add(1)
+	return c.Locker.(scheduler.TickBatcher).TryLockTicks(ctx, reqs)
 }
 
 func (c *countingLocker) Release(ctx context.Context, h *locking.Handle) error {
 	c.releases.Add(1)
+	c.releaseTrips.Add(1)
 	return c.Locker.Release(ctx, h)
+}
+
+func (c *countingLocker) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
+	c.releases.Add(int64(len(hs)))
+	c.releaseTrips.Add(1)
+	return c.Locker.(scheduler.ReleaseBatcher).ReleaseAll(ctx, hs)
 }
 
 func (c *countingLocker) Renew(ctx context.Context, h *locking.Handle) error {
@@ -175,8 +192,17 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 		}
 		return
 	}
+	trips := func() (n int64) {
+		for _, c := range counters {
+			n += c.tryTrips.Load() + c.releaseTrips.Load() + c.renews.Load()
+		}
+		return
+	}
 	time.Sleep(time.Until(first)) // the test is real time passing
 	tries0, releases0, renews0 := count()
+	trips0 := trips()
+	time.Sleep(time.Until(last))
+	trips1 := trips()
 	time.Sleep(time.Until(start.Add(seconds * time.Second)))
 	cancel()
 	wg.Wait()
@@ -219,8 +245,18 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 		}
 	}
 	tpt, rpt := float64(tries)/float64(ran), float64(releases)/float64(ran)
-	t.Logf("from the first tick on: %d nodes, %d runs (%d ticks checked exactly once): per node %v; per tick %.3f try-lock-ticks + %.3f releases + %.3f renewals = %.3f round trips",
+	t.Logf("from the first tick on: %d nodes, %d runs (%d ticks checked exactly once): per node %v; per tick %.3f try-lock-ticks + %.3f releases + %.3f renewals = %.3f requests",
 		nodes, ran, total, perNode, tpt, rpt, float64(renews)/float64(ran), tpt+rpt+float64(renews)/float64(ran))
+	// Round trips: the scheduler sends the requests that wait together
+	// (ticks due at the same instant on a node, releases of runs that end
+	// together) in one batch, one round trip.
+	rtt := float64(trips1-trips0) / float64(total)
+	t.Logf("round trips (batches counted once) from the first tick to the last checked: %.3f per tick", rtt)
+	// 1.42 measured on a quiet machine (issue 18's target: 1.5, from 6);
+	// bounded at 2 here, as a loaded machine delivers some marks late.
+	if rtt > 2 {
+		t.Errorf("%.3f backend round trips per tick at %d nodes, want at most 2 (6 without handoff and batching)", rtt, nodes)
+	}
 	// Without the watch every node asks: 5 per tick. With it about 1 on a
 	// quiet machine (1.02 measured); on a loaded one a published mark can
 	// reach a waiting node after its 100ms turn, which then asks and is
