@@ -25,6 +25,10 @@ const (
 	tickPaused    = 4
 	tickMissed    = 5
 	tickAhead     = 6
+	// tickFailed: ticks.lua caught an error of this request's step (a key
+	// of another type, a counter that is no integer: data not written by
+	// bext). Only this request fails; the batch's others stand.
+	tickFailed = 7
 )
 
 // tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
@@ -154,6 +158,8 @@ func (l *Locker) decodeTick(ctx context.Context, c *tickCall, r []int64) (lockin
 			Offset:  time.Duration(ahead) * time.Microsecond,
 			MaxSkew: req.MaxSkew,
 		})
+	case tickFailed:
+		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: the server's script failed on this schedule's keys (a key of another type, or a value bext did not write?)", req.Key, errReply)
 	default:
 		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: verdict %d", req.Key, errReply, verdict)
 	}
@@ -341,7 +347,13 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 		batch := pending[:min(len(pending), tickBatch)]
 		pending = pending[len(batch):]
 		if err := ctx.Err(); err != nil {
-			fail(fmt.Errorf("locking/redis: try-lock-tick: %w", context.Cause(ctx)))
+			// Only the requests not yet sent: the earlier batches were
+			// decided, and a granted tick reported as an error would be
+			// skipped with its mark raised, run nowhere.
+			err = fmt.Errorf("locking/redis: try-lock-tick: %w", context.Cause(ctx))
+			for _, i := range append(batch, pending...) {
+				errs[i] = err
+			}
 			return answers, errs
 		}
 		// A lone request too goes through ticks.lua: the one path the
