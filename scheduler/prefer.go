@@ -191,7 +191,15 @@ func (s *Scheduler) startWatch() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: h.hear, Listening: func() {
+		// Only marks of this node's schedules are kept: the channel carries
+		// the whole cluster's, and a key this node never runs would stay
+		// in heard for good.
+		mark := func(m locking.TickMark) {
+			if s.holds(m.Key) {
+				h.hear(m)
+			}
+		}
+		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Listening: func() {
 			h.mu.Lock()
 			h.listening = true
 			h.mu.Unlock()
@@ -387,4 +395,12 @@ func (s *Scheduler) settledLocked() bool {
 	nowNs := now.UnixNano()
 	head := s.heap.head()
 	return (head == nil || head.at > nowNs) && s.wakeAt > nowNs
+}
+
+// holds reports whether id is one of this node's schedules.
+func (s *Scheduler) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.states[id]
+	return st != nil && !st.removed
 }

@@ -15,3 +15,14 @@ func (s *Scheduler) WaitListening(ctx context.Context) error {
 		return s.hand.listening
 	})
 }
+
+// HeardKeys reports the keys whose raised marks the handoff keeps.
+func (s *Scheduler) HeardKeys() []string {
+	s.hand.mu.Lock()
+	defer s.hand.mu.Unlock()
+	keys := make([]string, 0, len(s.hand.heard))
+	for k := range s.hand.heard {
+		keys = append(keys, k)
+	}
+	return keys
+}

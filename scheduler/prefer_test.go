@@ -475,3 +475,40 @@ func preferredOf(id string, ids []string, tick time.Time) string {
 	}
 	return ""
 }
+
+// The channel of raised marks carries the whole cluster's: a node keeps
+// only its own schedules' (others would pile up for good).
+func TestHandoffKeepsOnlyItsSchedulesMarks(t *testing.T) {
+	base := fakeclock.New(t0)
+	mem := memory.New(memory.WithClock(base.Now))
+	peer := mem.Peer("a")
+	s, err := scheduler.New(scheduler.Options{NodeID: "a", Locker: peer, Backend: hints.Distributed,
+		MaxClockSkew: time.Second, Clock: base, Preferrer: scheduler.NewPeers("a", []string{"a", "b"}),
+		HandoffDelay: handoffDelay, Watcher: peer},
+		[]scheduler.Schedule{{ID: "mine", CronExpr: "0 0 1 1 *", Hint: hints.RequireGlobal, Job: nopJob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	defer func() { cancel(); drain(t, base, done) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	if err := s.WaitListening(wctx); err != nil {
+		t.Fatal(err)
+	}
+	other := mem.Peer("b")
+	for _, key := range []string{"someone-elses", "mine"} {
+		ans, err := other.TryLockTick(context.Background(), locking.TickRequest{
+			Key: key, Tick: t0.Add(500 * time.Millisecond), TTL: time.Minute, MaxSkew: time.Second, Window: time.Minute})
+		if err != nil || ans.Verdict != locking.TickGranted {
+			t.Fatalf("%s: %v, %v", key, ans.Verdict, err)
+		}
+	}
+	// The memory backend tells its watches on the try-lock-tick's own
+	// goroutine: both marks were heard when the calls returned.
+	if keys := s.HeardKeys(); len(keys) != 1 || keys[0] != "mine" {
+		t.Fatalf("heard keys %v, want only this node's schedule", keys)
+	}
+}
