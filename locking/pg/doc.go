@@ -94,6 +94,14 @@
 // tick Release forgets it. A per-tick lock (overlap = allow) is taken
 // under locking.TickLockKey, the mark staying the schedule's.
 //
+// A try-lock-tick that raised a mark (granted, paused, missed) tells it,
+// in the same statement, with pg_notify on the cluster's channel (named
+// from the table's schema and the namespace); WatchTicks
+// (locking.TickWatcher) LISTENs on one connection of its own, not a lock
+// session, and connects again after a drop. Behind a session-pooling
+// PgBouncer that connection keeps its server connection as a lock session
+// does; a transaction pooler is refused (see below).
+//
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //

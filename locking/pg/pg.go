@@ -51,8 +51,9 @@ type Options struct {
 }
 
 // Locker is the Postgres lock backend. It implements locking.Locker,
-// locking.TickLocker, locking.Pauser, locking.LeaseBounder and
-// locking.Pinger, and lists held locks with List. Safe for concurrent use.
+// locking.TickLocker, locking.TickWatcher, locking.Pauser,
+// locking.LeaseBounder and locking.Pinger, and lists held locks with List.
+// Safe for concurrent use.
 type Locker struct {
 	opts  Options
 	cfg   *pgx.ConnConfig
@@ -73,6 +74,7 @@ type Locker struct {
 
 	schemaMu  sync.Mutex
 	schemaOK  atomic.Bool
+	channel   string      // where raised marks are told (watch.go); set before schemaOK
 	clusterOK atomic.Bool // the cluster tables exist (cluster.go)
 
 	pooler poolerCache // the last pooler test's verdict (session.go)

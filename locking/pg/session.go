@@ -368,6 +368,12 @@ func (l *Locker) ensureSchemaConn(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 	}
+	var schema string
+	if err := conn.QueryRow(ctx, tableSchemaSQL).Scan(&schema); err != nil {
+		return err
+	}
+	// Written before schemaOK: whoever sees schemaOK sees the channel.
+	l.channel = tickChannel(schema, l.opts.Namespace)
 	l.schemaOK.Store(true)
 	return nil
 }

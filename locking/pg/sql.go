@@ -43,6 +43,12 @@ const (
   SELECT 1 FROM pg_attribute
   WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'pause_note' AND NOT attisdropped)`
 
+	// tableSchemaSQL names the schema of the bext_lock_fences the
+	// session's search_path finds: with the namespace, it names the
+	// cluster's notification channel (watch.go).
+	tableSchemaSQL = `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('bext_lock_fences')`
+
 	// createTableSQL runs under a transaction-level advisory lock so two
 	// nodes creating the table at once do not race into a unique_violation
 	// on pg_type. It is sent as one simple-protocol message. Columns added
@@ -90,6 +96,7 @@ SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 	//
 	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 holder
 	//	$5 T, $6 floor, $7 max skew, $8 window (microseconds)  $9 token
+	//	$10 the channel raised marks are told on ('' for none)
 	//
 	// The statement's snapshot (d) decides whether to try the lock at all;
 	// a mark at or past T there is final, as marks only rise. The snapshot
@@ -110,6 +117,23 @@ SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 	// the lock again if it is free and answers with the fence it drew;
 	// resend_held when the lock is still held (by the first call's session,
 	// which the server has not dropped yet).
+	//
+	// A mark this statement raised to T (granted, paused, missed; not a
+	// resent call's, which its first call told) is told to the cluster's
+	// listeners (locking.TickWatcher, watch.go): the CTE n sends
+	// pg_notify($10, 'T key') on the cluster's channel, '' for none. It is
+	// part of the statement's transaction, so it is delivered only once
+	// the raised mark committed (durably, as above), and it adds nothing
+	// to the round trip: the notifying session does not listen, and the
+	// reply is the same single row. A payload is at most ~1,050 bytes
+	// (MaxKeyLen 1024), far below NOTIFY's 8,000.
+	//
+	// What it costs: a notifying commit takes Postgres's one lock on the
+	// notification queue (PreCommit_Notify), held until the commit
+	// record is flushed, so commits that notify are serialised with each
+	// other and lose group commit. Only a raised mark notifies, once per
+	// tick cluster-wide; TryLockTicks (batch.go) raises a burst's marks in
+	// one transaction, so a burst pays it once per batch.
 	tryLockTickSQL = `WITH c AS MATERIALIZED (
   SELECT clock_timestamp() AS ts, set_config('synchronous_commit', 'on', true) AS sc),
 s AS MATERIALIZED (
@@ -158,17 +182,24 @@ x AS MATERIALIZED (
     coalesce((SELECT won FROM u), false) AS won
   FROM i),
 un AS MATERIALIZED (
-  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x)
-SELECT CASE
-    WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
-    WHEN x.v = 'ahead' THEN 'ahead'
-    WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
-    WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
-    ELSE x.intent END,
-  CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END,
-  coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END),
-  x.now_us, pg_backend_pid(), current_setting('synchronous_commit')
-FROM x, un`
+  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x),
+o AS MATERIALIZED (
+  SELECT x.v, CASE
+      WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
+      WHEN x.v = 'ahead' THEN 'ahead'
+      WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
+      WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
+      ELSE x.intent END AS verdict,
+    CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END AS fence,
+    coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END) AS mark,
+    x.now_us
+  FROM x, un),
+n AS MATERIALIZED (
+  SELECT CASE WHEN $10::text <> '' AND o.v <> 'resend' AND o.verdict IN ('granted', 'paused', 'missed')
+    THEN pg_notify($10::text, $5::bigint::text || ' ' || $3::text) END AS told
+  FROM o)
+SELECT o.verdict, o.fence, o.mark, o.now_us, pg_backend_pid(), current_setting('synchronous_commit')
+FROM o, n`
 
 	// effT, raiseT and grantT re-decide on the latest version t of the row,
 	// inside tryLockTickSQL's ON CONFLICT DO UPDATE: the effective mark, T

@@ -100,7 +100,7 @@ func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req 
 			syncCommit string
 		)
 		err = s.conn.QueryRow(ctx, tryLockTickSQL, id, l.opts.Namespace, req.Key, l.opts.Holder,
-			tickUS, req.Floor.UnixMicro(), req.MaxSkew.Microseconds(), req.Window.Microseconds(), token).
+			tickUS, req.Floor.UnixMicro(), req.MaxSkew.Microseconds(), req.Window.Microseconds(), token, l.channel).
 			Scan(&verdict, &fence, &mark, &nowUS, &pid, &syncCommit)
 		if err != nil {
 			// The statement may have taken the lock before failing.

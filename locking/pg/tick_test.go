@@ -448,7 +448,7 @@ func TestTickSynchronousCommit(t *testing.T) {
 				behind               bool
 			)
 			err := conn.QueryRow(ctx, sql, lockID(c.ns, key), c.ns, key, "test", base.UnixMicro(), time.Time{}.UnixMicro(),
-				testSkew.Microseconds(), testWindow.Microseconds(), "tok").Scan(&verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
+				testSkew.Microseconds(), testWindow.Microseconds(), "tok", "").Scan(&verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -481,8 +481,8 @@ func TestTickSynchronousCommit(t *testing.T) {
 	t.Logf("without the set_config, %d of 20 grants returned before their WAL was flushed", run(ctl))
 }
 
-var tickSQLWithLSN = strings.Replace(tryLockTickSQL, "current_setting('synchronous_commit')\nFROM x, un",
-	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM x, un", 1)
+var tickSQLWithLSN = strings.Replace(tryLockTickSQL, "current_setting('synchronous_commit')\nFROM o, n",
+	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM o, n", 1)
 
 func TestTickSQLWithLSNIsTheStatement(t *testing.T) {
 	if tickSQLWithLSN == tryLockTickSQL {
