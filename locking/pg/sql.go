@@ -220,11 +220,13 @@ f AS (UPDATE bext_lock_fences SET tick_token = NULL
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
 	// initMarksSQL creates the mark of every key that has none at the
-	// database clock, durably; existing marks stay as they are.
+	// database clock, durably; existing marks stay as they are. Its rows
+	// are locked in TryLockTicks's order (by key, bytewise: COLLATE "C"),
+	// so it and a batch over the same keys never deadlock.
 	initMarksSQL = `WITH c AS MATERIALIZED (
   SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us, set_config('synchronous_commit', 'on', true) AS sc)
 INSERT INTO bext_lock_fences AS t (namespace, key, fence, tick_mark)
-SELECT $1::text, k, 0, c.us FROM c, unnest($2::text[]) AS k
+SELECT $1::text, k, 0, c.us FROM c, unnest($2::text[]) AS k ORDER BY k COLLATE "C"
 ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark WHERE t.tick_mark IS NULL`
 
 	// setPauseSQL sets a key's pause flag, durably (a pause must survive a
@@ -252,6 +254,9 @@ WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid 
 	pingSQL = `SELECT pg_backend_pid()`
 
 	releaseSQL = `SELECT pg_advisory_unlock($1::bigint)`
+
+	// giveBackAllSQL unlocks each of the ids once (TryLockTicks).
+	giveBackAllSQL = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(id)) FROM unnest($1::bigint[]) AS id`
 
 	// idExpr is lockID in SQL over the columns namespace and key, for List.
 	idExpr = `('x' || encode(substr(sha256(convert_to(namespace, 'UTF8') || '\x00'::bytea || convert_to(key, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint`
