@@ -151,6 +151,7 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{})}
 	l.times = configureSessions(cfg, opts.OpTimeout)
 	l.abort, l.abortFunc = context.WithCancel(context.Background())
+	context.AfterFunc(l.abort, l.abortSessions)
 	return l, nil
 }
 
@@ -558,6 +559,11 @@ func (l *Locker) Close(ctx context.Context) error {
 			// A Renew may still be using it: wait for its statement
 			// (bounded by OpTimeout and by ctx's deadline, via abort).
 			s.sem <- struct{}{}
+			// Its last statement's deadline (stmtCtx) may have passed:
+			// Terminate gets closeConn's own bound.
+			if nc := s.conn.PgConn().Conn(); nc != nil && l.abort.Err() == nil {
+				_ = nc.SetDeadline(time.Time{})
+			}
 			closeConn(l, ctx, s.conn)
 			l.killOwned(s, locking.ErrClosed)
 			<-s.sem
