@@ -75,6 +75,13 @@ func configureSessions(cfg *pgx.ConnConfig, opTimeout time.Duration) sessionTime
 		// statements that raise a tick mark or set a pause force it on for
 		// themselves.
 		{"synchronous_commit", "off"},
+		// The lock statements are a few index lookups each, but the
+		// planner multiplies its per-column guesses for (namespace, key)
+		// through the tick statement's CTEs: with a few hundred thousand
+		// rows in bext_lock_fences its cost estimate passed jit_above_cost
+		// and every tick statement spent 1 to 3.5 s compiling (EXPLAIN
+		// ANALYZE: 3.5 s in its first Result node, 0.8 ms with jit off).
+		{"jit", "off"},
 	} {
 		if _, set := cfg.RuntimeParams[kv[0]]; !set {
 			t.set = append(t.set, kv)

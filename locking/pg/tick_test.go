@@ -516,3 +516,24 @@ func TestTickReentrancy(t *testing.T) {
 	}
 	mustTick(t, a, req, locking.TickDone, "the same request after release")
 }
+
+// TestSessionsRunWithoutJIT: a lock session has jit off. The tick
+// statement's cost estimate grows with bext_lock_fences (the planner
+// multiplies its guesses for (namespace, key) through the CTEs), and past
+// jit_above_cost every tick spent seconds compiling.
+func TestSessionsRunWithoutJIT(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	h := mustLock(t, l, "k")
+	st, err := locking.HandleState(h, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jit string
+	if err := st.(*lease).sess.conn.QueryRow(context.Background(), `SELECT current_setting('jit')`).Scan(&jit); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" {
+		t.Fatalf("jit = %q on a lock session, want off", jit)
+	}
+}
