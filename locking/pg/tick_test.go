@@ -517,7 +517,7 @@ func TestTickReentrancy(t *testing.T) {
 	mustTick(t, a, req, locking.TickDone, "the same request after release")
 }
 
-// TestSessionsRunWithoutJIT: a lock session has jit off. The tick
+// TestSessionsRunWithoutJIT: a lock session has jit off and generic plans. The tick
 // statement's cost estimate grows with bext_lock_fences (the planner
 // multiplies its guesses for (namespace, key) through the CTEs), and past
 // jit_above_cost every tick spent seconds compiling.
@@ -529,11 +529,12 @@ func TestSessionsRunWithoutJIT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var jit string
-	if err := st.(*lease).sess.conn.QueryRow(context.Background(), `SELECT current_setting('jit')`).Scan(&jit); err != nil {
+	var jit, plans string
+	if err := st.(*lease).sess.conn.QueryRow(context.Background(),
+		`SELECT current_setting('jit'), current_setting('plan_cache_mode')`).Scan(&jit, &plans); err != nil {
 		t.Fatal(err)
 	}
-	if jit != "off" {
-		t.Fatalf("jit = %q on a lock session, want off", jit)
+	if jit != "off" || plans != "force_generic_plan" {
+		t.Fatalf("jit = %q, plan_cache_mode = %q on a lock session; want off, force_generic_plan", jit, plans)
 	}
 }
