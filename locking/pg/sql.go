@@ -81,6 +81,38 @@ COMMIT;`
 	// last one: so it stays strictly increasing even when a crash forgets
 	// the last fence writes (sessions commit them asynchronously, see
 	// doc.go), as long as the database clock does not step back.
+	//
+	// What the row write costs, and why it stays. On one held connection,
+	// the lock and unlock alone take 308 µs and with this upsert 422 µs
+	// (BenchmarkFenceWrite, medians of 3 × 3,000 interleaved ops on a
+	// loaded 2-core machine): about a third more, all on the server (a
+	// heap update, its WAL record, a commit without waiting for the flush);
+	// the client sends the same one round trip. What was tried:
+	//   - HOT: a key's updates are heap-only (no index entry) once its
+	//     page has room: 100% in steady state at fillfactor 100 and at 70
+	//     (same benchmark; 94 to 97% on the shared test database, whose
+	//     pages are crowded by many namespaces and dead rows). Rows created
+	//     together and then updated in one transaction (InitMarks at
+	//     start, then a burst's TryLockTicks) are the exception: the first
+	//     update of 2,000 such rows was 0% HOT at fillfactor 100, 6% at 90
+	//     and 24% at 70 (psql), with no difference in time measurable here
+	//     (20,000 updates: 1.47 s and 1.97 s at 100, 1.29 s and 2.05 s at
+	//     70). fillfactor stays at the default: it would cost space on every
+	//     page for a gain this machine cannot see.
+	//   - Batching a burst's marks (TryLockTicks): one transaction, one
+	//     WAL flush for many ticks. BenchmarkMarkBatch: 178 to 214 µs a
+	//     tick batched against 722 µs to 1.2 ms one statement each, and
+	//     435 to 443 against 483 to 523 WAL bytes a tick. Plain TryLocks
+	//     are not batched: each caller needs its answer at once, and their
+	//     commit does not wait for the flush anyway.
+	//   - Not writing the fence (or an UNLOGGED table, which a crash or a
+	//     promoted replica empties) would lose the guarantee only partly,
+	//     since a fence is floored at the clock; but the row also carries
+	//     the mark, the pause flag and the grant's token, which must be
+	//     durable, and the holder that `locks` shows. So the write stays.
+	// Much larger costs came from elsewhere and are gone: JIT compiling
+	// the tick statement (seconds) and re-planning it on each execution
+	// (2 to 9 ms), see configureSessions.
 	tryLockSQL = `WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok),
 c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
 f AS (
