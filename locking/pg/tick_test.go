@@ -434,7 +434,10 @@ func TestTickSynchronousCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+	// A lock session's settings (configureSessions): without jit off a
+	// grown table made each statement take seconds, and the ticks went
+	// stale before the run ended.
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off; SET jit = off; SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
 	run := func(sql string) (lagging int) {
