@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/internal/agent"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/pg"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -68,6 +71,62 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	}
 	url := testenv.RedisURL(t)
 	prefix := "bext:test:" + testenv.UniqueName(t) + ":"
+	spreadFiveNodes(t, 1.1, func(id string) spreadLocker {
+		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		return lk
+	})
+}
+
+// The same on one real Postgres, one namespace: the handoff hears the
+// marks the preferred node raised through LISTEN/NOTIFY (locking/pg).
+// Without it every node asks for every tick (5 per tick); with it 1.11
+// were measured: a mark is told only once its commit is flushed, and
+// commits that notify are serialised by Postgres (one lock on the
+// notification queue), so with 50 ticks due in the same second a few
+// preferred nodes' marks arrive after the 100 ms handoff delay and a
+// second node asks (and is answered done).
+func TestSpreadFiveNodesOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 24s of real time")
+	}
+	url := testenv.PGURL(t)
+	ns := testenv.UniqueName(t)
+	admin, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, q := range []string{`DELETE FROM bext_lock_fences WHERE namespace = $1`, `DELETE FROM bext_nodes WHERE namespace = $1`, `DELETE FROM bext_runs WHERE namespace = $1`, `DELETE FROM bext_run_counts WHERE namespace = $1`} {
+			if _, err := admin.Exec(ctx, q, ns); err != nil {
+				t.Logf("cleaning: %v", err)
+			}
+		}
+		_ = admin.Close(ctx)
+	})
+	spreadFiveNodes(t, 1.25, func(id string) spreadLocker {
+		lk, err := pg.Open(context.Background(), pg.Options{URL: url, Namespace: ns, Holder: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		return lk
+	})
+}
+
+// spreadLocker is what a node of spreadFiveNodes needs of its backend.
+type spreadLocker interface {
+	scheduler.Locker
+	locking.TickWatcher
+}
+
+// spreadFiveNodes runs the test on the nodes open returns; maxTries bounds
+// the try-lock-ticks per tick.
+func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spreadLocker) {
 	const (
 		nodes     = 5
 		schedules = 50
@@ -105,11 +164,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	for i := range nodes {
 		id := fmt.Sprintf("node-%d", i)
 		ids = append(ids, id)
-		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		lk := open(id)
 		cl := &countingLocker{Locker: lk}
 		counters = append(counters, cl)
 		ab, err := agent.For(lk)
@@ -221,7 +276,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	tpt, rpt := float64(tries)/float64(ran), float64(releases)/float64(ran)
 	t.Logf("from the first tick on: %d nodes, %d runs (%d ticks checked exactly once): per node %v; per tick %.3f try-lock-ticks + %.3f releases + %.3f renewals = %.3f round trips",
 		nodes, ran, total, perNode, tpt, rpt, float64(renews)/float64(ran), tpt+rpt+float64(renews)/float64(ran))
-	if tpt > 1.1 {
-		t.Errorf("%.3f try-lock-ticks per tick, want about 1", tpt)
+	if tpt > maxTries {
+		t.Errorf("%.3f try-lock-ticks per tick, want about 1 (at most %.2f)", tpt, maxTries)
 	}
 }
