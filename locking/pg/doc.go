@@ -102,6 +102,15 @@
 // PgBouncer that connection keeps its server connection as a lock session
 // does; a transaction pooler is refused (see below).
 //
+// TryLockTicks (the scheduler's batcher) sends many try-lock-ticks as one
+// pgx batch of the same statement on one session: one round trip and one
+// commit for a burst, each request decided as TryLockTick decides it.
+//
+// Every session runs with jit off and generic plans (plan_cache_mode):
+// the statements are a few key lookups, and on a table of a few hundred
+// thousand rows the planner's estimates made the tick statement compile
+// for seconds (JIT) or be planned afresh on every execution.
+//
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //
