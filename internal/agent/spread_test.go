@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/internal/agent"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/locking/pg"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -34,7 +37,14 @@ func (c *countingLocker) TryLockTick(ctx context.Context, r locking.TickRequest)
 func (c *countingLocker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
 	c.tries.Add(int64(len(reqs)))
 	c.tryTrips.Add(1)
-	return c.Locker.(scheduler.TickBatcher).TryLockTicks(ctx, reqs)
+	if b, ok := c.Locker.(scheduler.TickBatcher); ok {
+		return b.TryLockTicks(ctx, reqs)
+	}
+	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	for i, r := range reqs {
+		answers[i], errs[i] = c.Locker.TryLockTick(ctx, r)
+	}
+	return answers, errs
 }
 
 func (c *countingLocker) Release(ctx context.Context, h *locking.Handle) error {
@@ -46,7 +56,16 @@ func (c *countingLocker) Release(ctx context.Context, h *locking.Handle) error {
 func (c *countingLocker) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 	c.releases.Add(int64(len(hs)))
 	c.releaseTrips.Add(1)
-	return c.Locker.(scheduler.ReleaseBatcher).ReleaseAll(ctx, hs)
+	if b, ok := c.Locker.(scheduler.ReleaseBatcher); ok {
+		return b.ReleaseAll(ctx, hs)
+	}
+	// A backend without batched releases (Postgres): one round trip each.
+	c.releaseTrips.Add(int64(len(hs) - 1))
+	errs := make([]error, len(hs))
+	for i, h := range hs {
+		errs[i] = c.Locker.Release(ctx, h)
+	}
+	return errs
 }
 
 func (c *countingLocker) Renew(ctx context.Context, h *locking.Handle) error {
@@ -85,6 +104,62 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	}
 	url := testenv.RedisURL(t)
 	prefix := "bext:test:" + testenv.UniqueName(t) + ":"
+	spreadFiveNodes(t, 1.5, func(id string) spreadLocker {
+		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		return lk
+	})
+}
+
+// The same on one real Postgres, one namespace: the handoff hears the
+// marks the preferred node raised through LISTEN/NOTIFY (locking/pg).
+// Without it every node asks for every tick (5 per tick); with it 1.11
+// were measured: a mark is told only once its commit is flushed, and
+// commits that notify are serialised by Postgres (one lock on the
+// notification queue), so with 50 ticks due in the same second a few
+// preferred nodes' marks arrive after the 100 ms handoff delay and a
+// second node asks (and is answered done).
+func TestSpreadFiveNodesOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 24s of real time")
+	}
+	url := testenv.PGURL(t)
+	ns := testenv.UniqueName(t)
+	admin, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, q := range []string{`DELETE FROM bext_lock_fences WHERE namespace = $1`, `DELETE FROM bext_nodes WHERE namespace = $1`, `DELETE FROM bext_runs WHERE namespace = $1`, `DELETE FROM bext_run_counts WHERE namespace = $1`} {
+			if _, err := admin.Exec(ctx, q, ns); err != nil {
+				t.Logf("cleaning: %v", err)
+			}
+		}
+		_ = admin.Close(ctx)
+	})
+	spreadFiveNodes(t, 1.5, func(id string) spreadLocker {
+		lk, err := pg.Open(context.Background(), pg.Options{URL: url, Namespace: ns, Holder: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		return lk
+	})
+}
+
+// spreadLocker is what a node of spreadFiveNodes needs of its backend.
+type spreadLocker interface {
+	scheduler.Locker
+	locking.TickWatcher
+}
+
+// spreadFiveNodes runs the test on the nodes open returns; maxTries bounds
+// the try-lock-ticks per tick.
+func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spreadLocker) {
 	const (
 		nodes     = 5
 		schedules = 50
@@ -122,11 +197,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	for i := range nodes {
 		id := fmt.Sprintf("node-%d", i)
 		ids = append(ids, id)
-		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lk.Close(context.Background()) })
+		lk := open(id)
 		cl := &countingLocker{Locker: lk}
 		counters = append(counters, cl)
 		ab, err := agent.For(lk)
@@ -257,11 +328,11 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	if rtt > 2 {
 		t.Errorf("%.3f backend round trips per tick at %d nodes, want at most 2 (6 without handoff and batching)", rtt, nodes)
 	}
-	// Without the watch every node asks: 5 per tick. With it about 1 on a
-	// quiet machine (1.02 measured); on a loaded one a published mark can
-	// reach a waiting node after its 100ms turn, which then asks and is
-	// told done (1.26 seen with load average 9), so the bound is 1.5.
-	if tpt > 1.5 {
-		t.Errorf("%.3f try-lock-ticks per tick, want about 1 (5 without the watch)", tpt)
+	// Without the watch every node asks: 5 per tick; with it about 1
+	// (1.02 measured on Redis on a quiet machine). On a loaded machine a
+	// mark can reach a waiting node after its 100ms turn, which then asks
+	// and is told done: hence maxTries.
+	if tpt > maxTries {
+		t.Errorf("%.3f try-lock-ticks per tick, want about 1 (at most %.2f)", tpt, maxTries)
 	}
 }

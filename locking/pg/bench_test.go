@@ -80,7 +80,9 @@ func BenchmarkTryLockRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { conn.Close(context.Background()) })
-		if _, err := conn.Exec(context.Background(), `SET synchronous_commit = off`); err != nil {
+		// The settings our sessions get (configureSessions), so that the
+		// floor differs from ours only by the client.
+		if _, err := conn.Exec(context.Background(), `SET synchronous_commit = off; SET jit = off; SET plan_cache_mode = force_generic_plan`); err != nil {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) error {
@@ -281,3 +283,87 @@ WHERE namespace = $1::text AND key = $2::text AND fence = $4::bigint`
 		})
 	}
 }
+
+// BenchmarkTryLockReleaseInterleaved is BenchmarkTryLockRelease's ours
+// against fenced_floor, op by op: each iteration runs one try-lock+release
+// of each, alternating which goes first, and times both, so a machine
+// whose load changes from second to second (other processes, the server's
+// own background work) weighs on both alike. Reported: each one's ns per
+// op and their ratio (ours/floor), sequentially and on 16 goroutines (each
+// with its own floor connection; ours is one Locker).
+func BenchmarkTryLockReleaseInterleaved(b *testing.B) {
+	c := newCluster(b)
+	floorOp := func(b *testing.B) func(ctx context.Context, key string) error {
+		conn, err := pgx.Connect(context.Background(), c.url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close(context.Background()) })
+		// The settings our sessions get (configureSessions), so that the
+		// floor differs from ours only by the client.
+		if _, err := conn.Exec(context.Background(), `SET synchronous_commit = off; SET jit = off; SET plan_cache_mode = force_generic_plan`); err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) error {
+			id := lockID(c.ns, key)
+			var (
+				ok    bool
+				fence *int64
+				pid   uint32
+			)
+			if err := conn.QueryRow(ctx, tryLockSQL, id, c.ns, key, "bench").Scan(&ok, &fence, &pid); err != nil || !ok {
+				return fmt.Errorf("lock %q: %v %v", key, ok, err)
+			}
+			if err := conn.QueryRow(ctx, releaseSQL, id).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("unlock %q: %v %v", key, ok, err)
+			}
+			return nil
+		}
+	}
+	run := func(b *testing.B, parallel bool) {
+		ours := lockRelease(c.openFor(b, Options{MaxSessions: 32}))
+		floors := make(chan func(ctx context.Context, key string) error, 16)
+		for range cap(floors) {
+			floors <- floorOp(b)
+		}
+		var oursNS, floorNS atomic.Int64
+		var worker atomic.Int64
+		ctx := context.Background()
+		body := func(pb interface{ Next() bool }) {
+			floor := <-floors
+			w := worker.Add(1)
+			for i := 0; pb.Next(); i++ {
+				ops := [2]func(ctx context.Context, key string) error{ours, floor}
+				sums := [2]*atomic.Int64{&oursNS, &floorNS}
+				if i%2 == 1 {
+					ops[0], ops[1], sums[0], sums[1] = ops[1], ops[0], sums[1], sums[0]
+				}
+				for k := range ops {
+					start := time.Now()
+					if err := ops[k](ctx, fmt.Sprintf("il/%d/%d/%d", k, w, i%64)); err != nil {
+						b.Error(err)
+						return
+					}
+					sums[k].Add(int64(time.Since(start)))
+				}
+			}
+		}
+		b.ResetTimer()
+		if parallel {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) { body(pb) })
+		} else {
+			body(loopNext{b})
+		}
+		b.ReportMetric(float64(oursNS.Load())/float64(b.N), "ours-ns/op")
+		b.ReportMetric(float64(floorNS.Load())/float64(b.N), "floor-ns/op")
+		b.ReportMetric(float64(oursNS.Load())/float64(floorNS.Load()), "ours/floor")
+	}
+	b.Run("sequential", func(b *testing.B) { run(b, false) })
+	b.Run("parallel16", func(b *testing.B) { run(b, true) })
+}
+
+// loopNext is b.Loop as a pb.Next.
+type loopNext struct{ b *testing.B }
+
+func (l loopNext) Next() bool { return l.b.Loop() }

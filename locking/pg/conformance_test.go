@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 		}
 		return now
 	}
-	lockertest.Run(t, lockertest.Backend{
+	backend := lockertest.Backend{
 		New: func(t testing.TB) locking.Locker {
 			// One cluster per suite case: its lockers share a namespace.
 			return clusterOf(t).open(Options{MaxSessions: suiteSessions})
@@ -48,7 +48,22 @@ func TestConformance(t *testing.T) {
 			c := clusterOf(t)
 			c.exec(`DELETE FROM bext_lock_fences WHERE namespace = $1 AND key = $2`, c.ns, key)
 		},
-	})
+	}
+	lockertest.Run(t, backend)
+	// The scheduler sends ticks that wait together through TryLockTicks
+	// (a batch of tick statements in one transaction): that path must
+	// answer every rule of the mark exactly as TryLockTick does.
+	batched := backend
+	batched.New = func(t testing.TB) locking.Locker { return batchedLocker{backend.New(t).(*Locker)} }
+	t.Run("batched", func(t *testing.T) { lockertest.RunTicks(t, batched) })
+}
+
+// batchedLocker answers TryLockTick through a one-request TryLockTicks.
+type batchedLocker struct{ *Locker }
+
+func (b batchedLocker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	answers, errs := b.TryLockTicks(ctx, []locking.TickRequest{req})
+	return answers[0], errs[0]
 }
 
 // suiteNow reads the database clock (clock_timestamp(), what
@@ -68,8 +83,13 @@ var (
 func clusterOf(t testing.TB) *cluster {
 	t.Helper()
 	name := t.Name()
-	if parts := strings.SplitN(name, "/", 3); len(parts) >= 2 {
-		name = parts[0] + "/" + parts[1]
+	parts := strings.Split(name, "/")
+	n := 2 // TestConformance/<case>
+	if len(parts) > 2 && parts[1] == "batched" {
+		n = 3 // TestConformance/batched/<case>
+	}
+	if len(parts) > n {
+		name = strings.Join(parts[:n], "/")
 	}
 	clustersMu.Lock()
 	defer clustersMu.Unlock()

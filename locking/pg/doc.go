@@ -94,6 +94,23 @@
 // tick Release forgets it. A per-tick lock (overlap = allow) is taken
 // under locking.TickLockKey, the mark staying the schedule's.
 //
+// A try-lock-tick that raised a mark (granted, paused, missed) tells it,
+// in the same statement, with pg_notify on the cluster's channel (named
+// from the table's schema and the namespace); WatchTicks
+// (locking.TickWatcher) LISTENs on one connection of its own, not a lock
+// session, and connects again after a drop. Behind a session-pooling
+// PgBouncer that connection keeps its server connection as a lock session
+// does; a transaction pooler is refused (see below).
+//
+// TryLockTicks (the scheduler's batcher) sends many try-lock-ticks as one
+// pgx batch of the same statement on one session: one round trip and one
+// commit for a burst, each request decided as TryLockTick decides it.
+//
+// Every session runs with jit off and generic plans (plan_cache_mode):
+// the statements are a few key lookups, and on a table of a few hundred
+// thousand rows the planner's estimates made the tick statement compile
+// for seconds (JIT) or be planned afresh on every execution.
+//
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //

@@ -51,8 +51,9 @@ type Options struct {
 }
 
 // Locker is the Postgres lock backend. It implements locking.Locker,
-// locking.TickLocker, locking.Pauser, locking.LeaseBounder and
-// locking.Pinger, and lists held locks with List. Safe for concurrent use.
+// locking.TickLocker, locking.TickWatcher, locking.Pauser,
+// locking.LeaseBounder and locking.Pinger, and lists held locks with List.
+// Safe for concurrent use.
 type Locker struct {
 	opts  Options
 	cfg   *pgx.ConnConfig
@@ -73,6 +74,7 @@ type Locker struct {
 
 	schemaMu  sync.Mutex
 	schemaOK  atomic.Bool
+	channel   string      // where raised marks are told (watch.go); set before schemaOK
 	clusterOK atomic.Bool // the cluster tables exist (cluster.go)
 
 	pooler poolerCache // the last pooler test's verdict (session.go)
@@ -149,6 +151,7 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{})}
 	l.times = configureSessions(cfg, opts.OpTimeout)
 	l.abort, l.abortFunc = context.WithCancel(context.Background())
+	context.AfterFunc(l.abort, l.abortSessions)
 	return l, nil
 }
 
@@ -556,6 +559,11 @@ func (l *Locker) Close(ctx context.Context) error {
 			// A Renew may still be using it: wait for its statement
 			// (bounded by OpTimeout and by ctx's deadline, via abort).
 			s.sem <- struct{}{}
+			// Its last statement's deadline (stmtCtx) may have passed:
+			// Terminate gets closeConn's own bound.
+			if nc := s.conn.PgConn().Conn(); nc != nil && l.abort.Err() == nil {
+				_ = nc.SetDeadline(time.Time{})
+			}
 			closeConn(l, ctx, s.conn)
 			l.killOwned(s, locking.ErrClosed)
 			<-s.sem

@@ -72,16 +72,21 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 				// for one to be done.
 				ch := l.connected
 				l.mu.Unlock()
+				wctx, cancel := l.waitCtx(ctx)
 				select {
 				case <-ch:
+					cancel()
 					continue
-				case <-ctx.Done():
-					return nil, false, fmt.Errorf("%w: pg: waiting for a session: %w", locking.ErrUnavailable, ctx.Err())
+				case <-wctx.Done():
+					cancel()
+					return nil, false, fmt.Errorf("%w: pg: waiting for a session: %w", locking.ErrUnavailable, wctx.Err())
 				}
 			}
 			l.open++
 			l.mu.Unlock()
-			s, err := l.connect(ctx)
+			wctx, cancel := l.waitCtx(ctx)
+			s, err := l.connect(wctx)
+			cancel()
 			l.mu.Lock()
 			close(l.connected)
 			l.connected = make(chan struct{})
@@ -100,6 +105,7 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 			}
 			l.sessions = append(l.sessions, s)
 			l.mu.Unlock()
+			l.bound(ctx, s)
 			return s, true, nil
 		}
 		best.busy++
@@ -120,11 +126,19 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 func (l *Locker) enter(ctx context.Context, s *session) error {
 	select {
 	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		l.mu.Lock()
-		s.busy--
-		l.mu.Unlock()
-		return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, ctx.Err())
+	default:
+		// Busy: wait, under a timer only now.
+		wctx, cancel := l.waitCtx(ctx)
+		select {
+		case s.sem <- struct{}{}:
+			cancel()
+		case <-wctx.Done():
+			cancel()
+			l.mu.Lock()
+			s.busy--
+			l.mu.Unlock()
+			return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, wctx.Err())
+		}
 	}
 	l.mu.Lock()
 	dead := s.dead
@@ -133,6 +147,7 @@ func (l *Locker) enter(ctx context.Context, s *session) error {
 		l.release(s)
 		return errSessionDead
 	}
+	l.bound(ctx, s)
 	return nil
 }
 
@@ -321,8 +336,77 @@ func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.
 // session carries other callers' locks. Callers check ctx before they
 // start; from there the wait for a session and the statement are bounded
 // by OpTimeout alone.
+//
+// The bound costs no timer on the way of a call that finds its session
+// free: the context has no Done channel, so pgx arms nothing per query
+// (it would otherwise register and remove a context.AfterFunc around every
+// query, and the per-call timer and Close hook were a tenth of a
+// TryLock+Release's client CPU). The deadline is applied to the
+// connection itself when the call takes the session's slot (bound), and
+// Close's deadline moves every session's to now (Open); a wait for a slot
+// or a connection, the slow path, runs under a real timer (waitCtx). Err
+// still reports the end (past the deadline, or Close's), as a cancelled
+// context would, so callers' checks and pgx's timeout errors read as
+// before.
 func (l *Locker) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return l.opCtx(context.WithoutCancel(ctx))
+	return stmtContext{Context: context.WithoutCancel(ctx), deadline: time.Now().Add(l.opts.OpTimeout), abort: l.abort},
+		func() {}
+}
+
+// stmtContext is stmtCtx's context: a deadline that no channel announces.
+type stmtContext struct {
+	context.Context // values only
+	deadline        time.Time
+	abort           context.Context
+}
+
+func (c stmtContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c stmtContext) Done() <-chan struct{}       { return nil }
+
+func (c stmtContext) Err() error {
+	if c.abort.Err() != nil {
+		return context.Canceled
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// waitCtx is ctx with a channel that ends at ctx's deadline or at Close's,
+// for waits (see stmtCtx).
+func (l *Locker) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		wctx, cancel = context.WithDeadline(wctx, dl)
+	}
+	stop := context.AfterFunc(l.abort, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// bound sets the deadline of ctx (a stmtCtx) on s's connection, whose slot
+// the caller just took: its statements fail with a timeout once it passes,
+// and pgx closes the connection. After Close's deadline (l.abort) it is
+// now: abortSessions may have run before this call set it.
+func (l *Locker) bound(ctx context.Context, s *session) {
+	nc := s.conn.PgConn().Conn()
+	dl, _ := ctx.Deadline() // zero: none
+	_ = nc.SetDeadline(dl)
+	if l.abort.Err() != nil {
+		_ = nc.SetDeadline(time.Now())
+	}
+}
+
+// abortSessions moves every session's deadline to now (Close's deadline
+// passed): statements in flight fail at once.
+func (l *Locker) abortSessions() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.sessions {
+		if nc := s.conn.PgConn().Conn(); nc != nil {
+			_ = nc.SetDeadline(time.Now())
+		}
+	}
 }
 
 // renewRound is one renew statement shared by every Renew of a session that
@@ -400,14 +484,18 @@ func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
 		l.release(s)
 		return r
 	}
+	if audit {
+		// Before the slot is given back: the next round, which may take
+		// it at once, must see this audit.
+		s.audits.Add(1)
+		s.rmu.Lock()
+		s.audited = time.Now()
+		s.rmu.Unlock()
+	}
 	l.release(s)
 	if !audit {
 		return r
 	}
-	s.audits.Add(1)
-	s.rmu.Lock()
-	s.audited = time.Now()
-	s.rmu.Unlock()
 	r.held = make(map[int64]struct{}, len(ids))
 	for _, id := range ids {
 		r.held[id] = struct{}{}

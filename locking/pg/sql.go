@@ -43,6 +43,12 @@ const (
   SELECT 1 FROM pg_attribute
   WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'pause_note' AND NOT attisdropped)`
 
+	// tableSchemaSQL names the schema of the bext_lock_fences the
+	// session's search_path finds: with the namespace, it names the
+	// cluster's notification channel (watch.go).
+	tableSchemaSQL = `SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass('bext_lock_fences')`
+
 	// createTableSQL runs under a transaction-level advisory lock so two
 	// nodes creating the table at once do not race into a unique_violation
 	// on pg_type. It is sent as one simple-protocol message. Columns added
@@ -75,6 +81,38 @@ COMMIT;`
 	// last one: so it stays strictly increasing even when a crash forgets
 	// the last fence writes (sessions commit them asynchronously, see
 	// doc.go), as long as the database clock does not step back.
+	//
+	// What the row write costs, and why it stays. On one held connection,
+	// the lock and unlock alone take 308 µs and with this upsert 422 µs
+	// (BenchmarkFenceWrite, medians of 3 × 3,000 interleaved ops on a
+	// loaded 2-core machine): about a third more, all on the server (a
+	// heap update, its WAL record, a commit without waiting for the flush);
+	// the client sends the same one round trip. What was tried:
+	//   - HOT: a key's updates are heap-only (no index entry) once its
+	//     page has room: 100% in steady state at fillfactor 100 and at 70
+	//     (same benchmark; 94 to 97% on the shared test database, whose
+	//     pages are crowded by many namespaces and dead rows). Rows created
+	//     together and then updated in one transaction (InitMarks at
+	//     start, then a burst's TryLockTicks) are the exception: the first
+	//     update of 2,000 such rows was 0% HOT at fillfactor 100, 6% at 90
+	//     and 24% at 70 (psql), with no difference in time measurable here
+	//     (20,000 updates: 1.47 s and 1.97 s at 100, 1.29 s and 2.05 s at
+	//     70). fillfactor stays at the default: it would cost space on every
+	//     page for a gain this machine cannot see.
+	//   - Batching a burst's marks (TryLockTicks): one transaction, one
+	//     WAL flush for many ticks. BenchmarkMarkBatch: 178 to 214 µs a
+	//     tick batched against 722 µs to 1.2 ms one statement each, and
+	//     435 to 443 against 483 to 523 WAL bytes a tick. Plain TryLocks
+	//     are not batched: each caller needs its answer at once, and their
+	//     commit does not wait for the flush anyway.
+	//   - Not writing the fence (or an UNLOGGED table, which a crash or a
+	//     promoted replica empties) would lose the guarantee only partly,
+	//     since a fence is floored at the clock; but the row also carries
+	//     the mark, the pause flag and the grant's token, which must be
+	//     durable, and the holder that `locks` shows. So the write stays.
+	// Much larger costs came from elsewhere and are gone: JIT compiling
+	// the tick statement (seconds) and re-planning it on each execution
+	// (2 to 9 ms), see configureSessions.
 	tryLockSQL = `WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS ok),
 c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
 f AS (
@@ -90,6 +128,7 @@ SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 	//
 	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 holder
 	//	$5 T, $6 floor, $7 max skew, $8 window (microseconds)  $9 token
+	//	$10 the channel raised marks are told on ('' for none)
 	//
 	// The statement's snapshot (d) decides whether to try the lock at all;
 	// a mark at or past T there is final, as marks only rise. The snapshot
@@ -110,6 +149,23 @@ SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 	// the lock again if it is free and answers with the fence it drew;
 	// resend_held when the lock is still held (by the first call's session,
 	// which the server has not dropped yet).
+	//
+	// A mark this statement raised to T (granted, paused, missed; not a
+	// resent call's, which its first call told) is told to the cluster's
+	// listeners (locking.TickWatcher, watch.go): the CTE n sends
+	// pg_notify($10, 'T key') on the cluster's channel, '' for none. It is
+	// part of the statement's transaction, so it is delivered only once
+	// the raised mark committed (durably, as above), and it adds nothing
+	// to the round trip: the notifying session does not listen, and the
+	// reply is the same single row. A payload is at most ~1,050 bytes
+	// (MaxKeyLen 1024), far below NOTIFY's 8,000.
+	//
+	// What it costs: a notifying commit takes Postgres's one lock on the
+	// notification queue (PreCommit_Notify), held until the commit
+	// record is flushed, so commits that notify are serialised with each
+	// other and lose group commit. Only a raised mark notifies, once per
+	// tick cluster-wide; TryLockTicks (batch.go) raises a burst's marks in
+	// one transaction, so a burst pays it once per batch.
 	tryLockTickSQL = `WITH c AS MATERIALIZED (
   SELECT clock_timestamp() AS ts, set_config('synchronous_commit', 'on', true) AS sc),
 s AS MATERIALIZED (
@@ -158,17 +214,24 @@ x AS MATERIALIZED (
     coalesce((SELECT won FROM u), false) AS won
   FROM i),
 un AS MATERIALIZED (
-  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x)
-SELECT CASE
-    WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
-    WHEN x.v = 'ahead' THEN 'ahead'
-    WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
-    WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
-    ELSE x.intent END,
-  CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END,
-  coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END),
-  x.now_us, pg_backend_pid(), current_setting('synchronous_commit')
-FROM x, un`
+  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x),
+o AS MATERIALIZED (
+  SELECT x.v, CASE
+      WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
+      WHEN x.v = 'ahead' THEN 'ahead'
+      WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
+      WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
+      ELSE x.intent END AS verdict,
+    CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END AS fence,
+    coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END) AS mark,
+    x.now_us
+  FROM x, un),
+n AS MATERIALIZED (
+  SELECT CASE WHEN $10::text <> '' AND o.v <> 'resend' AND o.verdict IN ('granted', 'paused', 'missed')
+    THEN pg_notify($10::text, $5::bigint::text || ' ' || $3::text) END AS told
+  FROM o)
+SELECT o.verdict, o.fence, o.mark, o.now_us, pg_backend_pid(), current_setting('synchronous_commit')
+FROM o, n`
 
 	// effT, raiseT and grantT re-decide on the latest version t of the row,
 	// inside tryLockTickSQL's ON CONFLICT DO UPDATE: the effective mark, T
@@ -189,11 +252,13 @@ f AS (UPDATE bext_lock_fences SET tick_token = NULL
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
 	// initMarksSQL creates the mark of every key that has none at the
-	// database clock, durably; existing marks stay as they are.
+	// database clock, durably; existing marks stay as they are. Its rows
+	// are locked in TryLockTicks's order (by key, bytewise: COLLATE "C"),
+	// so it and a batch over the same keys never deadlock.
 	initMarksSQL = `WITH c AS MATERIALIZED (
   SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us, set_config('synchronous_commit', 'on', true) AS sc)
 INSERT INTO bext_lock_fences AS t (namespace, key, fence, tick_mark)
-SELECT $1::text, k, 0, c.us FROM c, unnest($2::text[]) AS k
+SELECT $1::text, k, 0, c.us FROM c, unnest($2::text[]) AS k ORDER BY k COLLATE "C"
 ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark WHERE t.tick_mark IS NULL`
 
 	// setPauseSQL sets a key's pause flag, durably (a pause must survive a
@@ -221,6 +286,9 @@ WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid 
 	pingSQL = `SELECT pg_backend_pid()`
 
 	releaseSQL = `SELECT pg_advisory_unlock($1::bigint)`
+
+	// giveBackAllSQL unlocks each of the ids once (TryLockTicks).
+	giveBackAllSQL = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(id)) FROM unnest($1::bigint[]) AS id`
 
 	// idExpr is lockID in SQL over the columns namespace and key, for List.
 	idExpr = `('x' || encode(substr(sha256(convert_to(namespace, 'UTF8') || '\x00'::bytea || convert_to(key, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint`

@@ -22,139 +22,185 @@ import (
 //
 // T is taken at microsecond precision.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	c, ans, err, asked := l.startTick(ctx, req)
+	if asked {
+		return ans, err
+	}
+	ls, ans, err := l.tryLockTick(ctx, c)
+	return l.finishTick(ctx, c, ls, ans, err)
+}
+
+// tickCall is one try-lock-tick on its way to Postgres, its lock id
+// claimed (claimID): finishTick settles it.
+type tickCall struct {
+	req     locking.TickRequest
+	token   string
+	lockKey string // the advisory lock's key: the schedule's, or the tick's
+	id      int64
+}
+
+// startTick checks req and claims its lock id. answered is true when the
+// answer is known without a statement (an invalid request, the
+// re-entrancy guard): ans and err are then the answer, and nothing is
+// claimed. Otherwise c is claimed and must be settled by finishTick.
+func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tickCall, ans locking.TickAnswer, err error, answered bool) {
 	if err := locking.CheckTickRequest(req); err != nil {
-		return locking.TickAnswer{}, err
+		return c, ans, err, true
 	}
 	if err := ctx.Err(); err != nil {
-		return locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err)
+		return c, ans, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err), true
 	}
 	token := req.Token
 	if token == "" {
-		var err error
 		if token, err = locking.NewToken(); err != nil {
-			return locking.TickAnswer{}, err
+			return c, ans, err, true
 		}
 	}
 	lockKey := req.Key
 	if req.PerTick {
 		lockKey = locking.TickLockKey(req.Key, req.Tick)
 	}
+	c = tickCall{req: req, token: token, lockKey: lockKey, id: lockID(l.opts.Namespace, lockKey)}
 	tickUS := req.Tick.UnixMicro()
-	id := lockID(l.opts.Namespace, lockKey)
 	resend := func(ls *lease) bool {
 		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key
 	}
-	ok, mine, err := l.claimID(ctx, id, resend)
-	if !ok {
-		if err != nil {
-			return locking.TickAnswer{}, err
-		}
-		if mine != nil && resend(mine) {
-			mine.mu.Lock()
-			done := mine.done
-			mine.mu.Unlock()
-			if !done {
-				h := locking.NewHandle(l, req.Key, token, mine.fenceVal, req.TTL, mine)
-				return locking.TickAnswer{Verdict: locking.TickGranted, Handle: h, Mark: req.Tick}, nil
-			}
-			// Released meanwhile: ask again (Postgres answers done).
-			return l.TryLockTick(ctx, req)
-		}
-		if mine != nil && mine.tick && mine.rowKey == req.Key && mine.tickUS >= tickUS {
-			// The lock we hold was granted for T or later: the mark is
-			// there already, and done comes before contended.
-			return locking.TickAnswer{Verdict: locking.TickDone, Mark: time.UnixMicro(mine.tickUS)}, nil
-		}
-		return locking.TickAnswer{Verdict: locking.TickContended}, nil
+	ok, mine, err := l.claimID(ctx, c.id, resend)
+	if ok {
+		return c, ans, nil, false
 	}
-	ls, ans, err := l.tryLockTick(ctx, id, lockKey, req, token)
-	ls, serr := l.settle(ctx, id, ls)
+	if err != nil {
+		return c, ans, err, true
+	}
+	if mine != nil && resend(mine) {
+		mine.mu.Lock()
+		done := mine.done
+		mine.mu.Unlock()
+		if !done {
+			h := locking.NewHandle(l, req.Key, token, mine.fenceVal, req.TTL, mine)
+			return c, locking.TickAnswer{Verdict: locking.TickGranted, Handle: h, Mark: req.Tick}, nil, true
+		}
+		// Released meanwhile: ask again (Postgres answers done).
+		ans, err := l.TryLockTick(ctx, req)
+		return c, ans, err, true
+	}
+	if mine != nil && mine.tick && mine.rowKey == req.Key && mine.tickUS >= tickUS {
+		// The lock we hold was granted for T or later: the mark is
+		// there already, and done comes before contended.
+		return c, locking.TickAnswer{Verdict: locking.TickDone, Mark: time.UnixMicro(mine.tickUS)}, nil, true
+	}
+	return c, locking.TickAnswer{Verdict: locking.TickContended}, nil, true
+}
+
+// finishTick settles c's claimed id with the statement's outcome and
+// makes the handle of a grant.
+func (l *Locker) finishTick(ctx context.Context, c tickCall, ls *lease, ans locking.TickAnswer, err error) (locking.TickAnswer, error) {
+	ls, serr := l.settle(ctx, c.id, ls)
 	if serr != nil {
 		return locking.TickAnswer{}, serr
 	}
 	if ls != nil {
-		ans.Handle = locking.NewHandle(l, req.Key, token, ls.fenceVal, req.TTL, ls)
+		ans.Handle = locking.NewHandle(l, c.req.Key, c.token, ls.fenceVal, c.req.TTL, ls)
 	}
 	return ans, err
+}
+
+// tickArgs are tryLockTickSQL's arguments for c.
+func (l *Locker) tickArgs(c *tickCall) []any {
+	r := &c.req
+	return []any{c.id, l.opts.Namespace, r.Key, l.opts.Holder,
+		r.Tick.UnixMicro(), r.Floor.UnixMicro(), r.MaxSkew.Microseconds(), r.Window.Microseconds(), c.token, l.channel}
+}
+
+// tickRow is tryLockTickSQL's answer row.
+type tickRow struct {
+	verdict    string
+	fence      *int64
+	mark       *int64
+	nowUS      int64
+	pid        uint32
+	syncCommit string
+}
+
+func (r *tickRow) dest() []any {
+	return []any{&r.verdict, &r.fence, &r.mark, &r.nowUS, &r.pid, &r.syncCommit}
 }
 
 // tryLockTick runs tryLockTickSQL on a shared session, retrying once on a
 // fresh connection when a reused session turns out dead. Retrying is safe: the dead
 // session is closed, and a first attempt that did reach Postgres is found
 // by its token (the resent-call rule).
-func (l *Locker) tryLockTick(ctx context.Context, id int64, lockKey string, req locking.TickRequest, token string) (*lease, locking.TickAnswer, error) {
+func (l *Locker) tryLockTick(ctx context.Context, c tickCall) (*lease, locking.TickAnswer, error) {
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
-	tickUS := req.Tick.UnixMicro()
 	for attempt := 0; ; attempt++ {
 		s, fresh, err := l.acquireReady(ctx)
 		if err != nil {
-			return nil, locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err)
+			return nil, locking.TickAnswer{}, fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err)
 		}
-		var (
-			verdict    string
-			fence      *int64
-			mark       *int64
-			nowUS      int64
-			pid        uint32
-			syncCommit string
-		)
-		err = s.conn.QueryRow(ctx, tryLockTickSQL, id, l.opts.Namespace, req.Key, l.opts.Holder,
-			tickUS, req.Floor.UnixMicro(), req.MaxSkew.Microseconds(), req.Window.Microseconds(), token).
-			Scan(&verdict, &fence, &mark, &nowUS, &pid, &syncCommit)
+		var row tickRow
+		err = s.conn.QueryRow(ctx, tryLockTickSQL, l.tickArgs(&c)...).Scan(row.dest()...)
 		if err != nil {
 			// The statement may have taken the lock before failing.
-			if l.failed(ctx, s, id, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+			if l.failed(ctx, s, c.id, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
 				continue
 			}
-			return nil, locking.TickAnswer{}, queryErr("try-lock-tick", req.Key, err)
+			return nil, locking.TickAnswer{}, queryErr("try-lock-tick", c.req.Key, err)
 		}
-		if pid != s.pid {
-			err := fmt.Errorf("%w: try-lock-tick %q ran on backend %d, the session's is %d", ErrTransactionPooler, req.Key, pid, s.pid)
+		if row.pid != s.pid {
+			err := fmt.Errorf("%w: try-lock-tick %q ran on backend %d, the session's is %d", ErrTransactionPooler, c.req.Key, row.pid, s.pid)
 			l.killOwned(s, err)
 			l.release(s)
 			return nil, locking.TickAnswer{}, err
 		}
-		ans := locking.TickAnswer{Now: time.UnixMicro(nowUS)}
-		if mark != nil {
-			ans.Mark = time.UnixMicro(*mark)
+		ls, ans, err, unlock := l.tickAnswer(s, &c, &row)
+		if unlock {
+			l.giveBack(ctx, s, c.id)
+		} else {
+			l.release(s)
 		}
-		switch verdict {
-		case "granted":
-			if fence == nil || syncCommit != "on" {
-				l.giveBack(ctx, s, id)
-				return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
-					locking.ErrUnavailable, req.Key, fence, syncCommit)
-			}
-			ans.Verdict = locking.TickGranted
-			ls := &lease{id: id, key: lockKey, sess: s, fenceVal: *fence,
-				tick: true, rowKey: req.Key, token: token, tickUS: tickUS}
-			l.hold(ls)
-			l.release(s)
-			return ls, ans, nil
-		case "done":
-			ans.Verdict = locking.TickDone
-		case "contended":
-			ans.Verdict = locking.TickContended
-		case "paused":
-			ans.Verdict = locking.TickPaused
-		case "missed":
-			ans.Verdict = locking.TickMissed
-		case "ahead":
-			l.release(s)
-			return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
-				Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}
-		case "resend_held":
-			l.release(s)
-			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
-				locking.ErrUnavailable, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease())
-		default:
-			l.giveBack(ctx, s, id)
-			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, verdict)
-		}
-		l.release(s)
-		return nil, ans, nil
+		return ls, ans, err
 	}
+}
+
+// tickAnswer reads c's answer row from session s (s's slot held), recording
+// a grant as held on s. unlock says the statement may have left c's lock
+// taken on s without a grant to keep it: the caller gives it back.
+func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, ans locking.TickAnswer, err error, unlock bool) {
+	req := &c.req
+	ans = locking.TickAnswer{Now: time.UnixMicro(row.nowUS)}
+	if row.mark != nil {
+		ans.Mark = time.UnixMicro(*row.mark)
+	}
+	switch row.verdict {
+	case "granted":
+		if row.fence == nil || row.syncCommit != "on" {
+			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
+				locking.ErrUnavailable, req.Key, row.fence, row.syncCommit), true
+		}
+		ans.Verdict = locking.TickGranted
+		ls := &lease{id: c.id, key: c.lockKey, sess: s, fenceVal: *row.fence,
+			tick: true, rowKey: req.Key, token: c.token, tickUS: req.Tick.UnixMicro()}
+		l.hold(ls)
+		return ls, ans, nil, false
+	case "done":
+		ans.Verdict = locking.TickDone
+	case "contended":
+		ans.Verdict = locking.TickContended
+	case "paused":
+		ans.Verdict = locking.TickPaused
+	case "missed":
+		ans.Verdict = locking.TickMissed
+	case "ahead":
+		return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
+			Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}, false
+	case "resend_held":
+		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
+			locking.ErrUnavailable, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease()), false
+	default:
+		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, row.verdict), true
+	}
+	return nil, ans, nil, false
 }
 
 // InitMarks creates, in one statement, the mark of every key that has none,

@@ -434,7 +434,10 @@ func TestTickSynchronousCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+	// A lock session's settings (configureSessions): without jit off a
+	// grown table made each statement take seconds, and the ticks went
+	// stale before the run ended.
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off; SET jit = off; SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
 	run := func(sql string) (lagging int) {
@@ -448,7 +451,7 @@ func TestTickSynchronousCommit(t *testing.T) {
 				behind               bool
 			)
 			err := conn.QueryRow(ctx, sql, lockID(c.ns, key), c.ns, key, "test", base.UnixMicro(), time.Time{}.UnixMicro(),
-				testSkew.Microseconds(), testWindow.Microseconds(), "tok").Scan(&verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
+				testSkew.Microseconds(), testWindow.Microseconds(), "tok", "").Scan(&verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -481,8 +484,8 @@ func TestTickSynchronousCommit(t *testing.T) {
 	t.Logf("without the set_config, %d of 20 grants returned before their WAL was flushed", run(ctl))
 }
 
-var tickSQLWithLSN = strings.Replace(tryLockTickSQL, "current_setting('synchronous_commit')\nFROM x, un",
-	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM x, un", 1)
+var tickSQLWithLSN = strings.Replace(tryLockTickSQL, "current_setting('synchronous_commit')\nFROM o, n",
+	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM o, n", 1)
 
 func TestTickSQLWithLSNIsTheStatement(t *testing.T) {
 	if tickSQLWithLSN == tryLockTickSQL {
@@ -515,4 +518,26 @@ func TestTickReentrancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustTick(t, a, req, locking.TickDone, "the same request after release")
+}
+
+// TestSessionsRunWithoutJIT: a lock session has jit off and generic plans. The tick
+// statement's cost estimate grows with bext_lock_fences (the planner
+// multiplies its guesses for (namespace, key) through the CTEs), and past
+// jit_above_cost every tick spent seconds compiling.
+func TestSessionsRunWithoutJIT(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	h := mustLock(t, l, "k")
+	st, err := locking.HandleState(h, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jit, plans string
+	if err := st.(*lease).sess.conn.QueryRow(context.Background(),
+		`SELECT current_setting('jit'), current_setting('plan_cache_mode')`).Scan(&jit, &plans); err != nil {
+		t.Fatal(err)
+	}
+	if jit != "off" || plans != "force_generic_plan" {
+		t.Fatalf("jit = %q, plan_cache_mode = %q on a lock session; want off, force_generic_plan", jit, plans)
+	}
 }

@@ -1,0 +1,171 @@
+package pg
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// tickBatch bounds the requests of one round trip of TryLockTicks: enough
+// to carry a burst in a few, few enough that Postgres answers one well
+// within OpTimeout (a tick statement takes a fraction of a millisecond).
+const tickBatch = 500
+
+// TryLockTicks is TryLockTick for many requests at once (the scheduler's
+// TickBatcher): a burst of ticks due in the same second costs a few round
+// trips instead of one per tick. answers[i] and errs[i] are what
+// TryLockTick would have returned for reqs[i]. Each round trip is a pgx
+// batch of tryLockTickSQL, one statement per request, on one session: the
+// statement that decides a request is TryLockTick's own, and the locks it
+// takes are taken on the session that will hold, renew and release them.
+//
+// The batch is one transaction (the extended protocol's implicit one, up
+// to the batch's single Sync), so it commits once: one WAL flush for all
+// the marks it raises (each statement forces synchronous_commit on for
+// it), and one notification-queue lock for all the marks it tells. Each
+// statement still reads the latest committed rows (READ COMMITTED takes a
+// snapshot per statement) and sees the earlier statements of its batch, so
+// two requests of one batch are decided as two TryLockTicks one after the
+// other. Its row locks are held until the commit, so the requests are
+// sent in one order every node uses (by key, bytewise): two nodes'
+// batches over the same schedules wait for each other, never deadlock.
+// Requests whose lock id this Locker holds or asks for are answered
+// without asking, as TryLockTick answers them; two of one batch with one
+// lock id: the second is contended, as for two concurrent TryLockTicks.
+//
+// An error of the round trip (a failed statement rolls the whole batch
+// back) is the error of every request in it; the advisory locks its
+// statements took are given back (the session's end gives them back when
+// the connection broke), and a reused session found dead is retried once
+// on a fresh one, as TryLockTick does.
+func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error) {
+	answers, errs = make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	calls := make([]tickCall, 0, len(reqs))
+	index := make([]int, 0, len(reqs)) // calls[j] is reqs[index[j]]
+	for i, req := range reqs {
+		c, ans, err, answered := l.startTick(ctx, req)
+		if answered {
+			answers[i], errs[i] = ans, err
+			continue
+		}
+		calls = append(calls, c)
+		index = append(index, i)
+	}
+	for len(calls) > 0 {
+		n := min(len(calls), tickBatch)
+		leases, ans, cerrs := l.tryLockTickBatch(ctx, calls[:n])
+		for j := range n {
+			i := index[j]
+			answers[i], errs[i] = l.finishTick(ctx, calls[j], leases[j], ans[j], cerrs[j])
+		}
+		calls, index = calls[n:], index[n:]
+	}
+	return answers, errs
+}
+
+// tryLockTickBatch sends calls (ids claimed) in one batch on one session
+// and reads their answers, as tryLockTick does for one.
+func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases []*lease, answers []locking.TickAnswer, errs []error) {
+	n := len(calls)
+	leases, answers, errs = make([]*lease, n), make([]locking.TickAnswer, n), make([]error, n)
+	fail := func(err func(c *tickCall) error) ([]*lease, []locking.TickAnswer, []error) {
+		for j := range calls {
+			leases[j], answers[j], errs[j] = nil, locking.TickAnswer{}, err(&calls[j])
+		}
+		return leases, answers, errs
+	}
+	// The order of the statements: by row key, then as asked (the batch's
+	// row locks are taken in it; see TryLockTicks).
+	order := make([]int, n)
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(calls[a].req.Key, calls[b].req.Key) })
+
+	ctx, cancel := l.stmtCtx(ctx)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		s, fresh, err := l.acquireReady(ctx)
+		if err != nil {
+			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
+		}
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
+		for _, j := range order {
+			b.Queue(tryLockTickSQL, l.tickArgs(&calls[j])...)
+		}
+		rows := make([]tickRow, n)
+		br := s.conn.SendBatch(ctx, b)
+		for _, j := range order {
+			if err = br.QueryRow().Scan(rows[j].dest()...); err != nil {
+				break
+			}
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			// Rolled back, but the statements before the failure may have
+			// taken their locks (session locks outlive a rollback).
+			if l.failedBatch(ctx, s, calls, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+				continue
+			}
+			return fail(func(c *tickCall) error { return queryErr("try-lock-tick", c.req.Key, err) })
+		}
+		for j := range rows {
+			if rows[j].pid != s.pid {
+				err := fmt.Errorf("%w: try-lock-tick ran on backend %d, the session's is %d", ErrTransactionPooler, rows[j].pid, s.pid)
+				l.killOwned(s, err)
+				l.release(s)
+				return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
+			}
+		}
+		var giveBack []int64
+		for j := range calls {
+			var unlock bool
+			leases[j], answers[j], errs[j], unlock = l.tickAnswer(s, &calls[j], &rows[j])
+			if unlock {
+				giveBack = append(giveBack, calls[j].id)
+			}
+		}
+		if len(giveBack) > 0 {
+			l.giveBackAll(ctx, s, giveBack)
+		} else {
+			l.release(s)
+		}
+		return leases, answers, errs
+	}
+}
+
+// failedBatch is failed for a batch: a session in doubt is killed (its end
+// frees the locks); on a live one, every claimed id of the batch is given
+// back. It releases s's slot and reports whether s was killed.
+func (l *Locker) failedBatch(ctx context.Context, s *session, calls []tickCall, err error) (killed bool) {
+	if broken(s, err) {
+		l.killOwned(s, err)
+		l.release(s)
+		return true
+	}
+	ids := make([]int64, len(calls))
+	for j := range calls {
+		ids[j] = calls[j].id
+	}
+	return l.giveBackAll(ctx, s, ids)
+}
+
+// giveBackAll is giveBack for many ids in one statement. An id s does not
+// hold is skipped (pg_advisory_unlock answers false, with a warning): the
+// ids are claimed, so none is held by another lease of this Locker.
+func (l *Locker) giveBackAll(ctx context.Context, s *session, ids []int64) (killed bool) {
+	if _, err := s.conn.Exec(ctx, giveBackAllSQL, ids); err != nil {
+		l.killOwned(s, err)
+		l.release(s)
+		return true
+	}
+	l.release(s)
+	return false
+}
