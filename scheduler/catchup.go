@@ -81,9 +81,13 @@ func (s *Scheduler) backendAnswered() {
 }
 
 // recovered logs the end of an outage and catches up what it made skip.
+// The line comes once the catch-up is handed out, so whoever reads it
+// (an operator, a test waiting for idle) finds the caught-up ticks under
+// way, not yet to come.
 func (s *Scheduler) recovered() {
-	s.log.Info("lock backend answers again", slog.Int64("ticks_skipped", s.backend.skipped.Swap(0)))
+	skipped := s.backend.skipped.Swap(0)
 	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st.owed })
+	s.log.Info("lock backend answers again", slog.Int64("ticks_skipped", skipped))
 }
 
 // initMarks creates the marks of the schedules not yet marked. With probe

@@ -1,13 +1,18 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,27 +32,83 @@ type RedisNode struct {
 }
 
 // startNode starts redis-server with args (after the common ones) and
-// returns once it answers PING. It is killed in t.Cleanup.
+// returns once it answers PING. It is killed in t.Cleanup. A port is free
+// when chosen but may be taken before the server binds it (another test's
+// server or client; a cluster node also binds port+10000, its bus): a
+// server that says "Address already in use" is started again on another
+// port.
 func startNode(t testing.TB, args ...string) *RedisNode {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("this test runs its own redis-servers and cannot find one (apt-get install redis-server): %v", err)
 	}
-	port := FreePort(t)
-	n := &RedisNode{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
-	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", n.dir}, args...)
-	n.cmd = exec.Command("redis-server", all...)
-	if err := n.cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
+	cluster := slices.Contains(args, "--cluster-enabled")
+	for attempt := 1; ; attempt++ {
+		port := FreePort(t)
+		if cluster && !listenable(port+10000) {
+			continue
+		}
+		n := &RedisNode{Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
+		all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", n.dir}, args...)
+		n.cmd = exec.Command("redis-server", all...)
+		out := &lockedBuffer{}
+		n.cmd.Stdout, n.cmd.Stderr = out, out
+		if err := n.cmd.Start(); err != nil {
+			t.Fatalf("starting redis-server: %v", err)
+		}
+		n.Admin = goredis.NewClient(&goredis.Options{Addr: n.Addr, MaxRetries: -1, DialTimeout: time.Second})
+		err := Poll(10*time.Second, func() error {
+			if strings.Contains(out.String(), "Address already in use") {
+				return errPortTaken
+			}
+			return ping(n.Addr)
+		})
+		if errors.Is(err, errPortTaken) && attempt < 5 {
+			n.Kill()
+			_ = n.Admin.Close()
+			continue
+		}
+		t.Cleanup(n.Kill)
+		t.Cleanup(func() { _ = n.Admin.Close() })
+		if err != nil {
+			t.Fatalf("private redis-server on %s did not answer PING: %v; its output:\n%s", n.Addr, err, out.String())
+		}
+		return n
 	}
-	t.Cleanup(n.Kill)
-	n.Admin = goredis.NewClient(&goredis.Options{Addr: n.Addr, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { _ = n.Admin.Close() })
-	if err := Poll(10*time.Second, func() error { return ping(n.Addr) }); err != nil {
-		t.Fatalf("private redis-server on %s did not answer PING: %v", n.Addr, err)
+}
+
+var errPortTaken = errors.New("the port was taken before redis-server bound it")
+
+// listenable reports whether port on 127.0.0.1 can be bound now.
+func listenable(port int) bool {
+	if port > 65535 {
+		return false
 	}
-	return n
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Kill sends the process SIGKILL and waits for it: nothing is flushed,
