@@ -47,65 +47,82 @@ const (
 	maxSenders = 4
 )
 
-// batcher sends the try-lock-ticks of a scheduler in batches. No goroutine
-// of its own: a tick that queues its request while fewer than maxSenders
-// batches are under way becomes a sender, and sends batch after batch
-// from the head of the queue until it finds the queue empty.
+// batcher sends requests of one kind in batches (group commit): the
+// scheduler's try-lock-ticks (tickBatcher) and its releases (release.go).
+// No goroutine of its own: a caller that queues its request while fewer
+// than maxSenders batches are under way becomes a sender, and sends batch
+// after batch from the head of the queue until it finds the queue empty,
+// so a lone request is sent at once, alone.
 //
 // A tick does not wait for its answer on a goroutine of its own: the
 // sender hands the answered ticks back to the pool (deliver), where a
 // worker carries each on from step 4's answer (Scheduler.lockAnswered).
 // With a goroutine parked per waiting tick, a burst of 10,000 ticks kept
 // hundreds to thousands of workers (and their stacks) alive; now only the
-// senders wait, at most maxSenders of them.
-type batcher struct {
-	b TickBatcher
+// senders wait, at most maxSenders of them. A release is short: its caller
+// waits (do).
+type batcher[R, A, T any] struct {
+	// send answers a batch: answers[i] and errs[i] for reqs[i].
+	send func(ctx context.Context, reqs []R) (answers []A, errs []error)
+	// short is the error of a request send left unanswered.
+	short error
 	// deliver hands answered asynchronous calls (those with no wake) back
 	// to the scheduler, in the order they were answered.
-	deliver func([]*batchCall)
+	deliver func([]*batchCall[R, A, T])
 
 	mu      sync.Mutex
-	queue   []*batchCall // not yet sent, in arrival order
-	senders int          // ticks sending batches
+	queue   []*batchCall[R, A, T] // not yet sent, in arrival order
+	senders int                   // callers sending batches
 }
 
-// batchCall is one tick's request, waiting in the queue or in a batch.
-type batchCall struct {
+// batchCall is one request, waiting in the queue or in a batch; tag is
+// what its caller needs back with the answer.
+type batchCall[R, A, T any] struct {
 	ctx context.Context
-	req locking.TickRequest
-	ans locking.TickAnswer
+	req R
+	ans A
 	err error
 	// wake, for a caller of do, is closed once answered; without it the
 	// call is asynchronous and answered through batcher.deliver.
 	wake chan struct{}
-	// Of an asynchronous call: the tick, and the lease clock and clock
-	// readings around its round trip (acquire in tick.go).
+	tag  T
+}
+
+// tickBatcher batches try-lock-ticks; a call's tag is its tick.
+type (
+	tickBatcher = batcher[locking.TickRequest, locking.TickAnswer, tickWait]
+	tickCall    = batchCall[locking.TickRequest, locking.TickAnswer, tickWait]
+)
+
+// tickWait is a batched tick and the lease clock and clock readings
+// around its round trip (acquire in tick.go).
+type tickWait struct {
 	f            fired
 	sent, before time.Time
 	after        time.Time
 }
 
-// newBatcher returns a batcher for l, nil when l cannot batch.
-func newBatcher(l Locker, deliver func([]*batchCall)) *batcher {
+// newBatcher returns a tickBatcher for l, nil when l cannot batch.
+func newBatcher(l Locker, deliver func([]*tickCall)) *tickBatcher {
 	b, ok := l.(TickBatcher)
 	if !ok {
 		return nil
 	}
-	return &batcher{b: b, deliver: deliver}
+	return &tickBatcher{send: b.TryLockTicks, short: errShortBatch, deliver: deliver}
 }
 
-// do queues req and waits for its answer (tests; ticks use submit).
-func (b *batcher) do(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
-	c := &batchCall{ctx: ctx, req: req, wake: make(chan struct{})}
+// do queues req and waits for its answer.
+func (b *batcher[R, A, T]) do(ctx context.Context, req R) (A, error) {
+	c := &batchCall[R, A, T]{ctx: ctx, req: req, wake: make(chan struct{})}
 	b.submit(c)
 	<-c.wake
 	return c.ans, c.err
 }
 
 // submit queues c. When fewer than maxSenders batches are under way, the
-// caller sends batches itself (a lone tick: at once) until none is left
-// to send; otherwise it returns and a sender takes c.
-func (b *batcher) submit(c *batchCall) {
+// caller sends batches itself (a lone request: at once) until none is
+// left to send; otherwise it returns and a sender takes c.
+func (b *batcher[R, A, T]) submit(c *batchCall[R, A, T]) {
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if b.senders >= maxSenders {
@@ -119,8 +136,8 @@ func (b *batcher) submit(c *batchCall) {
 }
 
 // sendOne sends one batch from the head of the queue and answers its
-// ticks. It reports false, no longer a sender, when the queue was empty.
-func (b *batcher) sendOne() bool {
+// calls. It reports false, no longer a sender, when the queue was empty.
+func (b *batcher[R, A, T]) sendOne() bool {
 	b.mu.Lock()
 	n := min(len(b.queue), maxBatch)
 	if n == 0 {
@@ -128,7 +145,7 @@ func (b *batcher) sendOne() bool {
 		b.mu.Unlock()
 		return false
 	}
-	batch := make([]*batchCall, n)
+	batch := make([]*batchCall[R, A, T], n)
 	copy(batch, b.queue)
 	// Shift rather than reslice, so the queue's array does not keep
 	// growing at its end while its head is consumed.
@@ -137,13 +154,17 @@ func (b *batcher) sendOne() bool {
 	b.queue = b.queue[:k]
 	b.mu.Unlock()
 
-	answers, errs := b.b.TryLockTicks(batchContext(batch), requests(batch))
+	reqs := make([]R, n)
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	answers, errs := b.send(batchContext(batch), reqs)
 	async := batch[:0] // the calls without a waiter, in place
 	for i, c := range batch {
 		if i < len(answers) && i < len(errs) {
 			c.ans, c.err = answers[i], errs[i]
 		} else {
-			c.err = errShortBatch
+			c.err = b.short
 		}
 		if c.wake != nil {
 			close(c.wake)
@@ -161,21 +182,13 @@ func (b *batcher) sendOne() bool {
 // TickBatcher, whose ticks are skipped as backend_error rather than run.
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
 
-// requests returns the batch's requests.
-func requests(batch []*batchCall) []locking.TickRequest {
-	reqs := make([]locking.TickRequest, len(batch))
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
-	return reqs
-}
-
 // batchContext returns the context of the batch's round trip: the one of
 // its requests' contexts with the earliest deadline. Each tick's context
-// bounds its request by its lock's TTL (burst); all of them derive from
+// bounds its request by its lock's TTL (burst), each release's by
+// releaseTimeout; all of them derive from
 // the scheduler's job context, so the earliest deadline ends first, and an
-// answer arrives in time for every tick of the batch or for none.
-func batchContext(batch []*batchCall) context.Context {
+// answer arrives in time for every request of the batch or for none.
+func batchContext[R, A, T any](batch []*batchCall[R, A, T]) context.Context {
 	ctx := batch[0].ctx
 	d, ok := ctx.Deadline()
 	for _, c := range batch[1:] {

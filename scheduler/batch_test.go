@@ -45,7 +45,7 @@ func (g *gatedBatcher) TryLockTicks(ctx context.Context, reqs []locking.TickRequ
 
 // askAll sends n requests (ticks 1s..ns) through b at once and returns
 // each answer and error by request.
-func askAll(b *batcher, n int) ([]locking.TickAnswer, []error, func()) {
+func askAll(b *tickBatcher, n int) ([]locking.TickAnswer, []error, func()) {
 	answers, errs := make([]locking.TickAnswer, n), make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -61,7 +61,7 @@ func askAll(b *batcher, n int) ([]locking.TickAnswer, []error, func()) {
 // waitQueued spins until every one of n requests is in a batch or in the
 // queue (nothing signals that: the requests come from goroutines just
 // started).
-func waitQueued(t *testing.T, b *batcher, g *gatedBatcher, n int) {
+func waitQueued(t *testing.T, b *tickBatcher, g *gatedBatcher, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

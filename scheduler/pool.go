@@ -25,7 +25,7 @@ const maxIdleWorkers = 64
 // batched try-lock-tick was answered (call; batch.go).
 type task struct {
 	f    fired
-	call *batchCall
+	call *tickCall
 }
 
 // pool is the FIFO queue of tasks and the workers that drain it.

@@ -30,7 +30,7 @@ type ReleaseBatcher interface {
 }
 
 // releaser sends a scheduler's releases in batches.
-type releaser = group[*locking.Handle, struct{}]
+type releaser = batcher[*locking.Handle, struct{}, struct{}]
 
 // newReleaser returns a releaser for l, nil when l cannot batch releases.
 func newReleaser(l Locker) *releaser {

@@ -174,7 +174,7 @@ type Scheduler struct {
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
 	// batch sends try-lock-ticks together (batch.go); nil: one by one.
-	batch *batcher
+	batch *tickBatcher
 	// rel sends releases together (release.go); nil: one by one.
 	rel *releaser
 

@@ -87,8 +87,8 @@ func (s *Scheduler) handleTick(f fired) {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
-		s.batch.submit(&batchCall{ctx: f.burst.ctx, req: s.lockRequest(f), f: f,
-			sent: s.leaseNow(), before: s.clock.Now()})
+		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f),
+			tag: tickWait{f: f, sent: s.leaseNow(), before: s.clock.Now()}})
 		return
 	}
 	req := s.lockRequest(f)
@@ -102,20 +102,21 @@ func (s *Scheduler) handleTick(f fired) {
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
 // back to the pool, all in one submit (batch.go's deliver), ahead of the
 // ticks that have not asked yet: a granted one's lease is running.
-func (s *Scheduler) deliverAnswers(calls []*batchCall) {
+func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	after := s.clock.Now()
 	tasks := make([]task, len(calls))
 	for i, c := range calls {
-		c.after = after
+		c.tag.after = after
 		tasks[i] = task{call: c}
 	}
 	s.work.submitFirst(tasks)
 }
 
 // lockAnswered carries on a tick whose batched try-lock-tick was answered.
-func (s *Scheduler) lockAnswered(c *batchCall) {
-	l, why := s.lockAnswer(c.f, c.ans, c.err, c.sent, c.before, c.after)
-	s.locked(c.f, l, why)
+func (s *Scheduler) lockAnswered(c *tickCall) {
+	w := c.tag
+	l, why := s.lockAnswer(w.f, c.ans, c.err, w.sent, w.before, w.after)
+	s.locked(w.f, l, why)
 }
 
 // handleLocal carries node-local tick f from step 2 to step 8.
