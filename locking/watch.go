@@ -2,6 +2,8 @@ package locking
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -39,6 +41,22 @@ type TickWatch struct {
 type TickMark struct {
 	Key  string
 	Tick time.Time
+}
+
+// ParseTickMark reads a raised mark as the Redis and Postgres backends
+// send it: "T key", T in microseconds since the epoch. ok is false for
+// anything else (a message of another version or sender), which a watch
+// skips: hearing nothing proves nothing.
+func ParseTickMark(s string) (m TickMark, ok bool) {
+	t, key, ok := strings.Cut(s, " ")
+	if !ok || key == "" {
+		return TickMark{}, false
+	}
+	us, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return TickMark{}, false
+	}
+	return TickMark{Key: key, Tick: time.UnixMicro(us)}, true
 }
 
 // Raised reports whether a try-lock-tick verdict raised the mark to the

@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,21 +119,8 @@ func (l *Locker) listen(ctx context.Context, w locking.TickWatch) (listened bool
 		if n.Channel != channel {
 			continue
 		}
-		if m, ok := parseMark(n.Payload); ok && w.Mark != nil {
+		if m, ok := locking.ParseTickMark(n.Payload); ok && w.Mark != nil {
 			w.Mark(m)
 		}
 	}
-}
-
-// parseMark reads tryLockTickSQL's 'T key' (T in µs).
-func parseMark(s string) (locking.TickMark, bool) {
-	t, key, ok := strings.Cut(s, " ")
-	if !ok || key == "" {
-		return locking.TickMark{}, false
-	}
-	us, err := strconv.ParseInt(t, 10, 64)
-	if err != nil {
-		return locking.TickMark{}, false
-	}
-	return locking.TickMark{Key: key, Tick: time.UnixMicro(us)}, true
 }

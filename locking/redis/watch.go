@@ -3,9 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -55,24 +53,11 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 				// One message carries the marks one script raised, a
 				// line each (a batch's in one message).
 				for line := range strings.SplitSeq(m.Payload, "\n") {
-					if tm, ok := parseMark(line); ok {
+					if tm, ok := locking.ParseTickMark(line); ok {
 						w.Mark(tm)
 					}
 				}
 			}
 		}
 	}
-}
-
-// parseMark reads one line 'T key' (T in µs) of tickstep.lua's message.
-func parseMark(s string) (locking.TickMark, bool) {
-	t, key, ok := strings.Cut(s, " ")
-	if !ok || key == "" {
-		return locking.TickMark{}, false
-	}
-	us, err := strconv.ParseInt(t, 10, 64)
-	if err != nil {
-		return locking.TickMark{}, false
-	}
-	return locking.TickMark{Key: key, Tick: time.UnixMicro(us)}, true
 }
