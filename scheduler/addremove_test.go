@@ -2,7 +2,9 @@ package scheduler_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,5 +223,59 @@ func TestReloadFindsSchedulesWhereverTheyMoved(t *testing.T) {
 	h.step(time.Minute)
 	if n := len(job.got()); n != 4 {
 		t.Errorf("%d runs at the next tick, want one for each of the 4 schedules", n)
+	}
+}
+
+// aheadClock reads ahead of the fake clock its timers run on: its Now is
+// past a tick the loop's timer has not fired for yet, the instant at which
+// a Reload can race the loop.
+type aheadClock struct {
+	*fakeclock.Clock
+	ahead atomic.Int64
+}
+
+func (c *aheadClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.ahead.Load())) }
+
+// A Reload that changes a schedule's spec while one of its ticks is due
+// but not yet taken by the loop keeps that tick when the new spec has it
+// too: rescheduled from now, it was lost (it belongs to neither the old
+// definition, which no longer fires, nor the new one, which fired "from
+// now on"). A tick the new spec does not have is not invented.
+func TestReloadKeepsADueTickTheNewSpecHasToo(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec string
+		want       []time.Time
+	}{
+		{"new spec has the tick", "*/2 * * * *", []time.Time{t0.Add(2 * time.Minute)}},
+		{"new spec lacks it", "*/3 * * * *", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := &countingJob{}
+			clock := &aheadClock{Clock: fakeclock.New(t0)}
+			a := sched("a", everyMinute, hints.NodeLocal, job)
+			h := newHarness(t, scheduler.Options{Clock: clock}, a)
+			h.clock = clock.Clock
+			h.start()
+			h.step(time.Minute) // t0+1m: ran
+			if n := len(job.got()); n != 1 {
+				t.Fatalf("ran %d times before the reload, want 1", n)
+			}
+			// The tick at t0+2m is due by the clock the scheduler reads,
+			// its timer not fired yet: the loop has not taken it.
+			clock.ahead.Store(int64(time.Minute + 10*time.Millisecond))
+			a2 := a
+			a2.CronExpr = tc.spec
+			if err := h.s.Reload([]scheduler.Schedule{a2}); err != nil {
+				t.Fatal(err)
+			}
+			h.idle()
+			var got []time.Time
+			for _, tk := range job.got()[1:] {
+				got = append(got, tk.Time)
+			}
+			if !slices.EqualFunc(got, tc.want, time.Time.Equal) {
+				t.Errorf("ticks run after the reload: %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -25,7 +25,8 @@ const reloadChunk = 4096
 
 // Reload replaces the schedule set: schedules are matched by ID; new ones
 // start firing, removed ones stop, changed ones fire by their new spec from
-// now on (an unchanged one keeps its next tick). Nothing in flight is
+// now on (an unchanged one keeps its next tick, and a changed one keeps a
+// tick due but not yet taken that its new spec has too). Nothing in flight is
 // dropped: a running tick of a removed or changed schedule finishes under
 // the definition it fired with, and locks it holds (running or lingering)
 // are kept and released as usual. An invalid set is refused whole (the
@@ -278,6 +279,16 @@ func (s *Scheduler) installLocked(c *compiled, gen uint32) (st *schedState, isNe
 func (s *Scheduler) rescheduleLocked(st *schedState, now time.Time, keep bool) (n nextNote, ok bool) {
 	if keep || !s.started || s.stopping {
 		return nextNote{}, false
+	}
+	// A tick of the old definition that is due but that the loop has not
+	// taken yet (its fire still filed, its time reached) stays due when
+	// the new spec has it too: scheduled from now, it would belong to
+	// neither definition and run nowhere. A tick the new spec lacks is
+	// not invented.
+	if due := st.next; st.fire.index >= 0 && !due.IsZero() && !due.After(now) {
+		if before := due.Add(-time.Nanosecond); st.def.Spec.Next(before).Equal(due) {
+			now = before
+		}
 	}
 	return s.scheduleLocked(st, now), true
 }
