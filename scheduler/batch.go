@@ -166,6 +166,12 @@ func (b *batcher[R, A, T]) sendOne() bool {
 		} else {
 			c.err = b.short
 		}
+		if err := c.ctx.Err(); err != nil && c.err == nil {
+			// Ended while the batch was on its way: alone, its round
+			// trip would have ended with this error (batchContext).
+			var zero A
+			c.ans, c.err = zero, err
+		}
 		if c.wake != nil {
 			close(c.wake)
 		} else {
@@ -183,17 +189,23 @@ func (b *batcher[R, A, T]) sendOne() bool {
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
 
 // batchContext returns the context of the batch's round trip: the one of
-// its requests' contexts with the earliest deadline. Each tick's context
-// bounds its request by its lock's TTL (burst), each release's by
-// releaseTimeout; all of them derive from
-// the scheduler's job context, so the earliest deadline ends first, and an
-// answer arrives in time for every request of the batch or for none.
+// its requests' contexts that ends last. Each tick's context bounds its
+// request by its lock's TTL (burst), each release's by releaseTimeout, and
+// a batch can carry requests of different bursts; all of them derive from
+// the scheduler's job context, so they are cancelled together and differ
+// only in their deadlines. Ending the round trip at the earliest deadline
+// failed every request of the batch with it, the ones the backend had
+// granted too (their marks raised: run nowhere); sendOne gives a request
+// that ended mid-trip its own context's error, as it would have had alone.
 func batchContext[R, A, T any](batch []*batchCall[R, A, T]) context.Context {
 	ctx := batch[0].ctx
 	d, ok := ctx.Deadline()
 	for _, c := range batch[1:] {
-		if cd, cok := c.ctx.Deadline(); cok && (!ok || cd.Before(d)) {
-			ctx, d, ok = c.ctx, cd, true
+		if !ok {
+			break // no deadline: none ends later
+		}
+		if cd, cok := c.ctx.Deadline(); !cok || cd.After(d) {
+			ctx, d, ok = c.ctx, cd, cok
 		}
 	}
 	return ctx

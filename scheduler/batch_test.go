@@ -148,3 +148,55 @@ func TestBatcherErrorIsEachRequests(t *testing.T) {
 		})
 	}
 }
+
+// A batch can carry requests of different bursts, each bounded by its own
+// context. The round trip must not end at the earliest of them: a request
+// ended mid-trip (its deadline passed, or cancelled) gets its context's
+// error, as it would have alone, and the others get their answers. Ended
+// at the earliest, every request of the batch failed, and the ticks the
+// backend had granted (their marks raised) ran nowhere.
+func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
+	entered, gate := make(chan struct{}), make(chan struct{})
+	b := &tickBatcher{short: errShortBatch, send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+		close(entered)
+		answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+		select {
+		case <-gate:
+			for i, r := range reqs {
+				answers[i] = locking.TickAnswer{Verdict: locking.TickGranted, Mark: r.Tick}
+			}
+		case <-ctx.Done(): // as a real backend's round trip ends
+			for i := range errs {
+				errs[i] = ctx.Err()
+			}
+		}
+		return answers, errs
+	}}
+	now := time.Now()
+	ctx1, cancel1 := context.WithDeadline(context.Background(), now.Add(time.Hour))
+	ctx2, cancel2 := context.WithDeadline(context.Background(), now.Add(2*time.Hour))
+	defer cancel2()
+	c1 := &tickCall{ctx: ctx1, req: locking.TickRequest{Key: "a", Tick: time.Unix(1, 0)}, wake: make(chan struct{})}
+	c2 := &tickCall{ctx: ctx2, req: locking.TickRequest{Key: "b", Tick: time.Unix(2, 0)}, wake: make(chan struct{})}
+	b.mu.Lock()
+	b.queue, b.senders = []*tickCall{c1, c2}, 1
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b.sendOne() {
+		}
+	}()
+	<-entered
+	cancel1() // the earlier-bounded request ends mid-trip
+	close(gate)
+	<-c1.wake
+	<-c2.wake
+	<-done
+	if !errors.Is(c1.err, context.Canceled) {
+		t.Errorf("the ended request: err %v, want its context's error", c1.err)
+	}
+	if c2.err != nil || c2.ans.Verdict != locking.TickGranted || !c2.ans.Mark.Equal(c2.req.Tick) {
+		t.Errorf("the request still bounded: answer %+v, err %v; want granted", c2.ans, c2.err)
+	}
+}
