@@ -308,7 +308,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		s.maxLease = lb.MaxLease()
 	}
 	s.bootClock = bootClockOf(opts.Clock)
-	s.batch = newBatcher(opts.Locker, s.deliverAnswers)
+	s.batch = newBatcher(opts.Locker, s.deliverAnswers, s.sendingRequests)
 	s.rel = newReleaser(opts.Locker, s.released)
 	s.initHandoff()
 	defs, err := s.compile(schedules)

@@ -87,8 +87,7 @@ func (s *Scheduler) handleTick(f fired) {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
-		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f),
-			tag: tickWait{f: f, sent: s.leaseNow(), before: s.clock.Now()}})
+		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
 		return
 	}
 	req := s.lockRequest(f)
@@ -97,6 +96,16 @@ func (s *Scheduler) handleTick(f fired) {
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
 	s.locked(f, l, why)
+}
+
+// sendingRequests stamps a batch of try-lock-ticks about to be sent with
+// the time it is sent, on the lease clock (its leases count from then) and
+// on the scheduler's: one reading of each for the batch.
+func (s *Scheduler) sendingRequests(calls []*tickCall) {
+	sent, before := s.leaseNow(), s.clock.Now()
+	for _, c := range calls {
+		c.tag.sent, c.tag.before = sent, before
+	}
 }
 
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
