@@ -69,6 +69,10 @@ type batcher[R, A, T any] struct {
 	// deliver hands answered asynchronous calls (those with no wake) back
 	// to the scheduler, in the order they were answered.
 	deliver func([]*batchCall[R, A, T])
+	// sending, when set, is called with each batch just before it is
+	// sent: one reading of the clocks for the whole batch, not one per
+	// request (tickBatcher's send times).
+	sending func([]*batchCall[R, A, T])
 
 	mu      sync.Mutex
 	queue   []*batchCall[R, A, T] // not yet sent, in arrival order
@@ -95,7 +99,8 @@ type (
 )
 
 // tickWait is a batched tick and the lease clock and clock readings
-// around its round trip (acquire in tick.go).
+// around its round trip (acquire in tick.go), read once per batch by its
+// sender (sending) and once per answered batch (deliver).
 type tickWait struct {
 	f            fired
 	sent, before time.Time
@@ -103,12 +108,12 @@ type tickWait struct {
 }
 
 // newBatcher returns a tickBatcher for l, nil when l cannot batch.
-func newBatcher(l Locker, deliver func([]*tickCall)) *tickBatcher {
+func newBatcher(l Locker, deliver, sending func([]*tickCall)) *tickBatcher {
 	b, ok := l.(TickBatcher)
 	if !ok {
 		return nil
 	}
-	return &tickBatcher{send: b.TryLockTicks, short: errShortBatch, deliver: deliver}
+	return &tickBatcher{send: b.TryLockTicks, short: errShortBatch, deliver: deliver, sending: sending}
 }
 
 // do queues req and waits for its answer.
@@ -157,6 +162,9 @@ func (b *batcher[R, A, T]) sendOne() bool {
 	reqs := make([]R, n)
 	for i, c := range batch {
 		reqs[i] = c.req
+	}
+	if b.sending != nil {
+		b.sending(batch)
 	}
 	answers, errs := b.send(batchContext(batch), reqs)
 	async := batch[:0] // the calls without a waiter, in place

@@ -90,7 +90,7 @@ func TestBatcherGroupsWaitingRequests(t *testing.T) {
 	b := newBatcher(struct {
 		Locker
 		TickBatcher
-	}{nil, g}, nil)
+	}{nil, g}, nil, nil)
 	answers, errs, wait := askAll(b, n)
 	waitQueued(t, b, g, n)
 	close(g.gate)
@@ -124,7 +124,7 @@ func TestBatcherErrorIsEachRequests(t *testing.T) {
 			b := newBatcher(struct {
 				Locker
 				TickBatcher
-			}{nil, tc.g}, nil)
+			}{nil, tc.g}, nil, nil)
 			_, errs, wait := askAll(b, n)
 			waitQueued(t, b, tc.g, n)
 			close(tc.g.gate)

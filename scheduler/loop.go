@@ -384,7 +384,12 @@ func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) })
 // release gives h back with a fresh context: the one that got here may be
 // cancelled already (shutdown), and a lock must still be released then.
 func (s *Scheduler) release(id string, h *locking.Handle, why string) {
-	if err := s.releaseLock(s.releaseCtx(), h); err != nil {
+	s.logRelease(id, h, why, s.releaseLock(s.releaseCtx(), h))
+}
+
+// logRelease logs the outcome of h's release.
+func (s *Scheduler) logRelease(id string, h *locking.Handle, why string, err error) {
+	if err != nil {
 		// The lock is not ours any more (expired, or the backend is down
 		// and will expire it): nothing to retry, but worth knowing. A lock
 		// already lost is expected after a lock_lost run.

@@ -29,11 +29,24 @@ type ReleaseBatcher interface {
 	ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []error)
 }
 
-// releaser sends a scheduler's releases in batches.
-type releaser = batcher[*locking.Handle, struct{}, struct{}]
+// releaser sends a scheduler's releases in batches. A call's tag is the
+// tick whose run the lock was taken for, when the release ends that tick
+// (releaseAfterRun: nobody waits for it); zero for a caller of do.
+type (
+	releaser    = batcher[*locking.Handle, struct{}, ranTick]
+	releaseCall = batchCall[*locking.Handle, struct{}, ranTick]
+)
+
+// ranTick is a tick whose run has ended, and how it ended: what finish
+// needs once the run's lock is given back.
+type ranTick struct {
+	f   fired
+	out runOutcome
+}
 
 // newReleaser returns a releaser for l, nil when l cannot batch releases.
-func newReleaser(l Locker) *releaser {
+// deliver ends the ticks whose releases were sent by releaseAfterRun.
+func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
 	rb, ok := l.(ReleaseBatcher)
 	if !ok {
 		return nil
@@ -43,7 +56,8 @@ func newReleaser(l Locker) *releaser {
 			errs := rb.ReleaseAll(ctx, hs)
 			return make([]struct{}, len(errs)), errs
 		},
-		short: errShortRelease,
+		short:   errShortRelease,
+		deliver: deliver,
 	}
 }
 
@@ -59,4 +73,45 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 	}
 	_, err := s.rel.do(ctx, h)
 	return err
+}
+
+// releaseAfterRun is step 7 for a run tick, then its end (finish). With a
+// ReleaseBatcher the worker does not wait for the release: it queues it
+// (sending batches itself only while fewer than maxSenders are under way,
+// as any caller of the batcher) and is free to start the next job; the
+// sender of the batch ends the tick once its lock is given back
+// (released). A worker that waited for its release was a worker blocked:
+// under a burst the pool started hundreds more to keep the queue moving.
+//
+// Nothing moves in what the tick's schedule sees: the tick is finished,
+// and its schedule no longer counts it running, only after its lock was
+// released, as when the worker waited. So the schedule's next tick, when
+// it fires, finds its lock free (or, if it fires before, is skipped as
+// still_running with overlap = "skip", as before); and a tick is owed to
+// the shutdown's wait until its release has been answered.
+func (s *Scheduler) releaseAfterRun(f fired, h *locking.Handle, out runOutcome) {
+	if s.rel == nil {
+		s.release(f.def.ID, h, "after the run")
+		s.finish(f, out)
+		s.wg.Done()
+		return
+	}
+	s.rel.submit(&releaseCall{ctx: s.releaseCtx(), req: h, tag: ranTick{f: f, out: out}})
+}
+
+// released ends the ticks whose locks a batch gave back (releaseAfterRun),
+// under one acquisition of s.mu for the whole batch.
+func (s *Scheduler) released(calls []*releaseCall) {
+	for _, c := range calls {
+		s.logRelease(c.tag.f.def.ID, c.req, "after the run", c.err)
+	}
+	s.mu.Lock()
+	for _, c := range calls {
+		s.finishLocked(c.tag.f, c.tag.out)
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	for range calls {
+		s.wg.Done()
+	}
 }

@@ -308,8 +308,8 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 		s.maxLease = lb.MaxLease()
 	}
 	s.bootClock = bootClockOf(opts.Clock)
-	s.batch = newBatcher(opts.Locker, s.deliverAnswers)
-	s.rel = newReleaser(opts.Locker)
+	s.batch = newBatcher(opts.Locker, s.deliverAnswers, s.sendingRequests)
+	s.rel = newReleaser(opts.Locker, s.released)
 	s.initHandoff()
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {

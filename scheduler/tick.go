@@ -87,8 +87,7 @@ func (s *Scheduler) handleTick(f fired) {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
-		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f),
-			tag: tickWait{f: f, sent: s.leaseNow(), before: s.clock.Now()}})
+		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
 		return
 	}
 	req := s.lockRequest(f)
@@ -97,6 +96,16 @@ func (s *Scheduler) handleTick(f fired) {
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
 	s.locked(f, l, why)
+}
+
+// sendingRequests stamps a batch of try-lock-ticks about to be sent with
+// the time it is sent, on the lease clock (its leases count from then) and
+// on the scheduler's: one reading of each for the batch.
+func (s *Scheduler) sendingRequests(calls []*tickCall) {
+	sent, before := s.leaseNow(), s.clock.Now()
+	for _, c := range calls {
+		c.tag.sent, c.tag.before = sent, before
+	}
 }
 
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
@@ -144,8 +153,8 @@ func (s *Scheduler) handleLocal(f fired) {
 // locked carries locked tick f on from step 4's answer: l, the granted
 // lease, or nil and why the tick is skipped.
 func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
-	defer s.wg.Done()
 	if l == nil {
+		defer s.wg.Done()
 		if f.catchup {
 			// A catch-up try that was not granted is no tick of this
 			// node's: another node ran it, or it was decided otherwise.
@@ -170,6 +179,7 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 		if busy {
 			s.release(f.def.ID, h, "catch-up while a run is going on")
 			s.finish(f, runOutcome{abandoned: true})
+			s.wg.Done()
 			return
 		}
 		f.counted = true
@@ -182,6 +192,7 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 		s.release(f.def.ID, h, "lock lost during the jitter")
 		s.reportSkip(f, SkipBackendError, h.Fence())
 		s.finish(f, runOutcome{skip: SkipBackendError})
+		s.wg.Done()
 		return
 	}
 
@@ -193,9 +204,9 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 	// lease deadline does not mean the backend freed the lock (a Postgres
 	// holder frozen past its lease still has its session), and the
 	// release is token-checked, so it never frees another holder's.
-	s.release(f.def.ID, h, "after the run")
-	// Step 8: runJob reported the run; finish records it.
-	s.finish(f, out)
+	// Step 8: runJob reported the run; finish records it, once the lock
+	// is given back (release.go).
+	s.releaseAfterRun(f, h, out)
 }
 
 // lockRequest is step 4's try-lock-tick request for f.
@@ -368,6 +379,13 @@ func (s *Scheduler) abandon(f fired) bool {
 // finish ends a tick and records its outcome.
 func (s *Scheduler) finish(f fired, out runOutcome) {
 	s.mu.Lock()
+	s.finishLocked(f, out)
+	s.notifyLocked()
+	s.mu.Unlock()
+}
+
+// finishLocked is finish under s.mu, without waking WaitIdle callers.
+func (s *Scheduler) finishLocked(f fired, out runOutcome) {
 	st := f.st
 	if !out.abandoned {
 		st.last.tick, st.last.skip = f.tick, out.skip
@@ -380,8 +398,6 @@ func (s *Scheduler) finish(f fired, out runOutcome) {
 	}
 	s.inflight--
 	s.forgetIfDoneLocked(st)
-	s.notifyLocked()
-	s.mu.Unlock()
 }
 
 // reportSkip is step 8 for a tick that did not run: the observer, and one

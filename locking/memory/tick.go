@@ -17,7 +17,7 @@ import (
 // shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	ans, err := l.tryLockTick(ctx, r)
-	if err == nil && ans.Verdict.Raised() {
+	if err == nil && ans.Verdict.Raised() && l.tab.watches.n.Load() > 0 {
 		l.tab.watches.publish(locking.TickMark{Key: r.Key, Tick: r.Tick.Truncate(time.Microsecond)})
 	}
 	return ans, err
@@ -37,8 +37,8 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	if r.PerTick {
 		lockKey = locking.TickLockKey(r.Key, r.Tick)
 	}
-	ms, ls, unlock := l.tab.lockShards(r.Key, lockKey)
-	defer unlock()
+	ms, ls := l.tab.lockShards(r.Key, lockKey)
+	defer unlockShards(ms, ls)
 	// Checked again under the shard locks, as in TryLock: Close cannot miss
 	// a lock taken here.
 	if l.closed.Load() {

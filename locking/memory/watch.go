@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -13,6 +14,10 @@ var _ locking.TickWatcher = (*Locker)(nil)
 // watchers are the watches of one table: every Locker sharing it (its
 // peers, the nodes of an in-process cluster) hears every raised mark.
 type watchers struct {
+	// n counts the watches, read without mu: a try-lock-tick with none to
+	// tell does not take the table-wide mutex. A watch is counted before
+	// Listening is called, so a mark raised after that is always told.
+	n    atomic.Int32
 	mu   sync.Mutex
 	next int
 	m    map[int]locking.TickWatch
@@ -34,6 +39,7 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 	id := ws.next
 	ws.next++
 	ws.m[id] = w
+	ws.n.Add(1)
 	ws.mu.Unlock()
 	if w.Listening != nil {
 		w.Listening()
@@ -41,6 +47,7 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 	<-ctx.Done()
 	ws.mu.Lock()
 	delete(ws.m, id)
+	ws.n.Add(-1)
 	ws.mu.Unlock()
 	return nil
 }
