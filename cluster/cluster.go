@@ -104,7 +104,10 @@ type Store interface {
 	LastRuns(ctx context.Context, schedules []string) (map[string]Run, error)
 
 	// Announce records n as live until ttl from now (the store's clock),
-	// setting its LastSeen.
+	// setting its LastSeen. A store may keep n.Schedules itself rather
+	// than a copy (the in-process memory backend does): the caller must
+	// not change the map afterwards, and the maps Nodes returns are read
+	// only.
 	Announce(ctx context.Context, n Node, ttl time.Duration) error
 	// Nodes returns the live nodes, sorted by NodeID.
 	Nodes(ctx context.Context) ([]Node, error)

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pelletier/go-toml/v2/unstable"
 )
@@ -23,6 +24,37 @@ type positions struct {
 	// folded lists keys spelled in another case than the schema's: go-toml
 	// matches struct fields case-insensitively, TOML keys are case-sensitive.
 	folded []foldedKey
+
+	// pending is a document not indexed yet (lazyLines): the first look-up
+	// indexes it, once. A file of [[scheduled]] tables that decodes
+	// cleanly is almost never looked up (only a problem needs a line), and
+	// indexing 100,000 schedules' keys cost a fifth of their load.
+	pending struct {
+		once sync.Once
+		data []byte
+		root schema
+	}
+}
+
+// lazyLines is indexLines(data, root) put off until a line is looked up.
+// data must not change afterwards. Only for documents whose keys all match
+// root exactly (no folded keys to report).
+func lazyLines(data []byte, root schema) *positions {
+	pos := &positions{}
+	pos.pending.data, pos.pending.root = data, root
+	return pos
+}
+
+// index builds a lazyLines index, at the first look-up.
+func (pos *positions) index() {
+	pos.pending.once.Do(func() {
+		if pos.pending.data == nil {
+			return
+		}
+		built := indexLines(pos.pending.data, pos.pending.root)
+		pos.lines = built.lines
+		pos.pending.data, pos.pending.root = nil, nil
+	})
 }
 
 // foldedKey is a key written as got where the schema says want.
@@ -181,6 +213,7 @@ func (pos *positions) line(path string) int {
 	if pos == nil {
 		return 0
 	}
+	pos.index()
 	for {
 		if l, ok := pos.lines[path]; ok {
 			return l
@@ -193,15 +226,21 @@ func (pos *positions) line(path string) int {
 	}
 }
 
-// keyLines locates the keys of one table (a schedule) in its file's index.
+// keyLines locates the keys of one [[scheduled]] table in its file's index.
 type keyLines struct {
-	pos    *positions
-	prefix string // "scheduled.2"
+	pos   *positions
+	index int // of the table among the file's [[scheduled]] tables
 }
+
+// prefix is the table's path in the index: "scheduled.2".
+func (k keyLines) prefix() string { return "scheduled." + strconv.Itoa(k.index) }
 
 // line returns the line of key inside the table, or of the table itself.
 func (k keyLines) line(key string) int {
-	return k.pos.line(join(k.prefix, key))
+	if k.pos == nil {
+		return 0
+	}
+	return k.pos.line(join(k.prefix(), key))
 }
 
 // lineOr is line(key), or fallback when the key's line is unknown.

@@ -76,8 +76,13 @@ type Agent struct {
 	opts Options
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	schedules []Schedule // sorted by ID: a map of them was 50 B per schedule
+	mu sync.Mutex
+	// schedules is sorted by ID (a map of them was 50 B per schedule).
+	// When common is set it holds only the schedules that differ from it:
+	// the others are the ids of hashes, with common's TTL and no
+	// pause_after_failures (see SetSchedules).
+	schedules []Schedule
+	common    *Schedule
 	hashes    map[string]string
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
@@ -125,9 +130,51 @@ func (a *Agent) NodeID() string { return a.opts.NodeID }
 // change them afterwards.
 func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash string) {
 	slices.SortStableFunc(s, func(x, y Schedule) int { return strings.Compare(x.ID, y.ID) })
+	s, common := compact(s, hashes)
 	a.mu.Lock()
-	a.schedules, a.hashes, a.configH = s, hashes, configHash
+	a.schedules, a.common, a.hashes, a.configH = s, common, hashes, configHash
 	a.mu.Unlock()
+}
+
+// compact keeps, of s (sorted by ID), only the schedules whose TTL or
+// pause_after_failures differ from most schedules' (common), when the
+// ids of hashes are exactly those of s, each once: hashes then tells
+// which ids are the node's. A fleet's schedules mostly share one TTL, and
+// the list of them all was 32 B per schedule beside the hashes. Otherwise
+// s is kept whole and common is nil.
+func compact(s []Schedule, hashes map[string]string) ([]Schedule, *Schedule) {
+	if len(s) < 2 || len(hashes) != len(s) {
+		return s, nil
+	}
+	ttls := map[time.Duration]int{}
+	for i, sc := range s {
+		if i > 0 && s[i-1].ID == sc.ID {
+			return s, nil // a duplicate: schedule says which one wins
+		}
+		if _, ok := hashes[sc.ID]; !ok {
+			return s, nil
+		}
+		if sc.PauseAfterFailures == 0 {
+			ttls[sc.TTL]++
+		}
+	}
+	if len(ttls) == 0 {
+		return s, nil
+	}
+	common := &Schedule{}
+	n := 0
+	for ttl, c := range ttls {
+		if c > n || c == n && ttl < common.TTL {
+			common.TTL, n = ttl, c
+		}
+	}
+	var rest []Schedule
+	for _, sc := range s {
+		if sc.TTL != common.TTL || sc.PauseAfterFailures != 0 {
+			rest = append(rest, sc)
+		}
+	}
+	return rest, common
 }
 
 // schedule returns what the agent knows of schedule id, if it is one of
@@ -137,6 +184,9 @@ func (a *Agent) schedule(id string) (Schedule, bool) {
 	defer a.mu.Unlock()
 	i, ok := slices.BinarySearchFunc(a.schedules, id, func(s Schedule, id string) int { return strings.Compare(s.ID, id) })
 	if !ok {
+		if _, mine := a.hashes[id]; mine && a.common != nil {
+			return Schedule{ID: id, TTL: a.common.TTL}, true
+		}
 		return Schedule{}, false
 	}
 	for i+1 < len(a.schedules) && a.schedules[i+1].ID == id {

@@ -1,7 +1,11 @@
 package ops_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,6 +130,43 @@ func TestScheduleHashesStable(t *testing.T) {
 	} {
 		if got := hashOf(t, c.s, now); got != c.want {
 			t.Errorf("%s: hash %s, want %s", c.s.ID, got, c.want)
+		}
+	}
+}
+
+// The config hash's bytes never change either: it is the old fmt-written
+// "id=hash\x00" per schedule, in id order, whatever the map's size (the
+// writes are chunked).
+func TestConfigHashStable(t *testing.T) {
+	if got := ops.ConfigHash(map[string]string{"b": "2", "a": "1"}); got != "a63ebf0f2669af14" {
+		t.Errorf("ConfigHash = %s, want a63ebf0f2669af14", got)
+	}
+	hashes := map[string]string{}
+	for i := range 5000 {
+		hashes[fmt.Sprintf("s%06d", i)] = fmt.Sprintf("%016x", i*7919)
+	}
+	h := sha256.New()
+	for _, id := range slices.Sorted(maps.Keys(hashes)) {
+		fmt.Fprintf(h, "%s=%s\x00", id, hashes[id])
+	}
+	if got, want := ops.ConfigHash(hashes), hex.EncodeToString(h.Sum(nil))[:16]; got != want {
+		t.Errorf("ConfigHash of 5,000 schedules = %s, want %s", got, want)
+	}
+}
+
+// Schedules sharing one job (as service.Schedules shares equal jobs) hash
+// as they do with a job each: the shared job's fields are encoded once.
+func TestScheduleHashesSharedJob(t *testing.T) {
+	now := utc("2026-03-01T10:00:00Z")
+	mk := func(id string, j *jobs.Command) scheduler.Schedule {
+		return scheduler.Schedule{ID: id, CronExpr: "0 3 * * *", Spec: mustSpec(t, "0 3 * * *", time.UTC), Job: j}
+	}
+	job := func(arg string) *jobs.Command { return &jobs.Command{Argv: []string{"/bin/x", arg}} }
+	shared := job("a")
+	got := ops.ScheduleHashes([]scheduler.Schedule{mk("one", shared), mk("two", shared), mk("three", job("b"))}, now)
+	for id, arg := range map[string]string{"one": "a", "two": "a", "three": "b"} {
+		if want := hashOf(t, mk(id, job(arg)), now); got[id] != want {
+			t.Errorf("%s: hash %s with a shared job, %s with its own", id, got[id], want)
 		}
 	}
 }

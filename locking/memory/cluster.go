@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -156,7 +155,11 @@ func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]c
 	return out, nil
 }
 
-// Announce records n as live for ttl on the table's clock.
+// Announce records n as live for ttl on the table's clock. It keeps
+// n.Schedules, not a copy (at 100,000 schedules a copy was 47 bytes a
+// schedule more for the node, and as much again in garbage every
+// announce): the caller must not change the map afterwards, as the agent
+// never does (SetSchedules swaps in a new one).
 func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration) error {
 	if err := l.usable(ctx, "announce"); err != nil {
 		return err
@@ -166,7 +169,6 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	}
 	wall, now := l.tab.now()
 	n.LastSeen = wall
-	n.Schedules = maps.Clone(n.Schedules) // the caller may reuse its map
 	nt := &l.tab.nodes
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
@@ -175,7 +177,8 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	return nil
 }
 
-// Nodes returns the live nodes, sorted by id.
+// Nodes returns the live nodes, sorted by id. Their Schedules maps are
+// the announced ones, shared: read them, never change them.
 func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	if err := l.usable(ctx, "nodes"); err != nil {
 		return nil, err
@@ -185,9 +188,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	nt.sweep(l.tab.elapsed())
 	out := make([]cluster.Node, 0, len(nt.m))
 	for _, ln := range nt.m {
-		n := ln.node
-		n.Schedules = maps.Clone(n.Schedules)
-		out = append(out, n)
+		out = append(out, ln.node)
 	}
 	nt.mu.Unlock()
 	slices.SortFunc(out, func(a, b cluster.Node) int { return cmp.Compare(a.NodeID, b.NodeID) })
