@@ -43,7 +43,10 @@ op_timeout = "500ms"
 	}},
 	{"pg", func(t *testing.T) (string, func()) {
 		// Through a proxy, so "the backend dies" cuts every session
-		// without stopping the Postgres other tests share.
+		// without stopping the Postgres other tests share. op_timeout
+		// leaves a loaded machine time to connect (1s once timed out a
+		// first connection at load average 7); a cut is still noticed
+		// by the lease, which ends with the 1s TTL whatever it is.
 		direct, ns := testenv.PGURL(t), testenv.UniqueName(t)
 		t.Cleanup(func() { dropFences(t, direct, ns) })
 		u := direct
@@ -56,7 +59,7 @@ backend = "pg"
 url = %q
 namespace = %q
 max_sessions = 4
-op_timeout = "1s"
+op_timeout = "3s"
 `, u, ns))
 		return cfg, p.Cut
 	}},
