@@ -22,9 +22,9 @@ import (
 // it); an error of the round trip is the error of every handle in it.
 
 // ReleaseBatcher is implemented by lock backends that release many locks
-// in one round trip (locking/redis, locking/memory). errs[i] must be what
-// Release would have returned for hs[i]; an error of the round trip is
-// errs[i] for every i.
+// in one round trip (locking/redis, locking/memory; locking/pg, one round
+// trip per session holding them). errs[i] must be what Release would have
+// returned for hs[i]; an error of the round trip is errs[i] for every i.
 type ReleaseBatcher interface {
 	ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []error)
 }

@@ -24,21 +24,43 @@ type countingLocker struct {
 	scheduler.Locker
 	tries, releases, renews atomic.Int64 // requests
 	tryTrips, releaseTrips  atomic.Int64 // round trips: a batch is one
+	releaseBatches          atomic.Int64 // ReleaseAll calls
+
+	// perSession says ReleaseAll costs the backend a round trip per
+	// session holding the handles' locks (Postgres: a lock is given back
+	// on the session that took it), not one per batch. The wrapper cannot
+	// see sessions; it counts one round trip per try-lock round trip that
+	// granted the handles of a batch (origin), as each try-lock round trip
+	// runs on one session: never fewer than the sessions (two grants of
+	// one session may count twice).
+	perSession bool
+	origin     sync.Map // *locking.Handle → the tryTrips count of its grant
 }
 
 func (c *countingLocker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	c.tries.Add(1)
-	c.tryTrips.Add(1)
-	return c.Locker.TryLockTick(ctx, r)
+	trip := c.tryTrips.Add(1)
+	ans, err := c.Locker.TryLockTick(ctx, r)
+	if ans.Handle != nil {
+		c.origin.Store(ans.Handle, trip)
+	}
+	return ans, err
 }
 
 // TryLockTicks and ReleaseAll pass the scheduler's batches on (Redis
-// decides each in one script): one round trip for all their requests.
+// decides each in one script, Postgres in one transaction on one session):
+// one round trip for all their requests.
 func (c *countingLocker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
 	c.tries.Add(int64(len(reqs)))
-	c.tryTrips.Add(1)
+	trip := c.tryTrips.Add(1)
 	if b, ok := c.Locker.(scheduler.TickBatcher); ok {
-		return b.TryLockTicks(ctx, reqs)
+		answers, errs := b.TryLockTicks(ctx, reqs)
+		for _, a := range answers {
+			if a.Handle != nil {
+				c.origin.Store(a.Handle, trip)
+			}
+		}
+		return answers, errs
 	}
 	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	for i, r := range reqs {
@@ -50,17 +72,31 @@ func (c *countingLocker) TryLockTicks(ctx context.Context, reqs []locking.TickRe
 func (c *countingLocker) Release(ctx context.Context, h *locking.Handle) error {
 	c.releases.Add(1)
 	c.releaseTrips.Add(1)
+	c.origin.Delete(h)
 	return c.Locker.Release(ctx, h)
 }
 
 func (c *countingLocker) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 	c.releases.Add(int64(len(hs)))
-	c.releaseTrips.Add(1)
+	c.releaseBatches.Add(1)
+	trips := int64(1)
+	if c.perSession {
+		origins := map[any]struct{}{}
+		for i, h := range hs {
+			o, ok := c.origin.LoadAndDelete(h)
+			if !ok {
+				o = -i - 1 // not granted through this wrapper: a trip of its own
+			}
+			origins[o] = struct{}{}
+		}
+		trips = int64(len(origins))
+	}
+	c.releaseTrips.Add(trips)
 	if b, ok := c.Locker.(scheduler.ReleaseBatcher); ok {
 		return b.ReleaseAll(ctx, hs)
 	}
-	// A backend without batched releases (Postgres): one round trip each.
-	c.releaseTrips.Add(int64(len(hs) - 1))
+	// A backend without batched releases: one round trip each.
+	c.releaseTrips.Add(int64(len(hs)) - trips)
 	errs := make([]error, len(hs))
 	for i, h := range hs {
 		errs[i] = c.Locker.Release(ctx, h)
@@ -104,7 +140,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	}
 	url := testenv.RedisURL(t)
 	prefix := "bext:test:" + testenv.UniqueName(t) + ":"
-	spreadFiveNodes(t, 1.5, func(id string) spreadLocker {
+	spreadFiveNodes(t, 1.5, 2, func(id string) spreadLocker {
 		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +177,7 @@ func TestSpreadFiveNodesOnPostgres(t *testing.T) {
 		}
 		_ = admin.Close(ctx)
 	})
-	spreadFiveNodes(t, 1.5, func(id string) spreadLocker {
+	spreadFiveNodes(t, 1.5, 2, func(id string) spreadLocker {
 		lk, err := pg.Open(context.Background(), pg.Options{URL: url, Namespace: ns, Holder: id})
 		if err != nil {
 			t.Fatal(err)
@@ -158,8 +194,8 @@ type spreadLocker interface {
 }
 
 // spreadFiveNodes runs the test on the nodes open returns; maxTries bounds
-// the try-lock-ticks per tick.
-func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spreadLocker) {
+// the try-lock-ticks per tick, maxTrips the round trips per tick.
+func spreadFiveNodes(t *testing.T, maxTries, maxTrips float64, open func(id string) spreadLocker) {
 	const (
 		nodes     = 5
 		schedules = 50
@@ -198,7 +234,8 @@ func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spread
 		id := fmt.Sprintf("node-%d", i)
 		ids = append(ids, id)
 		lk := open(id)
-		cl := &countingLocker{Locker: lk}
+		_, perSession := lk.(*pg.Locker)
+		cl := &countingLocker{Locker: lk, perSession: perSession}
 		counters = append(counters, cl)
 		ab, err := agent.For(lk)
 		if err != nil {
@@ -263,11 +300,17 @@ func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spread
 		}
 		return
 	}
-	trips := func() (n int64) {
+	// trips sums the round trips of every node: all of them, those of
+	// try-lock-ticks and of releases, and the ReleaseAll calls.
+	type tally struct{ all, try, release, batches int64 }
+	trips := func() (n tally) {
 		for _, c := range counters {
-			n += c.tryTrips.Load() + c.releaseTrips.Load() + c.renews.Load()
+			n.try += c.tryTrips.Load()
+			n.release += c.releaseTrips.Load()
+			n.batches += c.releaseBatches.Load()
+			n.all += c.tryTrips.Load() + c.releaseTrips.Load() + c.renews.Load()
 		}
-		return
+		return n
 	}
 	time.Sleep(time.Until(first)) // the test is real time passing
 	tries0, releases0, renews0 := count()
@@ -320,13 +363,19 @@ func spreadFiveNodes(t *testing.T, maxTries float64, open func(id string) spread
 		nodes, ran, total, perNode, tpt, rpt, float64(renews)/float64(ran), tpt+rpt+float64(renews)/float64(ran))
 	// Round trips: the scheduler sends the requests that wait together
 	// (ticks due at the same instant on a node, releases of runs that end
-	// together) in one batch, one round trip.
-	rtt := float64(trips1-trips0) / float64(total)
-	t.Logf("round trips (batches counted once) from the first tick to the last checked: %.3f per tick", rtt)
-	// 1.42 measured on a quiet machine (issue 18's target: 1.5, from 6);
-	// bounded at 2 here, as a loaded machine delivers some marks late.
-	if rtt > 2 {
-		t.Errorf("%.3f backend round trips per tick at %d nodes, want at most 2 (6 without handoff and batching)", rtt, nodes)
+	// together) in one batch, one round trip (a Postgres ReleaseAll: one
+	// per session, counted by countingLocker.perSession).
+	per := func(n int64) float64 { return float64(n) / float64(total) }
+	rtt := per(trips1.all - trips0.all)
+	t.Logf("round trips (batches counted once) from the first tick to the last checked: %.3f per tick (%.3f try-lock-tick, %.3f release in %.3f ReleaseAll calls)",
+		rtt, per(trips1.try-trips0.try), per(trips1.release-trips0.release), per(trips1.batches-trips0.batches))
+	// Redis: 1.42 measured on a quiet machine (issue 18's target: 1.5,
+	// from 6); Postgres: 1.59-1.96 with batched releases on a loaded one
+	// (load average 5-8; 1.97-2.09 before), where its marks arrive late
+	// and more nodes ask. Bounded at maxTrips (2), as a loaded machine
+	// delivers some marks late.
+	if rtt > maxTrips {
+		t.Errorf("%.3f backend round trips per tick at %d nodes, want at most %.2f (6 without handoff and batching)", rtt, nodes, maxTrips)
 	}
 	// Without the watch every node asks: 5 per tick; with it about 1
 	// (1.02 measured on Redis on a quiet machine). On a loaded machine a

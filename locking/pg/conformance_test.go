@@ -51,19 +51,25 @@ func TestConformance(t *testing.T) {
 	}
 	lockertest.Run(t, backend)
 	// The scheduler sends ticks that wait together through TryLockTicks
-	// (a batch of tick statements in one transaction): that path must
-	// answer every rule of the mark exactly as TryLockTick does.
+	// (a batch of tick statements in one transaction), and releases
+	// through ReleaseAll: that path must answer every rule of the mark
+	// exactly as TryLockTick and Release do.
 	batched := backend
 	batched.New = func(t testing.TB) locking.Locker { return batchedLocker{backend.New(t).(*Locker)} }
 	t.Run("batched", func(t *testing.T) { lockertest.RunTicks(t, batched) })
 }
 
-// batchedLocker answers TryLockTick through a one-request TryLockTicks.
+// batchedLocker answers TryLockTick through a one-request TryLockTicks,
+// and Release through a one-handle ReleaseAll, the scheduler's paths.
 type batchedLocker struct{ *Locker }
 
 func (b batchedLocker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	answers, errs := b.TryLockTicks(ctx, []locking.TickRequest{req})
 	return answers[0], errs[0]
+}
+
+func (b batchedLocker) Release(ctx context.Context, h *locking.Handle) error {
+	return b.ReleaseAll(ctx, []*locking.Handle{h})[0]
 }
 
 // suiteNow reads the database clock (clock_timestamp(), what

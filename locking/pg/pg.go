@@ -52,7 +52,9 @@ type Options struct {
 
 // Locker is the Postgres lock backend. It implements locking.Locker,
 // locking.TickLocker, locking.TickWatcher, locking.Pauser,
-// locking.LeaseBounder and locking.Pinger, and lists held locks with List.
+// locking.LeaseBounder and locking.Pinger, and lists held locks with List;
+// TryLockTicks and ReleaseAll batch (the scheduler's TickBatcher and
+// ReleaseBatcher).
 // Safe for concurrent use.
 type Locker struct {
 	opts  Options
@@ -65,6 +67,7 @@ type Locker struct {
 	open      int              // sessions open or being connected
 	connected chan struct{}    // closed (and replaced) when a connect ends
 	held      map[int64]*lease // lock id → its lease; nil while a TryLock is asking
+	leaseSeq  uint64           // the seq of the last lease held (hold)
 	ops       sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
 
 	// abort is cancelled when Close's deadline passes: every query in
@@ -90,6 +93,7 @@ type lease struct {
 	key  string // the lock's key (a per-tick lock's is the tick's)
 	sess *session
 	done bool
+	seq  uint64 // order of taking, for ReleaseAll's locking of many mu (set by hold)
 
 	fenceVal int64 // the fencing token of this acquisition
 
@@ -432,44 +436,9 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 // unlock gives ls's lock back (and forgets a tick grant's token); ls.mu
 // must be held and ls not done.
 func (l *Locker) unlock(ctx context.Context, ls *lease) error {
-	if err := l.deadErr("release", ls); err != nil {
-		return err
-	}
-	ctx, cancel := l.stmtCtx(ctx)
-	defer cancel()
-	s := ls.sess
-	if err := l.use(ctx, s); err != nil {
-		if derr := l.deadErr("release", ls); derr != nil {
-			return derr
-		}
-		l.kill(s, err)
-		ls.done = true
-		return lostErr("release", ls.key, err)
-	}
-	var (
-		unlocked bool
-		err      error
-	)
-	if ls.tick {
-		var forgot int64
-		err = s.conn.QueryRow(ctx, releaseTickSQL, ls.id, l.opts.Namespace, ls.rowKey, ls.token).Scan(&unlocked, &forgot)
-	} else {
-		err = s.conn.QueryRow(ctx, releaseSQL, ls.id).Scan(&unlocked)
-	}
-	switch {
-	case err != nil:
-		// In doubt whether the lock is still held: only the session's end
-		// is sure to end it.
-		l.killOwned(s, err)
-		l.release(s)
-		ls.done = true
-		return lostErr("release", ls.key, err)
-	case !unlocked:
-		err = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
-	}
-	l.forget(ls)
-	l.release(s)
-	return err
+	var errs [1]error
+	l.unlockOn(ctx, ls.sess, []*lease{ls}, errs[:])
+	return errs[0]
 }
 
 // leaseOf checks h and the Locker's state and returns h's lease.

@@ -260,6 +260,8 @@ func (l *Locker) giveBack(ctx context.Context, s *session, id int64) (killed boo
 // kill cannot run between the statement and the record.
 func (l *Locker) hold(ls *lease) {
 	l.mu.Lock()
+	l.leaseSeq++
+	ls.seq = l.leaseSeq
 	ls.sess.leases[ls.id] = ls
 	l.mu.Unlock()
 }
@@ -281,17 +283,30 @@ func (l *Locker) forget(ls *lease) {
 // it was not): the lock is lost, and the backend unavailable when the
 // session died of a broken connection.
 func (l *Locker) deadErr(op string, ls *lease) error {
+	var errs [1]error
+	l.deadErrs(op, ls.sess, []*lease{ls}, errs[:])
+	return errs[0]
+}
+
+// deadErrs is deadErr for leases, all on session s, read at one instant:
+// if s was killed it ends each lease, sets errs[j] for leases[j] and
+// returns true; else it leaves errs alone and returns false.
+func (l *Locker) deadErrs(op string, s *session, leases []*lease, errs []error) bool {
 	l.mu.Lock()
-	dead, cause := ls.sess.dead, ls.sess.cause
+	dead, cause := s.dead, s.cause
 	l.mu.Unlock()
 	if !dead {
-		return nil
+		return false
 	}
-	ls.done = true
-	if errors.Is(cause, locking.ErrClosed) {
-		return locking.ErrClosed
+	for j, ls := range leases {
+		ls.done = true
+		if errors.Is(cause, locking.ErrClosed) {
+			errs[j] = locking.ErrClosed
+			continue
+		}
+		errs[j] = lostErr(op, ls.key, fmt.Errorf("session %d ended: %w", s.pid, cause))
 	}
-	return lostErr(op, ls.key, fmt.Errorf("session %d ended: %w", ls.sess.pid, cause))
+	return true
 }
 
 // withSession runs fn on a shared session under OpTimeout (see stmtCtx).
