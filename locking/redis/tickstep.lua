@@ -7,10 +7,10 @@
 -- in microseconds: decimal strings; channel: where a raised mark is
 -- published as a 'T key' line ('' for nowhere; queued, see
 -- flush_published), key the caller's key.
--- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
+-- Returns verdict, fence, mark, ahead, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
--- the step.
+-- the step (0: none).
 -- The values the steps read, kept for the whole script: the lock, mark and
 -- counter keys' values (false: no such key), fetched for many requests in
 -- one MGET (load), and whether pause flags exist, known for a whole batch
@@ -103,17 +103,10 @@ end
 
 local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, channel, key, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
-
-  -- publish tells the cluster's nodes that the mark was raised to T
-  -- (locking.TickWatcher): a node waiting for its turn drops T without
-  -- asking.
-  local function publish()
-    queue_publish(channel, tick_s .. ' ' .. key)
-  end
-
-  local function mark_now()
-    return tonumber(value(mark) or 0)
-  end
+  -- No closure and no table is built per step: a burst runs thousands of
+  -- them in one script. A raised mark is queued for publishing as a
+  -- 'T key' line (locking.TickWatcher): a node waiting for its turn drops
+  -- T without asking.
 
   -- A resent call (its first reply lost) finds its own lock: granted, with the
   -- fence it drew, whatever the mark says now; the lease counts from now, as
@@ -122,12 +115,12 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   local fence = held and own_fence(held, token, holder)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
-    return {1, fence, mark_now(), now, 0}
+    return 1, fence, tonumber(value(mark) or 0), 0
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
   if tick - now > skew then
-    return {6, 0, 0, now, tick - now}
+    return 6, 0, 0, tick - now
   end
 
   -- The effective mark: the stored one, or the server's time minus max skew
@@ -150,18 +143,14 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
     end
   end
 
-  -- keep_mark stores the effective mark when the floor raised it. A missing
-  -- mark that was only read (as now - skew) stays missing: stored, it would
-  -- stop moving with the clock.
-  local function keep_mark()
+  -- Done and contended keep the effective mark when the floor raised it. A
+  -- missing mark that was only read (as now - skew) stays missing: stored,
+  -- it would stop moving with the clock.
+  if tick <= eff then
     if eff_s ~= nil and eff_s ~= stored then
       set_value(mark, eff_s)
     end
-  end
-
-  if tick <= eff then
-    keep_mark()
-    return {2, 0, eff, now, 0}
+    return 2, 0, eff, 0
   end
 
   -- The pause flag is read here, inside the step: a pause set before this
@@ -169,25 +158,27 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- it), so neither a resume nor a late node runs it.
   if is_paused(pause, now) then
     set_value(mark, tick_s)
-    publish()
-    return {4, 0, tick, now, 0}
+    queue_publish(channel, tick_s .. ' ' .. key)
+    return 4, 0, tick, 0
   end
   if now - tick > math.max(skew, window) then
     set_value(mark, tick_s)
-    publish()
-    return {5, 0, tick, now, 0}
+    queue_publish(channel, tick_s .. ' ' .. key)
+    return 5, 0, tick, 0
   end
 
   if held then
-    keep_mark()
-    return {3, 0, eff, now, 0}
+    if eff_s ~= nil and eff_s ~= stored then
+      set_value(mark, eff_s)
+    end
+    return 3, 0, eff, 0
   end
 
   set_value(mark, tick_s)
-  publish()
+  queue_publish(channel, tick_s .. ' ' .. key)
   local fence_s
   fence, fence_s = grant(lock, counter, value(counter), token, holder, ttl, now, now_s)
   values[counter] = fence_s
   values[lock] = token .. '#' .. fence_s .. holder
-  return {1, fence, tick, now, 0}
+  return 1, fence, tick, 0
 end
