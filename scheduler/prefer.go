@@ -154,6 +154,17 @@ type handoff struct {
 	// nwait counts the waiters not yet heard (WaitSettled, tests).
 	nwait     int
 	listening bool
+	// asking counts, by T (Unix ns), this node's try-lock-ticks in flight
+	// for ticks it is preferred for (a burst's share of this node): a
+	// waiter whose turn came holds back while its T has some (holdBack).
+	asking map[int64]*asking
+}
+
+// asking is the count of preferred try-lock-ticks in flight for one T;
+// done is closed when it drops to zero.
+type asking struct {
+	n    int
+	done chan struct{}
 }
 
 type waiter struct {
@@ -170,7 +181,8 @@ func (s *Scheduler) initHandoff() {
 		return
 	}
 	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
-		heard: map[string]time.Time{}, waiting: map[string][]*waiter{}}
+		heard: map[string]time.Time{}, waiting: map[string][]*waiter{},
+		asking: map[int64]*asking{}}
 	if h.delay == 0 {
 		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
 	}
@@ -250,13 +262,13 @@ func (h *handoff) hear(m locking.TickMark) {
 // handedOff is the hook of handleTick (tick.go) before step 4: true when
 // f was heard decided elsewhere during its handoff and is finished here
 // (skipped as contended, as a "done" answer would be) without asking.
-func (s *Scheduler) handedOff(f fired) bool {
+func (s *Scheduler) handedOff(f *fired) bool {
 	if !s.handOff(f) {
 		return false
 	}
 	f.burst.done() // f will not take its lock
-	s.reportSkip(f, SkipContended, 0)
-	s.finish(f, runOutcome{skip: SkipContended})
+	s.reportSkip(*f, SkipContended, 0)
+	s.finish(*f, runOutcome{skip: SkipContended})
 	return true
 }
 
@@ -264,8 +276,9 @@ func (s *Scheduler) handedOff(f fired) bool {
 // returns true when f was decided elsewhere meanwhile (heard), and f must
 // not be asked for; false when this node asks now. It waits only for
 // regular ticks, and never past handoffBound; f's lateness (a loop that
-// woke late) counts as time already waited.
-func (s *Scheduler) handOff(f fired) bool {
+// woke late) counts as time already waited. A tick this node is preferred
+// for is marked f.preferred: it counts in h.asking until answered.
+func (s *Scheduler) handOff(f *fired) bool {
 	h := s.hand
 	if h == nil || f.catchup || f.manual != nil {
 		return false
@@ -277,11 +290,16 @@ func (s *Scheduler) handOff(f fired) bool {
 	if heard {
 		// Decided before this node even fired it (its clock runs behind,
 		// or its loop woke late): nothing to ask, preferred or not.
-		s.heardDecided(f)
+		s.heardDecided(*f)
 		return true
 	}
 	rank, n := h.pref.Rank(f.def.ID, f.tick)
-	if rank <= 0 || n <= 1 {
+	if n <= 1 {
+		return false
+	}
+	if rank <= 0 {
+		h.ask(f.tick)
+		f.preferred = true
 		return false
 	}
 	// The turn is counted on the backend's clock: T + delay_k there is
@@ -295,7 +313,7 @@ func (s *Scheduler) handOff(f fired) bool {
 	if n > 2 {
 		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
 	}
-	bound := s.handoffBound(f)
+	bound := s.handoffBound(*f)
 	offset := time.Duration(h.offset.Load())
 	wait := min(offset+min(turn, bound), bound) - f.lateness
 	if wait <= 0 {
@@ -311,7 +329,7 @@ func (s *Scheduler) handOff(f fired) bool {
 	h.mu.Lock()
 	if !w.tick.After(h.heard[f.def.ID]) {
 		h.mu.Unlock()
-		s.heardDecided(f)
+		s.heardDecided(*f)
 		return true
 	}
 	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
@@ -324,6 +342,7 @@ func (s *Scheduler) handOff(f fired) bool {
 	select {
 	case <-w.ch:
 	case <-timer.C():
+		s.holdBack(f, w, now.Add(bound-f.lateness))
 	case <-s.stopCh: // shutting down: ask now, as without handoff
 	}
 	h.mu.Lock()
@@ -340,9 +359,68 @@ func (s *Scheduler) handOff(f fired) bool {
 	}
 	h.mu.Unlock()
 	if heard {
-		s.heardDecided(f)
+		s.heardDecided(*f)
 	}
 	return heard
+}
+
+// holdBack extends waiter w's wait, once its turn came, while this node
+// still has try-lock-ticks in flight for ticks due at the same T that it
+// is preferred for: a burst. The preferred nodes of w's tick are then most
+// likely as busy with their own share, and asking now would add a request
+// for nearly every tick of the burst (all of them still undecided) instead
+// of saving one; w rather waits to hear its mark. It stops at the latest
+// at end (on the scheduler's clock: T + handoffBound), when this node's
+// share has been answered, on a mark heard, or on shutdown.
+func (s *Scheduler) holdBack(f *fired, w *waiter, end time.Time) {
+	h := s.hand
+	h.mu.Lock()
+	a := h.asking[f.tick.UnixNano()]
+	h.mu.Unlock()
+	if a == nil {
+		return
+	}
+	left := end.Sub(s.clock.Now())
+	if left <= 0 {
+		return
+	}
+	timer := s.clock.NewTimer(left)
+	defer timer.Stop()
+	select {
+	case <-w.ch:
+	case <-a.done:
+	case <-timer.C():
+	case <-s.stopCh:
+	}
+}
+
+// ask counts a try-lock-tick about to be sent for tick T, which this node
+// is preferred for; answered ends it.
+func (h *handoff) ask(tick time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := tick.UnixNano()
+	a := h.asking[k]
+	if a == nil {
+		a = &asking{done: make(chan struct{})}
+		h.asking[k] = a
+	}
+	a.n++
+}
+
+// answered ends the count of ask for tick T.
+func (h *handoff) answered(tick time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := tick.UnixNano()
+	a := h.asking[k]
+	if a == nil {
+		return
+	}
+	if a.n--; a.n <= 0 {
+		close(a.done)
+		delete(h.asking, k)
+	}
 }
 
 // handoffBound is how long after T (on the backend's clock) f's turn may

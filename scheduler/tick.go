@@ -32,6 +32,9 @@ type fired struct {
 	counted  bool    // a catch-up granted, and so counted in st.active
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
 	burst    *burst  // bounds its try-lock-tick; set when the tick locks
+	// preferred: this node is the tick's preferred one and counts its
+	// try-lock-tick in the handoff's asking until answered (prefer.go).
+	preferred bool
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
@@ -76,7 +79,7 @@ func (s *Scheduler) handleTick(f fired) {
 
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
-	if s.handedOff(f) {
+	if s.handedOff(&f) {
 		s.wg.Done()
 		return
 	}
@@ -95,8 +98,17 @@ func (s *Scheduler) handleTick(f fired) {
 	sent := s.leaseNow()
 	before := s.clock.Now()
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
+	s.preferredAnswered(f)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
 	s.locked(f, l, why)
+}
+
+// preferredAnswered ends the count of f's try-lock-tick in the handoff's
+// asking (prefer.go) once it was answered.
+func (s *Scheduler) preferredAnswered(f fired) {
+	if f.preferred {
+		s.hand.answered(f.tick)
+	}
 }
 
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
@@ -108,6 +120,7 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	for i, c := range calls {
 		c.tag.after = after
 		tasks[i] = task{call: c}
+		s.preferredAnswered(c.tag.f)
 	}
 	s.work.submitFirst(tasks)
 }
