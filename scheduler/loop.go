@@ -335,6 +335,7 @@ func (s *Scheduler) pokeLocked() {
 // own lock when its run ends (step 7), so nothing is left to release here.
 func (s *Scheduler) shutdown() {
 	close(s.stopCh)
+	s.stopWaiting() // the ticks waiting for their turn ask now
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -384,7 +385,12 @@ func (s *Scheduler) EndGrace() { s.endGraceOnce.Do(func() { close(s.endGrace) })
 // release gives h back with a fresh context: the one that got here may be
 // cancelled already (shutdown), and a lock must still be released then.
 func (s *Scheduler) release(id string, h *locking.Handle, why string) {
-	if err := s.releaseLock(s.releaseCtx(), h); err != nil {
+	s.releaseOutcome(id, h, why, s.releaseLock(s.releaseCtx(), h))
+}
+
+// releaseOutcome logs the outcome err of h's release.
+func (s *Scheduler) releaseOutcome(id string, h *locking.Handle, why string, err error) {
+	if err != nil {
 		// The lock is not ours any more (expired, or the backend is down
 		// and will expire it): nothing to retry, but worth knowing. A lock
 		// already lost is expected after a lock_lost run.

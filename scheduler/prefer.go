@@ -158,20 +158,33 @@ type handoff struct {
 	// for ticks it is preferred for (a burst's share of this node): a
 	// waiter whose turn came holds back while its T has some (holdBack).
 	asking map[int64]*asking
+	// stopped: the scheduler is shutting down; no tick waits any more.
+	stopped bool
 }
 
-// asking is the count of preferred try-lock-ticks in flight for one T;
-// done is closed when it drops to zero.
+// asking is the count of preferred try-lock-ticks in flight for one T,
+// and the waiters held back until it drops to zero.
 type asking struct {
 	n    int
-	done chan struct{}
+	held []*waiter
 }
 
+// waiter is a tick waiting for its turn. It holds no goroutine: a burst
+// of 10,000 ticks made 6,000 to 7,000 waiters per node, and a worker
+// parked in each (its stack grown, then copied) cost the node more CPU than
+// the rest of the burst. Whichever ends the wait first (the mark heard,
+// the timer, the end of the hold-back, shutdown) takes the waiter out of
+// handoff.waiting under handoff.mu, and the tick goes back to the pool
+// (resumeWaiters).
 type waiter struct {
+	f        fired
 	tick     time.Time
 	deadline time.Time // on the scheduler's clock
-	ch       chan struct{}
-	heard    bool // under handoff.mu
+	end      time.Time // the latest end of a hold-back (holdBack)
+	timer    Timer     // the turn's, then the hold-back's; under handoff.mu
+	heard    bool      // under handoff.mu
+	holding  bool      // held back after its turn came (holdBack)
+	done     bool      // taken out of waiting; under handoff.mu
 }
 
 // initHandoff sets s.hand from the options (nil: no handoff).
@@ -208,7 +221,7 @@ func (s *Scheduler) startWatch() (stop func()) {
 		// in heard for good.
 		mark := func(m locking.TickMark) {
 			if s.holds(m.Key) {
-				h.hear(m)
+				s.resumeWaiters(h.hear(m))
 			}
 		}
 		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Listening: func() {
@@ -230,8 +243,9 @@ func (s *Scheduler) startWatch() (stop func()) {
 	}
 }
 
-// hear is told a raised mark: waiters for ticks up to it stop waiting.
-func (h *handoff) hear(m locking.TickMark) {
+// hear is told a raised mark: waiters for ticks up to it stop waiting,
+// heard; it returns them for resumeWaiters.
+func (h *handoff) hear(m locking.TickMark) []*waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m.Tick.After(h.heard[m.Key]) {
@@ -239,49 +253,106 @@ func (h *handoff) hear(m locking.TickMark) {
 	}
 	ws := h.waiting[m.Key]
 	if len(ws) == 0 {
-		return
+		return nil
 	}
-	kept := ws[:0]
+	var out []*waiter
 	for _, w := range ws {
-		if w.tick.After(m.Tick) {
-			kept = append(kept, w)
-			continue
+		if !w.tick.After(m.Tick) {
+			w.heard = true
+			out = append(out, w)
 		}
-		w.heard = true
-		h.nwait--
-		close(w.ch)
 	}
-	clear(ws[len(kept):])
-	if len(kept) == 0 {
-		delete(h.waiting, m.Key)
-	} else {
-		h.waiting[m.Key] = kept
+	for _, w := range out {
+		h.takeLocked(w)
 	}
+	return out
 }
 
-// handedOff is the hook of handleTick (tick.go) before step 4: true when
-// f was heard decided elsewhere during its handoff and is finished here
-// (skipped as contended, as a "done" answer would be) without asking.
-func (s *Scheduler) handedOff(f *fired) bool {
-	if !s.handOff(f) {
-		return false
+// takeLocked takes w out of waiting, under h.mu: its wait is over. Only
+// one of the ways a wait ends takes it (done).
+func (h *handoff) takeLocked(w *waiter) {
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
 	}
+	ws := h.waiting[w.f.def.ID]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		if len(ws) == 0 {
+			delete(h.waiting, w.f.def.ID)
+		} else {
+			h.waiting[w.f.def.ID] = ws
+		}
+	}
+	h.nwait--
+}
+
+// resumeWaiters hands ticks whose wait ended back to the pool: a heard one
+// is finished there as contended (handedOff), the others ask.
+func (s *Scheduler) resumeWaiters(ws []*waiter) {
+	if len(ws) == 0 {
+		return
+	}
+	ts := make([]task, len(ws))
+	for i, w := range ws {
+		ts[i] = task{f: w.f, turn: turnAsk}
+		if w.heard {
+			ts[i].turn = turnHeard
+		}
+	}
+	s.work.submitAll(ts)
+}
+
+// stopWaiting ends every wait at shutdown: the ticks ask now, as without
+// handoff.
+func (s *Scheduler) stopWaiting() {
+	h := s.hand
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.stopped = true
+	var ws []*waiter
+	for _, l := range h.waiting {
+		ws = append(ws, l...)
+	}
+	for _, w := range ws {
+		h.takeLocked(w)
+	}
+	h.mu.Unlock()
+	s.resumeWaiters(ws)
+}
+
+// The outcomes of handOff.
+type handoffTurn int
+
+const (
+	handoffAsk     handoffTurn = iota // ask now
+	handoffHeard                      // decided elsewhere: do not ask
+	handoffWaiting                    // waiting: back to the pool later
+)
+
+// handedOff finishes tick f, heard decided elsewhere during its handoff,
+// as a "done" answer would (skipped as contended) without asking.
+func (s *Scheduler) handedOff(f fired) {
+	s.heardDecided(f)
 	f.burst.done() // f will not take its lock
-	s.reportSkip(*f, SkipContended, 0)
-	s.finish(*f, runOutcome{skip: SkipContended})
-	return true
+	s.reportSkip(f, SkipContended, 0)
+	s.finish(f, runOutcome{skip: SkipContended})
 }
 
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
-// returns true when f was decided elsewhere meanwhile (heard), and f must
-// not be asked for; false when this node asks now. It waits only for
-// regular ticks, and never past handoffBound; f's lateness (a loop that
-// woke late) counts as time already waited. A tick this node is preferred
-// for is marked f.preferred: it counts in h.asking until answered.
-func (s *Scheduler) handOff(f *fired) bool {
+// returns handoffHeard when f was decided elsewhere already, handoffAsk
+// when this node asks now, and handoffWaiting when f waits for its turn:
+// it then comes back to the pool as a task (resumeWaiters), heard or to
+// ask. It waits only for regular ticks, and never past handoffBound; f's
+// lateness (a loop that woke late) counts as time already waited. A tick
+// this node is preferred for is marked f.preferred: it counts in h.asking
+// until answered.
+func (s *Scheduler) handOff(f *fired) handoffTurn {
 	h := s.hand
 	if h == nil || f.catchup || f.manual != nil {
-		return false
+		return handoffAsk
 	}
 	tick := f.tick.Truncate(time.Microsecond)
 	h.mu.Lock()
@@ -290,17 +361,16 @@ func (s *Scheduler) handOff(f *fired) bool {
 	if heard {
 		// Decided before this node even fired it (its clock runs behind,
 		// or its loop woke late): nothing to ask, preferred or not.
-		s.heardDecided(*f)
-		return true
+		return handoffHeard
 	}
 	rank, n := h.pref.Rank(f.def.ID, f.tick)
 	if n <= 1 {
-		return false
+		return handoffAsk
 	}
 	if rank <= 0 {
 		h.ask(f.tick)
 		f.preferred = true
-		return false
+		return handoffAsk
 	}
 	// The turn is counted on the backend's clock: T + delay_k there is
 	// T + offset + delay_k here (offset: this node's clock minus the
@@ -317,81 +387,76 @@ func (s *Scheduler) handOff(f *fired) bool {
 	offset := time.Duration(h.offset.Load())
 	wait := min(offset+min(turn, bound), bound) - f.lateness
 	if wait <= 0 {
-		return false
+		return handoffAsk
 	}
-	// The timer is armed before the waiter is shown (WaitSettled): a test
-	// that moved its clock in between would leave the timer due later
-	// than the deadline it saw.
 	now := s.clock.Now()
-	timer := s.clock.NewTimer(wait)
-	defer timer.Stop()
-	w := &waiter{tick: tick, deadline: now.Add(wait), ch: make(chan struct{})}
+	w := &waiter{f: *f, tick: tick, deadline: now.Add(wait), end: now.Add(bound - f.lateness)}
 	h.mu.Lock()
 	if !w.tick.After(h.heard[f.def.ID]) {
 		h.mu.Unlock()
-		s.heardDecided(*f)
-		return true
+		return handoffHeard
 	}
+	if h.stopped {
+		h.mu.Unlock()
+		return handoffAsk // shutting down: ask now, as without handoff
+	}
+	// The timer is armed before the waiter is shown (WaitSettled), both
+	// under h.mu: a test that moved its clock in between would leave the
+	// timer due later than the deadline it saw. Its function takes h.mu,
+	// so it finds the waiter registered.
+	w.timer = s.clock.AfterFunc(wait, func() { s.turnCame(w) })
 	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
 	h.nwait++
 	h.mu.Unlock()
 	s.mu.Lock()
 	s.notifyLocked() // WaitSettled re-checks
 	s.mu.Unlock()
-
-	select {
-	case <-w.ch:
-	case <-timer.C():
-		s.holdBack(f, w, now.Add(bound-f.lateness))
-	case <-s.stopCh: // shutting down: ask now, as without handoff
-	}
-	h.mu.Lock()
-	heard = w.heard // a mark heard as the timer fired still wins
-	if !heard {
-		ws := h.waiting[f.def.ID]
-		if i := slices.Index(ws, w); i >= 0 {
-			h.waiting[f.def.ID] = slices.Delete(ws, i, i+1)
-			if len(h.waiting[f.def.ID]) == 0 {
-				delete(h.waiting, f.def.ID)
-			}
-		}
-		h.nwait--
-	}
-	h.mu.Unlock()
-	if heard {
-		s.heardDecided(*f)
-	}
-	return heard
+	return handoffWaiting
 }
 
-// holdBack extends waiter w's wait, once its turn came, while this node
-// still has try-lock-ticks in flight for ticks due at the same T that it
-// is preferred for: a burst. The preferred nodes of w's tick are then most
-// likely as busy with their own share, and asking now would add a request
-// for nearly every tick of the burst (all of them still undecided) instead
-// of saving one; w rather waits to hear its mark. It stops at the latest
-// at end (on the scheduler's clock: T + handoffBound), when this node's
-// share has been answered, on a mark heard, or on shutdown.
-func (s *Scheduler) holdBack(f *fired, w *waiter, end time.Time) {
+// turnCame is w's timer: its turn came (or, held back, the hold-back's
+// end). Unless this node still asks for its share of the same instant's
+// ticks (holdBack), w's tick asks now.
+func (s *Scheduler) turnCame(w *waiter) {
 	h := s.hand
 	h.mu.Lock()
-	a := h.asking[f.tick.UnixNano()]
+	if w.done {
+		h.mu.Unlock()
+		return
+	}
+	if !w.holding && s.holdBackLocked(w) {
+		h.mu.Unlock()
+		return
+	}
+	h.takeLocked(w)
 	h.mu.Unlock()
+	s.resumeWaiters([]*waiter{w})
+}
+
+// holdBackLocked extends waiter w's wait, once its turn came, while this
+// node still has try-lock-ticks in flight for ticks due at the same T
+// that it is preferred for: a burst. The preferred nodes of w's tick are
+// then most likely as busy with their own share, and asking now would add
+// a request for nearly every tick of the burst (all of them still
+// undecided) instead of saving one; w rather waits to hear its mark. The
+// hold-back ends at the latest at w.end (T + handoffBound on the
+// scheduler's clock), when this node's share has been answered
+// (answered), on a mark heard, or on shutdown. It reports whether w is
+// held back; under h.mu.
+func (s *Scheduler) holdBackLocked(w *waiter) bool {
+	h := s.hand
+	a := h.asking[w.f.tick.UnixNano()]
 	if a == nil {
-		return
+		return false
 	}
-	left := end.Sub(s.clock.Now())
+	left := w.end.Sub(s.clock.Now())
 	if left <= 0 {
-		return
+		return false
 	}
-	timer := s.clock.NewTimer(left)
-	defer timer.Stop()
-	select {
-	case <-w.ch:
-	case <-a.done:
-	case <-timer.C():
-	case <-s.stopCh:
-	}
+	w.holding = true
+	a.held = append(a.held, w)
+	w.timer = s.clock.AfterFunc(left, func() { s.turnCame(w) })
+	return true
 }
 
 // ask counts a try-lock-tick about to be sent for tick T, which this node
@@ -402,25 +467,38 @@ func (h *handoff) ask(tick time.Time) {
 	k := tick.UnixNano()
 	a := h.asking[k]
 	if a == nil {
-		a = &asking{done: make(chan struct{})}
+		a = &asking{}
 		h.asking[k] = a
 	}
 	a.n++
 }
 
-// answered ends the count of ask for tick T.
-func (h *handoff) answered(tick time.Time) {
+// answered ends the count of ask for tick T; when none is left, the
+// waiters held back for T ask (resumeWaiters).
+func (s *Scheduler) answered(tick time.Time) {
+	h := s.hand
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	k := tick.UnixNano()
 	a := h.asking[k]
 	if a == nil {
+		h.mu.Unlock()
 		return
 	}
-	if a.n--; a.n <= 0 {
-		close(a.done)
-		delete(h.asking, k)
+	a.n--
+	if a.n > 0 {
+		h.mu.Unlock()
+		return
 	}
+	delete(h.asking, k)
+	ws := a.held[:0]
+	for _, w := range a.held {
+		if !w.done {
+			h.takeLocked(w)
+			ws = append(ws, w)
+		}
+	}
+	h.mu.Unlock()
+	s.resumeWaiters(ws)
 }
 
 // handoffBound is how long after T (on the backend's clock) f's turn may

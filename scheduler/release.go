@@ -30,10 +30,22 @@ type ReleaseBatcher interface {
 }
 
 // releaser sends a scheduler's releases in batches.
-type releaser = batcher[*locking.Handle, struct{}, struct{}]
+type (
+	releaser    = batcher[*locking.Handle, struct{}, releaseWait]
+	releaseCall = batchCall[*locking.Handle, struct{}, releaseWait]
+)
 
-// newReleaser returns a releaser for l, nil when l cannot batch releases.
-func newReleaser(l Locker) *releaser {
+// releaseWait is a run's release of step 7 made without a waiting
+// goroutine (releaseAfterRun): the tick and its run's outcome, recorded
+// (step 8) once the release is answered.
+type releaseWait struct {
+	f   fired
+	out runOutcome
+}
+
+// newReleaser returns a releaser for l, nil when l cannot batch releases;
+// deliver gets the answered releases made by releaseAfterRun.
+func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
 	rb, ok := l.(ReleaseBatcher)
 	if !ok {
 		return nil
@@ -43,7 +55,8 @@ func newReleaser(l Locker) *releaser {
 			errs := rb.ReleaseAll(ctx, hs)
 			return make([]struct{}, len(errs)), errs
 		},
-		short: errShortRelease,
+		short:   errShortRelease,
+		deliver: deliver,
 	}
 }
 
@@ -59,4 +72,40 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 	}
 	_, err := s.rel.do(ctx, h)
 	return err
+}
+
+// releaseAfterRun is step 7 after tick f's run, then step 8 with the run's
+// outcome out, and the end of f (s.wg). Batched, no goroutine waits for
+// the release: in a burst a worker parked in each release was a worker
+// started (and its stack grown) for each run. The tick is recorded once
+// the release is answered (deliverReleases), as it was after a release
+// made in line.
+func (s *Scheduler) releaseAfterRun(f fired, h *locking.Handle, out runOutcome) {
+	if s.rel == nil {
+		s.release(f.def.ID, h, releaseAfterRunWhy)
+		s.finish(f, out)
+		s.wg.Done()
+		return
+	}
+	s.rel.submit(&releaseCall{ctx: s.releaseCtx(), req: h, tag: releaseWait{f: f, out: out}})
+}
+
+const releaseAfterRunWhy = "after the run"
+
+// deliverReleases hands the ticks whose release after the run was
+// answered back to the pool, to be recorded (released).
+func (s *Scheduler) deliverReleases(calls []*releaseCall) {
+	tasks := make([]task, len(calls))
+	for i, c := range calls {
+		tasks[i] = task{rel: c}
+	}
+	s.work.submitAll(tasks)
+}
+
+// released logs the outcome of c's release as release does, then records
+// its tick (step 8).
+func (s *Scheduler) released(c *releaseCall) {
+	s.releaseOutcome(c.tag.f.def.ID, c.req, releaseAfterRunWhy, c.err)
+	s.finish(c.tag.f, c.tag.out)
+	s.wg.Done()
 }

@@ -50,7 +50,7 @@ func newTestReleaser(g *gatedReleaser) *releaser {
 	return newReleaser(struct {
 		Locker
 		ReleaseBatcher
-	}{nil, g})
+	}{nil, g}, nil)
 }
 
 // releaseAll releases n handles (keys 0..n-1) through r at once and

@@ -309,7 +309,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	}
 	s.bootClock = bootClockOf(opts.Clock)
 	s.batch = newBatcher(opts.Locker, s.deliverAnswers)
-	s.rel = newReleaser(opts.Locker)
+	s.rel = newReleaser(opts.Locker, s.deliverReleases)
 	s.initHandoff()
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {

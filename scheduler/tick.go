@@ -50,6 +50,13 @@ func (s *Scheduler) runTask(t task) {
 	switch {
 	case t.call != nil:
 		s.lockAnswered(t.call)
+	case t.rel != nil:
+		s.released(t.rel)
+	case t.turn == turnHeard:
+		s.handedOff(t.f)
+		s.wg.Done()
+	case t.turn == turnAsk:
+		s.ask(t.f)
 	case t.f.manual != nil:
 		s.handleManual(t.f)
 	default:
@@ -79,13 +86,21 @@ func (s *Scheduler) handleTick(f fired) {
 
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
-	if s.handedOff(&f) {
+	switch s.handOff(&f) {
+	case handoffHeard:
+		s.handedOff(f)
 		s.wg.Done()
 		return
+	case handoffWaiting:
+		return // back as a task when its wait ends (resumeWaiters)
 	}
+	s.ask(f)
+}
 
-	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
-	// done, paused, missed, contended or granted, on its own clock.
+// ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
+// backend decides done, paused, missed, contended or granted, on its own
+// clock.
+func (s *Scheduler) ask(f fired) {
 	if s.batch != nil {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
@@ -107,7 +122,7 @@ func (s *Scheduler) handleTick(f fired) {
 // asking (prefer.go) once it was answered.
 func (s *Scheduler) preferredAnswered(f fired) {
 	if f.preferred {
-		s.hand.answered(f.tick)
+		s.answered(f.tick)
 	}
 }
 
@@ -157,7 +172,12 @@ func (s *Scheduler) handleLocal(f fired) {
 // locked carries locked tick f on from step 4's answer: l, the granted
 // lease, or nil and why the tick is skipped.
 func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
-	defer s.wg.Done()
+	handed := false // the end of f is handed to releaseAfterRun
+	defer func() {
+		if !handed {
+			s.wg.Done()
+		}
+	}()
 	if l == nil {
 		if f.catchup {
 			// A catch-up try that was not granted is no tick of this
@@ -206,9 +226,10 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 	// lease deadline does not mean the backend freed the lock (a Postgres
 	// holder frozen past its lease still has its session), and the
 	// release is token-checked, so it never frees another holder's.
-	s.release(f.def.ID, h, "after the run")
-	// Step 8: runJob reported the run; finish records it.
-	s.finish(f, out)
+	// Step 8: runJob reported the run; finish records it once the
+	// release is answered.
+	handed = true
+	s.releaseAfterRun(f, h, out)
 }
 
 // lockRequest is step 4's try-lock-tick request for f.
