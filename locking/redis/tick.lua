@@ -11,5 +11,5 @@
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3]})
 local v, fence, mark, ahead = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], now, now_s)
-flush_published()
+flush()
 return {v, fence, mark, now, ahead}

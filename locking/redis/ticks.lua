@@ -76,5 +76,5 @@ while i <= #ARGV do
   end
   i = i + 7 + 2 * n
 end
-flush_published()
+flush()
 return out

@@ -6,7 +6,7 @@
 -- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
 -- in microseconds: decimal strings; channel: where a raised mark is
 -- published as a 'T key' line ('' for nowhere; queued, see
--- flush_published), key the caller's key.
+-- flush), key the caller's key.
 -- Returns verdict, fence, mark, ahead, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
@@ -57,14 +57,24 @@ local function value(key)
   return v
 end
 
--- set_value writes key's value (a mark: no expiry).
+-- set_value writes key's value (a mark: no expiry). The write is queued
+-- and made by flush, in one MSET for all of a script's marks: a script
+-- is atomic, so nothing else can read a mark before it is written, and
+-- the steps of this script read it from values. SET and MSET both
+-- overwrite a key of any type, so the queued write cannot fail where SET
+-- would not have.
+local marks_written, marks_order = {}, {}
+
 local function set_value(key, v)
-  redis.call('SET', key, v)
+  if marks_written[key] == nil then
+    marks_order[#marks_order + 1] = key
+  end
+  marks_written[key] = v
   values[key] = v
 end
 
 -- The raised marks to publish, as 'T key' lines by channel (channels in
--- first-use order), sent by flush_published when the script's steps are
+-- first-use order), sent by flush when the script's steps are
 -- done: one PUBLISH per channel carries a whole batch's marks, so a burst
 -- costs the server and each listening node a message per batch, not one
 -- per tick. Keys hold no control characters: a newline ends a line.
@@ -83,7 +93,21 @@ local function queue_publish(channel, line)
   lines[#lines + 1] = line
 end
 
-local function flush_published()
+-- flush writes the queued marks (set_value), then publishes the raised
+-- ones; a script calls it once, after its steps.
+local function flush()
+  local args = {}
+  for _, k in ipairs(marks_order) do
+    args[#args + 1] = k
+    args[#args + 1] = marks_written[k]
+    if #args == 1000 then -- unpack is bounded by Lua's C stack
+      redis.call('MSET', unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then
+    redis.call('MSET', unpack(args))
+  end
   for _, c in ipairs(channels) do
     redis.call('PUBLISH', c, table.concat(published[c], '\n'))
   end
