@@ -27,8 +27,7 @@ type task struct {
 	f    fired
 	call *tickCall
 	rel  *releaseCall // a run's release answered (release.go)
-	// turn: f waited for its turn (prefer.go) and now asks (turnAsk) or
-	// was heard decided elsewhere (turnHeard).
+	// turn: f waited for its turn (prefer.go) and now asks.
 	turn taskTurn
 }
 
@@ -37,7 +36,6 @@ type taskTurn uint8
 const (
 	turnNone taskTurn = iota
 	turnAsk
-	turnHeard
 )
 
 // pool is the FIFO queue of tasks and the workers that drain it.

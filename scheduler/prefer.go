@@ -174,7 +174,9 @@ type asking struct {
 // parked in each (its stack grown, then copied) cost the node more CPU than
 // the rest of the burst. Whichever ends the wait first (the mark heard,
 // the timer, the end of the hold-back, shutdown) takes the waiter out of
-// handoff.waiting under handoff.mu, and the tick goes back to the pool
+// handoff.waiting under handoff.mu, and the tick carries on: heard, it is
+// finished where it was heard; its turn come, it asks on the timer's
+// goroutine; held back or at shutdown, it goes back to the pool
 // (resumeWaiters).
 type waiter struct {
 	f        fired
@@ -287,18 +289,20 @@ func (h *handoff) takeLocked(w *waiter) {
 	h.nwait--
 }
 
-// resumeWaiters hands ticks whose wait ended back to the pool: a heard one
-// is finished there as contended (handedOff), the others ask.
+// resumeWaiters carries on ticks whose wait ended: a heard one is
+// finished here, as contended, without asking (handedOff); the others go
+// back to the pool, together, to ask. Finished in line, not on a worker:
+// the watch hears a burst's marks one by one, and a task submitted for
+// each had the pool start a worker for nearly each of them.
 func (s *Scheduler) resumeWaiters(ws []*waiter) {
-	if len(ws) == 0 {
-		return
-	}
-	ts := make([]task, len(ws))
-	for i, w := range ws {
-		ts[i] = task{f: w.f, turn: turnAsk}
+	var ts []task
+	for _, w := range ws {
 		if w.heard {
-			ts[i].turn = turnHeard
+			s.handedOff(w.f)
+			s.wg.Done()
+			continue
 		}
+		ts = append(ts, task{f: w.f, turn: turnAsk})
 	}
 	s.work.submitAll(ts)
 }
@@ -344,8 +348,7 @@ func (s *Scheduler) handedOff(f fired) {
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
 // returns handoffHeard when f was decided elsewhere already, handoffAsk
 // when this node asks now, and handoffWaiting when f waits for its turn:
-// it then comes back to the pool as a task (resumeWaiters), heard or to
-// ask. It waits only for regular ticks, and never past handoffBound; f's
+// it then carries on when the wait ends (see waiter). It waits only for regular ticks, and never past handoffBound; f's
 // lateness (a loop that woke late) counts as time already waited. A tick
 // this node is preferred for is marked f.preferred: it counts in h.asking
 // until answered.
@@ -354,23 +357,57 @@ func (s *Scheduler) handOff(f *fired) handoffTurn {
 	if h == nil || f.catchup || f.manual != nil {
 		return handoffAsk
 	}
-	tick := f.tick.Truncate(time.Microsecond)
+	p := s.prepareHandoff(f)
 	h.mu.Lock()
-	heard := !tick.After(h.heard[f.def.ID])
+	turn := s.handOffLocked(f, p)
 	h.mu.Unlock()
-	if heard {
-		// Decided before this node even fired it (its clock runs behind,
-		// or its loop woke late): nothing to ask, preferred or not.
-		return handoffHeard
+	if turn == handoffWaiting {
+		s.waiterShown()
 	}
-	rank, n := h.pref.Rank(f.def.ID, f.tick)
-	if n <= 1 {
-		return handoffAsk
+	return turn
+}
+
+// handOffAll is handOff for the regular locked ticks of one wake of the
+// loop (dispatch), under one h.mu: a burst's ticks taken each on its own
+// worker had thousands of them queue on h.mu, and the pool start more
+// workers for the ticks behind them. It sets f.handed on each and returns
+// each one's turn.
+func (s *Scheduler) handOffAll(fs []*fired, turns []handoffTurn) []handoffTurn {
+	h := s.hand
+	ps := make([]handoffPrep, len(fs))
+	for i, f := range fs {
+		ps[i] = s.prepareHandoff(f)
 	}
-	if rank <= 0 {
-		h.ask(f.tick)
-		f.preferred = true
-		return handoffAsk
+	shown := false
+	h.mu.Lock()
+	for i, f := range fs {
+		f.handed = true
+		t := s.handOffLocked(f, ps[i])
+		shown = shown || t == handoffWaiting
+		turns = append(turns, t)
+	}
+	h.mu.Unlock()
+	if shown {
+		s.waiterShown()
+	}
+	return turns
+}
+
+// handoffPrep is what handOff works out for a tick before it takes h.mu.
+type handoffPrep struct {
+	tick    time.Time // T in whole µs, as marks are
+	rank, n int
+	wait    time.Duration
+	w       *waiter // nil: no wait
+}
+
+// prepareHandoff is the part of handOff that needs no lock.
+func (s *Scheduler) prepareHandoff(f *fired) handoffPrep {
+	h := s.hand
+	p := handoffPrep{tick: f.tick.Truncate(time.Microsecond)}
+	p.rank, p.n = h.pref.Rank(f.def.ID, f.tick)
+	if p.n <= 1 || p.rank <= 0 {
+		return p
 	}
 	// The turn is counted on the backend's clock: T + delay_k there is
 	// T + offset + delay_k here (offset: this node's clock minus the
@@ -380,38 +417,56 @@ func (s *Scheduler) handOff(f *fired) handoffTurn {
 	// The bound holds on this node's clock too, whatever the offset: a
 	// stale one (a clock stepped since) must not stretch the wait.
 	turn := h.delay
-	if n > 2 {
-		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
+	if p.n > 2 {
+		turn += h.delay * time.Duration(min(p.rank, p.n-1)-1) / time.Duration(p.n-1)
 	}
 	bound := s.handoffBound(*f)
 	offset := time.Duration(h.offset.Load())
-	wait := min(offset+min(turn, bound), bound) - f.lateness
-	if wait <= 0 {
-		return handoffAsk
+	p.wait = min(offset+min(turn, bound), bound) - f.lateness
+	if p.wait > 0 {
+		now := s.clock.Now()
+		p.w = &waiter{f: *f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
 	}
-	now := s.clock.Now()
-	w := &waiter{f: *f, tick: tick, deadline: now.Add(wait), end: now.Add(bound - f.lateness)}
-	h.mu.Lock()
-	if !w.tick.After(h.heard[f.def.ID]) {
-		h.mu.Unlock()
+	return p
+}
+
+// handOffLocked decides f's handoff from p, under h.mu.
+func (s *Scheduler) handOffLocked(f *fired, p handoffPrep) handoffTurn {
+	h := s.hand
+	switch {
+	case !p.tick.After(h.heard[f.def.ID]):
+		// Decided before this node even fired it (its clock runs behind,
+		// or its loop woke late): nothing to ask, preferred or not.
 		return handoffHeard
-	}
-	if h.stopped {
-		h.mu.Unlock()
+	case p.n <= 1:
+		return handoffAsk
+	case p.rank <= 0:
+		h.askLocked(f.tick)
+		f.preferred = true
+		return handoffAsk
+	case p.w == nil:
+		return handoffAsk
+	case h.stopped:
 		return handoffAsk // shutting down: ask now, as without handoff
 	}
 	// The timer is armed before the waiter is shown (WaitSettled), both
 	// under h.mu: a test that moved its clock in between would leave the
 	// timer due later than the deadline it saw. Its function takes h.mu,
 	// so it finds the waiter registered.
-	w.timer = s.clock.AfterFunc(wait, func() { s.turnCame(w) })
+	w := p.w
+	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
 	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
 	h.nwait++
-	h.mu.Unlock()
-	s.mu.Lock()
-	s.notifyLocked() // WaitSettled re-checks
-	s.mu.Unlock()
 	return handoffWaiting
+}
+
+// waiterShown tells WaitSettled (tests) that a waiter was added.
+func (s *Scheduler) waiterShown() {
+	if s.idleWanted.Load() {
+		s.mu.Lock()
+		s.notifyLocked() // WaitSettled re-checks
+		s.mu.Unlock()
+	}
 }
 
 // turnCame is w's timer: its turn came (or, held back, the hold-back's
@@ -430,7 +485,7 @@ func (s *Scheduler) turnCame(w *waiter) {
 	}
 	h.takeLocked(w)
 	h.mu.Unlock()
-	s.resumeWaiters([]*waiter{w})
+	s.ask(w.f) // on the timer's own goroutine
 }
 
 // holdBackLocked extends waiter w's wait, once its turn came, while this
@@ -459,11 +514,9 @@ func (s *Scheduler) holdBackLocked(w *waiter) bool {
 	return true
 }
 
-// ask counts a try-lock-tick about to be sent for tick T, which this node
-// is preferred for; answered ends it.
-func (h *handoff) ask(tick time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// askLocked counts a try-lock-tick about to be sent for tick T, which
+// this node is preferred for; answered ends it. Under h.mu.
+func (h *handoff) askLocked(tick time.Time) {
 	k := tick.UnixNano()
 	a := h.asking[k]
 	if a == nil {
@@ -559,4 +612,40 @@ func (s *Scheduler) holds(id string) bool {
 	defer s.mu.Unlock()
 	st := s.states[id]
 	return st != nil && !st.removed
+}
+
+// handOffTasks decides the handoff of the regular locked ticks among the
+// loop's tasks at once (handOffAll), before they reach the pool: a tick
+// heard decided is finished here, one waiting for its turn leaves the
+// tasks (it carries on when its wait ends), and the others go on, to ask.
+func (s *Scheduler) handOffTasks(tasks []task) []task {
+	if s.hand == nil {
+		return tasks
+	}
+	var fs []*fired
+	for i := range tasks {
+		if f := &tasks[i].f; f.def.lock && !f.catchup && f.manual == nil {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return tasks
+	}
+	turns := s.handOffAll(fs, make([]handoffTurn, 0, len(fs)))
+	kept, j := tasks[:0], 0 // fs[j] is the next one decided
+	for i := range tasks {
+		turn := handoffAsk
+		if j < len(fs) && fs[j] == &tasks[i].f {
+			turn = turns[j]
+			j++
+		}
+		switch turn {
+		case handoffAsk:
+			kept = append(kept, tasks[i])
+		case handoffHeard:
+			s.handedOff(tasks[i].f)
+			s.wg.Done()
+		}
+	}
+	return kept
 }

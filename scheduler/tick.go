@@ -35,6 +35,8 @@ type fired struct {
 	// preferred: this node is the tick's preferred one and counts its
 	// try-lock-tick in the handoff's asking until answered (prefer.go).
 	preferred bool
+	// handed: its handoff was decided already (handOffAll) and it asks.
+	handed bool
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
@@ -52,9 +54,6 @@ func (s *Scheduler) runTask(t task) {
 		s.lockAnswered(t.call)
 	case t.rel != nil:
 		s.released(t.rel)
-	case t.turn == turnHeard:
-		s.handedOff(t.f)
-		s.wg.Done()
 	case t.turn == turnAsk:
 		s.ask(t.f)
 	case t.f.manual != nil:
@@ -86,7 +85,12 @@ func (s *Scheduler) handleTick(f fired) {
 
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
-	switch s.handOff(&f) {
+	// (dispatch decided it already for the loop's ticks: handed.)
+	turn := handoffAsk
+	if !f.handed {
+		turn = s.handOff(&f)
+	}
+	switch turn {
 	case handoffHeard:
 		s.handedOff(f)
 		s.wg.Done()
