@@ -38,6 +38,13 @@ import (
 // however many of the top-ranked nodes are dead, so a dead preferred node
 // alone costs exactly the delay.
 //
+// In a burst (many ticks due at one instant) the preferred nodes may take
+// longer than the delay to ask for their share: a waiter whose turn came
+// while this node still asks for its own share of the same instant holds
+// back until that share is answered, it hears its mark, or the bound
+// (holdBackLocked), instead of adding a request for a tick still being
+// decided.
+//
 // A node alone, or one whose registry is unknown or stale, has rank 0 and
 // asks at once: exactly the behaviour without handoff. Catch-up tries and
 // manual runs never wait; node-local ticks take no lock and never reach
