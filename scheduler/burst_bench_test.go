@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,7 +48,8 @@ func benchBurstRedis(b *testing.B, handoff bool) {
 	}
 	admin := goredis.NewClient(opt)
 	b.Cleanup(func() { _ = admin.Close() }) // after the rounds' cleanups
-	benchBurst(b, 10_000, handoff, func(b *testing.B, round int) []scheduler.Locker {
+	serverCPU := func() time.Duration { return redisCPU(admin) }
+	benchBurst(b, 10_000, handoff, serverCPU, func(b *testing.B, round int) []scheduler.Locker {
 		prefix := fmt.Sprintf("bext:bench:%s:%d:", testenv.UniqueName(b), round)
 		b.Cleanup(func() { deleteRedisKeys(b, admin, prefix) })
 		ls := make([]scheduler.Locker, 3)
@@ -73,7 +75,7 @@ func BenchmarkBurstPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = admin.Close(context.Background()) })
-	benchBurst(b, 1_000, false, func(b *testing.B, round int) []scheduler.Locker {
+	benchBurst(b, 1_000, false, nil, func(b *testing.B, round int) []scheduler.Locker {
 		ns := fmt.Sprintf("%s_%d", testenv.UniqueName(b), round)
 		b.Cleanup(func() {
 			if _, err := admin.Exec(context.Background(), `DELETE FROM bext_lock_fences WHERE namespace = $1`, ns); err != nil {
@@ -101,9 +103,17 @@ func BenchmarkBurstPostgres(b *testing.B) {
 // succeed (lock_lost: granted after the lease's deadline, expected runtime
 // (10s) after it asked) are reported as errors/op, ticks not run within 30s as unrun/op. MaxClockSkew is 5s so
 // that a slow start is measured, not skipped as missed.
-func benchBurst(b *testing.B, n int, handoff bool, open func(*testing.B, int) []scheduler.Locker) {
+//
+// Also reported, steadier than lateness on a shared machine: the CPU time
+// the process (the three nodes) spent from T until every tick ran
+// (cpu-ms/op), the same for the backend's server when serverCPU reads it
+// (server-cpu-ms/op: the whole server's, so only a private server's is
+// the burst's alone), and the pool workers the nodes started (workers/op).
+func benchBurst(b *testing.B, n int, handoff bool, serverCPU func() time.Duration, open func(*testing.B, int) []scheduler.Locker) {
 	var late []time.Duration
 	var errs, unrun int64
+	var cpu, srvCPU time.Duration
+	workers := 0
 	for round := range b.N {
 		b.StopTimer()
 		lockers := open(b, round)
@@ -115,6 +125,7 @@ func benchBurst(b *testing.B, n int, handoff bool, open func(*testing.B, int) []
 		all := make(chan struct{})
 		out := &burstOutcomes{}
 		stops := make([]func(), len(lockers))
+		var nodes []*scheduler.Scheduler
 		for i, l := range lockers {
 			job := scheduler.JobFunc(func(_ context.Context, t scheduler.Tick) error {
 				d := time.Since(t.Time)
@@ -145,7 +156,17 @@ func benchBurst(b *testing.B, n int, handoff bool, open func(*testing.B, int) []
 				b.Fatal(err)
 			}
 			stops[i] = running(b, s)
+			nodes = append(nodes, s)
 		}
+		var cpuAt, srvAt time.Duration
+		atT := make(chan struct{})
+		time.AfterFunc(time.Until(at), func() {
+			cpuAt = processCPU()
+			if serverCPU != nil {
+				srvAt = serverCPU()
+			}
+			close(atT)
+		})
 		b.StartTimer()
 		// A tick skipped as backend_error is owed and tried again when
 		// the backend answers: every tick runs in the end, late.
@@ -154,8 +175,16 @@ func benchBurst(b *testing.B, n int, handoff bool, open func(*testing.B, int) []
 		case <-time.After(time.Until(at) + 30*time.Second):
 		}
 		b.StopTimer()
+		<-atT
+		cpu += processCPU() - cpuAt
+		if serverCPU != nil {
+			srvCPU += serverCPU() - srvAt
+		}
 		for _, stop := range stops {
 			stop()
+		}
+		for _, s := range nodes {
+			workers += s.WorkersStarted()
 		}
 		if got := ran.Load(); got > int64(n) {
 			b.Fatalf("round %d: %d runs of %d ticks: a tick ran twice", round, got, n)
@@ -164,6 +193,11 @@ func benchBurst(b *testing.B, n int, handoff bool, open func(*testing.B, int) []
 		}
 		errs += out.bad.Load()
 	}
+	b.ReportMetric(float64(cpu)/1e6/float64(b.N), "cpu-ms/op")
+	if serverCPU != nil {
+		b.ReportMetric(float64(srvCPU)/1e6/float64(b.N), "server-cpu-ms/op")
+	}
+	b.ReportMetric(float64(workers)/float64(b.N), "workers/op")
 	b.ReportMetric(float64(errs)/float64(b.N), "errors/op")
 	b.ReportMetric(float64(unrun)/float64(b.N), "unrun/op")
 	if len(late) == 0 {
@@ -218,4 +252,24 @@ func deleteRedisKeys(tb testing.TB, admin *goredis.Client, prefix string) {
 	if len(keys) > 0 {
 		admin.Unlink(ctx, keys...)
 	}
+}
+
+// redisCPU is the CPU time the Redis server has used (INFO cpu,
+// used_cpu_sys + used_cpu_user), 0 when it cannot be read.
+func redisCPU(admin *goredis.Client) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
 }

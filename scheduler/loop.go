@@ -254,6 +254,7 @@ func (s *Scheduler) dispatch(acts []action) {
 		}
 		tasks = append(tasks, task{f: a.f})
 	}
+	tasks = s.handOffTasks(tasks)
 	s.work.submitAll(tasks)
 	clear(tasks)
 	s.tasks = tasks
@@ -335,6 +336,7 @@ func (s *Scheduler) pokeLocked() {
 // own lock when its run ends (step 7), so nothing is left to release here.
 func (s *Scheduler) shutdown() {
 	close(s.stopCh)
+	s.stopWaiting() // the ticks waiting for their turn ask now
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -437,6 +439,7 @@ type sharedDeadline struct {
 
 // notifyLocked wakes WaitIdle callers (tests) to re-check their condition.
 func (s *Scheduler) notifyLocked() {
+	s.idleWanted.Store(false)
 	if s.idle != nil {
 		close(s.idle)
 		s.idle = nil
@@ -453,6 +456,9 @@ func (s *Scheduler) waitIdle(ctx context.Context) error { return s.waitUntil(ctx
 func (s *Scheduler) waitUntil(ctx context.Context, cond func() bool) error {
 	for {
 		s.mu.Lock()
+		// Set before cond is read: what changes cond without s.mu (a
+		// handoff waiter) notifies after it changed it if it sees this.
+		s.idleWanted.Store(true)
 		if cond() {
 			s.mu.Unlock()
 			return nil

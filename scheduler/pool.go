@@ -26,7 +26,16 @@ const maxIdleWorkers = 64
 type task struct {
 	f    fired
 	call *tickCall
+	// turn: f waited for its turn (prefer.go) and now asks.
+	turn taskTurn
 }
+
+type taskTurn uint8
+
+const (
+	turnNone taskTurn = iota
+	turnAsk
+)
 
 // pool is the FIFO queue of tasks and the workers that drain it.
 //

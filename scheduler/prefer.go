@@ -38,6 +38,13 @@ import (
 // however many of the top-ranked nodes are dead, so a dead preferred node
 // alone costs exactly the delay.
 //
+// In a burst (many ticks due at one instant) the preferred nodes may take
+// longer than the delay to ask for their share: a waiter whose turn came
+// while this node still asks for its own share of the same instant holds
+// back until that share is answered, it hears its mark, or the bound
+// (holdBackLocked), instead of adding a request for a tick still being
+// decided.
+//
 // A node alone, or one whose registry is unknown or stale, has rank 0 and
 // asks at once: exactly the behaviour without handoff. Catch-up tries and
 // manual runs never wait; node-local ticks take no lock and never reach
@@ -154,13 +161,39 @@ type handoff struct {
 	// nwait counts the waiters not yet heard (WaitSettled, tests).
 	nwait     int
 	listening bool
+	// asking counts, by T (Unix ns), this node's try-lock-ticks in flight
+	// for ticks it is preferred for (a burst's share of this node): a
+	// waiter whose turn came holds back while its T has some (holdBack).
+	asking map[int64]*asking
+	// stopped: the scheduler is shutting down; no tick waits any more.
+	stopped bool
 }
 
+// asking is the count of preferred try-lock-ticks in flight for one T,
+// and the waiters held back until it drops to zero.
+type asking struct {
+	n    int
+	held []*waiter
+}
+
+// waiter is a tick waiting for its turn. It holds no goroutine: a burst
+// of 10,000 ticks made 6,000 to 7,000 waiters per node, and a worker
+// parked in each (its stack grown, then copied) cost the node more CPU than
+// the rest of the burst. Whichever ends the wait first (the mark heard,
+// the timer, the end of the hold-back, shutdown) takes the waiter out of
+// handoff.waiting under handoff.mu, and the tick carries on: heard, it is
+// finished where it was heard; its turn come, it asks on the timer's
+// goroutine; held back or at shutdown, it goes back to the pool
+// (resumeWaiters).
 type waiter struct {
+	f        fired
 	tick     time.Time
 	deadline time.Time // on the scheduler's clock
-	ch       chan struct{}
-	heard    bool // under handoff.mu
+	end      time.Time // the latest end of a hold-back (holdBack)
+	timer    Timer     // the turn's, then the hold-back's; under handoff.mu
+	heard    bool      // under handoff.mu
+	holding  bool      // held back after its turn came (holdBack)
+	done     bool      // taken out of waiting; under handoff.mu
 }
 
 // initHandoff sets s.hand from the options (nil: no handoff).
@@ -170,7 +203,8 @@ func (s *Scheduler) initHandoff() {
 		return
 	}
 	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
-		heard: map[string]time.Time{}, waiting: map[string][]*waiter{}}
+		heard: map[string]time.Time{}, waiting: map[string][]*waiter{},
+		asking: map[int64]*asking{}}
 	if h.delay == 0 {
 		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
 	}
@@ -196,7 +230,7 @@ func (s *Scheduler) startWatch() (stop func()) {
 		// in heard for good.
 		mark := func(m locking.TickMark) {
 			if s.holds(m.Key) {
-				h.hear(m)
+				s.resumeWaiters(h.hear(m))
 			}
 		}
 		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Listening: func() {
@@ -218,8 +252,9 @@ func (s *Scheduler) startWatch() (stop func()) {
 	}
 }
 
-// hear is told a raised mark: waiters for ticks up to it stop waiting.
-func (h *handoff) hear(m locking.TickMark) {
+// hear is told a raised mark: waiters for ticks up to it stop waiting,
+// heard; it returns them for resumeWaiters.
+func (h *handoff) hear(m locking.TickMark) []*waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m.Tick.After(h.heard[m.Key]) {
@@ -227,62 +262,159 @@ func (h *handoff) hear(m locking.TickMark) {
 	}
 	ws := h.waiting[m.Key]
 	if len(ws) == 0 {
-		return
+		return nil
 	}
-	kept := ws[:0]
+	var out []*waiter
 	for _, w := range ws {
-		if w.tick.After(m.Tick) {
-			kept = append(kept, w)
-			continue
+		if !w.tick.After(m.Tick) {
+			w.heard = true
+			out = append(out, w)
 		}
-		w.heard = true
-		h.nwait--
-		close(w.ch)
 	}
-	clear(ws[len(kept):])
-	if len(kept) == 0 {
-		delete(h.waiting, m.Key)
-	} else {
-		h.waiting[m.Key] = kept
+	for _, w := range out {
+		h.takeLocked(w)
 	}
+	return out
 }
 
-// handedOff is the hook of handleTick (tick.go) before step 4: true when
-// f was heard decided elsewhere during its handoff and is finished here
-// (skipped as contended, as a "done" answer would be) without asking.
-func (s *Scheduler) handedOff(f fired) bool {
-	if !s.handOff(f) {
-		return false
+// takeLocked takes w out of waiting, under h.mu: its wait is over. Only
+// one of the ways a wait ends takes it (done).
+func (h *handoff) takeLocked(w *waiter) {
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
 	}
+	ws := h.waiting[w.f.def.ID]
+	if i := slices.Index(ws, w); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+		if len(ws) == 0 {
+			delete(h.waiting, w.f.def.ID)
+		} else {
+			h.waiting[w.f.def.ID] = ws
+		}
+	}
+	h.nwait--
+}
+
+// resumeWaiters carries on ticks whose wait ended: a heard one is
+// finished here, as contended, without asking (handedOff); the others go
+// back to the pool, together, to ask. Finished in line, not on a worker:
+// the watch hears a burst's marks one by one, and a task submitted for
+// each had the pool start a worker for nearly each of them.
+func (s *Scheduler) resumeWaiters(ws []*waiter) {
+	var ts []task
+	for _, w := range ws {
+		if w.heard {
+			s.handedOff(w.f)
+			s.wg.Done()
+			continue
+		}
+		ts = append(ts, task{f: w.f, turn: turnAsk})
+	}
+	s.work.submitAll(ts)
+}
+
+// stopWaiting ends every wait at shutdown: the ticks ask now, as without
+// handoff.
+func (s *Scheduler) stopWaiting() {
+	h := s.hand
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.stopped = true
+	var ws []*waiter
+	for _, l := range h.waiting {
+		ws = append(ws, l...)
+	}
+	for _, w := range ws {
+		h.takeLocked(w)
+	}
+	h.mu.Unlock()
+	s.resumeWaiters(ws)
+}
+
+// The outcomes of handOff.
+type handoffTurn int
+
+const (
+	handoffAsk     handoffTurn = iota // ask now
+	handoffHeard                      // decided elsewhere: do not ask
+	handoffWaiting                    // waiting: back to the pool later
+)
+
+// handedOff finishes tick f, heard decided elsewhere during its handoff,
+// as a "done" answer would (skipped as contended) without asking.
+func (s *Scheduler) handedOff(f fired) {
+	s.heardDecided(f)
 	f.burst.done() // f will not take its lock
 	s.reportSkip(f, SkipContended, 0)
 	s.finish(f, runOutcome{skip: SkipContended})
-	return true
 }
 
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
-// returns true when f was decided elsewhere meanwhile (heard), and f must
-// not be asked for; false when this node asks now. It waits only for
-// regular ticks, and never past handoffBound; f's lateness (a loop that
-// woke late) counts as time already waited.
-func (s *Scheduler) handOff(f fired) bool {
+// returns handoffHeard when f was decided elsewhere already, handoffAsk
+// when this node asks now, and handoffWaiting when f waits for its turn:
+// it then carries on when the wait ends (see waiter). It waits only for regular ticks, and never past handoffBound; f's
+// lateness (a loop that woke late) counts as time already waited. A tick
+// this node is preferred for is marked f.preferred: it counts in h.asking
+// until answered.
+func (s *Scheduler) handOff(f *fired) handoffTurn {
 	h := s.hand
 	if h == nil || f.catchup || f.manual != nil {
-		return false
+		return handoffAsk
 	}
-	tick := f.tick.Truncate(time.Microsecond)
+	p := s.prepareHandoff(f)
 	h.mu.Lock()
-	heard := !tick.After(h.heard[f.def.ID])
+	turn := s.handOffLocked(f, p)
 	h.mu.Unlock()
-	if heard {
-		// Decided before this node even fired it (its clock runs behind,
-		// or its loop woke late): nothing to ask, preferred or not.
-		s.heardDecided(f)
-		return true
+	if turn == handoffWaiting {
+		s.waiterShown()
 	}
-	rank, n := h.pref.Rank(f.def.ID, f.tick)
-	if rank <= 0 || n <= 1 {
-		return false
+	return turn
+}
+
+// handOffAll is handOff for the regular locked ticks of one wake of the
+// loop (dispatch), under one h.mu: a burst's ticks taken each on its own
+// worker had thousands of them queue on h.mu, and the pool start more
+// workers for the ticks behind them. It sets f.handed on each and returns
+// each one's turn.
+func (s *Scheduler) handOffAll(fs []*fired, turns []handoffTurn) []handoffTurn {
+	h := s.hand
+	ps := make([]handoffPrep, len(fs))
+	for i, f := range fs {
+		ps[i] = s.prepareHandoff(f)
+	}
+	shown := false
+	h.mu.Lock()
+	for i, f := range fs {
+		f.handed = true
+		t := s.handOffLocked(f, ps[i])
+		shown = shown || t == handoffWaiting
+		turns = append(turns, t)
+	}
+	h.mu.Unlock()
+	if shown {
+		s.waiterShown()
+	}
+	return turns
+}
+
+// handoffPrep is what handOff works out for a tick before it takes h.mu.
+type handoffPrep struct {
+	tick    time.Time // T in whole µs, as marks are
+	rank, n int
+	wait    time.Duration
+	w       *waiter // nil: no wait
+}
+
+// prepareHandoff is the part of handOff that needs no lock.
+func (s *Scheduler) prepareHandoff(f *fired) handoffPrep {
+	h := s.hand
+	p := handoffPrep{tick: f.tick.Truncate(time.Microsecond)}
+	p.rank, p.n = h.pref.Rank(f.def.ID, f.tick)
+	if p.n <= 1 || p.rank <= 0 {
+		return p
 	}
 	// The turn is counted on the backend's clock: T + delay_k there is
 	// T + offset + delay_k here (offset: this node's clock minus the
@@ -292,57 +424,141 @@ func (s *Scheduler) handOff(f fired) bool {
 	// The bound holds on this node's clock too, whatever the offset: a
 	// stale one (a clock stepped since) must not stretch the wait.
 	turn := h.delay
-	if n > 2 {
-		turn += h.delay * time.Duration(min(rank, n-1)-1) / time.Duration(n-1)
+	if p.n > 2 {
+		turn += h.delay * time.Duration(min(p.rank, p.n-1)-1) / time.Duration(p.n-1)
 	}
-	bound := s.handoffBound(f)
+	bound := s.handoffBound(*f)
 	offset := time.Duration(h.offset.Load())
-	wait := min(offset+min(turn, bound), bound) - f.lateness
-	if wait <= 0 {
-		return false
+	p.wait = min(offset+min(turn, bound), bound) - f.lateness
+	if p.wait > 0 {
+		now := s.clock.Now()
+		p.w = &waiter{f: *f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
 	}
-	// The timer is armed before the waiter is shown (WaitSettled): a test
-	// that moved its clock in between would leave the timer due later
-	// than the deadline it saw.
-	now := s.clock.Now()
-	timer := s.clock.NewTimer(wait)
-	defer timer.Stop()
-	w := &waiter{tick: tick, deadline: now.Add(wait), ch: make(chan struct{})}
-	h.mu.Lock()
-	if !w.tick.After(h.heard[f.def.ID]) {
-		h.mu.Unlock()
-		s.heardDecided(f)
-		return true
+	return p
+}
+
+// handOffLocked decides f's handoff from p, under h.mu.
+func (s *Scheduler) handOffLocked(f *fired, p handoffPrep) handoffTurn {
+	h := s.hand
+	switch {
+	case !p.tick.After(h.heard[f.def.ID]):
+		// Decided before this node even fired it (its clock runs behind,
+		// or its loop woke late): nothing to ask, preferred or not.
+		return handoffHeard
+	case p.n <= 1:
+		return handoffAsk
+	case p.rank <= 0:
+		h.askLocked(f.tick)
+		f.preferred = true
+		return handoffAsk
+	case p.w == nil:
+		return handoffAsk
+	case h.stopped:
+		return handoffAsk // shutting down: ask now, as without handoff
 	}
+	// The timer is armed before the waiter is shown (WaitSettled), both
+	// under h.mu: a test that moved its clock in between would leave the
+	// timer due later than the deadline it saw. Its function takes h.mu,
+	// so it finds the waiter registered.
+	w := p.w
+	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
 	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
 	h.nwait++
-	h.mu.Unlock()
-	s.mu.Lock()
-	s.notifyLocked() // WaitSettled re-checks
-	s.mu.Unlock()
+	return handoffWaiting
+}
 
-	select {
-	case <-w.ch:
-	case <-timer.C():
-	case <-s.stopCh: // shutting down: ask now, as without handoff
+// waiterShown tells WaitSettled (tests) that a waiter was added.
+func (s *Scheduler) waiterShown() {
+	if s.idleWanted.Load() {
+		s.mu.Lock()
+		s.notifyLocked() // WaitSettled re-checks
+		s.mu.Unlock()
 	}
+}
+
+// turnCame is w's timer: its turn came (or, held back, the hold-back's
+// end). Unless this node still asks for its share of the same instant's
+// ticks (holdBack), w's tick asks now.
+func (s *Scheduler) turnCame(w *waiter) {
+	h := s.hand
 	h.mu.Lock()
-	heard = w.heard // a mark heard as the timer fired still wins
-	if !heard {
-		ws := h.waiting[f.def.ID]
-		if i := slices.Index(ws, w); i >= 0 {
-			h.waiting[f.def.ID] = slices.Delete(ws, i, i+1)
-			if len(h.waiting[f.def.ID]) == 0 {
-				delete(h.waiting, f.def.ID)
-			}
+	if w.done {
+		h.mu.Unlock()
+		return
+	}
+	if !w.holding && s.holdBackLocked(w) {
+		h.mu.Unlock()
+		return
+	}
+	h.takeLocked(w)
+	h.mu.Unlock()
+	s.ask(w.f) // on the timer's own goroutine
+}
+
+// holdBackLocked extends waiter w's wait, once its turn came, while this
+// node still has try-lock-ticks in flight for ticks due at the same T
+// that it is preferred for: a burst. The preferred nodes of w's tick are
+// then most likely as busy with their own share, and asking now would add
+// a request for nearly every tick of the burst (all of them still
+// undecided) instead of saving one; w rather waits to hear its mark. The
+// hold-back ends at the latest at w.end (T + handoffBound on the
+// scheduler's clock), when this node's share has been answered
+// (answered), on a mark heard, or on shutdown. It reports whether w is
+// held back; under h.mu.
+func (s *Scheduler) holdBackLocked(w *waiter) bool {
+	h := s.hand
+	a := h.asking[w.f.tick.UnixNano()]
+	if a == nil {
+		return false
+	}
+	left := w.end.Sub(s.clock.Now())
+	if left <= 0 {
+		return false
+	}
+	w.holding = true
+	a.held = append(a.held, w)
+	w.timer = s.clock.AfterFunc(left, func() { s.turnCame(w) })
+	return true
+}
+
+// askLocked counts a try-lock-tick about to be sent for tick T, which
+// this node is preferred for; answered ends it. Under h.mu.
+func (h *handoff) askLocked(tick time.Time) {
+	k := tick.UnixNano()
+	a := h.asking[k]
+	if a == nil {
+		a = &asking{}
+		h.asking[k] = a
+	}
+	a.n++
+}
+
+// answered ends the count of ask for tick T; when none is left, the
+// waiters held back for T ask (resumeWaiters).
+func (s *Scheduler) answered(tick time.Time) {
+	h := s.hand
+	h.mu.Lock()
+	k := tick.UnixNano()
+	a := h.asking[k]
+	if a == nil {
+		h.mu.Unlock()
+		return
+	}
+	a.n--
+	if a.n > 0 {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.asking, k)
+	ws := a.held[:0]
+	for _, w := range a.held {
+		if !w.done {
+			h.takeLocked(w)
+			ws = append(ws, w)
 		}
-		h.nwait--
 	}
 	h.mu.Unlock()
-	if heard {
-		s.heardDecided(f)
-	}
-	return heard
+	s.resumeWaiters(ws)
 }
 
 // handoffBound is how long after T (on the backend's clock) f's turn may
@@ -403,4 +619,40 @@ func (s *Scheduler) holds(id string) bool {
 	defer s.mu.Unlock()
 	st := s.states[id]
 	return st != nil && !st.removed
+}
+
+// handOffTasks decides the handoff of the regular locked ticks among the
+// loop's tasks at once (handOffAll), before they reach the pool: a tick
+// heard decided is finished here, one waiting for its turn leaves the
+// tasks (it carries on when its wait ends), and the others go on, to ask.
+func (s *Scheduler) handOffTasks(tasks []task) []task {
+	if s.hand == nil {
+		return tasks
+	}
+	var fs []*fired
+	for i := range tasks {
+		if f := &tasks[i].f; f.def.lock && !f.catchup && f.manual == nil {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return tasks
+	}
+	turns := s.handOffAll(fs, make([]handoffTurn, 0, len(fs)))
+	kept, j := tasks[:0], 0 // fs[j] is the next one decided
+	for i := range tasks {
+		turn := handoffAsk
+		if j < len(fs) && fs[j] == &tasks[i].f {
+			turn = turns[j]
+			j++
+		}
+		switch turn {
+		case handoffAsk:
+			kept = append(kept, tasks[i])
+		case handoffHeard:
+			s.handedOff(tasks[i].f)
+			s.wg.Done()
+		}
+	}
+	return kept
 }

@@ -140,6 +140,9 @@ type Scheduler struct {
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
 	hand      *handoff         // nil: no handoff (prefer.go)
+	// idleWanted: some WaitIdle or WaitSettled (tests) has waited since
+	// the last notifyLocked; a handoff waiter notifies only then.
+	idleWanted atomic.Bool
 
 	// cfgMu orders Reload, Add and Remove: only they change which
 	// schedules are live and their definitions, so Reload can compare

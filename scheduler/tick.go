@@ -32,6 +32,11 @@ type fired struct {
 	counted  bool    // a catch-up granted, and so counted in st.active
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
 	burst    *burst  // bounds its try-lock-tick; set when the tick locks
+	// preferred: this node is the tick's preferred one and counts its
+	// try-lock-tick in the handoff's asking until answered (prefer.go).
+	preferred bool
+	// handed: its handoff was decided already (handOffAll) and it asks.
+	handed bool
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
@@ -47,6 +52,8 @@ func (s *Scheduler) runTask(t task) {
 	switch {
 	case t.call != nil:
 		s.lockAnswered(t.call)
+	case t.turn == turnAsk:
+		s.ask(t.f)
 	case t.f.manual != nil:
 		s.handleManual(t.f)
 	default:
@@ -76,13 +83,26 @@ func (s *Scheduler) handleTick(f fired) {
 
 	// A node that is not the tick's preferred one waits its turn, and
 	// drops the tick if it hears meanwhile that it was decided (prefer.go).
-	if s.handedOff(f) {
+	// (dispatch decided it already for the loop's ticks: handed.)
+	turn := handoffAsk
+	if !f.handed {
+		turn = s.handOff(&f)
+	}
+	switch turn {
+	case handoffHeard:
+		s.handedOff(f)
 		s.wg.Done()
 		return
+	case handoffWaiting:
+		return // back as a task when its wait ends (resumeWaiters)
 	}
+	s.ask(f)
+}
 
-	// Steps 3 and 4: try-lock-tick (TTL from compile). The backend decides
-	// done, paused, missed, contended or granted, on its own clock.
+// ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
+// backend decides done, paused, missed, contended or granted, on its own
+// clock.
+func (s *Scheduler) ask(f fired) {
 	if s.batch != nil {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
@@ -94,6 +114,7 @@ func (s *Scheduler) handleTick(f fired) {
 	sent := s.leaseNow()
 	before := s.clock.Now()
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
+	s.preferredAnswered(f)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
 	s.locked(f, l, why)
 }
@@ -108,6 +129,14 @@ func (s *Scheduler) sendingRequests(calls []*tickCall) {
 	}
 }
 
+// preferredAnswered ends the count of f's try-lock-tick in the handoff's
+// asking (prefer.go) once it was answered.
+func (s *Scheduler) preferredAnswered(f fired) {
+	if f.preferred {
+		s.answered(f.tick)
+	}
+}
+
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
 // back to the pool, all in one submit (batch.go's deliver), ahead of the
 // ticks that have not asked yet: a granted one's lease is running.
@@ -117,6 +146,7 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	for i, c := range calls {
 		c.tag.after = after
 		tasks[i] = task{call: c}
+		s.preferredAnswered(c.tag.f)
 	}
 	s.work.submitFirst(tasks)
 }

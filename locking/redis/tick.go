@@ -63,21 +63,20 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	}
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	return l.answerTick(ctx, &c, tickScript.Run(opCtx, l.client, c.keys, c.args...))
+	keys, args := l.tickArgs(&c)
+	return l.answerTick(ctx, &c, tickScript.Run(opCtx, l.client, keys, args...))
 }
 
-// tickCall is one try-lock-tick made ready to send: its token, keys and
-// tick.lua's arguments.
+// tickCall is one try-lock-tick made ready to send: the request and its
+// token. Its keys and arguments are built where they are sent (tickArgs
+// for tick.lua, tickScriptBatch for ticks.lua), its lock's state only
+// when it is granted.
 type tickCall struct {
-	req       locking.TickRequest
-	token     string
-	handleKey string
-	st        *heldLock
-	keys      []string
-	args      []any
+	req   locking.TickRequest
+	token string
 }
 
-// prepareTick validates req and builds its call.
+// prepareTick validates req and draws its token.
 func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 	if err := locking.CheckTickRequest(req); err != nil {
 		return tickCall{}, err
@@ -91,26 +90,37 @@ func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 	} else if err := checkToken(req.Key, token); err != nil {
 		return tickCall{}, err
 	}
+	return tickCall{req: req, token: token}, nil
+}
+
+// tickLockKey is the key of c's lock: the schedule's (prefix{key}) or,
+// with PerTick, the tick's (prefix{key}:tick:<T in µs>), as ticks.lua
+// builds it too.
+func (l *Locker) tickLockKey(c *tickCall) string {
+	if c.req.PerTick {
+		return l.lockKey(c.req.Key) + tickSuffix + strconv.FormatInt(c.req.Tick.UnixMicro(), 10)
+	}
+	return l.lockKey(c.req.Key)
+}
+
+// tickFloor is c's floor as tick.lua and ticks.lua take it: ” for none.
+func tickFloor(req *locking.TickRequest) string {
+	if req.Floor.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(req.Floor.UnixMicro(), 10)
+}
+
+// tickArgs returns tick.lua's keys and arguments for c.
+func (l *Locker) tickArgs(c *tickCall) (keys []string, args []any) {
+	req := &c.req
 	base := l.lockKey(req.Key)
-	tick := req.Tick.UnixMicro()
-	lockKey, handleKey := base, req.Key
-	if req.PerTick {
-		lockKey = base + tickSuffix + strconv.FormatInt(tick, 10)
-		handleKey = locking.TickLockKey(req.Key, req.Tick)
-	}
-	floor := "" // none
-	if !req.Floor.IsZero() {
-		floor = strconv.FormatInt(req.Floor.UnixMicro(), 10)
-	}
-	return tickCall{
-		req: req, token: token, handleKey: handleKey, st: newHeld(lockKey),
-		keys: []string{lockKey, base + fenceSuffix, base + markSuffix, base + pauseSuffix},
-		args: []any{token, l.holderBox, l.ttlArg(req.TTL),
-			strconv.FormatInt(tick, 10), floor,
+	return []string{l.tickLockKey(c), base + fenceSuffix, base + markSuffix, base + pauseSuffix},
+		[]any{c.token, l.holderBox, l.ttlArg(req.TTL),
+			strconv.FormatInt(req.Tick.UnixMicro(), 10), tickFloor(req),
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
 			strconv.FormatInt(req.Window.Microseconds(), 10),
-			l.tickChannel(), req.Key},
-	}, nil
+			l.tickChannel(), req.Key}
 }
 
 // answerTick decodes tick.lua's reply to c into the answer, registering a
@@ -120,14 +130,13 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	return l.decodeTick(ctx, c, r)
+	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], r[4])
 }
 
-// decodeTick turns tick_step's five integers r for c into the answer,
-// registering a granted lock.
-func (l *Locker) decodeTick(ctx context.Context, c *tickCall, r []int64) (locking.TickAnswer, error) {
+// decodeTick turns tick_step's verdict, fence, mark and ahead for c, and
+// the server's time now, into the answer, registering a granted lock.
+func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, mark, now, ahead int64) (locking.TickAnswer, error) {
 	req := c.req
-	verdict, fence, mark, now, ahead := r[0], r[1], r[2], r[3], r[4]
 	ans := locking.TickAnswer{Now: time.UnixMicro(now)}
 	if mark != 0 {
 		ans.Mark = time.UnixMicro(mark)
@@ -137,7 +146,11 @@ func (l *Locker) decodeTick(ctx context.Context, c *tickCall, r []int64) (lockin
 		if fence <= 0 {
 			return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: granted with fence %d", req.Key, errReply, fence)
 		}
-		h, err := l.track(ctx, c.handleKey, c.st, c.token, fence, req.TTL)
+		handleKey := req.Key
+		if req.PerTick {
+			handleKey = locking.TickLockKey(req.Key, req.Tick)
+		}
+		h, err := l.track(ctx, handleKey, newHeld(l.tickLockKey(c)), c.token, fence, req.TTL)
 		if err != nil {
 			return locking.TickAnswer{}, err
 		}
@@ -368,27 +381,64 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 }
 
 // tickScriptBatch decides the requests calls[i], i in batch, in one
-// ticks.lua script.
+// ticks.lua script. What the requests share is sent once (ticks.lua):
+// consecutive requests with the same TTL, T, floor, max skew, window and
+// kind of lock form one run, and each request adds only its key and token.
 func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []int, answers []locking.TickAnswer, errs []error) {
-	keys := make([]string, 0, 4*len(batch))
-	args := make([]any, 1, 1+8*len(batch))
-	args[0] = l.holderBox
+	args := make([]any, 3, 3+8+2*len(batch))
+	args[0], args[1], args[2] = l.holderBox, l.tickChannel(), l.prefix
+	var run *locking.TickRequest // the current run's first request
+	count := 0                   // index in args of the current run's n
 	for _, i := range batch {
 		c := &calls[i]
-		keys = append(keys, c.keys...)
-		args = append(args, c.args[0]) // token
-		args = append(args, c.args[2:]...)
+		if run == nil || !sameTickRun(run, &c.req) {
+			if run != nil {
+				args[count] = strconv.Itoa((len(args) - count - 7) / 2)
+			}
+			run, count = &c.req, len(args)
+			per := ""
+			if c.req.PerTick {
+				per = "1"
+			}
+			args = append(args, nil, l.ttlArg(c.req.TTL),
+				strconv.FormatInt(c.req.Tick.UnixMicro(), 10), tickFloor(&c.req),
+				strconv.FormatInt(c.req.MaxSkew.Microseconds(), 10),
+				strconv.FormatInt(c.req.Window.Microseconds(), 10), per)
+		}
+		args = append(args, c.req.Key, c.token)
 	}
+	args[count] = strconv.Itoa((len(args) - count - 7) / 2)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	r, err := replyInts(ticksScript.Run(opCtx, l.client, keys, args...), tickReplyLen*len(batch))
+	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), 1+ticksReplyLen*len(batch))
 	for j, i := range batch {
 		if err != nil {
 			errs[i] = l.opError(ctx, "try-lock-tick", calls[i].req.Key, err)
 			continue
 		}
-		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], r[j*tickReplyLen:(j+1)*tickReplyLen])
+		v := r[1+j*ticksReplyLen : 1+(j+1)*ticksReplyLen]
+		fence, ahead := v[1], int64(0)
+		if v[0] == tickAhead {
+			fence, ahead = 0, v[1]
+		}
+		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], v[0], fence, v[2], r[0], ahead)
 	}
+}
+
+// ticksReplyLen is the length of each request's part of ticks.lua's
+// reply: verdict, fence (or ahead), mark.
+const ticksReplyLen = 3
+
+// sameTickRun reports whether a and b share ticks.lua's run arguments:
+// compared as they are sent (TTL in ms, times in µs).
+func sameTickRun(a, b *locking.TickRequest) bool {
+	return a.TTL.Milliseconds() == b.TTL.Milliseconds() &&
+		a.Tick.UnixMicro() == b.Tick.UnixMicro() &&
+		a.Floor.IsZero() == b.Floor.IsZero() &&
+		(a.Floor.IsZero() || a.Floor.UnixMicro() == b.Floor.UnixMicro()) &&
+		a.MaxSkew.Microseconds() == b.MaxSkew.Microseconds() &&
+		a.Window.Microseconds() == b.Window.Microseconds() &&
+		a.PerTick == b.PerTick
 }
 
 // tickPipeline decides the requests calls[i], i in batch, in one
@@ -401,7 +451,8 @@ func (l *Locker) tickPipeline(ctx context.Context, calls []tickCall, batch []int
 	// each command keeps its own, read below.
 	_, _ = l.client.Pipelined(opCtx, func(p goredis.Pipeliner) error {
 		for j, i := range batch {
-			cmds[j] = p.EvalSha(opCtx, tickScript.Hash(), calls[i].keys, calls[i].args...)
+			keys, args := l.tickArgs(&calls[i])
+			cmds[j] = p.EvalSha(opCtx, tickScript.Hash(), keys, args...)
 		}
 		return nil
 	})
@@ -410,7 +461,8 @@ func (l *Locker) tickPipeline(ctx context.Context, calls []tickCall, batch []int
 			// The script cache was flushed (a restart): the script did
 			// not run, so running it again is its first run. Run falls
 			// back to EVAL, which loads it for the next ones.
-			cmds[j] = tickScript.Run(opCtx, l.client, calls[i].keys, calls[i].args...)
+			keys, args := l.tickArgs(&calls[i])
+			cmds[j] = tickScript.Run(opCtx, l.client, keys, args...)
 		}
 		answers[i], errs[i] = l.answerTick(ctx, &calls[i], cmds[j])
 	}

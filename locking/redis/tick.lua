@@ -7,9 +7,9 @@
 -- catch-up window; times and durations in microseconds, as decimal strings;
 -- ARGV[8] the channel raised marks are published on ('' for none), ARGV[9]
 -- the caller's key, published as 'T key' (T as given in ARGV[4]).
--- Returns tick_step's {verdict, fence, mark, now, ahead}.
+-- Returns {verdict, fence, mark, now, ahead} (tick_step's, and now).
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3]})
-local r = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], now, now_s)
-flush_published()
-return r
+local v, fence, mark, ahead = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], now, now_s)
+flush()
+return {v, fence, mark, now, ahead}

@@ -4,39 +4,77 @@
 -- of the server's clock. One script instead of one per request saves the
 -- server the cost of a command and a script call per tick, which is most
 -- of what a tick costs it in a burst.
--- KEYS[4i-3 .. 4i]: request i's keys, as tick.lua's KEYS.
--- ARGV[1] '' or '|' .. holder (the same for every request); ARGV[2+8(i-1)
--- .. 9+8(i-1)]: request i's token, ttl in ms, T, floor, max skew, window,
--- channel and key (tick.lua's ARGV[8] and ARGV[9]).
--- Returns the concatenation of every request's 5 integers (verdict 7: that
--- request's step failed).
+--
+-- What a batch's requests share is sent once: the holder, the channel, the
+-- key prefix, and each run of requests with the same ttl, T, floor, max
+-- skew, window and kind of lock (a burst's requests are one run); each
+-- request then costs two arguments, its key and its token, and its four
+-- keys are built here as Locker.lockKey builds them (prefix{key} and its
+-- suffixes). That is why no KEYS are declared: a Cluster, which requires
+-- them, never runs this script.
+-- ARGV[1] '' or '|' .. holder; ARGV[2] the channel raised marks are
+-- published on ('' for none); ARGV[3] the key prefix; then runs, each:
+-- n, ttl in ms, T, floor ('' for none), max skew, window (µs, decimal
+-- strings as tick.lua's), per-tick ('1': the tick's lock, prefix{key}
+-- :tick:T; '': the schedule's), followed by n pairs key, token.
+-- Returns now, then 3 integers per request: verdict, fence (for verdict
+-- 6, ahead), mark; verdict 7: that request's step failed.
 local now, now_s = clock()
-local holder = ARGV[1]
+local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
+
+-- The requests' keys: lock, counter, mark, pause, 4 per request.
+local ks = {}
+local i = 4
+while i <= #ARGV do
+  local n, tick_s, per = tonumber(ARGV[i]), ARGV[i + 2], ARGV[i + 6] ~= ''
+  for a = i + 7, i + 5 + 2 * n, 2 do
+    local base = prefix .. '{' .. ARGV[a] .. '}'
+    local m = #ks
+    if per then
+      ks[m + 1] = base .. ':tick:' .. tick_s
+    else
+      ks[m + 1] = base
+    end
+    ks[m + 2] = base .. ':fence'
+    ks[m + 3] = base .. ':mark'
+    ks[m + 4] = base .. ':pause'
+  end
+  i = i + 7 + 2 * n
+end
+
 -- Every request's lock, counter and mark in one read, and its pause flag
 -- in one more (tickstep.lua's values).
 local reads, pauses = {}, {}
-for i = 1, #KEYS, 4 do
-  reads[#reads + 1] = KEYS[i]
-  reads[#reads + 1] = KEYS[i + 1]
-  reads[#reads + 1] = KEYS[i + 2]
-  pauses[#pauses + 1] = KEYS[i + 3]
+for k = 1, #ks, 4 do
+  reads[#reads + 1] = ks[k]
+  reads[#reads + 1] = ks[k + 1]
+  reads[#reads + 1] = ks[k + 2]
+  pauses[#pauses + 1] = ks[k + 3]
 end
 load(reads)
 load_pauses(pauses)
-local out = {}
-for i = 1, #KEYS / 4 do
-  local k, a = 4 * (i - 1), 1 + 8 * (i - 1)
-  -- A script is not rolled back: an error in one request (a key of another
-  -- type) must not abort the script after the requests before it raised
-  -- their marks and took their locks. It fails that request alone (7).
-  local ok, r = pcall(tick_step, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-    ARGV[a + 1], holder, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], now, now_s)
-  if not ok then
-    r = {7, 0, 0, now, 0}
+
+local out = {now}
+local o, k = 1, 0
+i = 4
+while i <= #ARGV do
+  local n, ttl, tick_s, floor_s, skew_s, window_s = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  for a = i + 7, i + 5 + 2 * n, 2 do
+    -- A script is not rolled back: an error in one request (a key of
+    -- another type) must not abort the script after the requests before
+    -- it raised their marks and took their locks. It fails that request
+    -- alone (7).
+    local ok, v, fence, mark, ahead = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
+      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, channel, ARGV[a], now, now_s)
+    if not ok then
+      v, fence, mark = 7, 0, 0
+    elseif v == 6 then
+      fence = ahead
+    end
+    out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
+    o, k = o + 3, k + 4
   end
-  for j = 1, 5 do
-    out[#out + 1] = r[j]
-  end
+  i = i + 7 + 2 * n
 end
-flush_published()
+flush()
 return out

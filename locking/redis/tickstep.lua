@@ -6,11 +6,11 @@
 -- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
 -- in microseconds: decimal strings; channel: where a raised mark is
 -- published as a 'T key' line ('' for nowhere; queued, see
--- flush_published), key the caller's key.
--- Returns {verdict, fence, mark, now, ahead}, all integers (microseconds):
+-- flush), key the caller's key.
+-- Returns verdict, fence, mark, ahead, all integers (microseconds):
 -- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
 -- is ahead by 'ahead'); fence is set when granted; mark is the mark after
--- the step.
+-- the step (0: none).
 -- The values the steps read, kept for the whole script: the lock, mark and
 -- counter keys' values (false: no such key), fetched for many requests in
 -- one MGET (load), and whether pause flags exist, known for a whole batch
@@ -57,14 +57,24 @@ local function value(key)
   return v
 end
 
--- set_value writes key's value (a mark: no expiry).
+-- set_value writes key's value (a mark: no expiry). The write is queued
+-- and made by flush, in one MSET for all of a script's marks: a script
+-- is atomic, so nothing else can read a mark before it is written, and
+-- the steps of this script read it from values. SET and MSET both
+-- overwrite a key of any type, so the queued write cannot fail where SET
+-- would not have.
+local marks_written, marks_order = {}, {}
+
 local function set_value(key, v)
-  redis.call('SET', key, v)
+  if marks_written[key] == nil then
+    marks_order[#marks_order + 1] = key
+  end
+  marks_written[key] = v
   values[key] = v
 end
 
 -- The raised marks to publish, as 'T key' lines by channel (channels in
--- first-use order), sent by flush_published when the script's steps are
+-- first-use order), sent by flush when the script's steps are
 -- done: one PUBLISH per channel carries a whole batch's marks, so a burst
 -- costs the server and each listening node a message per batch, not one
 -- per tick. Keys hold no control characters: a newline ends a line.
@@ -83,7 +93,21 @@ local function queue_publish(channel, line)
   lines[#lines + 1] = line
 end
 
-local function flush_published()
+-- flush writes the queued marks (set_value), then publishes the raised
+-- ones; a script calls it once, after its steps.
+local function flush()
+  local args = {}
+  for _, k in ipairs(marks_order) do
+    args[#args + 1] = k
+    args[#args + 1] = marks_written[k]
+    if #args == 1000 then -- unpack is bounded by Lua's C stack
+      redis.call('MSET', unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then
+    redis.call('MSET', unpack(args))
+  end
   for _, c in ipairs(channels) do
     redis.call('PUBLISH', c, table.concat(published[c], '\n'))
   end
@@ -103,17 +127,10 @@ end
 
 local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, channel, key, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
-
-  -- publish tells the cluster's nodes that the mark was raised to T
-  -- (locking.TickWatcher): a node waiting for its turn drops T without
-  -- asking.
-  local function publish()
-    queue_publish(channel, tick_s .. ' ' .. key)
-  end
-
-  local function mark_now()
-    return tonumber(value(mark) or 0)
-  end
+  -- No closure and no table is built per step: a burst runs thousands of
+  -- them in one script. A raised mark is queued for publishing as a
+  -- 'T key' line (locking.TickWatcher): a node waiting for its turn drops
+  -- T without asking.
 
   -- A resent call (its first reply lost) finds its own lock: granted, with the
   -- fence it drew, whatever the mark says now; the lease counts from now, as
@@ -122,12 +139,12 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   local fence = held and own_fence(held, token, holder)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
-    return {1, fence, mark_now(), now, 0}
+    return 1, fence, tonumber(value(mark) or 0), 0
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
   if tick - now > skew then
-    return {6, 0, 0, now, tick - now}
+    return 6, 0, 0, tick - now
   end
 
   -- The effective mark: the stored one, or the server's time minus max skew
@@ -150,18 +167,14 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
     end
   end
 
-  -- keep_mark stores the effective mark when the floor raised it. A missing
-  -- mark that was only read (as now - skew) stays missing: stored, it would
-  -- stop moving with the clock.
-  local function keep_mark()
+  -- Done and contended keep the effective mark when the floor raised it. A
+  -- missing mark that was only read (as now - skew) stays missing: stored,
+  -- it would stop moving with the clock.
+  if tick <= eff then
     if eff_s ~= nil and eff_s ~= stored then
       set_value(mark, eff_s)
     end
-  end
-
-  if tick <= eff then
-    keep_mark()
-    return {2, 0, eff, now, 0}
+    return 2, 0, eff, 0
   end
 
   -- The pause flag is read here, inside the step: a pause set before this
@@ -169,25 +182,27 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
   -- it), so neither a resume nor a late node runs it.
   if is_paused(pause, now) then
     set_value(mark, tick_s)
-    publish()
-    return {4, 0, tick, now, 0}
+    queue_publish(channel, tick_s .. ' ' .. key)
+    return 4, 0, tick, 0
   end
   if now - tick > math.max(skew, window) then
     set_value(mark, tick_s)
-    publish()
-    return {5, 0, tick, now, 0}
+    queue_publish(channel, tick_s .. ' ' .. key)
+    return 5, 0, tick, 0
   end
 
   if held then
-    keep_mark()
-    return {3, 0, eff, now, 0}
+    if eff_s ~= nil and eff_s ~= stored then
+      set_value(mark, eff_s)
+    end
+    return 3, 0, eff, 0
   end
 
   set_value(mark, tick_s)
-  publish()
+  queue_publish(channel, tick_s .. ' ' .. key)
   local fence_s
   fence, fence_s = grant(lock, counter, value(counter), token, holder, ttl, now, now_s)
   values[counter] = fence_s
   values[lock] = token .. '#' .. fence_s .. holder
-  return {1, fence, tick, now, 0}
+  return 1, fence, tick, 0
 end
