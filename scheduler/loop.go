@@ -205,12 +205,11 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		}
 		st := e.st
 		spec := st.def.Spec
-		tick := st.next
+		tick := st.next()
 		next := spec.Next(tick)
 		for !next.IsZero() && !next.After(now) {
 			tick, next = next, spec.Next(next)
 		}
-		st.next = next
 		if next.IsZero() {
 			s.heap.remove(e)
 		} else {
@@ -223,7 +222,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		}
 		if st.active > 0 && st.def.Overlap == OverlapSkip {
 			a.skip = SkipStillRunning
-			st.last.tick, st.last.skip = tick, SkipStillRunning
+			st.last.tick, st.last.skip = unixOrZero(tick), indexOf(skipReasons[:], SkipStillRunning)
 		} else {
 			st.active++
 			s.inflight++
@@ -302,20 +301,20 @@ func (b *burst) done() {
 
 // scheduleLocked computes st's next tick after now and files it in the heap.
 func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
-	st.next = st.def.Spec.Next(now)
+	next := st.def.Spec.Next(now)
 	switch {
-	case st.next.IsZero():
+	case next.IsZero():
 		if st.fire.index >= 0 {
 			s.heap.remove(&st.fire)
 		}
 	case st.fire.index >= 0:
-		st.fire.at = st.next.UnixNano()
+		st.fire.at = next.UnixNano()
 		s.heap.fix(&st.fire)
 	default:
-		st.fire.at = st.next.UnixNano()
+		st.fire.at = next.UnixNano()
 		s.heap.push(&st.fire)
 	}
-	return nextNote{st.id, st.next}
+	return nextNote{st.id, next}
 }
 
 // pokeLocked wakes the loop so it re-arms its timer to a changed heap

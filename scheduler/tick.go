@@ -418,9 +418,9 @@ func (s *Scheduler) finish(f fired, out runOutcome) {
 func (s *Scheduler) finishLocked(f fired, out runOutcome) {
 	st := f.st
 	if !out.abandoned {
-		st.last.tick, st.last.skip = f.tick, out.skip
+		st.last.tick, st.last.skip = unixOrZero(f.tick), indexOf(skipReasons[:], out.skip)
 		if out.skip == "" {
-			st.last.result, st.last.runStart, st.last.runDur = out.result, out.start, out.dur
+			st.last.result, st.last.runStart, st.last.runDur = indexOf(runResults[:], out.result), unixOrZero(out.start), out.dur
 		}
 	}
 	if !f.catchup || f.counted {
