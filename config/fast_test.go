@@ -195,3 +195,92 @@ func TestFastIncludeLinesAreLazy(t *testing.T) {
 		t.Fatalf("second header at line %d, want 6", got[1].Line)
 	}
 }
+
+// loadMain loads a main file of fleetHead then doc: its schedules read by
+// the fast path (plainTail) or, with a '$' in a comment, decoded whole.
+func loadMain(t *testing.T, dir, head, doc string, full bool) (*Config, error) {
+	t.Helper()
+	if full {
+		doc += "\n# $ sends the file down the full path\n"
+	}
+	return Load(write(t, dir, "main.toml", head+doc))
+}
+
+// TestPlainTailMatchesWholeFile: a main file ending in plain [[scheduled]]
+// tables gives the same schedules, lines and problems whether its tail
+// went through the fast path or the file was decoded whole.
+func TestPlainTailMatchesWholeFile(t *testing.T) {
+	heads := map[string]string{
+		"fleet head": fleetHead,
+		"comments and blank lines": "# the fleet\n\n" + fleetHead + "shutdown_grace = \"5s\" # grace\n\n",
+	}
+	docs := map[string]string{
+		"plain":          fleet(3, 0),
+		"every key":      fastDocs["every key"],
+		"bad durations":  "[[scheduled]]\nid = \"a\"\ncron = \"@daily\"\ncommand = [\"x\"]\njitter = \"soon\"\nexpected_runtime = \"0s\"\n",
+		"duplicate ids":  "[[scheduled]]\nid = \"d\"\ncron = \"@daily\"\ncommand = [\"x\"]\n\n[[scheduled]]\nid = \"d\"\ncron = \"61 * * * *\"\ncommand = [\"x\"]\n",
+		"table after it": "[[scheduled]]\nid = \"e\"\ncron = \"@daily\"\ncommand = [\"x\"]\n[metrics]\naddr = \"127.0.0.1:0\"\n",
+	}
+	for hn, head := range heads {
+		for dn, doc := range docs {
+			t.Run(hn+"/"+dn, func(t *testing.T) {
+				dir := t.TempDir()
+				fast, errFast := loadMain(t, dir, head, doc, false)
+				full, errFull := loadMain(t, dir, head, doc, true)
+				if (errFast == nil) != (errFull == nil) || (errFast != nil && errFast.Error() != errFull.Error()) {
+					t.Fatalf("fast: %v\nfull: %v", errFast, errFull)
+				}
+				if errFast != nil {
+					return
+				}
+				if len(fast.Scheduled) != len(full.Scheduled) || len(fast.Scheduled) == 0 {
+					t.Fatalf("fast: %d schedules, full: %d", len(fast.Scheduled), len(full.Scheduled))
+				}
+				for i := range fast.Scheduled {
+					f, g := fast.Scheduled[i], full.Scheduled[i]
+					for _, k := range []string{"", "id", "cron", "command", "command.1", "min_runtime"} {
+						if lf, lg := f.at.line(k), g.at.line(k); lf != lg {
+							t.Errorf("schedule %d: line of %q: fast %d, full %d", i, k, lf, lg)
+						}
+					}
+					f.at, g.at = keyLines{}, keyLines{}
+					if !reflect.DeepEqual(f, g) {
+						t.Errorf("schedule %d:\nfast %+v\nfull %+v", i, f, g)
+					}
+				}
+				fast.Scheduled, full.Scheduled = nil, nil
+				fast.at, full.at = nil, nil
+				if !reflect.DeepEqual(fast, full) {
+					t.Errorf("the rest of the config differs:\nfast %+v\nfull %+v", fast, full)
+				}
+			})
+		}
+	}
+}
+
+// TestPlainTailIsTaken: a one-file fleet's schedules are read by the fast
+// path (their key lines indexed lazily), and a head that the cut could
+// split or that holds schedule tables of its own is decoded whole.
+func TestPlainTailIsTaken(t *testing.T) {
+	b := &builder{file: "main.toml"}
+	var tail []Schedule
+	head, ok := b.plainTail([]byte(fleetHead+fleet(2, 0)), &tail)
+	if !ok || string(head) != fleetHead || len(tail) != 2 {
+		t.Fatalf("plainTail = %q, %v, %d schedules; want the head, true, 2", head, ok, len(tail))
+	}
+	if tail[1].at.pos.pending.data == nil {
+		t.Error("the tail's key lines were indexed at once, not when a problem needs one")
+	}
+	for name, doc := range map[string]string{
+		"multi-line string in the head": "motd = \"\"\"\n[[scheduled]]\n\"\"\"\n" + fleet(1, 0),
+		"scheduled in the head":         "[[ scheduled ]]\nid = \"x\"\ncron = \"@daily\"\ncommand = [\"x\"]\n" + fleet(1, 0),
+		"indented table":                fleetHead + "  [[scheduled]]\nid = \"x\"\ncron = \"@daily\"\ncommand = [\"x\"]\n",
+		"no schedules":                  fleetHead,
+		"${VAR} in the tail":            fleetHead + fleet(1, 0) + "# ${HOME}\n",
+	} {
+		var tail []Schedule
+		if _, ok := (&builder{file: "main.toml"}).plainTail([]byte(doc), &tail); ok {
+			t.Errorf("%s: split, want the file decoded whole", name)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,8 +171,21 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	doc.Locking.PG.PG = def.Locking.PG
 	doc.Notify.Notify = def.Notify
 	doc.Cluster.Cluster = def.Cluster
+	// A main file that ends in plain [[scheduled]] tables (a fleet in one
+	// file) has them read by the include fast path (fast.go) and only the
+	// head through the decoder: 100,000 schedules in one file took 2.4 s
+	// to validate, against 0.26 s in includes.
+	var tail []Schedule
+	mark := len(b.problems)
+	if head, ok := b.plainTail(data, &tail); ok {
+		data = head
+	}
+	tailProblems := len(b.problems) - mark
 	at, ok := b.decode(data, &doc, false)
 	if !ok {
+		// Decoded whole, the file would stop at the head's error: the
+		// tail's problems are not reported.
+		b.problems = slices.Delete(b.problems, mark, mark+tailProblems)
 		return nil
 	}
 	b.expandAll(reflect.ValueOf(&doc), nil, at)
@@ -193,10 +207,44 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname() // validate reports it if still empty
 	}
-	c.Scheduled = b.schedules(doc.Scheduled, at)
+	c.Scheduled = append(b.schedules(doc.Scheduled, at), tail...)
 	b.includes(&c)
 	c.referenced = b.referenced
 	return &c
+}
+
+// plainTail splits a main file at its first [[scheduled]] table when all
+// from there on is what the include fast path takes: the schedules go into
+// *tail, and head is the file before them, to be decoded as usual. ok is
+// false, with nothing recorded, when the file must be decoded whole: no
+// such table at the start of a line, the word "scheduled" or a multi-line
+// string before it (a table the head would decode, or a string the cut
+// would split), or a tail the fast path refuses. The tail is read with the
+// head's lines blanked, so every line it reports is the file's.
+func (b *builder) plainTail(data []byte, tail *[]Schedule) (head []byte, ok bool) {
+	const table = "[[scheduled]]"
+	cut := bytes.Index(data, []byte(table))
+	if cut < 0 || (cut > 0 && data[cut-1] != '\n') || len(data) > MaxFileSize || bytes.IndexByte(data, 0) >= 0 {
+		return nil, false
+	}
+	head = data[:cut]
+	if bytes.Contains(head, []byte("scheduled")) || bytes.Contains(head, []byte(`"""`)) || bytes.Contains(head, []byte("'''")) {
+		return nil, false
+	}
+	lines := bytes.Count(head, []byte{'\n'})
+	padded := make([]byte, lines, lines+len(data)-cut)
+	for i := range padded {
+		padded[i] = '\n'
+	}
+	padded = append(padded, data[cut:]...)
+	// Sized once, as includes sizes its slice: grown table by table, the
+	// copies of a slice of big structs made a one-file load quadratic.
+	*tail = make([]Schedule, 0, bytes.Count(padded, []byte(table)))
+	if !b.fastInclude(padded, tail) {
+		*tail = nil
+		return nil, false
+	}
+	return head, true
 }
 
 // decode strictly decodes data into doc, recording syntax errors and
