@@ -211,7 +211,7 @@ func loadMain(t *testing.T, dir, head, doc string, full bool) (*Config, error) {
 // went through the fast path or the file was decoded whole.
 func TestPlainTailMatchesWholeFile(t *testing.T) {
 	heads := map[string]string{
-		"fleet head": fleetHead,
+		"fleet head":               fleetHead,
 		"comments and blank lines": "# the fleet\n\n" + fleetHead + "shutdown_grace = \"5s\" # grace\n\n",
 	}
 	docs := map[string]string{
