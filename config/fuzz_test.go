@@ -1,9 +1,11 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -54,6 +56,45 @@ func FuzzParse(f *testing.F) {
 			}
 			if strings.ContainsAny(p.Msg, "\n") && !strings.Contains(string(data), "\n") {
 				t.Fatalf("multi-line message from a one-line document: %q", p.Msg)
+			}
+		}
+	})
+}
+
+// FuzzPlainTail: a main file whose schedules the fast path read
+// (plainTail) loads as the same file decoded whole (a '$' in a last
+// comment sends it down the full path): both fail or both give the same
+// schedules, with the same lines.
+func FuzzPlainTail(f *testing.F) {
+	f.Add([]byte(fleetHead + fleet(2, 0)))
+	f.Add([]byte("# c\n" + fleetHead + "\n[[scheduled]]\nid = \"x\"\ncron = \"@daily\"\ncommand = [\"a\", 'b']\njitter = \"3s\"\n"))
+	f.Add([]byte("[[scheduled]]\r\nid = \"w\"\r\ncron = \"@daily\"\r\ncommand = [\"/bin/true\"]\r\n"))
+	path := filepath.Join(f.TempDir(), "fuzz.toml")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if bytes.Contains(data, []byte(`"""`)) || bytes.Contains(data, []byte("'''")) || bytes.IndexByte(data, '$') >= 0 {
+			return // the appended comment could land in a string, or both go the full path
+		}
+		fast, errFast := Parse(data, path)
+		full, errFull := Parse(append(data[:len(data):len(data)], "\n# $\n"...), path)
+		if (errFast == nil) != (errFull == nil) {
+			t.Fatalf("fast: %v\nfull: %v", errFast, errFull)
+		}
+		if errFast != nil {
+			return
+		}
+		if len(fast.Scheduled) != len(full.Scheduled) {
+			t.Fatalf("fast: %d schedules, full: %d", len(fast.Scheduled), len(full.Scheduled))
+		}
+		for i := range fast.Scheduled {
+			a, b := fast.Scheduled[i], full.Scheduled[i]
+			for _, k := range []string{"", "id", "cron", "command", "jitter"} {
+				if la, lb := a.at.line(k), b.at.line(k); la != lb {
+					t.Errorf("schedule %d: line of %q: fast %d, full %d", i, k, la, lb)
+				}
+			}
+			a.at, b.at = keyLines{}, keyLines{}
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("schedule %d:\nfast %+v\nfull %+v", i, a, b)
 			}
 		}
 	})
