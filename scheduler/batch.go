@@ -84,6 +84,9 @@ type batcher[R, A, T any] struct {
 type batchCall[R, A, T any] struct {
 	ctx context.Context
 	req R
+	// ans is the backend's answer; with err set it is not to be acted
+	// on, but may hold what the backend took (a grant whose request
+	// ended mid-trip).
 	ans A
 	err error
 	// wake, for a caller of do, is closed once answered; without it the
@@ -176,9 +179,10 @@ func (b *batcher[R, A, T]) sendOne() bool {
 		}
 		if err := c.ctx.Err(); err != nil && c.err == nil {
 			// Ended while the batch was on its way: alone, its round
-			// trip would have ended with this error (batchContext).
-			var zero A
-			c.ans, c.err = zero, err
+			// trip would have ended with this error (batchContext). The
+			// backend's answer stays in c.ans, so the caller can give
+			// back what it took (lockAnswered releases such a grant).
+			c.err = err
 		}
 		if c.wake != nil {
 			close(c.wake)

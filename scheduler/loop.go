@@ -205,7 +205,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		}
 		st := e.st
 		spec := st.def.Spec
-		tick := st.next()
+		tick := st.next(now.Location())
 		next := spec.Next(tick)
 		for !next.IsZero() && !next.After(now) {
 			tick, next = next, spec.Next(next)

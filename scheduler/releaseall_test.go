@@ -25,6 +25,7 @@ type batchReleasing struct {
 	released int
 	fail     error         // when set, every handle's error instead of releasing
 	gate     chan struct{} // when set, ReleaseAll waits for it first
+	ctxErrs  []error       // each call's ctx.Err() once its gate opened
 }
 
 func (b *batchReleasing) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
@@ -36,6 +37,7 @@ func (b *batchReleasing) ReleaseAll(ctx context.Context, hs []*locking.Handle) [
 	}
 	b.mu.Lock()
 	b.released += len(hs)
+	b.ctxErrs = append(b.ctxErrs, ctx.Err())
 	fail := b.fail
 	b.mu.Unlock()
 	if fail == nil {
@@ -176,5 +178,63 @@ func TestBatchedReleaseFailureIsEachHandles(t *testing.T) {
 				t.Errorf("failed releases logged for %v, want each of %v", seen, ids)
 			}
 		})
+	}
+}
+
+// TestShutdownWaitsForQueuedReleases: Run's context ends while the runs'
+// releases are queued (ReleaseAll stuck) and the shutdown grace then runs
+// out: Run does not return before every release was answered, the
+// releases' context is not the one the grace cancelled, and once Run has
+// returned no lock is left held.
+func TestShutdownWaitsForQueuedReleases(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	h, b := newBatchReleasing(t, nil, ids...)
+	gate := make(chan struct{})
+	b.mu.Lock()
+	b.gate = gate
+	b.mu.Unlock()
+	h.clock.Advance(time.Minute)
+	h.rec.waitRuns(t, len(ids))
+
+	h.cancel()
+	h.cancel = nil // this test waits for Run itself
+	h.logs.waitFor(t, slog.LevelInfo, "shutting down")
+	select {
+	case <-h.done:
+		t.Fatal("Run returned while the runs' releases were queued")
+	default:
+	}
+	h.clock.Advance(scheduler.DefaultShutdownGrace + time.Second)
+	h.logs.waitFor(t, slog.LevelWarn, "shutdown grace ran out: cancelling running jobs")
+	select {
+	case <-h.done:
+		t.Fatal("Run returned after the grace while the runs' releases were queued")
+	default:
+	}
+	close(gate)
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return once the releases were answered")
+	}
+	infos, err := b.mem.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("locks still held after Run returned: %v", infos)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released != len(ids) {
+		t.Errorf("%d handles released, want %d", b.released, len(ids))
+	}
+	for _, e := range b.ctxErrs {
+		if e != nil {
+			t.Errorf("a release was sent with a context already ended: %v", e)
+		}
 	}
 }

@@ -285,7 +285,7 @@ func (s *Scheduler) rescheduleLocked(st *schedState, now time.Time, keep bool) (
 	// the new spec has it too: scheduled from now, it would belong to
 	// neither definition and run nowhere. A tick the new spec lacks is
 	// not invented.
-	if due := st.next(); !due.IsZero() && !due.After(now) {
+	if due := st.next(now.Location()); !due.IsZero() && !due.After(now) {
 		if before := due.Add(-time.Nanosecond); st.def.Spec.Next(before).Equal(due) {
 			now = before
 		}

@@ -312,21 +312,14 @@ func timeOrZero(n int64, loc *time.Location) time.Time {
 	return time.Unix(0, n).In(loc)
 }
 
-// next is st's next tick in its spec's location; zero when it has none.
-func (st *schedState) next() time.Time {
+// next is st's next tick, in loc (the zone of the scheduler's clock, as
+// every tick is given: Spec.Next keeps its argument's zone, and the
+// catch-up's ticks are read from the clock too); zero when it has none.
+func (st *schedState) next(loc *time.Location) time.Time {
 	if st.fire.index < 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, st.fire.at).In(st.def.location())
-}
-
-// location is the zone the schedule's ticks are given in: its spec's, or
-// the local zone for a Spec of the embedding program's own.
-func (c *compiled) location() *time.Location {
-	if loc := SpecLocation(c.Spec); loc != nil {
-		return loc
-	}
-	return time.Local
+	return time.Unix(0, st.fire.at).In(loc)
 }
 
 // ScheduleState is one schedule's state, as Snapshot reports it.
@@ -437,17 +430,17 @@ func withDefaults(o Options) (Options, error) {
 
 // Snapshot returns every schedule's state, sorted by ID.
 func (s *Scheduler) Snapshot() []ScheduleState {
+	loc := s.clock.Now().Location() // every time is given in the clock's zone
 	s.mu.Lock()
 	out := make([]ScheduleState, 0, len(s.states))
 	for _, st := range s.states {
 		if st.removed {
 			continue
 		}
-		loc := st.def.location()
 		out = append(out, ScheduleState{
-			ID: st.id, Next: st.next(), Running: int(st.active),
+			ID: st.id, Next: st.next(loc), Running: int(st.active),
 			LastTick: timeOrZero(st.last.tick, loc), LastSkip: skipReasons[st.last.skip],
-			LastResult: runResults[st.last.result], LastRunStart: timeOrZero(st.last.runStart, time.Local),
+			LastResult: runResults[st.last.result], LastRunStart: timeOrZero(st.last.runStart, loc),
 			LastRunDuration: st.last.runDur,
 		})
 	}

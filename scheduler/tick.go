@@ -154,6 +154,14 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 // lockAnswered carries on a tick whose batched try-lock-tick was answered.
 func (s *Scheduler) lockAnswered(c *tickCall) {
 	w := c.tag
+	if c.err != nil && c.ans.Handle != nil {
+		// Granted, but the request's context ended before the answer
+		// came (batch.go sendOne): the tick is skipped as its request
+		// alone would have been, and its lock, kept until its TTL, would
+		// hold off every node from the schedule's next ticks. The mark
+		// stays raised: T runs nowhere, as before.
+		s.release(w.f.def.ID, c.ans.Handle, "granted after its request ended")
+	}
 	l, why := s.lockAnswer(w.f, c.ans, c.err, w.sent, w.before, w.after)
 	s.locked(w.f, l, why)
 }

@@ -1,0 +1,18 @@
+package scheduler
+
+// HeldBack is the number of handoff waiters held back (holdBackLocked)
+// whose wait has not ended.
+func (s *Scheduler) HeldBack() int {
+	h := s.hand
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, a := range h.asking {
+		for _, w := range a.held {
+			if !w.done {
+				n++
+			}
+		}
+	}
+	return n
+}

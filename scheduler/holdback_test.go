@@ -1,0 +1,111 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// rankBy ranks this node by schedule id among two nodes.
+type rankBy map[string]int
+
+func (r rankBy) Rank(id string, _ time.Time) (rank, n int) { return r[id], 2 }
+
+// stuckFirst holds the first try-lock-tick of key for tick until answer
+// gives it its outcome (nil: ask the backend); the others go through. It
+// counts each key's requests for tick.
+type stuckFirst struct {
+	*faulty
+	key     string
+	tick    time.Time
+	entered chan struct{}
+	answer  chan error
+
+	mu    sync.Mutex
+	stuck bool
+	asked map[string]int
+}
+
+func (s *stuckFirst) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	s.mu.Lock()
+	if r.Tick.Equal(s.tick) {
+		s.asked[r.Key]++
+	}
+	first := r.Key == s.key && r.Tick.Equal(s.tick) && !s.stuck
+	s.stuck = s.stuck || first
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		if err := <-s.answer; err != nil {
+			return locking.TickAnswer{}, err
+		}
+	}
+	return s.faulty.TryLockTick(ctx, r)
+}
+
+func (s *stuckFirst) tries(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asked[key]
+}
+
+// TestHeldBackWaiterAsksOnceThePreferredTryFails: this node is preferred
+// for p and second for w, both due at T. Its try for p hangs; w's turn
+// comes and w is held back (a burst: this node still asks for its own
+// share of T). When p's try fails, w must ask at once, without waiting
+// for the hold-back's bound (T + half the period): nobody else will ask
+// for w if the preferred node is this one's peer and dead.
+func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
+	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
+	l := &stuckFirst{faulty: h.locker, key: "p", tick: t0.Add(time.Minute), entered: make(chan struct{}), answer: make(chan error, 1),
+		asked: map[string]int{}}
+	jw := &countingJob{}
+	defer func() {
+		select { // a test that failed early lets p's try end, so Run can
+		case l.answer <- nil:
+		default:
+		}
+	}()
+	h = newHarness(t, scheduler.Options{Clock: h.clock, Locker: l, Backend: hints.Distributed,
+		Preferrer: rankBy{"p": 0, "w": 1}},
+		sched("p", everyMinute, hints.RequireGlobal, &countingJob{}),
+		sched("w", everyMinute, hints.RequireGlobal, jw)).start()
+
+	h.clock.Advance(time.Minute)
+	select {
+	case <-l.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("p's try-lock-tick never came")
+	}
+	h.clock.Advance(scheduler.DefaultHandoffDelay + 50*time.Millisecond) // w's turn
+	deadline := time.Now().Add(waitTimeout)
+	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
+		if time.Now().After(deadline) {
+			t.Fatalf("w not held back after its turn; w asked %d times", l.tries("w"))
+		}
+		runtime.Gosched()
+	}
+	if n := l.tries("w"); n != 0 {
+		t.Fatalf("w asked %d times while held back", n)
+	}
+	l.answer <- fmt.Errorf("backend down: %w", locking.ErrUnavailable)
+	want := t0.Add(time.Minute)
+	ranW := func() bool {
+		got := jw.got()
+		return len(got) > 0 && got[len(got)-1].Time.Equal(want)
+	}
+	deadline = time.Now().Add(waitTimeout)
+	for !ranW() { // p's catch-up may run meanwhile: w's own job is watched
+		if time.Now().After(deadline) {
+			t.Fatalf("w's tick %v never ran once p's try failed (w asked %d times)", want, l.tries("w"))
+		}
+		runtime.Gosched()
+	}
+}
