@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -82,20 +81,6 @@ func FuzzPlainTail(f *testing.F) {
 		if errFast != nil {
 			return
 		}
-		if len(fast.Scheduled) != len(full.Scheduled) {
-			t.Fatalf("fast: %d schedules, full: %d", len(fast.Scheduled), len(full.Scheduled))
-		}
-		for i := range fast.Scheduled {
-			a, b := fast.Scheduled[i], full.Scheduled[i]
-			for _, k := range []string{"", "id", "cron", "command", "jitter"} {
-				if la, lb := a.at.line(k), b.at.line(k); la != lb {
-					t.Errorf("schedule %d: line of %q: fast %d, full %d", i, k, la, lb)
-				}
-			}
-			a.at, b.at = keyLines{}, keyLines{}
-			if !reflect.DeepEqual(a, b) {
-				t.Errorf("schedule %d:\nfast %+v\nfull %+v", i, a, b)
-			}
-		}
+		sameSchedules(t, fast.Scheduled, full.Scheduled, "", "id", "cron", "command", "jitter")
 	})
 }
