@@ -67,15 +67,25 @@ func benchBurstRedis(b *testing.B, handoff bool) {
 
 // BenchmarkBurstPostgres is the same burst on Postgres with 1,000
 // schedules (the issue's target there), each node a Locker with the
-// default 16 sessions.
+// default 16 sessions; handoff as for BenchmarkBurstRedis.
 func BenchmarkBurstPostgres(b *testing.B) {
+	for _, handoff := range []bool{false, true} {
+		name := "handoff=off"
+		if handoff {
+			name = "handoff=on"
+		}
+		b.Run(name, func(b *testing.B) { benchBurstPostgres(b, handoff) })
+	}
+}
+
+func benchBurstPostgres(b *testing.B, handoff bool) {
 	url := testenv.PGURL(b)
 	admin, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = admin.Close(context.Background()) })
-	benchBurst(b, 1_000, false, nil, func(b *testing.B, round int) []scheduler.Locker {
+	benchBurst(b, 1_000, handoff, nil, func(b *testing.B, round int) []scheduler.Locker {
 		ns := fmt.Sprintf("%s_%d", testenv.UniqueName(b), round)
 		b.Cleanup(func() {
 			if _, err := admin.Exec(context.Background(), `DELETE FROM bext_lock_fences WHERE namespace = $1`, ns); err != nil {

@@ -95,16 +95,21 @@
 // under locking.TickLockKey, the mark staying the schedule's.
 //
 // A try-lock-tick that raised a mark (granted, paused, missed) tells it,
-// in the same statement, with pg_notify on the cluster's channel (named
+// in the same transaction, with pg_notify on the cluster's channel (named
 // from the table's schema and the namespace); WatchTicks
 // (locking.TickWatcher) LISTENs on one connection of its own, not a lock
 // session, and connects again after a drop. Behind a session-pooling
 // PgBouncer that connection keeps its server connection as a lock session
 // does; a transaction pooler is refused (see below).
 //
-// TryLockTicks (the scheduler's batcher) sends many try-lock-ticks as one
-// pgx batch of the same statement on one session: one round trip and one
-// commit for a burst, each request decided as TryLockTick decides it.
+// A try-lock-tick is two statements over arrays of requests, sent in one
+// round trip and one transaction: the first locks the requests' rows (in
+// key order), the second decides each request on them, takes the advisory
+// locks of the grants and raises the marks. TryLockTicks (the scheduler's
+// batcher) sends a whole burst that way, one commit for all of it;
+// TryLockTick is a batch of one. InitMarks, called when a scheduler
+// starts, opens the sessions a burst uses and prepares these statements
+// on them.
 //
 // Every session runs with jit off and generic plans (plan_cache_mode):
 // the statements are a few key lookups, and on a table of a few hundred

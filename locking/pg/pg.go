@@ -79,6 +79,7 @@ type Locker struct {
 	schemaOK  atomic.Bool
 	channel   string      // where raised marks are told (watch.go); set before schemaOK
 	clusterOK atomic.Bool // the cluster tables exist (cluster.go)
+	warmed    atomic.Bool // InitMarks readied the sessions of a burst (warm)
 
 	pooler poolerCache // the last pooler test's verdict (session.go)
 }

@@ -123,124 +123,111 @@ f AS (
   RETURNING t.fence)
 SELECT l.ok, (SELECT fence FROM f), pg_backend_pid() FROM l`
 
-	// tryLockTickSQL is try-lock-tick in one statement and one round trip,
-	// deciding as locking.DecideTick does, on the database clock.
+	// A try-lock-tick is two statements, sent together in one round trip
+	// and one transaction (a pgx batch: the extended protocol's implicit
+	// transaction, up to the batch's single Sync), each over arrays of
+	// requests: a burst of 500 ticks costs two statements, not 500. (One
+	// statement per request, a 15-node CTE each, cost Postgres 100 to 200
+	// µs a tick whatever was batched around it; set-based, about 20.)
+	// TryLockTick is a batch of one.
 	//
-	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 holder
-	//	$5 T, $6 floor, $7 max skew, $8 window (microseconds)  $9 token
-	//	$10 the channel raised marks are told on ('' for none)
+	// lockRowsSQL locks the requests' rows first, creating those that are
+	// missing (fence 0, no mark: what a missing row decides), in key order
+	// (bytewise, COLLATE "C", as InitMarks and ReleaseAll write them): two
+	// nodes' batches over the same schedules wait for each other, never
+	// deadlock. ON CONFLICT DO UPDATE locks every row it meets even when its
+	// WHERE updates none. From then until the commit nobody else can change
+	// those rows, so tryLockTicksSQL, a new statement with a new snapshot
+	// (READ COMMITTED), reads each one's latest committed version and its
+	// decision is final: a mark raised, or a pause set, by a transaction that
+	// committed while this one waited for the row, wins.
 	//
-	// The statement's snapshot (d) decides whether to try the lock at all;
-	// a mark at or past T there is final, as marks only rise. The snapshot
-	// may be stale, so the upsert re-decides on the latest row version,
-	// which ON CONFLICT DO UPDATE locks and sees under READ COMMITTED even
-	// when the snapshot does not: a mark raised, or a pause set, by a
-	// statement that committed meanwhile wins. The upsert draws the fence
-	// only when it stores this call's token, which tells the caller it won.
-	// The CTE un gives the advisory lock back when it was taken but not
-	// granted; it reads u, so it runs after the upsert.
+	//	$1 namespace  $2 keys (distinct)
+	lockRowsSQL = `INSERT INTO bext_lock_fences AS t (namespace, key, fence)
+SELECT $1::text, k, 0 FROM unnest($2::text[]) AS k ORDER BY k COLLATE "C"
+ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
+
+	// tryLockTicksSQL decides each request as locking.DecideTick does, all on
+	// one reading of the database clock, on the rows lockRowsSQL locked.
 	//
-	// The mark must survive a crash once a run was granted on it, so the
-	// statement commits with synchronous_commit = on whatever the session
-	// says (set_config's is_local: this statement's own transaction, read
-	// at its commit). It returns the setting in force as a check.
+	//	$1 namespace  $2 holder  $3 the channel raised marks are told on ('' for none)
+	//	per request (arrays, one key at most once): $4 key (the mark's row)
+	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
 	//
 	// A resent call (the row carries this token and T as its mark) takes
 	// the lock again if it is free and answers with the fence it drew;
 	// resend_held when the lock is still held (by the first call's session,
-	// which the server has not dropped yet).
+	// which the server has not dropped yet). The advisory lock is tried
+	// only once the row decided lock: it is never taken and given back.
+	// The fence is drawn only with a grant; the update of a granted row
+	// always happens (the row is locked), 'unwritten' would say it did not.
 	//
-	// A mark this statement raised to T (granted, paused, missed; not a
-	// resent call's, which its first call told) is told to the cluster's
-	// listeners (locking.TickWatcher, watch.go): the CTE n sends
-	// pg_notify($10, 'T key') on the cluster's channel, '' for none. It is
-	// part of the statement's transaction, so it is delivered only once
-	// the raised mark committed (durably, as above), and it adds nothing
-	// to the round trip: the notifying session does not listen, and the
-	// reply is the same single row. A payload is at most ~1,050 bytes
-	// (MaxKeyLen 1024), far below NOTIFY's 8,000.
+	// The marks must survive a crash once a run was granted on them, so the
+	// transaction commits with synchronous_commit = on whatever the session
+	// says (set_config's is_local: this transaction's own, read at its
+	// commit). Each row returns the setting in force as a check.
 	//
-	// What it costs: a notifying commit takes Postgres's one lock on the
-	// notification queue (PreCommit_Notify), held until the commit
-	// record is flushed, so commits that notify are serialised with each
-	// other and lose group commit. Only a raised mark notifies, once per
-	// tick cluster-wide; TryLockTicks (batch.go) raises a burst's marks in
-	// one transaction, so a burst pays it once per batch.
-	tryLockTickSQL = `WITH c AS MATERIALIZED (
-  SELECT clock_timestamp() AS ts, set_config('synchronous_commit', 'on', true) AS sc),
-s AS MATERIALIZED (
-  SELECT c.ts, (extract(epoch FROM c.ts) * 1000000)::bigint AS now_us,
-    r.tick_mark AS mark, r.tick_token AS tok, r.fence AS fence,
-    coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused
-  FROM c LEFT JOIN bext_lock_fences r ON r.namespace = $2::text AND r.key = $3::text),
+	// A mark raised to T (granted, paused, missed; not a resent call's,
+	// which its first call told) is told to the cluster's listeners
+	// (locking.TickWatcher, watch.go) with pg_notify($3, 'T key'), one
+	// notification per mark as nodes of every version read them, in key
+	// order. They are
+	// part of the transaction, so delivered only once the raised marks
+	// committed (durably, as above), and add nothing to the round trip: the
+	// notifying session does not listen. A payload is at most ~1,050 bytes
+	// (MaxKeyLen 1024), far below NOTIFY's 8,000. A notifying commit takes
+	// Postgres's one lock on the notification queue (PreCommit_Notify) until
+	// its commit record is flushed: a batch pays it once.
+	tryLockTicksSQL = `WITH c AS MATERIALIZED (
+  SELECT ts, (extract(epoch FROM ts) * 1000000)::bigint AS now_us, set_config('synchronous_commit', 'on', true) AS sc
+  FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
-  SELECT s.*, greatest(coalesce(s.mark, s.now_us - $7::bigint), least($6::bigint, s.now_us)) AS eff FROM s),
+  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.ord, c.ts, c.now_us,
+    r.tick_mark AS mark, r.tick_token AS rtok, r.fence AS rfence,
+    coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
+    greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, ord)
+    LEFT JOIN bext_lock_fences r ON r.namespace = $1::text AND r.key = q.key),
 d AS MATERIALIZED (
   SELECT e.*, CASE
-      WHEN e.tok = $9::text AND e.mark = $5::bigint THEN 'resend'
-      WHEN $5::bigint - e.now_us > $7::bigint THEN 'ahead'
-      WHEN $5::bigint <= e.eff THEN 'done'
+      WHEN e.rtok = e.tok AND e.mark = e.tick THEN 'resend'
+      WHEN e.tick - e.now_us > e.skew THEN 'ahead'
+      WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
-      WHEN e.now_us - $5::bigint > greatest($7::bigint, $8::bigint) THEN 'missed'
+      WHEN e.now_us - e.tick > greatest(e.skew, e.win) THEN 'missed'
       ELSE 'lock' END AS v
   FROM e),
-l AS MATERIALIZED (
-  SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM d),
 i AS MATERIALIZED (
   SELECT d.*, l.ok, CASE WHEN d.v = 'lock' THEN CASE WHEN l.ok THEN 'grant' ELSE 'contended' END ELSE d.v END AS intent
-  FROM d, l),
+  FROM d, LATERAL (SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock(d.id) ELSE false END AS ok) AS l),
 u AS (
-  INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at, tick_mark, tick_token)
-  SELECT $2::text, $3::text,
-    CASE WHEN i.intent = 'grant' THEN greatest(1, i.now_us) ELSE 0 END,
-    CASE WHEN i.intent = 'grant' THEN $4::text END,
-    CASE WHEN i.intent = 'grant' THEN i.ts END,
-    CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN $5::bigint ELSE i.eff END,
-    CASE WHEN i.intent = 'grant' THEN $9::text END
+  UPDATE bext_lock_fences AS t SET
+    tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick ELSE i.eff END,
+    fence = CASE WHEN i.intent = 'grant' THEN greatest(t.fence + 1, 1, i.now_us) ELSE t.fence END,
+    tick_token = CASE WHEN i.intent = 'grant' THEN i.tok ELSE t.tick_token END,
+    holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
+    acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
   FROM i
-  WHERE i.intent IN ('grant', 'paused', 'missed')
-    OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark))
-  ON CONFLICT (namespace, key) DO UPDATE SET
-    tick_mark = CASE WHEN excluded.tick_mark = $5::bigint AND ` + raiseT + ` THEN $5::bigint ELSE ` + effT + ` END,
-    fence = CASE WHEN ` + grantT + ` THEN greatest(t.fence + 1, excluded.fence) ELSE t.fence END,
-    tick_token = CASE WHEN ` + grantT + ` THEN excluded.tick_token ELSE t.tick_token END,
-    holder = CASE WHEN ` + grantT + ` THEN excluded.holder ELSE t.holder END,
-    acquired_at = CASE WHEN ` + grantT + ` THEN excluded.acquired_at ELSE t.acquired_at END
-  WHERE (excluded.tick_mark = $5::bigint AND ` + raiseT + `)
-    OR ` + effT + ` > coalesce(t.tick_mark, -9223372036854775808)
-  RETURNING t.tick_mark, t.fence, t.tick_token IS NOT DISTINCT FROM $9::text AS won),
-x AS MATERIALIZED (
-  SELECT i.*, (SELECT tick_mark FROM u) AS umark, (SELECT fence FROM u) AS ufence,
-    coalesce((SELECT won FROM u), false) AS won
-  FROM i),
-un AS MATERIALIZED (
-  SELECT CASE WHEN x.intent = 'grant' AND NOT x.won THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM x),
-o AS MATERIALIZED (
-  SELECT x.v, CASE
-      WHEN x.v = 'resend' THEN CASE WHEN x.ok THEN 'granted' ELSE 'resend_held' END
-      WHEN x.v = 'ahead' THEN 'ahead'
-      WHEN x.intent = 'grant' THEN CASE WHEN x.won THEN 'granted' WHEN x.umark = $5::bigint THEN 'paused' ELSE 'done' END
-      WHEN x.intent IN ('paused', 'missed') THEN CASE WHEN x.umark = $5::bigint THEN x.intent ELSE 'done' END
-      ELSE x.intent END AS verdict,
-    CASE WHEN x.v = 'resend' THEN x.fence ELSE x.ufence END AS fence,
-    coalesce(x.umark, CASE WHEN x.v IN ('ahead', 'resend') THEN x.mark ELSE x.eff END) AS mark,
-    x.now_us
-  FROM x, un),
+  WHERE t.namespace = $1::text AND t.key = i.key
+    AND (i.intent IN ('grant', 'paused', 'missed') OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark)))
+  RETURNING t.key, t.tick_mark, t.fence),
 n AS MATERIALIZED (
-  SELECT CASE WHEN $10::text <> '' AND o.v <> 'resend' AND o.verdict IN ('granted', 'paused', 'missed')
-    THEN pg_notify($10::text, $5::bigint::text || ' ' || $3::text) END AS told
-  FROM o)
-SELECT o.verdict, o.fence, o.mark, o.now_us, pg_backend_pid(), current_setting('synchronous_commit')
-FROM o, n`
-
-	// effT, raiseT and grantT re-decide on the latest version t of the row,
-	// inside tryLockTickSQL's ON CONFLICT DO UPDATE: the effective mark, T
-	// still unclaimed, and T grantable (this call holds the lock, which its
-	// excluded row's token says, and the key is not paused).
-	effT   = `greatest(coalesce(t.tick_mark, (SELECT now_us FROM s) - $7::bigint), least($6::bigint, (SELECT now_us FROM s)))`
-	raiseT = `$5::bigint > ` + effT
-	grantT = `excluded.tick_token IS NOT NULL AND ` + raiseT +
-		` AND NOT (t.paused AND (t.pause_until IS NULL OR (SELECT ts FROM s) < t.pause_until))`
+  SELECT count(pg_notify($3::text, r.line)) AS told FROM (
+    SELECT i.tick::text || ' ' || i.key AS line
+    FROM i JOIN u ON u.key = i.key
+    WHERE $3::text <> '' AND i.intent IN ('grant', 'paused', 'missed')
+    ORDER BY i.key COLLATE "C") AS r)
+SELECT i.ord, CASE
+    WHEN i.v = 'resend' THEN CASE WHEN i.ok THEN 'granted' ELSE 'resend_held' END
+    WHEN i.v = 'ahead' THEN 'ahead'
+    WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
+    ELSE i.intent END,
+  CASE WHEN i.v = 'resend' THEN i.rfence ELSE u.fence END,
+  coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend') THEN i.mark ELSE i.eff END),
+  i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
+FROM n, i LEFT JOIN u ON u.key = i.key
+ORDER BY i.ord`
 
 	// releaseTickSQL gives back a try-lock-tick lock and forgets the
 	// grant's token, so a late resend of the same request after the run is

@@ -229,8 +229,9 @@ func TestTickDeletedRowWithoutFloorRegrants(t *testing.T) {
 	}
 }
 
-// waitBlocked waits until a statement of application_name bext-scheduler
-// waits on a lock (a row lock the admin holds), as pg_stat_activity shows.
+// waitBlocked waits until a try-lock-tick of application_name
+// bext-scheduler waits on a lock (a row lock the admin holds), as
+// pg_stat_activity shows: its lockRowsSQL, which takes the rows' locks.
 // It asks on a connection of its own: the admin's is in the transaction
 // holding the row, where pg_stat_activity would be one cached snapshot.
 func (c *cluster) waitBlocked() {
@@ -247,7 +248,7 @@ func (c *cluster) waitBlocked() {
 		// Asked, not slept on: Postgres is the only one who knows.
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = 'bext-scheduler' AND wait_event_type = 'Lock' AND datname = current_database()
-			AND query LIKE '%tick_mark%'`).Scan(&n)
+			AND query = $1`, lockRowsSQL).Scan(&n)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -261,10 +262,11 @@ func (c *cluster) waitBlocked() {
 	}
 }
 
-// TestTickRedecidesOnLatestRow: a pause or a mark committed after the
-// statement's snapshot was taken, while it waits for the row, still wins:
-// the upsert re-decides on the latest row version. Every key must have a
-// row for the statement to wait on it.
+// TestTickRedecidesOnLatestRow: a pause or a mark committed while the
+// try-lock-tick waits for the row still wins: the rows are locked first
+// (lockRowsSQL) and decided by a statement whose snapshot comes after, and
+// the advisory lock is never taken for a tick that is not granted. Every
+// key must have a row for the statement to wait on it.
 func TestTickRedecidesOnLatestRow(t *testing.T) {
 	for _, change := range []string{"pause", "mark"} {
 		t.Run(change, func(t *testing.T) {
@@ -310,7 +312,7 @@ func TestTickRedecidesOnLatestRow(t *testing.T) {
 				t.Errorf("mark = %v, want T %v", m, tick)
 			}
 			if p := c.holderPID("k"); p != 0 {
-				t.Errorf("the advisory lock taken before the re-decision is still held by backend %d", p)
+				t.Errorf("the advisory lock of a tick not granted is held by backend %d", p)
 			}
 		})
 	}
@@ -419,9 +421,10 @@ func TestTickPerTickLockKey(t *testing.T) {
 // TestTickSynchronousCommit: the session says synchronous_commit = off
 // (every lock session does, for plain fences), yet the statement that
 // raises a mark commits durably: once it returned, WAL is flushed past the
-// position it wrote at. The statement is tryLockTickSQL with one column
-// added (pg_current_wal_insert_lsn() inside it); it also reports the
-// setting in force in its own transaction, which must be on.
+// position it wrote at. The statements are lockRowsSQL and tryLockTicksSQL
+// with one column added (pg_current_wal_insert_lsn() inside it), sent as
+// the Locker sends them (one pgx batch: one transaction); the second also
+// reports the setting in force in its own transaction, which must be on.
 func TestTickSynchronousCommit(t *testing.T) {
 	c := newCluster(t)
 	a := c.open(Options{})
@@ -450,8 +453,18 @@ func TestTickSynchronousCommit(t *testing.T) {
 				lsnIn, flushed       string
 				behind               bool
 			)
-			err := conn.QueryRow(ctx, sql, lockID(c.ns, key), c.ns, key, "test", base.UnixMicro(), time.Time{}.UnixMicro(),
-				testSkew.Microseconds(), testWindow.Microseconds(), "tok", "").Scan(&verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
+			b := &pgx.Batch{}
+			b.Queue(lockRowsSQL, c.ns, []string{key})
+			b.Queue(sql, c.ns, "test", "", []string{key}, []int64{lockID(c.ns, key)}, []int64{base.UnixMicro()},
+				[]int64{time.Time{}.UnixMicro()}, []int64{testSkew.Microseconds()}, []int64{testWindow.Microseconds()}, []string{"tok"})
+			br := conn.SendBatch(ctx, b)
+			_, err := br.Exec()
+			if err == nil {
+				err = br.QueryRow().Scan(new(int64), &verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -484,12 +497,12 @@ func TestTickSynchronousCommit(t *testing.T) {
 	t.Logf("without the set_config, %d of 20 grants returned before their WAL was flushed", run(ctl))
 }
 
-var tickSQLWithLSN = strings.Replace(tryLockTickSQL, "current_setting('synchronous_commit')\nFROM o, n",
-	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM o, n", 1)
+var tickSQLWithLSN = strings.Replace(tryLockTicksSQL, "current_setting('synchronous_commit')\nFROM n, i",
+	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM n, i", 1)
 
 func TestTickSQLWithLSNIsTheStatement(t *testing.T) {
-	if tickSQLWithLSN == tryLockTickSQL {
-		t.Fatal("the durability test no longer adds its column to tryLockTickSQL: update the replacement")
+	if tickSQLWithLSN == tryLockTicksSQL {
+		t.Fatal("the durability test no longer adds its column to tryLockTicksSQL: update the replacement")
 	}
 }
 

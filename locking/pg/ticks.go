@@ -1,10 +1,8 @@
 package pg
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,24 +17,22 @@ const tickBatch = 500
 // TryLockTicks is TryLockTick for many requests at once (the scheduler's
 // TickBatcher): a burst of ticks due in the same second costs a few round
 // trips instead of one per tick. answers[i] and errs[i] are what
-// TryLockTick would have returned for reqs[i]. Each round trip is a pgx
-// batch of tryLockTickSQL, one statement per request, on one session: the
-// statement that decides a request is TryLockTick's own, and the locks it
-// takes are taken on the session that will hold, renew and release them.
+// TryLockTick would have returned for reqs[i]; TryLockTick is this for one
+// request. Each round trip is a pgx batch on one session of two
+// statements over arrays of requests (sql.go: lockRowsSQL locks the rows,
+// tryLockTicksSQL decides), so the locks it takes are taken on the
+// session that will hold, renew and release them.
 //
 // The batch is one transaction (the extended protocol's implicit one, up
 // to the batch's single Sync), so it commits once: one WAL flush for all
-// the marks it raises (each statement forces synchronous_commit on for
-// it), and one notification-queue lock for all the marks it tells. Each
-// statement still reads the latest committed rows (READ COMMITTED takes a
-// snapshot per statement) and sees the earlier statements of its batch, so
-// two requests of one batch are decided as two TryLockTicks one after the
-// other. Its row locks are held until the commit, so the requests are
-// sent in one order every node uses (by key, bytewise): two nodes'
-// batches over the same schedules wait for each other, never deadlock.
-// Requests whose lock id this Locker holds or asks for are answered
-// without asking, as TryLockTick answers them; two of one batch with one
-// lock id: the second is contended, as for two concurrent TryLockTicks.
+// the marks it raises, and one notification-queue lock for all the marks
+// it tells. Its rows are locked in one order every node uses (by key,
+// bytewise): two nodes' batches over the same schedules wait for each
+// other, never deadlock. Requests whose lock id this Locker holds or asks
+// for are answered without asking, as TryLockTick answers them; two of one
+// batch with one lock id: the second is contended, as for two concurrent
+// TryLockTicks. Two with one row key (per-tick locks of one schedule) are
+// decided one after the other (tickRounds).
 //
 // An error of the round trip (a failed statement rolls the whole batch
 // back) is the error of every request in it; the advisory locks its
@@ -69,7 +65,8 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 }
 
 // tryLockTickBatch sends calls (ids claimed) in one batch on one session
-// and reads their answers, as tryLockTick does for one.
+// and reads their answers: per round (tickRounds), lockRowsSQL then
+// tryLockTicksSQL, all in one round trip and one transaction.
 func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases []*lease, answers []locking.TickAnswer, errs []error) {
 	n := len(calls)
 	leases, answers, errs = make([]*lease, n), make([]locking.TickAnswer, n), make([]error, n)
@@ -79,13 +76,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		}
 		return leases, answers, errs
 	}
-	// The order of the statements: by row key, then as asked (the batch's
-	// row locks are taken in it; see TryLockTicks).
-	order := make([]int, n)
-	for j := range order {
-		order[j] = j
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(calls[a].req.Key, calls[b].req.Key) })
+	rounds := tickRounds(calls)
 
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
@@ -94,14 +85,17 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		if err != nil {
 			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
-		for _, j := range order {
-			b.Queue(tryLockTickSQL, l.tickArgs(&calls[j])...)
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2*len(rounds))}
+		for _, r := range rounds {
+			a := l.roundArgs(calls, r)
+			b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
+			b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
+				a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
 		}
 		rows := make([]tickRow, n)
 		br := s.conn.SendBatch(ctx, b)
-		for _, j := range order {
-			if err = br.QueryRow().Scan(rows[j].dest()...); err != nil {
+		for _, r := range rounds {
+			if err = readRound(br, r, rows); err != nil {
 				break
 			}
 		}
@@ -139,6 +133,80 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		}
 		return leases, answers, errs
 	}
+}
+
+// tickRounds splits calls into rounds in which no row key comes twice
+// (tryLockTicksSQL's UPDATE may change a row once): round k holds the k-th
+// request of each key, as asked. A burst is one round; a key asked twice
+// in one batch (per-tick locks of one schedule) is decided twice, one
+// round after the other, as two TryLockTicks would be: a round's statement
+// sees the rounds before it (its own transaction's writes).
+func tickRounds(calls []tickCall) [][]int {
+	seen := make(map[string]int, len(calls))
+	var rounds [][]int
+	for j := range calls {
+		k := seen[calls[j].req.Key]
+		seen[calls[j].req.Key] = k + 1
+		if k == len(rounds) {
+			rounds = append(rounds, make([]int, 0, len(calls)))
+		}
+		rounds[k] = append(rounds[k], j)
+	}
+	return rounds
+}
+
+// roundParams are tryLockTicksSQL's per-request arrays for one round.
+type roundParams struct {
+	keys, tokens                       []string
+	ids, ticks, floors, skews, windows []int64
+}
+
+func (l *Locker) roundArgs(calls []tickCall, round []int) roundParams {
+	n := len(round)
+	a := roundParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
+		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n)}
+	for i, j := range round {
+		c := &calls[j]
+		r := &c.req
+		a.keys[i], a.tokens[i], a.ids[i] = r.Key, c.token, c.id
+		a.ticks[i], a.floors[i] = r.Tick.UnixMicro(), r.Floor.UnixMicro()
+		a.skews[i], a.windows[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds()
+	}
+	return a
+}
+
+// readRound reads one round's results from br: lockRowsSQL's, then
+// tryLockTicksSQL's rows into rows (by the request's place in calls).
+// Every request of the round must be answered once.
+func readRound(br pgx.BatchResults, round []int, rows []tickRow) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	qr, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer qr.Close()
+	answered := 0
+	for qr.Next() {
+		var ord int64
+		var row tickRow
+		if err := qr.Scan(append([]any{&ord}, row.dest()...)...); err != nil {
+			return err
+		}
+		if ord < 1 || ord > int64(len(round)) || rows[round[ord-1]].verdict != "" {
+			return fmt.Errorf("%w: pg: try-lock-tick answered request %d of %d twice or out of range", locking.ErrUnavailable, ord, len(round))
+		}
+		rows[round[ord-1]] = row
+		answered++
+	}
+	if err := qr.Err(); err != nil {
+		return err
+	}
+	if answered != len(round) {
+		return fmt.Errorf("%w: pg: try-lock-tick answered %d of %d requests", locking.ErrUnavailable, answered, len(round))
+	}
+	return nil
 }
 
 // failedBatch is failed for a batch: a session in doubt is killed (its end

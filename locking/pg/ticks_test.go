@@ -129,3 +129,104 @@ func TestTryLockTicksRace(t *testing.T) {
 		}
 	}
 }
+
+// TestTryLockTicksSameRowTwice: per-tick requests of one schedule for two
+// ticks in one batch share the schedule's row (the mark) but not a lock
+// id; the batch decides them one after the other, exactly as two
+// TryLockTicks in that order decide them on a twin namespace.
+func TestTryLockTicksSameRowTwice(t *testing.T) {
+	now := newCluster(t).dbNow().Truncate(time.Second)
+	perTick := func(key string, tick time.Time) locking.TickRequest {
+		r := tickReq(key, tick)
+		r.PerTick = true
+		return r
+	}
+	for _, order := range []string{"rising", "falling"} {
+		t.Run(order, func(t *testing.T) {
+			first, second := now.Add(-2*time.Second), now.Add(-time.Second)
+			if order == "falling" {
+				first, second = second, first
+			}
+			reqs := []locking.TickRequest{perTick("k", first), tickReq("other", now), perTick("k", second)}
+			verdicts := func(answers []locking.TickAnswer, errs []error) (out []string) {
+				for i := range answers {
+					out = append(out, fmt.Sprintf("%v %v mark=%v", answers[i].Verdict, errs[i], answers[i].Mark.UnixMicro()))
+				}
+				return out
+			}
+			batched := newCluster(t)
+			got := verdicts(batched.open(Options{}).TryLockTicks(context.Background(), reqs))
+			alone := newCluster(t)
+			l := alone.open(Options{})
+			var answers []locking.TickAnswer
+			var errs []error
+			for _, r := range reqs {
+				a, err := l.TryLockTick(context.Background(), r)
+				answers, errs = append(answers, a), append(errs, err)
+			}
+			want := verdicts(answers, errs)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("batched %v\nalone   %v", got, want)
+			}
+			latest := first
+			if second.After(first) {
+				latest = second
+			}
+			if m, _ := batched.mark("k"); !m.Equal(latest) {
+				t.Errorf("mark of k = %v, want %v", m, latest)
+			}
+		})
+	}
+}
+
+// TestInitMarksWarmsSessions: after InitMarks, a burst's concurrent
+// batches find their sessions open and their statements prepared: they
+// connect nothing and each sends one request.
+func TestInitMarksWarmsSessions(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	var dials, writes atomic.Int64
+	l.cfg.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		dials.Add(1)
+		return countingConn{Conn: conn, writes: &writes}, nil
+	}
+	ctx := context.Background()
+	keys := make([]string, 4*warmSessions)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+	}
+	if err := l.InitMarks(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.openSessions(); n != warmSessions {
+		t.Fatalf("%d sessions open after InitMarks, want %d", n, warmSessions)
+	}
+	dials.Store(0)
+	writes.Store(0)
+	now := c.dbNow().Truncate(time.Second)
+	var wg sync.WaitGroup
+	for g := range warmSessions {
+		wg.Go(func() {
+			answers, errs := l.TryLockTicks(ctx, []locking.TickRequest{tickReq(keys[4*g], now), tickReq(keys[4*g+1], now)})
+			for i := range answers {
+				if errs[i] != nil || answers[i].Verdict != locking.TickGranted {
+					t.Errorf("batch %d, request %d: %v, %v", g, i, answers[i].Verdict, errs[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := dials.Load(); n != 0 {
+		t.Errorf("the burst connected %d sessions, want none", n)
+	}
+	if n := writes.Load(); n != warmSessions {
+		t.Errorf("%d batches sent %d requests, want one each (statements prepared)", warmSessions, n)
+	}
+}
+
+// openSessions is how many sessions l has open.
+func (l *Locker) openSessions() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sessions)
+}

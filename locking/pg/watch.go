@@ -15,7 +15,7 @@ import (
 
 var _ locking.TickWatcher = (*Locker)(nil)
 
-// tickChannel is the channel tryLockTickSQL tells raised marks on: one per
+// tickChannel is the channel tryLockTicksSQL tells raised marks on: one per
 // cluster, that is per namespace in one bext_lock_fences table (its schema;
 // notifications never leave their database). A channel is an identifier of
 // at most 63 bytes, and a namespace is any text, so the channel is named by
