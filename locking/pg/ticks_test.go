@@ -203,7 +203,7 @@ func TestInitMarksWarmsSessions(t *testing.T) {
 	}
 	dials.Store(0)
 	writes.Store(0)
-	now := c.dbNow().Truncate(time.Second)
+	now := c.dbNow() // after the marks InitMarks set: not done yet
 	var wg sync.WaitGroup
 	for g := range warmSessions {
 		wg.Go(func() {
