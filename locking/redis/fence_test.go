@@ -252,15 +252,18 @@ func TestInitMarks(t *testing.T) {
 	}
 }
 
-// A fence counter expires after 30 days without an acquisition (keys of
-// one-off `lock run` calls do not stay forever); losing it is safe, as the
-// next fence is floored at the clock. A key's tick mark never expires.
+// A fence counter of plain locks expires after 30 days without an
+// acquisition (keys of one-off `lock run` calls do not stay forever);
+// losing it is safe, as the next fence is floored at the clock. A key's
+// tick mark never expires, and neither does the counter a tick grant wrote
+// (ticks.lua writes it with the marks, in one MSET): it lives as long as
+// the mark of its schedule.
 func TestFenceCounterExpiresMarkDoesNot(t *testing.T) {
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
 	ctx := context.Background()
-	h := mustTick(t, l, tickReq("exp", time.Now()), locking.TickGranted).Handle
+	h := mustLock(t, l, "exp", time.Minute)
 	if err := l.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +275,55 @@ func TestFenceCounterExpiresMarkDoesNot(t *testing.T) {
 	if err := admin.Del(ctx, fk).Err(); err != nil { // as if it expired
 		t.Fatal(err)
 	}
-	h2 := mustLock(t, l, "exp", time.Minute)
+	h2 := mustTick(t, l, tickReq("exp", time.Now()), locking.TickGranted).Handle
 	if h2.Fence() <= h.Fence() {
 		t.Fatalf("fence %d after the counter expired, not above %d", h2.Fence(), h.Fence())
 	}
-	if ttl, err := admin.PTTL(ctx, l.lockKey("exp")+":mark").Result(); err != nil || ttl != -1 {
-		t.Errorf("mark TTL %v (%v), want none (-1)", ttl, err)
+	if err := l.Release(ctx, h2); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{fk, l.lockKey("exp") + ":mark"} {
+		if ttl, err := admin.PTTL(ctx, k).Result(); err != nil || ttl != -1 {
+			t.Errorf("%s TTL after a tick grant %v (%v), want none (-1)", k, ttl, err)
+		}
+	}
+}
+
+// TestBatchedPerTickGrantsShareTheCounter: per-tick locks of one schedule
+// granted in one ticks.lua draw their fences from one counter, which the
+// script writes only at its end (flush): the second grant finds the
+// counter at the first one's fence (it was drawn this microsecond) and
+// INCRs it, which must read the first grant's value, not the stored one.
+// Fences strictly increase, and the counter holds the last.
+func TestBatchedPerTickGrantsShareTheCounter(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
+	ctx := context.Background()
+	now := time.Now()
+	var reqs []locking.TickRequest
+	for i := range 3 {
+		r := tickReq("pt", now.Add(time.Duration(i-3)*100*time.Millisecond))
+		r.PerTick = true
+		reqs = append(reqs, r)
+	}
+	answers, errs := l.TryLockTicks(ctx, reqs)
+	var last int64
+	for i := range reqs {
+		if errs[i] != nil || answers[i].Verdict != locking.TickGranted {
+			t.Fatalf("request %d: %v, %v; want granted", i, answers[i].Verdict, errs[i])
+		}
+		if f := answers[i].Handle.Fence(); f <= last {
+			t.Fatalf("request %d: fence %d, not above the one before (%d)", i, f, last)
+		}
+		last = answers[i].Handle.Fence()
+	}
+	if c, ok := getInt(t, admin, l.lockKey("pt")+fenceSuffix); !ok || c != last {
+		t.Errorf("counter %d (present %v), want the last fence %d", c, ok, last)
+	}
+	for i := range reqs {
+		if err := l.Release(ctx, answers[i].Handle); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

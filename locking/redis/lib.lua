@@ -35,6 +35,22 @@ local function own_fence(v, token, holder)
   return tonumber(f)
 end
 
+-- counter_below says whether a fence counter whose value is c (false: no
+-- counter; nil: not read) is missing or below the clock now, so that the
+-- next fence is the clock itself (grant's usual case). A value that is not
+-- an integer as INCR reads one (digits, no leading zero) is not: it takes
+-- grant's general path, where INCR refuses it. One at or above 2^53,
+-- inexact in Lua, is far above the clock: the general path too.
+local function counter_below(c, now)
+  if c == false then
+    return true
+  end
+  if c == nil or (c ~= '0' and not string.match(c, '^[1-9]%d*$')) then
+    return false
+  end
+  return tonumber(c) + 1 < now
+end
+
 -- grant takes lock for ttl ms and draws its fence: one above the counter and
 -- at least the server's clock, so a counter Redis lost or rewound (no
 -- persistence, an AOF everysec crash, a lagging replica promoted, a switch
@@ -51,15 +67,8 @@ local function grant(lock, counter, counter_v, token, holder, ttl, now, now_s)
   local keep = 2592000000
   -- The usual case, a counter missing or below the clock (the last fence
   -- was drawn more than a microsecond ago): the fence is the clock, in one
-  -- write. A value that is not an integer as INCR reads one (digits, no
-  -- leading zero) takes the general path below, where INCR refuses it. One
-  -- at or above 2^53, inexact in Lua, is far above the clock: the general
-  -- path too.
-  local c = counter_v
-  if c and c ~= '0' and not string.match(c, '^[1-9]%d*$') then
-    c = nil
-  end
-  if c == false or (c ~= nil and tonumber(c) + 1 < now) then
+  -- write (counter_below).
+  if counter_below(counter_v, now) then
     redis.call('SET', counter, now_s, 'PX', keep)
     fence, fence_s = now, now_s
   else
