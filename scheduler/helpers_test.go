@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if side := os.Getenv(idleChildEnv); side != "" {
+		os.Exit(idleChild(side)) // BenchmarkVsRobfigIdle's child process
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // t0 is where every fake clock starts: a whole minute, so "every second"
 // and "every minute" schedules have a tick exactly one step away.

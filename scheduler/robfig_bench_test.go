@@ -196,64 +196,6 @@ func BenchmarkVsRobfigWake(b *testing.B) {
 	b.ReportMetric(float64(robCPU)/float64(floorCPU), "robfig/floor")
 }
 
-// BenchmarkVsRobfigIdle: CPU per second of 100,000 schedules none of which
-// is due, for each system running alone, and for the process with neither
-// (the runtime's own). Target: bext no higher than robfig.
-func BenchmarkVsRobfigIdle(b *testing.B) {
-	const window = 2 * time.Second
-	var bextIdle, robIdle, baseIdle time.Duration
-	for i := range b.N {
-		specs := idleSpecs(vsN)
-		s := bextOf(b, specs)
-		c := robfigOf(b, specs)
-		measure := func(name string) time.Duration {
-			var stop func()
-			switch name {
-			case "bext":
-				stop = running(b, s)
-				waitIdle(b, s)
-			case "robfig":
-				c.Start()
-				c.Entries() // answered once its loop has computed every entry's next time
-				stop = func() { <-c.Stop().Done() }
-			default:
-				stop = func() {}
-			}
-			// Collect, and return freed memory to the system now: the
-			// setup's garbage would otherwise be swept and scavenged in
-			// the background during the window.
-			debug.FreeOSMemory()
-			time.Sleep(100 * time.Millisecond)
-			cpu0 := processCPU()
-			time.Sleep(window)
-			d := processCPU() - cpu0
-			stop()
-			return d
-		}
-		order := []string{"bext", "robfig", "none"}
-		if i%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, name := range order {
-			d := measure(name) * time.Second / window
-			switch name {
-			case "bext":
-				bextIdle += d
-			case "robfig":
-				robIdle += d
-			default:
-				baseIdle += d
-			}
-		}
-	}
-	// Means over the iterations: one window's CPU is a few hundred
-	// microseconds, at the noise of the runtime's own background work.
-	n := float64(b.N) * 1e6
-	b.ReportMetric(float64(bextIdle)/n, "bext-cpu-ms/s")
-	b.ReportMetric(float64(robIdle)/n, "robfig-cpu-ms/s")
-	b.ReportMetric(float64(baseIdle)/n, "none-cpu-ms/s")
-}
-
 // BenchmarkVsRobfigSameSecond10k: 10,000 ticks due at the same instant,
 // bext's require_global on the memory backend, robfig's without any lock,
 // taking turns in one process. Reports each one's p99 lateness (from the
