@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -282,4 +284,68 @@ func TestTryLockTicksRepeatedKeys(t *testing.T) {
 	if got[7].Handle == nil || got[6].Handle == nil || got[7].Handle.Fence() != got[6].Handle.Fence() {
 		t.Errorf("a resent request in the batch: fences %v and %v, want the same", got[6].Handle, got[7].Handle)
 	}
+}
+
+// BenchmarkTicksScript is the server's side of a burst: what ticks.lua
+// costs Redis per request (a private redis-server's INFO commandstats:
+// EVALSHA's time, the commands it calls included), batches of tickBatch
+// requests for fresh keys, each granted. Reported: server-µs/req, and
+// the share of it spent in the commands the script calls
+// (commands-µs/req); the rest is the script's own Lua. A burst's p99 is
+// bounded below by this times the ticks asked, on one server thread.
+func BenchmarkTicksScript(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	admin := adminClient(b, srv.URL())
+	l := openLocker(b, Options{URL: srv.URL(), KeyPrefix: "s:", Holder: "n0", OpTimeout: 10 * time.Second})
+	ctx := context.Background()
+	stats := func() (script, commands float64) {
+		info, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			name, rest, ok := strings.Cut(line, ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "usec="); ok {
+					us, _ := strconv.ParseFloat(v, 64)
+					switch name {
+					case "cmdstat_evalsha", "cmdstat_eval":
+						script += us
+					case "cmdstat_info", "cmdstat_config|resetstat", "cmdstat_script|load", "cmdstat_hello", "cmdstat_client|setinfo", "cmdstat_ping":
+					default:
+						commands += us
+					}
+				}
+			}
+		}
+		return script, commands
+	}
+	// Warm: the script loaded, the connection open.
+	if _, errs := l.TryLockTicks(ctx, burstReqs(1, time.Now())); errs[0] != nil {
+		b.Fatal(errs[0])
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	reqs := burstReqs(tickBatch, time.Now())
+	for r := 0; b.Loop(); r++ {
+		now := time.Now()
+		for i := range reqs {
+			reqs[i].Key = fmt.Sprintf("r%d/%d", r, i)
+			reqs[i].Tick = now
+		}
+		answers, errs := l.TryLockTicks(ctx, reqs)
+		for i := range errs {
+			if errs[i] != nil || answers[i].Verdict != locking.TickGranted {
+				b.Fatalf("request %d: %v, %v", i, answers[i].Verdict, errs[i])
+			}
+		}
+	}
+	script, commands := stats()
+	n := float64(b.N * tickBatch)
+	b.ReportMetric(script/n, "server-µs/req")
+	b.ReportMetric(commands/n, "commands-µs/req")
 }
