@@ -1,0 +1,161 @@
+package pg
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// TestTryLockTicksChurn: three nodes send batches mixing plain and per-tick
+// requests over overlapping keys (the same key several times in a batch, in
+// random orders) while InitMarks, SetPause and ReleaseAll write the same rows:
+// no statement fails (no deadlock: every writer locks rows in one order),
+// each tick of a key is granted at most once, and a key's fences rise with
+// its ticks.
+func TestTryLockTicksChurn(t *testing.T) {
+	c := newCluster(t)
+	const nKeys, iters = 24, 25
+	keys := make([]string, nKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+	}
+	base := c.dbNow().Add(-3 * time.Second).Truncate(time.Millisecond)
+	type grant struct {
+		tick  int64
+		fence int64
+	}
+	var (
+		mu     sync.Mutex
+		grants = map[string][]grant{}
+		wg     sync.WaitGroup
+	)
+	ctx := context.Background()
+	nodes := []*Locker{c.open(Options{}), c.open(Options{}), c.open(Options{MaxSessions: 2})}
+	for n, l := range nodes {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(n), 7))
+			for it := range iters {
+				var reqs []locking.TickRequest
+				for range 30 {
+					r := tickReq(keys[rng.IntN(nKeys)], base.Add(time.Duration(it*10+rng.IntN(25))*time.Millisecond))
+					r.PerTick = rng.IntN(2) == 0
+					reqs = append(reqs, r)
+				}
+				answers, errs := l.TryLockTicks(ctx, reqs)
+				var hs []*locking.Handle
+				mu.Lock()
+				for i := range reqs {
+					switch {
+					case errs[i] != nil:
+						t.Errorf("node %d, %s at %v: %v", n, reqs[i].Key, reqs[i].Tick, errs[i])
+					case answers[i].Verdict == locking.TickGranted:
+						grants[reqs[i].Key] = append(grants[reqs[i].Key], grant{reqs[i].Tick.UnixMicro(), answers[i].Handle.Fence()})
+						hs = append(hs, answers[i].Handle)
+					}
+				}
+				mu.Unlock()
+				for i, err := range l.ReleaseAll(ctx, hs) {
+					if err != nil {
+						t.Errorf("node %d: release %s: %v", n, hs[i].Key(), err)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(99, 7))
+		for range iters {
+			ks := slices.Clone(keys)
+			rng.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+			if err := nodes[0].InitMarks(ctx, ks[:nKeys/2]); err != nil {
+				t.Errorf("InitMarks: %v", err)
+			}
+			if err := nodes[1].SetPause(ctx, keys[rng.IntN(nKeys)], locking.Pause{Paused: rng.IntN(2) == 0}); err != nil {
+				t.Errorf("SetPause: %v", err)
+			}
+		}
+	})
+	wg.Wait()
+	total := 0
+	for k, gs := range grants {
+		slices.SortFunc(gs, func(a, b grant) int { return int(a.tick - b.tick) })
+		total += len(gs)
+		for i := 1; i < len(gs); i++ {
+			if gs[i].tick == gs[i-1].tick {
+				t.Errorf("%s: tick %d granted twice (fences %d, %d)", k, gs[i].tick, gs[i-1].fence, gs[i].fence)
+			} else if gs[i].fence <= gs[i-1].fence {
+				t.Errorf("%s: tick %d has fence %d, not above tick %d's %d", k, gs[i].tick, gs[i].fence, gs[i-1].tick, gs[i-1].fence)
+			}
+		}
+	}
+	t.Logf("%d grants", total)
+	if total == 0 {
+		t.Error("nothing granted: the test tests nothing")
+	}
+}
+
+// swallowConn drops every write once one carries marker (and so every
+// write after it): the server never hears the statement and never answers,
+// as behind a network that stalls mid-session.
+type swallowConn struct {
+	net.Conn
+	marker  []byte
+	stalled atomic.Bool
+}
+
+func (c *swallowConn) Write(b []byte) (int, error) {
+	if c.stalled.Load() || bytes.Contains(b, c.marker) {
+		c.stalled.Store(true)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// TestInitMarksWarmIsBounded: InitMarks, called without a deadline (the
+// scheduler passes its run context), returns within about OpTimeout even
+// when the server stops answering the statements warm sends, as every other
+// statement of the Locker does: warm is bounded by OpTimeout.
+func TestInitMarksWarmIsBounded(t *testing.T) {
+	c := newCluster(t)
+	const opTimeout = time.Second
+	l := c.open(Options{OpTimeout: opTimeout})
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	l.cfg.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, conn)
+		return &swallowConn{Conn: conn, marker: []byte("SET fence = t.fence WHERE false")}, nil
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- l.InitMarks(context.Background(), []string{"a", "b"}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("InitMarks: %v", err)
+		}
+		t.Logf("InitMarks returned after %v", time.Since(start))
+	case <-time.After(10 * opTimeout):
+		t.Errorf("InitMarks still running after %v (OpTimeout %v): warm waits for a server that does not answer, with no deadline", time.Since(start), opTimeout)
+		mu.Lock()
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+		mu.Unlock()
+		<-done
+	}
+}
