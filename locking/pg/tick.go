@@ -201,6 +201,10 @@ const warmSessions = 4
 // effort: a session that fails is dropped, as after any failed statement,
 // and the burst opens what it needs as before.
 func (l *Locker) warm(ctx context.Context) {
+	// Bounded as every statement is (stmtCtx): InitMarks's caller may
+	// have no deadline, and a server that stops answering must not hang it.
+	ctx, cancel := l.stmtCtx(ctx)
+	defer cancel()
 	n := min(l.opts.MaxSessions, warmSessions)
 	held := make([]*session, 0, n)
 	for range n {
