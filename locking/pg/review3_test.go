@@ -168,3 +168,42 @@ func TestInitMarksWarmIsBounded(t *testing.T) {
 		<-done // the statement fails on its closed connection
 	}
 }
+
+// TestInitMarksWarmDoesNotWaitForBusySessions: when every session the
+// Locker may open is open and one is busy with another statement, warm
+// readies the idle ones and stops: it does not wait for a busy slot (its
+// own, held for the session it readies, or another call's), which held
+// InitMarks, and the slots warm holds, for OpTimeout.
+func TestInitMarksWarmDoesNotWaitForBusySessions(t *testing.T) {
+	for _, busy := range []int{0, 1} {
+		t.Run(fmt.Sprint("busy session ", busy), func(t *testing.T) {
+			c := newCluster(t)
+			const opTimeout = 3 * time.Second
+			l := c.open(Options{OpTimeout: opTimeout, MaxSessions: 2})
+			ctx := context.Background()
+			s1, _, err := l.acquireReady(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s2, _, err := l.acquireReady(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held, idle := s1, s2
+			if busy == 1 {
+				held, idle = s2, s1
+			}
+			l.release(idle)
+			start := time.Now()
+			err = l.InitMarks(ctx, []string{"a"})
+			took := time.Since(start)
+			l.release(held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took > opTimeout/2 {
+				t.Errorf("InitMarks took %v (OpTimeout %v) with one of two sessions busy: warm waited for a busy session", took, opTimeout)
+			}
+		})
+	}
+}
