@@ -208,6 +208,11 @@ func (l *Locker) warm(ctx context.Context) {
 	n := min(l.opts.MaxSessions, warmSessions)
 	held := make([]*session, 0, n)
 	for range n {
+		if !l.idleOrRoom() {
+			// Every session may be open and each is busy (one of them
+			// with a slot warm holds): acquiring would wait for a slot.
+			break
+		}
 		s, _, err := l.acquireReady(ctx)
 		if err != nil {
 			break
@@ -224,6 +229,22 @@ func (l *Locker) warm(ctx context.Context) {
 		}
 		l.release(s)
 	}
+}
+
+// idleOrRoom says whether a session can be had without waiting for a busy
+// one's slot: one is idle, or another may be opened.
+func (l *Locker) idleOrRoom() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open < l.opts.MaxSessions {
+		return true
+	}
+	for _, s := range l.sessions {
+		if s.busy == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // SetPause sets key's pause flag, durably, in its row: every try-lock-tick
