@@ -3,6 +3,7 @@ package pg
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -205,5 +207,34 @@ func TestInitMarksWarmDoesNotWaitForBusySessions(t *testing.T) {
 				t.Errorf("InitMarks took %v (OpTimeout %v) with one of two sessions busy: warm waited for a busy session", took, opTimeout)
 			}
 		})
+	}
+}
+
+// TestPgBouncerTickBatchReadsAsPooler: TestPgBouncerStatementCacheReadsAsPooler
+// for the two-statement tick batch: through a transaction pool whose test
+// was passed (verdict preset), a second client's try-lock-tick is refused
+// as a pooler, not an outage, and no tick is granted twice.
+func TestPgBouncerTickBatchReadsAsPooler(t *testing.T) {
+	c := newCluster(t)
+	bouncer := testenv.StartPgBouncer(t, "transaction", 1)
+	a := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
+	b := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
+	a.pooler.set(nil)
+	b.pooler.set(nil)
+	ctx := context.Background()
+	tick := c.dbNow().Truncate(time.Second)
+	ansA, errA := a.TryLockTick(ctx, tickReq("sched", tick))
+	ansB, errB := b.TryLockTick(ctx, tickReq("sched", tick))
+	t.Logf("a: %v %v; b: %v %v", ansA.Verdict, errA, ansB.Verdict, errB)
+	if ansA.Verdict == locking.TickGranted && ansB.Verdict == locking.TickGranted {
+		t.Fatal("one tick granted to both clients")
+	}
+	for _, err := range []error{errA, errB} {
+		if err != nil && (!errors.Is(err, ErrTransactionPooler) || errors.Is(err, locking.ErrUnavailable)) {
+			t.Errorf("try-lock-tick through a transaction pool = %v; want ErrTransactionPooler", err)
+		}
+	}
+	if errB == nil && ansB.Verdict != locking.TickDone {
+		t.Errorf("second client: %v, want done or ErrTransactionPooler", ansB.Verdict)
 	}
 }
