@@ -238,3 +238,80 @@ func TestPgBouncerTickBatchReadsAsPooler(t *testing.T) {
 		t.Errorf("second client: %v, want done or ErrTransactionPooler", ansB.Verdict)
 	}
 }
+
+// TestTryLockTicksBatchedEqualsSequential: random batches over a few keys,
+// mixing plain and per-tick requests (one key several times, plain and
+// per-tick, ticks rising and falling, paused keys, keys with and without
+// rows) are decided exactly as the same requests one TryLockTick after the
+// other, on a twin namespace: the same verdicts and the same marks. Lock ids
+// are distinct within a batch (two requests with one lock id are
+// documented to differ: the second is contended).
+func TestTryLockTicksBatchedEqualsSequential(t *testing.T) {
+	base := newCluster(t).dbNow().Add(-3 * time.Second).Truncate(time.Millisecond)
+	rng := rand.New(rand.NewPCG(3, 3))
+	keys := []string{"a", "b", "c"}
+	for trial := range 12 {
+		var reqs []locking.TickRequest
+		ids := map[string]bool{}
+		for len(reqs) < 7 {
+			r := tickReq(keys[rng.IntN(len(keys))], base.Add(time.Duration(rng.IntN(6))*100*time.Millisecond))
+			r.PerTick = rng.IntN(3) > 0
+			id := r.Key
+			if r.PerTick {
+				id = locking.TickLockKey(r.Key, r.Tick)
+			}
+			if ids[id] {
+				continue
+			}
+			ids[id] = true
+			reqs = append(reqs, r)
+		}
+		paused := keys[rng.IntN(len(keys))]
+		marked := keys[rng.IntN(len(keys))]
+		setup := func(c *cluster, l *Locker) {
+			if rng.IntN(2) == 0 {
+				if err := l.SetPause(context.Background(), paused, locking.Pause{Paused: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.exec(`INSERT INTO bext_lock_fences (namespace, key, fence, tick_mark) VALUES ($1, $2, 0, $3)
+				ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark`, c.ns, marked, base.Add(200*time.Millisecond).UnixMicro())
+		}
+		describe := func(c *cluster, answers []locking.TickAnswer, errs []error) string {
+			var out []string
+			for i := range answers {
+				out = append(out, fmt.Sprintf("%s/%v@%d: %v %v", reqs[i].Key, reqs[i].PerTick, reqs[i].Tick.Sub(base).Milliseconds(), answers[i].Verdict, errs[i]))
+			}
+			for _, k := range keys {
+				m, ok := c.mark(k)
+				out = append(out, fmt.Sprintf("mark %s %v %v", k, ok, m.Sub(base).Milliseconds()))
+			}
+			return fmt.Sprint(out)
+		}
+		state := rng.Uint64()
+		batched := newCluster(t)
+		bl := batched.open(Options{})
+		rng = rand.New(rand.NewPCG(state, 1))
+		setup(batched, bl)
+		answers, errs := bl.TryLockTicks(context.Background(), reqs)
+		got := describe(batched, answers, errs)
+
+		alone := newCluster(t)
+		al := alone.open(Options{})
+		rng = rand.New(rand.NewPCG(state, 1))
+		setup(alone, al)
+		answers, errs = nil, nil
+		for _, r := range reqs {
+			a, err := al.TryLockTick(context.Background(), r)
+			answers, errs = append(answers, a), append(errs, err)
+		}
+		want := describe(alone, answers, errs)
+		if trial < 2 {
+			t.Logf("trial %d: %s", trial, got)
+		}
+		if got != want {
+			t.Errorf("trial %d:\nbatched %v\nalone   %v", trial, got, want)
+		}
+		rng = rand.New(rand.NewPCG(state, 2))
+	}
+}
