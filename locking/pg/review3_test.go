@@ -315,3 +315,50 @@ func TestTryLockTicksBatchedEqualsSequential(t *testing.T) {
 		rng = rand.New(rand.NewPCG(state, 2))
 	}
 }
+
+// TestTryLockTicksRowDeletedWhileWaiting: an operator deletes a schedule's
+// row (its mark and pause) while a batch waits for it: the batch creates
+// the row afresh and decides on it, without an error; a key paused by a
+// transaction that commits while the batch waits is paused.
+func TestTryLockTicksRowDeletedWhileWaiting(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	ctx := context.Background()
+	if err := l.InitMarks(ctx, []string{"gone", "paused"}); err != nil {
+		t.Fatal(err)
+	}
+	now := c.dbNow() // after the marks InitMarks set
+	tx, err := c.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM bext_lock_fences WHERE namespace = $1 AND key = 'gone'`, c.ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE bext_lock_fences SET paused = true WHERE namespace = $1 AND key = 'paused'`, c.ns); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		answers []locking.TickAnswer
+		errs    []error
+	}
+	done := make(chan result, 1)
+	go func() {
+		a, e := l.TryLockTicks(ctx, []locking.TickRequest{tickReq("paused", now), tickReq("gone", now)})
+		done <- result{a, e}
+	}()
+	c.waitBlocked()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	want := []locking.TickVerdict{locking.TickPaused, locking.TickGranted}
+	for i := range want {
+		if r.errs[i] != nil || r.answers[i].Verdict != want[i] {
+			t.Errorf("request %d: %v, %v; want %v", i, r.answers[i].Verdict, r.errs[i], want[i])
+		}
+	}
+	if m, ok := c.mark("gone"); !ok || !m.Equal(now) {
+		t.Errorf("mark of the re-created row: %v %v, want %v", m, ok, now)
+	}
+}
