@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -361,4 +363,122 @@ func TestTryLockTicksRowDeletedWhileWaiting(t *testing.T) {
 	if m, ok := c.mark("gone"); !ok || !m.Equal(now) {
 		t.Errorf("mark of the re-created row: %v %v, want %v", m, ok, now)
 	}
+}
+
+// TestTryLockTicksChaos: three nodes, two of them behind links that are cut
+// at random moments (mid-batch, mid-commit, mid-reply), batch mixed
+// requests over shared keys and resend the failed ones with their tokens,
+// as the scheduler does. A tick is granted to one request (token) at most,
+// a key's fences rise with its ticks, and no batch deadlocks.
+func TestTryLockTicksChaos(t *testing.T) {
+	c := newCluster(t)
+	const nKeys, iters = 10, 20
+	keys := make([]string, nKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%02d", i)
+	}
+	base := c.dbNow().Add(-3 * time.Second).Truncate(time.Millisecond)
+	type grant struct {
+		tick  int64
+		fence int64
+		token string
+	}
+	var (
+		mu     sync.Mutex
+		grants = map[string][]grant{}
+		nerr   int
+		wg     sync.WaitGroup
+	)
+	ctx := context.Background()
+	var proxies []*faultproxy.Proxy
+	nodes := []*Locker{c.open(Options{})}
+	for range 2 {
+		p, u := c.proxied()
+		proxies = append(proxies, p)
+		nodes = append(nodes, c.open(Options{URL: u, OpTimeout: time.Second}))
+	}
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Go(func() {
+		rng := rand.New(rand.NewPCG(5, 5))
+		for {
+			select {
+			case <-stop:
+				for _, p := range proxies {
+					p.Heal()
+				}
+				return
+			case <-time.After(time.Duration(10+rng.IntN(40)) * time.Millisecond):
+			}
+			p := proxies[rng.IntN(len(proxies))]
+			p.Cut()
+			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+			p.Heal()
+		}
+	})
+	for n, l := range nodes {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(n), 11))
+			for it := range iters {
+				var reqs []locking.TickRequest
+				for j := range 15 {
+					r := tickReq(keys[rng.IntN(nKeys)], base.Add(time.Duration(it*10+rng.IntN(20))*time.Millisecond))
+					r.PerTick = rng.IntN(2) == 0
+					r.Token = fmt.Sprintf("n%d-i%d-r%d", n, it, j)
+					reqs = append(reqs, r)
+				}
+				var hs []*locking.Handle
+				for try := 0; len(reqs) > 0 && try < 10; try++ {
+					if try > 0 {
+						time.Sleep(10 * time.Millisecond) // let the link heal
+					}
+					answers, errs := l.TryLockTicks(ctx, reqs)
+					var again []locking.TickRequest
+					mu.Lock()
+					for i := range reqs {
+						switch {
+						case errs[i] != nil:
+							nerr++
+							if nerr%100 == 1 {
+								t.Logf("node %d: %v", n, errs[i])
+							}
+							if strings.Contains(errs[i].Error(), "deadlock") {
+								t.Errorf("node %d: %v", n, errs[i])
+							}
+							again = append(again, reqs[i])
+						case answers[i].Verdict == locking.TickGranted:
+							grants[reqs[i].Key] = append(grants[reqs[i].Key], grant{reqs[i].Tick.UnixMicro(), answers[i].Handle.Fence(), reqs[i].Token})
+							hs = append(hs, answers[i].Handle)
+						}
+					}
+					mu.Unlock()
+					reqs = again
+				}
+				l.ReleaseAll(ctx, hs) // a lock lost with its session is fine here
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	chaos.Wait()
+	total := 0
+	for k, gs := range grants {
+		slices.SortFunc(gs, func(a, b grant) int { return int(a.tick - b.tick) })
+		for i := range gs {
+			total++
+			if i == 0 {
+				continue
+			}
+			p, g := gs[i-1], gs[i]
+			switch {
+			case g.tick == p.tick && g.token != p.token:
+				t.Errorf("%s: tick %d granted to two requests, %s (fence %d) and %s (fence %d)", k, g.tick, p.token, p.fence, g.token, g.fence)
+			case g.tick == p.tick && g.fence != p.fence:
+				t.Errorf("%s: tick %d granted twice to %s, fences %d and %d", k, g.tick, g.token, p.fence, g.fence)
+			case g.tick != p.tick && g.fence <= p.fence:
+				t.Errorf("%s: tick %d has fence %d, not above tick %d's %d", k, g.tick, g.fence, p.tick, p.fence)
+			}
+		}
+	}
+	t.Logf("%d grants, %d errors", total, nerr)
 }
