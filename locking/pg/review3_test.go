@@ -482,3 +482,22 @@ func TestTryLockTicksChaos(t *testing.T) {
 	}
 	t.Logf("%d grants, %d errors", total, nerr)
 }
+
+// TestInitMarksDuplicateKeys: InitMarks with a key named twice (the
+// scheduler's recovery probe sends its unmarked schedules and its owed ones,
+// and a new schedule can be both, or be filed twice by two reloads) creates
+// the mark once. Postgres refuses an upsert that meets one row twice, so the
+// keys must be made distinct first: otherwise the probe fails forever and
+// the scheduler never sees the backend back.
+func TestInitMarksDuplicateKeys(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{})
+	if err := l.InitMarks(context.Background(), []string{"new", "old", "new"}); err != nil {
+		t.Fatalf("InitMarks with a key twice: %v", err)
+	}
+	for _, k := range []string{"new", "old"} {
+		if _, ok := c.mark(k); !ok {
+			t.Errorf("no mark for %s", k)
+		}
+	}
+}
