@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -177,6 +178,11 @@ func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	// Distinct: an upsert meeting one row twice fails (SQLSTATE 21000) when
+	// it creates or updates that row, and callers may name a key twice (the
+	// scheduler's recovery probe sends its unmarked and its owed schedules,
+	// and after an outage at start every locked schedule is both).
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	err := l.withTable(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, initMarksSQL, l.opts.Namespace, keys)
 		return err
