@@ -131,8 +131,16 @@ func (c *swallowConn) Write(b []byte) (int, error) {
 // when the server stops answering the statements warm sends, as every other
 // statement of the Locker does: warm is bounded by OpTimeout.
 func TestInitMarksWarmIsBounded(t *testing.T) {
+	t.Run("no deadline", func(t *testing.T) { testInitMarksWarmIsBounded(t, context.Background(), time.Second) })
+	// The scheduler calls InitMarks with a deadline (startTimeout, 2 s)
+	// below the default OpTimeout: warm keeps to it.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	t.Run("caller's deadline first", func(t *testing.T) { testInitMarksWarmIsBounded(t, ctx, 20*time.Second) })
+}
+
+func testInitMarksWarmIsBounded(t *testing.T, ctx context.Context, opTimeout time.Duration) {
 	c := newCluster(t)
-	const opTimeout = time.Second
 	l := c.open(Options{OpTimeout: opTimeout})
 	var (
 		mu    sync.Mutex
@@ -155,15 +163,22 @@ func TestInitMarksWarmIsBounded(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- l.InitMarks(context.Background(), []string{"a", "b"}) }()
+	go func() { done <- l.InitMarks(ctx, []string{"a", "b"}) }()
+	bound := opTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl))
+	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("InitMarks: %v", err)
 		}
 		t.Logf("InitMarks returned after %v", time.Since(start))
-	case <-time.After(10 * opTimeout):
-		t.Errorf("InitMarks still running after %v (OpTimeout %v): warm waits for a server that does not answer, with no deadline", time.Since(start), opTimeout)
+		if took := time.Since(start); took > bound+2*time.Second {
+			t.Errorf("InitMarks took %v, want about %v (the caller's deadline or OpTimeout, whichever comes first)", took, bound)
+		}
+	case <-time.After(bound + 8*time.Second):
+		t.Errorf("InitMarks still running after %v (OpTimeout %v, caller's deadline in %v): warm waits for a server that does not answer past both", time.Since(start), opTimeout, bound)
 		mu.Lock()
 		for _, nc := range conns {
 			_ = nc.Close()
