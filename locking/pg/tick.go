@@ -207,10 +207,17 @@ const warmSessions = 4
 // effort: a session that fails is dropped, as after any failed statement,
 // and the burst opens what it needs as before.
 func (l *Locker) warm(ctx context.Context) {
-	// Bounded as every statement is (stmtCtx): InitMarks's caller may
-	// have no deadline, and a server that stops answering must not hang it.
+	// Bounded as every statement is (stmtCtx), and by the caller's
+	// deadline when that comes first (the scheduler's start waits 2 s at
+	// most): InitMarks's caller may have no deadline, and a server that
+	// stops answering must not hang it.
+	dl, has := ctx.Deadline()
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
+	if sc := ctx.(stmtContext); has && dl.Before(sc.deadline) {
+		sc.deadline = dl
+		ctx = sc
+	}
 	n := min(l.opts.MaxSessions, warmSessions)
 	held := make([]*session, 0, n)
 	for range n {
