@@ -267,6 +267,14 @@ func caseTickInitMarks(s *suite) {
 	if err := s.ticker(a).InitMarks(s.ctx, nil); err != nil {
 		s.t.Fatalf("InitMarks(nil) = %v, want nil", err)
 	}
+	// A key named twice, fresh or marked (the scheduler's recovery probe
+	// names its unmarked schedules and its owed ones, which after an outage
+	// at start are the same): each mark is created once.
+	twice := s.key("twice")
+	if err := s.ticker(b).InitMarks(s.ctx, []string{twice, existing, twice, existing}); err != nil {
+		s.t.Fatalf("InitMarks with keys named twice = %v, want nil", err)
+	}
+	s.wantTick(a, s.tickReq(twice, s.onTime().Add(-time.Second)), locking.TickDone, "locker A on a key InitMarks was given twice, 1s before")
 }
 
 // PerTick: consecutive ticks are granted while the first lock is held,
