@@ -516,3 +516,27 @@ func TestInitMarksDuplicateKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestInitMarksThroughSmallSessionPool: behind a session-pooling PgBouncer
+// with fewer server connections than warm opens, warm's extra session waits
+// in PgBouncer's queue until warm's deadline; the sessions that did get a
+// server connection stay open and ready, not killed with it. (InitMarks
+// still waits for that deadline: see the review report.)
+func TestInitMarksThroughSmallSessionPool(t *testing.T) {
+	c := newCluster(t)
+	bouncer := testenv.StartPgBouncer(t, "session", 2)
+	const opTimeout = 2 * time.Second
+	l := c.open(Options{URL: bouncer.URL(), OpTimeout: opTimeout})
+	start := time.Now()
+	err := l.InitMarks(context.Background(), []string{"a"})
+	took := time.Since(start)
+	n := l.openSessions()
+	t.Logf("InitMarks: %v after %v, %d sessions open", err, took, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Errorf("%d sessions open after InitMarks behind a pool of 2 server connections, want 2: warm killed the sessions it had readied when a later one timed out", n)
+	}
+	mustTick(t, l, tickReq("a", c.dbNow()), locking.TickGranted, "a tick after InitMarks")
+}
