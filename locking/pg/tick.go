@@ -219,28 +219,35 @@ func (l *Locker) warm(ctx context.Context) {
 		ctx = sc
 	}
 	n := min(l.opts.MaxSessions, warmSessions)
+	// Each session is readied as soon as it is had, and held (so the next
+	// acquire opens another) until the end: one that cannot be had in time
+	// (a pooler's queue, a slow server) leaves those before it ready.
 	held := make([]*session, 0, n)
+	defer func() {
+		for _, s := range held {
+			l.release(s)
+		}
+	}()
 	for range n {
 		if !l.idleOrRoom() {
 			// Every session may be open and each is busy (one of them
 			// with a slot warm holds): acquiring would wait for a slot.
-			break
+			return
 		}
 		s, _, err := l.acquireReady(ctx)
 		if err != nil {
-			break
+			return
 		}
-		held = append(held, s)
-	}
-	for _, s := range held {
 		b := &pgx.Batch{}
 		b.Queue(lockRowsSQL, l.opts.Namespace, []string{})
 		b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
 			[]string{}, []int64{}, []int64{}, []int64{}, []int64{}, []int64{}, []string{})
 		if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
 			l.killOwned(s, err)
+			l.release(s)
+			return
 		}
-		l.release(s)
+		held = append(held, s)
 	}
 }
 
