@@ -492,7 +492,11 @@ func (s *Scheduler) turnCame(w *waiter) {
 	}
 	h.takeLocked(w)
 	h.mu.Unlock()
-	s.ask(w.f) // on the timer's own goroutine
+	// On the timer's own goroutine, which has nothing else to do: the
+	// end of the run is done here, not deferred.
+	if c := s.ask(w.f); c != nil {
+		s.afterRun(c)
+	}
 }
 
 // holdBackLocked extends waiter w's wait, once its turn came, while this

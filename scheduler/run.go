@@ -40,6 +40,29 @@ type runOutcome struct {
 // during the backoff; a lost lock or a passed lease deadline ends the
 // retries), and reports the run (step 8) with its final result.
 func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
+	out, r := s.runAttempts(f, l)
+	s.reportRan(f, out, r)
+	return out
+}
+
+// ran is what step 8 reports of a run whose job has returned, besides its
+// outcome.
+type ran struct {
+	runID  string
+	manual bool
+	fence  int64
+	tail   *tailBuffer
+}
+
+// reportRan is step 8 for a run: the observer and log line, and the run's
+// record.
+func (s *Scheduler) reportRan(f fired, out runOutcome, r ran) {
+	s.reportRun(f, out, r.fence)
+	s.recordRun(f, r.runID, r.manual, out, r.fence, r.tail)
+}
+
+// runAttempts is runJob up to step 8: the job and its retries.
+func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
 		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), s.window(def, f.tick)+time.Hour)}
@@ -80,9 +103,7 @@ func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	if out.start.IsZero() {
 		out.start = s.clock.Now()
 	}
-	s.reportRun(f, out, fence)
-	s.recordRun(f, t, out, fence, tail)
-	return out
+	return out, ran{runID: t.RunID, manual: t.Manual, fence: fence, tail: tail}
 }
 
 // DefaultRetryBackoff is the wait before the first retry of a schedule

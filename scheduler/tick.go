@@ -47,27 +47,34 @@ func (f fired) runID() string {
 	return newRunID()
 }
 
-// runTask is what a worker (pool.go) does with a task.
-func (s *Scheduler) runTask(t task) {
+// runTask is what a worker (pool.go) does with a task. It returns the
+// end of a run whose job returned in it, for the pool to defer
+// (pool.later).
+func (s *Scheduler) runTask(t task) (later task, ok bool) {
+	var c *releaseCall
 	switch {
 	case t.call != nil:
-		s.lockAnswered(t.call)
+		c = s.lockAnswered(t.call)
+	case t.ran != nil:
+		s.afterRun(t.ran)
 	case t.turn == turnAsk:
-		s.ask(t.f)
+		c = s.ask(t.f)
 	case t.f.manual != nil:
 		s.handleManual(t.f)
 	default:
-		s.handleTick(t.f)
+		c = s.handleTick(t.f)
 	}
+	return task{ran: c}, c != nil
 }
 
 // handleTick carries tick f from step 2 to step 4's request; locked
-// carries it on from the answer.
-func (s *Scheduler) handleTick(f fired) {
+// carries it on from the answer, and returns what is left of it once its
+// job returned (afterRun), if that is the caller's to do.
+func (s *Scheduler) handleTick(f fired) *releaseCall {
 	// Step 2: resolve the hint (done once per schedule by compile).
 	if !f.def.lock {
 		s.handleLocal(f)
-		return
+		return nil
 	}
 
 	// A catch-up try still queued when shutdown begins is not sent: no
@@ -78,7 +85,7 @@ func (s *Scheduler) handleTick(f fired) {
 		f.burst.done()
 		s.finish(f, runOutcome{abandoned: true})
 		s.wg.Done()
-		return
+		return nil
 	}
 
 	// A node that is not the tick's preferred one waits its turn, and
@@ -92,23 +99,24 @@ func (s *Scheduler) handleTick(f fired) {
 	case handoffHeard:
 		s.handedOff(f)
 		s.wg.Done()
-		return
+		return nil
 	case handoffWaiting:
-		return // back as a task when its wait ends (resumeWaiters)
+		return nil // back as a task when its wait ends (resumeWaiters)
 	}
-	s.ask(f)
+	return s.ask(f)
 }
 
 // ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
 // backend decides done, paused, missed, contended or granted, on its own
-// clock.
-func (s *Scheduler) ask(f fired) {
+// clock. Unbatched, it returns what locked returns.
+func (s *Scheduler) ask(f fired) *releaseCall {
 	if s.batch != nil {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
+		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
 		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
-		return
+		return nil
 	}
 	req := s.lockRequest(f)
 	sent := s.leaseNow()
@@ -116,7 +124,7 @@ func (s *Scheduler) ask(f fired) {
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
 	s.preferredAnswered(f)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
-	s.locked(f, l, why)
+	return s.locked(f, l, why)
 }
 
 // sendingRequests stamps a batch of try-lock-ticks about to be sent with
@@ -148,11 +156,13 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 		tasks[i] = task{call: c}
 		s.preferredAnswered(c.tag.f)
 	}
+	s.work.asking.Add(-int64(len(calls)))
 	s.work.submitFirst(tasks)
 }
 
-// lockAnswered carries on a tick whose batched try-lock-tick was answered.
-func (s *Scheduler) lockAnswered(c *tickCall) {
+// lockAnswered carries on a tick whose batched try-lock-tick was answered;
+// it returns what locked returns.
+func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
 	w := c.tag
 	if c.err != nil && c.ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
@@ -163,7 +173,7 @@ func (s *Scheduler) lockAnswered(c *tickCall) {
 		s.release(w.f.def.ID, c.ans.Handle, "granted after its request ended")
 	}
 	l, why := s.lockAnswer(w.f, c.ans, c.err, w.sent, w.before, w.after)
-	s.locked(w.f, l, why)
+	return s.locked(w.f, l, why)
 }
 
 // handleLocal carries node-local tick f from step 2 to step 8.
@@ -189,19 +199,21 @@ func (s *Scheduler) handleLocal(f fired) {
 }
 
 // locked carries locked tick f on from step 4's answer: l, the granted
-// lease, or nil and why the tick is skipped.
-func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
+// lease, or nil and why the tick is skipped. Once f's job has returned,
+// it returns the rest (steps 7 and 8) for its caller to do, with afterRun:
+// a worker defers it behind the ticks waiting to start (pool.later).
+func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
 	if l == nil {
 		defer s.wg.Done()
 		if f.catchup {
 			// A catch-up try that was not granted is no tick of this
 			// node's: another node ran it, or it was decided otherwise.
 			s.finish(f, runOutcome{abandoned: true})
-			return
+			return nil
 		}
 		s.reportSkip(f, why, 0)
 		s.finish(f, runOutcome{skip: why})
-		return
+		return nil
 	}
 	h := l.h
 	if f.catchup {
@@ -218,7 +230,7 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 			s.release(f.def.ID, h, "catch-up while a run is going on")
 			s.finish(f, runOutcome{abandoned: true})
 			s.wg.Done()
-			return
+			return nil
 		}
 		f.counted = true
 		s.obs.TickFired(f.st.id, f.tick, s.clock.Now().Sub(f.tick))
@@ -231,20 +243,25 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 		s.reportSkip(f, SkipBackendError, h.Fence())
 		s.finish(f, runOutcome{skip: SkipBackendError})
 		s.wg.Done()
-		return
+		return nil
 	}
 
 	// Step 6: run, renewing the lock; the run's watch cancels the job when
 	// the lease deadline passes (run.go).
-	out := s.runJob(f, l)
-	// Step 7: release at once. The mark, not the lock, keeps T from
-	// running again. A run ended as lock_lost is released too: a passed
-	// lease deadline does not mean the backend freed the lock (a Postgres
-	// holder frozen past its lease still has its session), and the
-	// release is token-checked, so it never frees another holder's.
-	// Step 8: runJob reported the run; finish records it, once the lock
-	// is given back (release.go).
-	s.releaseAfterRun(f, h, out)
+	out, r := s.runAttempts(f, l)
+	return &releaseCall{req: h, tag: ranTick{f: f, out: out, ran: r}}
+}
+
+// afterRun is steps 7 and 8 of a locked tick whose job has returned: the
+// run is reported, then its lock released at once. The mark, not the
+// lock, keeps T from running again. A run ended as lock_lost is released
+// too: a passed lease deadline does not mean the backend freed the lock
+// (a Postgres holder frozen past its lease still has its session), and
+// the release is token-checked, so it never frees another holder's. The
+// tick is finished once the lock is given back (release.go).
+func (s *Scheduler) afterRun(c *releaseCall) {
+	s.reportRan(c.tag.f, c.tag.out, c.tag.ran)
+	s.releaseAfterRun(c)
 }
 
 // lockRequest is step 4's try-lock-tick request for f.
