@@ -111,10 +111,11 @@ type pool struct {
 // and longer than a burst of 10,000 ticks takes to start on two cores.
 const maxDefer = 100 * time.Millisecond
 
-// laterTask is a task of pool.later and when it was queued (monoNow).
+// laterTask is a task of pool.later (task{ran: ran}) and when it was
+// queued (monoNow): small, as 10,000 of them queue in a burst.
 type laterTask struct {
-	t  task
-	at time.Duration
+	ran *releaseCall
+	at  time.Duration
 }
 
 // monoEpoch and monoNow read the monotonic clock for pool.later's bound:
@@ -159,10 +160,12 @@ func (p *pool) submitAll(ts []task) {
 	p.mu.Unlock()
 }
 
-// submitFirst queues ts, in order, ahead of every task submit and
-// submitAll queued (see pool.granted).
-func (p *pool) submitFirst(ts []task) {
-	if len(ts) == 0 {
+// submitAnswered queues a task for each answered call, in order, ahead
+// of every task submit and submitAll queued (see pool.granted); they no
+// longer count as asking. (Tasks made here, not by the caller: a slice of
+// them per batch was a tenth of a burst's allocations.)
+func (p *pool) submitAnswered(calls []*tickCall) {
+	if len(calls) == 0 {
 		return
 	}
 	p.mu.Lock()
@@ -171,7 +174,10 @@ func (p *pool) submitFirst(ts []task) {
 		clear(p.granted[n:])
 		p.granted, p.ghead = p.granted[:n], 0
 	}
-	p.granted = append(p.granted, ts...)
+	for _, c := range calls {
+		p.granted = append(p.granted, task{call: c})
+	}
+	p.asking.Add(-int64(len(calls)))
 	if p.spinning == 0 {
 		p.spinLocked()
 	}
@@ -190,7 +196,7 @@ func (p *pool) hold(on bool) {
 	p.mu.Unlock()
 }
 
-// laterLocked queues t in later (see pool.later). The worker that ran
+// laterLocked queues t, an end of a run (t.ran), in later (see pool.later). The worker that ran
 // the task t came from calls it, on its way back to the queue: it counts
 // as the spinning worker that will take t or what goes before it, so no
 // other worker is woken for t.
@@ -200,7 +206,7 @@ func (p *pool) laterLocked(t task) {
 		clear(p.later[n:])
 		p.later, p.lhead = p.later[:n], 0
 	}
-	p.later = append(p.later, laterTask{t: t, at: p.now()})
+	p.later = append(p.later, laterTask{ran: t.ran, at: p.now()})
 }
 
 // waitingLocked reports whether a task waits that may be taken now.
@@ -224,7 +230,7 @@ func (p *pool) laterDueLocked(busy bool) bool {
 // takeLocked takes the next task; one must wait.
 func (p *pool) takeLocked() task {
 	if p.laterDueLocked(p.ghead < len(p.granted) || p.head < len(p.queue)) {
-		t := p.later[p.lhead].t
+		t := task{ran: p.later[p.lhead].ran}
 		p.later[p.lhead] = laterTask{}
 		p.lhead++
 		if p.lhead == len(p.later) {

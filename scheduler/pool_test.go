@@ -113,13 +113,19 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 	var now time.Duration
 	p := newPool(plain(func(task) {}))
 	p.now = func() time.Duration { return now }
-	mark := func(n time.Duration) task { return task{f: fired{lateness: n}} }
+	mark := func(n time.Duration) task {
+		return task{f: fired{lateness: n}, ran: &releaseCall{tag: ranTick{f: fired{lateness: n}}}}
+	}
 	take := func() time.Duration {
 		t.Helper()
 		if !p.waitingLocked() {
 			t.Fatal("no task to take")
 		}
-		return p.takeLocked().f.lateness
+		tk := p.takeLocked()
+		if tk.ran != nil {
+			return tk.ran.tag.f.lateness
+		}
+		return tk.f.lateness
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -170,8 +176,8 @@ func TestPoolLaterRunsWhenWorkersPark(t *testing.T) {
 	ran := make(chan time.Duration, 2)
 	var p *pool
 	p = newPool(func(t task) (task, bool) {
-		if t.f.lateness == 0 {
-			return task{f: fired{lateness: 1}}, true // deferred
+		if t.ran == nil {
+			return task{ran: &releaseCall{}}, true // deferred
 		}
 		ran <- p.now()
 		return task{}, false

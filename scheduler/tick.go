@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -115,7 +116,9 @@ func (s *Scheduler) ask(f fired) *releaseCall {
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
 		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
-		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
+		c := tickCalls.Get().(*tickCall)
+		c.ctx, c.req, c.tag.f = f.burst.ctx, s.lockRequest(f), f
+		s.batch.submit(c)
 		return nil
 	}
 	req := s.lockRequest(f)
@@ -150,29 +153,32 @@ func (s *Scheduler) preferredAnswered(f fired) {
 // ticks that have not asked yet: a granted one's lease is running.
 func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	after := s.clock.Now()
-	tasks := make([]task, len(calls))
-	for i, c := range calls {
+	for _, c := range calls {
 		c.tag.after = after
-		tasks[i] = task{call: c}
 		s.preferredAnswered(c.tag.f)
 	}
-	s.work.asking.Add(-int64(len(calls)))
-	s.work.submitFirst(tasks)
+	s.work.submitAnswered(calls)
 }
+
+// tickCalls keeps the calls of answered ticks for the next ones: a burst
+// of 10,000 ticks allocated a third of its bytes in them.
+var tickCalls = sync.Pool{New: func() any { return new(tickCall) }}
 
 // lockAnswered carries on a tick whose batched try-lock-tick was answered;
 // it returns what locked returns.
 func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
-	w := c.tag
-	if c.err != nil && c.ans.Handle != nil {
+	w, ans, err := c.tag, c.ans, c.err
+	*c = tickCall{}
+	tickCalls.Put(c) // nothing refers to it any more (batch.go deliver)
+	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
 		// came (batch.go sendOne): the tick is skipped as its request
 		// alone would have been, and its lock, kept until its TTL, would
 		// hold off every node from the schedule's next ticks. The mark
 		// stays raised: T runs nowhere, as before.
-		s.release(w.f.def.ID, c.ans.Handle, "granted after its request ended")
+		s.release(w.f.def.ID, ans.Handle, "granted after its request ended")
 	}
-	l, why := s.lockAnswer(w.f, c.ans, c.err, w.sent, w.before, w.after)
+	l, why := s.lockAnswer(w.f, ans, err, w.sent, w.before, w.after)
 	return s.locked(w.f, l, why)
 }
 
