@@ -70,6 +70,17 @@ func (s *Scheduler) renewLease(l *lease) error {
 // expired reports whether l's deadline has passed.
 func (s *Scheduler) expired(l *lease) bool { return !s.leaseNow().Before(l.until) }
 
+// clockAndLease reads the scheduler's clock and the lease clock at the
+// same instant. On the real clock one reading of it serves both (a
+// reading costs about 70 ns, and a tick read both at once twice).
+func (s *Scheduler) clockAndLease() (now, lease time.Time) {
+	if _, ok := s.clock.(realClock); ok {
+		n := time.Now()
+		return n, leaseClock.at(n)
+	}
+	return s.clock.Now(), s.leaseNow()
+}
+
 // leaseNow reads the lease clock: CLOCK_BOOTTIME on the real clock, the
 // injected clock otherwise.
 func (s *Scheduler) leaseNow() time.Time {

@@ -151,13 +151,14 @@ func (s *Scheduler) hold(f fired, l *lease, d time.Duration) bool {
 // for a node-local run) and notices an overrun once.
 func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	def := f.def
+	start, leaseAt := s.clockAndLease()
 	var fence int64
 	if l != nil {
 		fence = l.h.Fence()
-		if s.expired(l) {
+		if !leaseAt.Before(l.until) {
 			// A job starts only before the lease deadline (a tick that
 			// waited out its lease in the jitter, or a node frozen since).
-			return runOutcome{result: ResultLockLost, start: s.clock.Now(),
+			return runOutcome{result: ResultLockLost, start: start,
 				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
 		}
 	}
@@ -173,7 +174,6 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 		defer cancelT()
 	}
 
-	start := s.clock.Now()
 	w := s.newWatch()
 	w.f, w.l, w.fence, w.cancel = f, l, fence, cancel
 	w.overrunAt = start.Add(def.ExpectedRuntime)

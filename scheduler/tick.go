@@ -134,7 +134,7 @@ func (s *Scheduler) ask(f fired) *releaseCall {
 // the time it is sent, on the lease clock (its leases count from then) and
 // on the scheduler's: one reading of each for the batch.
 func (s *Scheduler) sendingRequests(calls []*tickCall) {
-	sent, before := s.leaseNow(), s.clock.Now()
+	before, sent := s.clockAndLease()
 	for _, c := range calls {
 		c.tag.sent, c.tag.before = sent, before
 	}
