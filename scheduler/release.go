@@ -40,9 +40,10 @@ type (
 // ranTick is a tick whose run has ended, and how it ended: what finish
 // needs once the run's lock is given back.
 type ranTick struct {
-	f   fired
-	out runOutcome
-	ran ran
+	f     fired
+	out   runOutcome
+	ran   ran
+	lease lease // the run's (newTickLease)
 }
 
 // newReleaser returns a releaser for l, nil when l cannot batch releases.

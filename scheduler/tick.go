@@ -255,7 +255,9 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
 	// Step 6: run, renewing the lock; the run's watch cancels the job when
 	// the lease deadline passes (run.go).
 	out, r := s.runAttempts(f, l)
-	return &releaseCall{req: h, tag: ranTick{f: f, out: out, ran: r}}
+	c := l.end
+	c.tag.f, c.tag.out, c.tag.ran = f, out, r
+	return c
 }
 
 // afterRun is steps 7 and 8 of a locked tick whose job has returned: the
@@ -321,7 +323,7 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 			s.log.Error("try-lock-tick granted without a handle: tick not run", slog.String("schedule", def.ID))
 			return nil, SkipBackendError
 		}
-		return s.newLease(ans.Handle, sent), ""
+		return s.newTickLease(ans.Handle, sent), ""
 	case locking.TickDone, locking.TickContended:
 		return nil, SkipContended
 	case locking.TickPaused:

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -71,11 +70,11 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		// Drawn before anything changes, so a failure leaves no trace.
 		token = r.Token
 		if token == "" {
-			tok, err := ls.token()
+			tok, err := ls.tokenString()
 			if err != nil {
 				return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
 			}
-			token = hex.EncodeToString(tok[:])
+			token = tok
 		}
 	}
 	// Store the mark when the step raised it. A missing mark that the step
