@@ -121,10 +121,26 @@ type tickWait struct {
 	after        time.Time
 }
 
-// newBatcher returns a tickBatcher for l, nil when l cannot batch.
+// InProcessLocker is implemented by lock backends that decide in the
+// caller's goroutine, with no round trip (locking/memory). Their
+// try-lock-ticks are not batched even if they could be: a batch saves
+// nothing there, and it cost what a round trip would have. On the memory
+// backend the batches of a burst held 2 to 4 requests, so a tick paid a
+// batch's costs (its queue, the hand back of its answer to the pool, and
+// a second task for it) alone: a fifth of the CPU each tick spent before
+// its job started (BenchmarkSameSecond10k's p99-start-cpu-ms).
+type InProcessLocker interface {
+	InProcess() bool
+}
+
+// newBatcher returns a tickBatcher for l, nil when l cannot batch, or
+// need not (InProcessLocker).
 func newBatcher(l Locker, deliver, sending func([]*tickCall)) *tickBatcher {
 	b, ok := l.(TickBatcher)
 	if !ok {
+		return nil
+	}
+	if ip, ok := l.(InProcessLocker); ok && ip.InProcess() {
 		return nil
 	}
 	return &tickBatcher{send: b.TryLockTicks, short: errShortBatch, deliver: deliver, sending: sending}
