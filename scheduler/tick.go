@@ -122,8 +122,7 @@ func (s *Scheduler) ask(f fired) *releaseCall {
 		return nil
 	}
 	req := s.lockRequest(f)
-	sent := s.leaseNow()
-	before := s.clock.Now()
+	before, sent := s.clockAndLease()
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
 	s.preferredAnswered(f)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
