@@ -14,7 +14,9 @@ import (
 // the releases that wait together in one batch, by the same group commit as
 // try-lock-tick (batch.go). A lone release is sent at once, alone, with no
 // timer holding it back: step 7's "release at once" still holds, and the
-// next tick of a schedule is as free to run on any node as before.
+// next tick of a schedule is as free to run on any node as before. (Under
+// a burst the end of a run, release included, waits behind the ticks not
+// yet started, at most maxDefer: pool.later.)
 //
 // Nothing of a release moves: each handle is released by the backend only
 // if its lock is still the handle's, as Release does, and each release's
