@@ -234,7 +234,8 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			s.heap.fix(e)
 		}
 		a := action{
-			f:    fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick)},
+			f: fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick),
+				winSet: true, win: windowAfter(st.def, tick, next)},
 			next: nextNote{st.id, next},
 		}
 		if st.active > 0 && st.def.Overlap == OverlapSkip {

@@ -38,6 +38,19 @@ type fired struct {
 	preferred bool
 	// handed: its handoff was decided already (handOffAll) and it asks.
 	handed bool
+	// win is the tick's catch-up window (Scheduler.window) when winSet:
+	// the loop knows the next tick already, and a window of the default
+	// (one period) was a Next call each time it was asked, twice a tick.
+	winSet bool
+	win    time.Duration
+}
+
+// window is s.window(f.def, f.tick), known or computed.
+func (f fired) window(s *Scheduler) time.Duration {
+	if f.winSet {
+		return f.win
+	}
+	return s.window(f.def, f.tick)
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
@@ -187,7 +200,7 @@ func (s *Scheduler) handleLocal(f fired) {
 	// No backend decides for a node-local tick: this node applies the
 	// catch-up window itself (a node stopped across a tick runs it
 	// late, once, within the window).
-	if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
+	if f.lateness > max(f.window(s), s.opts.MaxClockSkew) {
 		s.reportSkip(f, SkipMissed, 0)
 		s.finish(f, runOutcome{skip: SkipMissed})
 		return
@@ -281,7 +294,7 @@ func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 		PerTick: def.Overlap == OverlapAllow,
 		Floor:   f.st.decided.load(f.tick.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
-		Window:  s.window(def, f.tick),
+		Window:  f.window(s),
 	}
 }
 
@@ -366,13 +379,22 @@ func (s *Scheduler) clockOffset(d time.Duration) {
 // window is the catch-up window of tick T of def: how late T may still
 // start. The default is one period (until the next tick is due).
 func (s *Scheduler) window(def *compiled, tick time.Time) time.Duration {
+	if def.CatchupWindow != 0 {
+		return windowAfter(def, tick, time.Time{})
+	}
+	return windowAfter(def, tick, def.Spec.Next(tick))
+}
+
+// windowAfter is window for a tick whose next tick is next (read only
+// for the default window).
+func windowAfter(def *compiled, tick, next time.Time) time.Duration {
 	switch w := def.CatchupWindow; {
 	case w == NoCatchup:
 		return 0
 	case w > 0:
 		return w
 	}
-	if next := def.Spec.Next(tick); !next.IsZero() {
+	if !next.IsZero() {
 		return next.Sub(tick)
 	}
 	return 0
