@@ -83,6 +83,9 @@ const MinTTL = time.Millisecond
 // at most MaxKeyLen bytes, and free of control characters (which would make
 // logs and `locks` output ambiguous). Errors wrap ErrInvalid.
 func CheckKey(key string) error {
+	if key != "" && len(key) <= MaxKeyLen && printableASCII(key) {
+		return nil // most keys; every try-lock-tick checks its key
+	}
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
@@ -97,6 +100,17 @@ func CheckKey(key string) error {
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether every byte of s is ASCII and not a
+// control character: valid UTF-8 free of control characters, in one pass.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckTryLock validates TryLock's arguments; every backend calls it first.

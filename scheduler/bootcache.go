@@ -49,17 +49,40 @@ func monoClocks() (wall, mono int64) {
 var leaseClock = &bootCache{read: bootTime, clocks: monoClocks}
 
 func (c *bootCache) now() time.Time {
-	wall, mono := c.clocks()
+	if b, ok := c.cached(c.clocks()); ok {
+		return b
+	}
+	return c.sync()
+}
+
+// at is now for a reading n of the real clock taken by the caller (c must
+// be leaseClock, on monoClocks): the lease clock at that instant, without
+// reading the clock again while the cache serves.
+func (c *bootCache) at(n time.Time) time.Time {
+	if b, ok := c.cached(n.UnixNano(), int64(n.Sub(monoRef))); ok {
+		return b
+	}
+	return c.sync()
+}
+
+// cached derives the lease clock from the cheap clocks' readings, if the
+// last exact reading still serves.
+func (c *bootCache) cached(wall, mono int64) (time.Time, bool) {
 	if s := c.last.Load(); s != nil {
 		d := mono - s.mono
 		drift := wall - mono - s.wallMono
 		if d >= 0 && d < int64(bootRefresh) && drift <= int64(bootTolerance)/2 && drift >= -int64(bootTolerance)/2 {
-			return s.boot.Add(time.Duration(d))
+			return s.boot.Add(time.Duration(d)), true
 		}
 	}
+	return time.Time{}, false
+}
+
+// sync reads the exact clock, and keeps the reading if it was quick.
+func (c *bootCache) sync() time.Time {
 	_, before := c.clocks()
 	b := c.read()
-	wall, mono = c.clocks()
+	wall, mono := c.clocks()
 	// b was read somewhere between before and mono: anchored at mono, the
 	// readings derived from it are behind by at most that gap. A slow
 	// read (preempted) is not kept.

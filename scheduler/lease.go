@@ -23,6 +23,9 @@ import (
 // suspended (CLOCK_BOOTTIME), so a laptop lid or a VM suspend cannot make
 // an expired lease look alive.
 type lease struct {
+	// end, for a tick's lease (newTickLease), is the release call it is
+	// allocated in, which carries the end of the run (afterRun).
+	end   *releaseCall
 	h     *locking.Handle
 	len   time.Duration // usable lease: backend lease minus the safety margin
 	every time.Duration // renewal period: a third of len
@@ -33,6 +36,16 @@ type lease struct {
 func (s *Scheduler) newLease(h *locking.Handle, sent time.Time) *lease {
 	n := s.leaseLen(h.TTL())
 	return &lease{h: h, len: n, every: n / 3, until: sent.Add(n)}
+}
+
+// newTickLease is newLease for a locked tick: the lease is allocated in
+// the call that will release its lock after the run (locked), one
+// allocation instead of two.
+func (s *Scheduler) newTickLease(h *locking.Handle, sent time.Time) *lease {
+	n := s.leaseLen(h.TTL())
+	c := &releaseCall{req: h}
+	c.tag.lease = lease{end: c, h: h, len: n, every: n / 3, until: sent.Add(n)}
+	return &c.tag.lease
 }
 
 // leaseLen is the usable lease of a lock taken with ttl.
@@ -69,6 +82,17 @@ func (s *Scheduler) renewLease(l *lease) error {
 
 // expired reports whether l's deadline has passed.
 func (s *Scheduler) expired(l *lease) bool { return !s.leaseNow().Before(l.until) }
+
+// clockAndLease reads the scheduler's clock and the lease clock at the
+// same instant. On the real clock one reading of it serves both (a
+// reading costs about 70 ns, and a tick read both at once twice).
+func (s *Scheduler) clockAndLease() (now, lease time.Time) {
+	if _, ok := s.clock.(realClock); ok {
+		n := time.Now()
+		return n, leaseClock.at(n)
+	}
+	return s.clock.Now(), s.leaseNow()
+}
 
 // leaseNow reads the lease clock: CLOCK_BOOTTIME on the real clock, the
 // injected clock otherwise.

@@ -108,10 +108,23 @@ func (s *Scheduler) loop(ctx context.Context) {
 		}
 	}()
 	var acts []action
+	// held: the pool defers the ends of runs (pool.held) while the loop
+	// hands out a burst larger than one batch: its ticks not handed out
+	// yet have not started either.
+	held := false
+	defer func() {
+		if held {
+			s.work.hold(false)
+		}
+	}()
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		acts = s.popDueLocked(s.clock.Now(), acts[:0])
 		s.mu.Unlock()
+		if len(acts) == popBatch && !held {
+			held = true
+			s.work.hold(true)
+		}
 		s.dispatch(acts)
 		clear(acts)
 
@@ -160,6 +173,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 		s.parked = true
 		s.notifyLocked()
 		s.mu.Unlock()
+		if held {
+			held = false
+			s.work.hold(false)
+		}
 
 		select {
 		case <-ctx.Done():
@@ -217,7 +234,8 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			s.heap.fix(e)
 		}
 		a := action{
-			f:    fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick)},
+			f: fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick),
+				winSet: true, win: windowAfter(st.def, tick, next)},
 			next: nextNote{st.id, next},
 		}
 		if st.active > 0 && st.def.Overlap == OverlapSkip {

@@ -1,6 +1,10 @@
 package scheduler
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // The goroutines that carry ticks.
 //
@@ -21,11 +25,13 @@ import "sync"
 // costs what a goroutine per tick used to cost.
 const maxIdleWorkers = 64
 
-// task is one unit of work for a worker: a fired tick, or one whose
-// batched try-lock-tick was answered (call; batch.go).
+// task is one unit of work for a worker: a fired tick, one whose
+// batched try-lock-tick was answered (call; batch.go), or the end of a
+// run whose job has returned (ran; deferred, see pool.later).
 type task struct {
 	f    fired
 	call *tickCall
+	ran  *releaseCall
 	// turn: f waited for its turn (prefer.go) and now asks.
 	turn taskTurn
 }
@@ -52,7 +58,10 @@ const (
 // mutex counts as blocked, so BenchmarkSameSecond10k sees 30 to 1,300
 // workers for its 10,000 ticks.
 type pool struct {
-	run func(task)
+	// run does a task; what it returns (the end of a run whose job
+	// returned in it) is queued in later.
+	run func(task) (later task, ok bool)
+	now func() time.Duration // monoNow; tests step it
 
 	mu    sync.Mutex
 	cond  sync.Cond // parked workers wait here
@@ -63,18 +72,63 @@ type pool struct {
 	// a tick of queue has not asked yet. FIFO between the two had the
 	// answered ticks of a 10,000-tick burst wait behind every request not
 	// yet sent, so their jobs started only once all of them had asked.
-	granted  []task
-	ghead    int  // granted[ghead:] is waiting
-	spinning int  // workers on their way to the queue (see above)
-	idle     int  // parked workers not yet woken
-	parked   int  // parked workers, woken or not
-	closed   bool // no more tasks: workers end once the queue is empty
-	started  int  // workers started so far (the benchmarks report it)
-	wg       sync.WaitGroup
+	granted []task
+	ghead   int // granted[ghead:] is waiting
+	// later are the ends of runs whose jobs have returned (step 7's
+	// release, step 8's report: Scheduler.afterRun), taken after granted
+	// and queue, unless the oldest has waited maxDefer. A tick's lateness
+	// is read when its job starts, and on two cores the work done after a
+	// job started competed with the ticks of the same burst not yet
+	// started: done first, it made the last ones later by its whole cost.
+	// Deferred, it is done once the burst has started (and the loop has
+	// handed out all of it: held), or after maxDefer under a load that
+	// never drains. A release a few milliseconds late is harmless (the
+	// mark, not the lock, keeps T from running twice: DESIGN.md step 7),
+	// and bounded so that the schedule's next tick finds its lock free.
+	later []laterTask
+	lhead int // later[lhead:] is waiting
+	// held: the loop is handing out a burst (hold), so more ticks come
+	// that have not started: later waits for them even when nothing else
+	// waits (until maxDefer). asking counts the ticks whose batched
+	// try-lock-tick is queued or on its way (batch.go): they come back as
+	// granted.
+	held   bool
+	asking atomic.Int64
+	// laterTimer gets a worker spinning when the head of later has waited
+	// maxDefer while every worker parked (armed: laterArmed).
+	laterTimer *time.Timer
+	laterArmed bool
+	spinning   int  // workers on their way to the queue (see above)
+	idle       int  // parked workers not yet woken
+	parked     int  // parked workers, woken or not
+	closed     bool // no more tasks: workers end once the queue is empty
+	started    int  // workers started so far (the benchmarks report it)
+	wg         sync.WaitGroup
 }
 
-func newPool(run func(task)) *pool {
-	p := &pool{run: run}
+// maxDefer bounds how long a task of pool.later waits while other tasks
+// keep coming: a tenth of the shortest period of a schedule (a second),
+// and longer than a burst of 10,000 ticks takes to start on two cores.
+const maxDefer = 100 * time.Millisecond
+
+// laterTask is a task of pool.later (task{ran: ran}) and when it was
+// queued (monoNow): small, as 10,000 of them queue in a burst.
+type laterTask struct {
+	ran *releaseCall
+	at  time.Duration
+}
+
+// monoEpoch and monoNow read the monotonic clock for pool.later's bound:
+// how long a task has waited for a worker is a matter of this process's
+// CPU, not of any schedule, so it is the real clock whatever the
+// scheduler's (time.Since of a time with a monotonic reading reads
+// nothing else).
+var monoEpoch = time.Now()
+
+func monoNow() time.Duration { return time.Since(monoEpoch) }
+
+func newPool(run func(task) (task, bool)) *pool {
+	p := &pool{run: run, now: monoNow}
 	p.cond.L = &p.mu
 	return p
 }
@@ -106,10 +160,12 @@ func (p *pool) submitAll(ts []task) {
 	p.mu.Unlock()
 }
 
-// submitFirst queues ts, in order, ahead of every task submit and
-// submitAll queued (see pool.granted).
-func (p *pool) submitFirst(ts []task) {
-	if len(ts) == 0 {
+// submitAnswered queues a task for each answered call, in order, ahead
+// of every task submit and submitAll queued (see pool.granted); they no
+// longer count as asking. (Tasks made here, not by the caller: a slice of
+// them per batch was a tenth of a burst's allocations.)
+func (p *pool) submitAnswered(calls []*tickCall) {
+	if len(calls) == 0 {
 		return
 	}
 	p.mu.Lock()
@@ -118,18 +174,70 @@ func (p *pool) submitFirst(ts []task) {
 		clear(p.granted[n:])
 		p.granted, p.ghead = p.granted[:n], 0
 	}
-	p.granted = append(p.granted, ts...)
+	for _, c := range calls {
+		p.granted = append(p.granted, task{call: c})
+	}
+	p.asking.Add(-int64(len(calls)))
 	if p.spinning == 0 {
 		p.spinLocked()
 	}
 	p.mu.Unlock()
 }
 
-// waitingLocked reports whether a task waits.
-func (p *pool) waitingLocked() bool { return p.ghead < len(p.granted) || p.head < len(p.queue) }
+// hold tells the pool whether the loop is handing out a burst (see
+// pool.held). Released, it gets a worker spinning for the tasks of later
+// that waited for it.
+func (p *pool) hold(on bool) {
+	p.mu.Lock()
+	p.held = on
+	if !on && p.waitingLocked() && p.spinning == 0 {
+		p.spinLocked()
+	}
+	p.mu.Unlock()
+}
+
+// laterLocked queues t, an end of a run (t.ran), in later (see pool.later). The worker that ran
+// the task t came from calls it, on its way back to the queue: it counts
+// as the spinning worker that will take t or what goes before it, so no
+// other worker is woken for t.
+func (p *pool) laterLocked(t task) {
+	if p.lhead > 0 && p.lhead >= len(p.later)/2 {
+		n := copy(p.later, p.later[p.lhead:])
+		clear(p.later[n:])
+		p.later, p.lhead = p.later[:n], 0
+	}
+	p.later = append(p.later, laterTask{ran: t.ran, at: p.now()})
+}
+
+// waitingLocked reports whether a task waits that may be taken now.
+func (p *pool) waitingLocked() bool {
+	return p.ghead < len(p.granted) || p.head < len(p.queue) || p.laterDueLocked(false)
+}
+
+// laterDueLocked reports whether the head of later is to be taken now:
+// it waited maxDefer, or nothing goes before it (busy: another task
+// waits).
+func (p *pool) laterDueLocked(busy bool) bool {
+	if p.lhead == len(p.later) {
+		return false
+	}
+	if !busy && (!p.held && p.asking.Load() == 0 || p.closed) {
+		return true
+	}
+	return p.now()-p.later[p.lhead].at >= maxDefer
+}
 
 // takeLocked takes the next task; one must wait.
 func (p *pool) takeLocked() task {
+	if p.laterDueLocked(p.ghead < len(p.granted) || p.head < len(p.queue)) {
+		t := task{ran: p.later[p.lhead].ran}
+		p.later[p.lhead] = laterTask{}
+		p.lhead++
+		if p.lhead == len(p.later) {
+			p.later, p.lhead = p.later[:0], 0
+		}
+		return t
+	}
 	if p.ghead < len(p.granted) {
 		t := p.granted[p.ghead]
 		p.granted[p.ghead] = task{}
@@ -184,8 +292,11 @@ func (p *pool) worker() {
 				p.spinLocked()
 			}
 			p.mu.Unlock()
-			p.run(t)
+			later, ok := p.run(t)
 			p.mu.Lock()
+			if ok {
+				p.laterLocked(later)
+			}
 			p.spinning++
 			continue
 		}
@@ -194,6 +305,9 @@ func (p *pool) worker() {
 			p.mu.Unlock()
 			return
 		}
+		if p.lhead < len(p.later) && p.spinning == 0 {
+			p.armLaterLocked()
+		}
 		p.idle++
 		p.parked++
 		p.cond.Wait() // whoever wakes it counts it spinning
@@ -201,11 +315,44 @@ func (p *pool) worker() {
 	}
 }
 
+// armLaterLocked arms the timer that keeps the bound of later (maxDefer)
+// while no worker is awake to check it.
+func (p *pool) armLaterLocked() {
+	if p.laterArmed {
+		return
+	}
+	p.laterArmed = true
+	d := max(maxDefer-(p.now()-p.later[p.lhead].at), 0)
+	if p.laterTimer == nil {
+		p.laterTimer = time.AfterFunc(d, p.laterDue)
+	} else {
+		p.laterTimer.Reset(d)
+	}
+}
+
+// laterDue runs when the head of later may have waited maxDefer.
+func (p *pool) laterDue() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.laterArmed = false
+	if p.closed || p.spinning > 0 || p.lhead == len(p.later) {
+		return // a worker is on its way, or nothing is left to do
+	}
+	if p.waitingLocked() {
+		p.spinLocked()
+		return
+	}
+	p.armLaterLocked() // not yet due: a reading of the clock early
+}
+
 // close ends the workers once the queue is drained and waits for them. No
 // task may be submitted after it is called.
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.laterTimer != nil {
+		p.laterTimer.Stop()
+	}
 	p.spinning += p.idle
 	p.idle = 0
 	p.cond.Broadcast()

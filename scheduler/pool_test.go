@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// plain is a pool's run that never defers anything.
+func plain(run func(task)) func(task) (task, bool) {
+	return func(t task) (task, bool) {
+		run(t)
+		return task{}, false
+	}
+}
+
 // A task that blocks (a long job) must never keep a queued task waiting:
 // n tasks that each wait for all n to have started can only finish if
 // the pool runs them all at once.
@@ -20,14 +28,14 @@ func TestPoolNeverQueuesATaskBehindABlockedOne(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var timedOut atomic.Bool
-	p := newPool(func(task) {
+	p := newPool(plain(func(task) {
 		started.Done()
 		select {
 		case <-all:
 		case <-ctx.Done():
 			timedOut.Store(true)
 		}
-	})
+	}))
 	for range n {
 		p.submit(task{})
 	}
@@ -45,13 +53,13 @@ func TestPoolNeverQueuesATaskBehindABlockedOne(t *testing.T) {
 func TestPoolCloseRunsWhatIsQueued(t *testing.T) {
 	var ran atomic.Int64
 	gate := make(chan struct{})
-	p := newPool(func(t task) {
+	p := newPool(plain(func(t task) {
 		if t.f.lateness < 0 {
 			<-gate // the first task holds its worker until the rest are queued
 			return
 		}
 		ran.Add(1)
-	})
+	}))
 	p.submit(task{f: fired{lateness: -1}})
 	for range 100 {
 		p.submit(task{})
@@ -78,12 +86,12 @@ func BenchmarkPoolBurst(b *testing.B) {
 	var wg sync.WaitGroup
 	var started int
 	for range b.N {
-		p := newPool(func(task) {
+		p := newPool(plain(func(task) {
 			mu.Lock()
 			shared++
 			mu.Unlock()
 			wg.Done()
-		})
+		}))
 		wg.Add(n)
 		batch := make([]task, popBatch)
 		for i := 0; i < n; i += popBatch {
@@ -95,4 +103,102 @@ func BenchmarkPoolBurst(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/task")
 	b.ReportMetric(float64(started)/float64(b.N), "workers")
+}
+
+// The ends of runs (later) wait behind every task that has not started,
+// granted and queued alike, and behind the loop's burst (held) and the
+// try-lock-ticks on their way (asking); the one that waited maxDefer goes
+// first all the same.
+func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
+	var now time.Duration
+	p := newPool(plain(func(task) {}))
+	p.now = func() time.Duration { return now }
+	mark := func(n time.Duration) task {
+		return task{f: fired{lateness: n}, ran: &releaseCall{tag: ranTick{f: fired{lateness: n}}}}
+	}
+	take := func() time.Duration {
+		t.Helper()
+		if !p.waitingLocked() {
+			t.Fatal("no task to take")
+		}
+		tk := p.takeLocked()
+		if tk.ran != nil {
+			return tk.ran.tag.f.lateness
+		}
+		return tk.f.lateness
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.laterLocked(mark(1))
+	p.queue = append(p.queue, mark(2))
+	p.granted = append(p.granted, mark(3))
+	p.laterLocked(mark(4))
+	for i, want := range []time.Duration{3, 2, 1, 4} {
+		if got := take(); got != want {
+			t.Fatalf("take %d: task %d, want %d (granted, queued, then the ends of runs in order)", i, got, want)
+		}
+	}
+
+	p.laterLocked(mark(5))
+	p.held = true
+	if p.waitingLocked() {
+		t.Fatal("an end of a run is due while the loop hands out a burst")
+	}
+	p.held = false
+	p.asking.Store(1)
+	if p.waitingLocked() {
+		t.Fatal("an end of a run is due while try-lock-ticks are on their way")
+	}
+	p.queue = append(p.queue, mark(6))
+	now += maxDefer - 1
+	if got := take(); got != 6 {
+		t.Fatalf("took %d before maxDefer, want the queued tick 6", got)
+	}
+	p.queue = append(p.queue, mark(7))
+	now++
+	if got := take(); got != 5 {
+		t.Fatalf("took %d after maxDefer, want the end of a run 5 that waited that long", got)
+	}
+	if got := take(); got != 7 {
+		t.Fatalf("took %d, want 7", got)
+	}
+	p.laterLocked(mark(8))
+	p.closed = true
+	if got := take(); got != 8 {
+		t.Fatalf("took %d once closing, want the end of a run 8 though ticks are asking", got)
+	}
+}
+
+// An end of a run deferred while every worker is parked (try-lock-ticks
+// on their way that never come back) still runs, once it has waited
+// maxDefer; and close runs what is deferred at once.
+func TestPoolLaterRunsWhenWorkersPark(t *testing.T) {
+	ran := make(chan time.Duration, 2)
+	var p *pool
+	p = newPool(func(t task) (task, bool) {
+		if t.ran == nil {
+			return task{ran: &releaseCall{}}, true // deferred
+		}
+		ran <- p.now()
+		return task{}, false
+	})
+	p.asking.Store(1) // never answered
+	start := p.now()
+	p.submit(task{})
+	select {
+	case at := <-ran:
+		if waited := at - start; waited < maxDefer {
+			t.Errorf("the end of a run ran after %v while ticks were asking, want it deferred %v", waited, maxDefer)
+		}
+	case <-time.After(20 * maxDefer):
+		t.Fatalf("the end of a run did not run within %v while workers parked", 20*maxDefer)
+	}
+
+	p.submit(task{})
+	p.close()
+	select {
+	case <-ran:
+	default:
+		t.Fatal("close returned before the deferred end of a run ran")
+	}
 }

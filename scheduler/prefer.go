@@ -492,7 +492,11 @@ func (s *Scheduler) turnCame(w *waiter) {
 	}
 	h.takeLocked(w)
 	h.mu.Unlock()
-	s.ask(w.f) // on the timer's own goroutine
+	// On the timer's own goroutine, which has nothing else to do: the
+	// end of the run is done here, not deferred.
+	if c := s.ask(w.f); c != nil {
+		s.afterRun(c)
+	}
 }
 
 // holdBackLocked extends waiter w's wait, once its turn came, while this
@@ -571,7 +575,7 @@ func (s *Scheduler) answered(tick time.Time) {
 //     would be lost. With the default skew of 1s, an every-second
 //     schedule has no room: every node asks at once, as without handoff.
 func (s *Scheduler) handoffBound(f fired) time.Duration {
-	bound := max(s.opts.MaxClockSkew, s.window(f.def, f.tick)) / 2
+	bound := max(s.opts.MaxClockSkew, f.window(s)) / 2
 	if next := f.def.Spec.Next(f.tick); !next.IsZero() {
 		bound = min(bound, (next.Sub(f.tick)-s.opts.MaxClockSkew)/2)
 	}

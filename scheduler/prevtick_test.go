@@ -64,3 +64,58 @@ func BenchmarkPrevTick(b *testing.B) {
 		prevTick(spec, tick.Add(-time.Nanosecond), 25*time.Hour)
 	}
 }
+
+// hiddenSpec hides a spec's type, so its period is unknown (a Spec of
+// the embedder's own), and counts its Next calls.
+type hiddenSpec struct {
+	Spec
+	calls *int
+}
+
+func (h hiddenSpec) Next(t time.Time) time.Time {
+	*h.calls++
+	return h.Spec.Next(t)
+}
+
+// onceAt fires once, at at.
+type onceAt struct{ at time.Time }
+
+func (o onceAt) Next(t time.Time) time.Time {
+	if t.Before(o.at) {
+		return o.at
+	}
+	return time.Time{}
+}
+
+// A spec of unknown period with no tick before now is answered after one
+// Next, not one per doubling; one with ticks finds the same tick as
+// before.
+func TestPrevTickOfUnknownPeriod(t *testing.T) {
+	var calls int
+	at := time.Date(2026, 5, 4, 3, 0, 0, 0, time.UTC)
+	once := hiddenSpec{onceAt{at}, &calls}
+	if got := prevTick(once, at.Add(-time.Nanosecond), time.Hour); !got.IsZero() {
+		t.Fatalf("prevTick of a once spec before its tick: %v, want none", got)
+	}
+	if calls != 1 {
+		t.Errorf("%d Next calls for a once spec before its tick, want 1", calls)
+	}
+	if got := prevTick(once, at.Add(time.Minute), time.Hour); !got.Equal(at) {
+		t.Errorf("prevTick of a once spec after its tick: %v, want %v", got, at)
+	}
+	for _, expr := range []string{"*/7 * * * * *", "0 3 * * *", "@every 90s"} {
+		spec, err := ParseSpec(expr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, limit := range []time.Duration{time.Minute, 25 * time.Hour} {
+			for k := range 50 {
+				now := at.Add(time.Duration(k) * 37 * time.Minute)
+				want := prevTick(spec, now, limit)
+				if got := prevTick(hiddenSpec{spec, &calls}, now, limit); !got.Equal(want) {
+					t.Fatalf("%q at %v, limit %v, period unknown: %v, want %v", expr, now, limit, got, want)
+				}
+			}
+		}
+	}
+}

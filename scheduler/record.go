@@ -61,7 +61,7 @@ type RunStartObserver interface {
 const OutputTailSize = 4096
 
 // recordRun sends f's run to the RunObserver, and remembers a success.
-func (s *Scheduler) recordRun(f fired, t Tick, out runOutcome, fence int64, tail *tailBuffer) {
+func (s *Scheduler) recordRun(f fired, runID string, manual bool, out runOutcome, fence int64, tail *tailBuffer) {
 	if out.result == ResultSuccess {
 		f.st.lastSuccess.raise(f.tick)
 	}
@@ -70,8 +70,8 @@ func (s *Scheduler) recordRun(f fired, t Tick, out runOutcome, fence int64, tail
 	}
 	r := RunRecord{
 		Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: out.result,
-		Start: out.start, Duration: out.dur, Fence: fence, Manual: t.Manual,
-		Attempts: out.attempts, Err: out.err, RunID: t.RunID, Overrun: out.overrun,
+		Start: out.start, Duration: out.dur, Fence: fence, Manual: manual,
+		Attempts: out.attempts, Err: out.err, RunID: runID, Overrun: out.overrun,
 	}
 	if tail != nil {
 		r.Output = tail.String()

@@ -14,7 +14,9 @@ import (
 // the releases that wait together in one batch, by the same group commit as
 // try-lock-tick (batch.go). A lone release is sent at once, alone, with no
 // timer holding it back: step 7's "release at once" still holds, and the
-// next tick of a schedule is as free to run on any node as before.
+// next tick of a schedule is as free to run on any node as before. (Under
+// a burst the end of a run, release included, waits behind the ticks not
+// yet started, at most maxDefer: pool.later.)
 //
 // Nothing of a release moves: each handle is released by the backend only
 // if its lock is still the handle's, as Release does, and each release's
@@ -40,8 +42,10 @@ type (
 // ranTick is a tick whose run has ended, and how it ended: what finish
 // needs once the run's lock is given back.
 type ranTick struct {
-	f   fired
-	out runOutcome
+	f     fired
+	out   runOutcome
+	ran   ran
+	lease lease // the run's (newTickLease)
 }
 
 // newReleaser returns a releaser for l, nil when l cannot batch releases.
@@ -75,7 +79,8 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 	return err
 }
 
-// releaseAfterRun is step 7 for a run tick, then its end (finish). With a
+// releaseAfterRun is step 7 for a run tick (c: its lock, and the tick with
+// its outcome), then its end (finish). With a
 // ReleaseBatcher the worker does not wait for the release: it queues it
 // (sending batches itself only while fewer than maxSenders are under way,
 // as any caller of the batcher) and is free to start the next job; the
@@ -89,14 +94,15 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 // it fires, finds its lock free (or, if it fires before, is skipped as
 // still_running with overlap = "skip", as before); and a tick is owed to
 // the shutdown's wait until its release has been answered.
-func (s *Scheduler) releaseAfterRun(f fired, h *locking.Handle, out runOutcome) {
+func (s *Scheduler) releaseAfterRun(c *releaseCall) {
 	if s.rel == nil {
-		s.release(f.def.ID, h, "after the run")
-		s.finish(f, out)
+		s.release(c.tag.f.def.ID, c.req, "after the run")
+		s.finish(c.tag.f, c.tag.out)
 		s.wg.Done()
 		return
 	}
-	s.rel.submit(&releaseCall{ctx: s.releaseCtx(), req: h, tag: ranTick{f: f, out: out}})
+	c.ctx = s.releaseCtx()
+	s.rel.submit(c)
 }
 
 // released ends the ticks whose locks a batch gave back (releaseAfterRun),

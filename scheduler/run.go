@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -40,9 +41,32 @@ type runOutcome struct {
 // during the backoff; a lost lock or a passed lease deadline ends the
 // retries), and reports the run (step 8) with its final result.
 func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
+	out, r := s.runAttempts(f, l)
+	s.reportRan(f, out, r)
+	return out
+}
+
+// ran is what step 8 reports of a run whose job has returned, besides its
+// outcome.
+type ran struct {
+	runID  string
+	manual bool
+	fence  int64
+	tail   *tailBuffer
+}
+
+// reportRan is step 8 for a run: the observer and log line, and the run's
+// record.
+func (s *Scheduler) reportRan(f fired, out runOutcome, r ran) {
+	s.reportRun(f, out, r.fence)
+	s.recordRun(f, r.runID, r.manual, out, r.fence, r.tail)
+}
+
+// runAttempts is runJob up to step 8: the job and its retries.
+func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
-		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), s.window(def, f.tick)+time.Hour)}
+		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), f.window(s)+time.Hour)}
 	t.LastSuccessTime = f.st.lastSuccess.load(f.tick.Location())
 	var fence int64
 	if l != nil {
@@ -80,9 +104,7 @@ func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
 	if out.start.IsZero() {
 		out.start = s.clock.Now()
 	}
-	s.reportRun(f, out, fence)
-	s.recordRun(f, t, out, fence, tail)
-	return out
+	return out, ran{runID: t.RunID, manual: t.Manual, fence: fence, tail: tail}
 }
 
 // DefaultRetryBackoff is the wait before the first retry of a schedule
@@ -130,13 +152,14 @@ func (s *Scheduler) hold(f fired, l *lease, d time.Duration) bool {
 // for a node-local run) and notices an overrun once.
 func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	def := f.def
+	start, leaseAt := s.clockAndLease()
 	var fence int64
 	if l != nil {
 		fence = l.h.Fence()
-		if s.expired(l) {
+		if !leaseAt.Before(l.until) {
 			// A job starts only before the lease deadline (a tick that
 			// waited out its lease in the jitter, or a node frozen since).
-			return runOutcome{result: ResultLockLost, start: s.clock.Now(),
+			return runOutcome{result: ResultLockLost, start: start,
 				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
 		}
 	}
@@ -152,7 +175,6 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 		defer cancelT()
 	}
 
-	start := s.clock.Now()
 	w := s.newWatch()
 	w.f, w.l, w.fence, w.cancel = f, l, fence, cancel
 	w.overrunAt = start.Add(def.ExpectedRuntime)
@@ -187,10 +209,12 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 }
 
 // runParent returns the parent of the next run's context: one of
-// runParents, in turn (see there).
+// runParents, at random (see there). Not in turn: a counter shared by
+// every worker moved its cache line between the cores at each run (5% of
+// a burst's CPU before the jobs started); the runtime's random source is
+// per thread.
 func (s *Scheduler) runParent() context.Context {
-	n := s.nextParent.Add(1)
-	return s.runParents[n%uint32(len(s.runParents))].ctx
+	return s.runParents[rand.Uint32()%uint32(len(s.runParents))].ctx
 }
 
 // watch keeps an eye on one run while its job runs on the tick's

@@ -187,12 +187,11 @@ type Scheduler struct {
 	// runParents stand between jobCtx and the runs' contexts. A context
 	// keeps its children in a map under its own mutex, so thousands of
 	// runs starting and ending at once on one parent queued on that
-	// mutex; runs take these in turn instead (runParent).
+	// mutex; runs take one of these at random instead (runParent).
 	runParents [16]struct {
 		ctx    context.Context
 		cancel context.CancelFunc
 	}
-	nextParent atomic.Uint32
 	// relCtx bounds releases (loop.go releaseCtx).
 	relCtx     atomic.Pointer[sharedDeadline]
 	cancelJobs context.CancelCauseFunc

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -37,6 +38,19 @@ type fired struct {
 	preferred bool
 	// handed: its handoff was decided already (handOffAll) and it asks.
 	handed bool
+	// win is the tick's catch-up window (Scheduler.window) when winSet:
+	// the loop knows the next tick already, and a window of the default
+	// (one period) was a Next call each time it was asked, twice a tick.
+	winSet bool
+	win    time.Duration
+}
+
+// window is s.window(f.def, f.tick), known or computed.
+func (f fired) window(s *Scheduler) time.Duration {
+	if f.winSet {
+		return f.win
+	}
+	return s.window(f.def, f.tick)
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
@@ -47,27 +61,34 @@ func (f fired) runID() string {
 	return newRunID()
 }
 
-// runTask is what a worker (pool.go) does with a task.
-func (s *Scheduler) runTask(t task) {
+// runTask is what a worker (pool.go) does with a task. It returns the
+// end of a run whose job returned in it, for the pool to defer
+// (pool.later).
+func (s *Scheduler) runTask(t task) (later task, ok bool) {
+	var c *releaseCall
 	switch {
 	case t.call != nil:
-		s.lockAnswered(t.call)
+		c = s.lockAnswered(t.call)
+	case t.ran != nil:
+		s.afterRun(t.ran)
 	case t.turn == turnAsk:
-		s.ask(t.f)
+		c = s.ask(t.f)
 	case t.f.manual != nil:
 		s.handleManual(t.f)
 	default:
-		s.handleTick(t.f)
+		c = s.handleTick(t.f)
 	}
+	return task{ran: c}, c != nil
 }
 
 // handleTick carries tick f from step 2 to step 4's request; locked
-// carries it on from the answer.
-func (s *Scheduler) handleTick(f fired) {
+// carries it on from the answer, and returns what is left of it once its
+// job returned (afterRun), if that is the caller's to do.
+func (s *Scheduler) handleTick(f fired) *releaseCall {
 	// Step 2: resolve the hint (done once per schedule by compile).
 	if !f.def.lock {
 		s.handleLocal(f)
-		return
+		return nil
 	}
 
 	// A catch-up try still queued when shutdown begins is not sent: no
@@ -78,7 +99,7 @@ func (s *Scheduler) handleTick(f fired) {
 		f.burst.done()
 		s.finish(f, runOutcome{abandoned: true})
 		s.wg.Done()
-		return
+		return nil
 	}
 
 	// A node that is not the tick's preferred one waits its turn, and
@@ -92,38 +113,40 @@ func (s *Scheduler) handleTick(f fired) {
 	case handoffHeard:
 		s.handedOff(f)
 		s.wg.Done()
-		return
+		return nil
 	case handoffWaiting:
-		return // back as a task when its wait ends (resumeWaiters)
+		return nil // back as a task when its wait ends (resumeWaiters)
 	}
-	s.ask(f)
+	return s.ask(f)
 }
 
 // ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
 // backend decides done, paused, missed, contended or granted, on its own
-// clock.
-func (s *Scheduler) ask(f fired) {
+// clock. Unbatched, it returns what locked returns.
+func (s *Scheduler) ask(f fired) *releaseCall {
 	if s.batch != nil {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
-		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
-		return
+		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
+		c := tickCalls.Get().(*tickCall)
+		c.ctx, c.req, c.tag.f = f.burst.ctx, s.lockRequest(f), f
+		s.batch.submit(c)
+		return nil
 	}
 	req := s.lockRequest(f)
-	sent := s.leaseNow()
-	before := s.clock.Now()
+	before, sent := s.clockAndLease()
 	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
 	s.preferredAnswered(f)
 	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
-	s.locked(f, l, why)
+	return s.locked(f, l, why)
 }
 
 // sendingRequests stamps a batch of try-lock-ticks about to be sent with
 // the time it is sent, on the lease clock (its leases count from then) and
 // on the scheduler's: one reading of each for the batch.
 func (s *Scheduler) sendingRequests(calls []*tickCall) {
-	sent, before := s.leaseNow(), s.clock.Now()
+	before, sent := s.clockAndLease()
 	for _, c := range calls {
 		c.tag.sent, c.tag.before = sent, before
 	}
@@ -142,28 +165,33 @@ func (s *Scheduler) preferredAnswered(f fired) {
 // ticks that have not asked yet: a granted one's lease is running.
 func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	after := s.clock.Now()
-	tasks := make([]task, len(calls))
-	for i, c := range calls {
+	for _, c := range calls {
 		c.tag.after = after
-		tasks[i] = task{call: c}
 		s.preferredAnswered(c.tag.f)
 	}
-	s.work.submitFirst(tasks)
+	s.work.submitAnswered(calls)
 }
 
-// lockAnswered carries on a tick whose batched try-lock-tick was answered.
-func (s *Scheduler) lockAnswered(c *tickCall) {
-	w := c.tag
-	if c.err != nil && c.ans.Handle != nil {
+// tickCalls keeps the calls of answered ticks for the next ones: a burst
+// of 10,000 ticks allocated a third of its bytes in them.
+var tickCalls = sync.Pool{New: func() any { return new(tickCall) }}
+
+// lockAnswered carries on a tick whose batched try-lock-tick was answered;
+// it returns what locked returns.
+func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
+	w, ans, err := c.tag, c.ans, c.err
+	*c = tickCall{}
+	tickCalls.Put(c) // nothing refers to it any more (batch.go deliver)
+	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
 		// came (batch.go sendOne): the tick is skipped as its request
 		// alone would have been, and its lock, kept until its TTL, would
 		// hold off every node from the schedule's next ticks. The mark
 		// stays raised: T runs nowhere, as before.
-		s.release(w.f.def.ID, c.ans.Handle, "granted after its request ended")
+		s.release(w.f.def.ID, ans.Handle, "granted after its request ended")
 	}
-	l, why := s.lockAnswer(w.f, c.ans, c.err, w.sent, w.before, w.after)
-	s.locked(w.f, l, why)
+	l, why := s.lockAnswer(w.f, ans, err, w.sent, w.before, w.after)
+	return s.locked(w.f, l, why)
 }
 
 // handleLocal carries node-local tick f from step 2 to step 8.
@@ -172,7 +200,7 @@ func (s *Scheduler) handleLocal(f fired) {
 	// No backend decides for a node-local tick: this node applies the
 	// catch-up window itself (a node stopped across a tick runs it
 	// late, once, within the window).
-	if f.lateness > max(s.window(f.def, f.tick), s.opts.MaxClockSkew) {
+	if f.lateness > max(f.window(s), s.opts.MaxClockSkew) {
 		s.reportSkip(f, SkipMissed, 0)
 		s.finish(f, runOutcome{skip: SkipMissed})
 		return
@@ -189,19 +217,21 @@ func (s *Scheduler) handleLocal(f fired) {
 }
 
 // locked carries locked tick f on from step 4's answer: l, the granted
-// lease, or nil and why the tick is skipped.
-func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
+// lease, or nil and why the tick is skipped. Once f's job has returned,
+// it returns the rest (steps 7 and 8) for its caller to do, with afterRun:
+// a worker defers it behind the ticks waiting to start (pool.later).
+func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
 	if l == nil {
 		defer s.wg.Done()
 		if f.catchup {
 			// A catch-up try that was not granted is no tick of this
 			// node's: another node ran it, or it was decided otherwise.
 			s.finish(f, runOutcome{abandoned: true})
-			return
+			return nil
 		}
 		s.reportSkip(f, why, 0)
 		s.finish(f, runOutcome{skip: why})
-		return
+		return nil
 	}
 	h := l.h
 	if f.catchup {
@@ -218,7 +248,7 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 			s.release(f.def.ID, h, "catch-up while a run is going on")
 			s.finish(f, runOutcome{abandoned: true})
 			s.wg.Done()
-			return
+			return nil
 		}
 		f.counted = true
 		s.obs.TickFired(f.st.id, f.tick, s.clock.Now().Sub(f.tick))
@@ -231,20 +261,27 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) {
 		s.reportSkip(f, SkipBackendError, h.Fence())
 		s.finish(f, runOutcome{skip: SkipBackendError})
 		s.wg.Done()
-		return
+		return nil
 	}
 
 	// Step 6: run, renewing the lock; the run's watch cancels the job when
 	// the lease deadline passes (run.go).
-	out := s.runJob(f, l)
-	// Step 7: release at once. The mark, not the lock, keeps T from
-	// running again. A run ended as lock_lost is released too: a passed
-	// lease deadline does not mean the backend freed the lock (a Postgres
-	// holder frozen past its lease still has its session), and the
-	// release is token-checked, so it never frees another holder's.
-	// Step 8: runJob reported the run; finish records it, once the lock
-	// is given back (release.go).
-	s.releaseAfterRun(f, h, out)
+	out, r := s.runAttempts(f, l)
+	c := l.end
+	c.tag.f, c.tag.out, c.tag.ran = f, out, r
+	return c
+}
+
+// afterRun is steps 7 and 8 of a locked tick whose job has returned: the
+// run is reported, then its lock released at once. The mark, not the
+// lock, keeps T from running again. A run ended as lock_lost is released
+// too: a passed lease deadline does not mean the backend freed the lock
+// (a Postgres holder frozen past its lease still has its session), and
+// the release is token-checked, so it never frees another holder's. The
+// tick is finished once the lock is given back (release.go).
+func (s *Scheduler) afterRun(c *releaseCall) {
+	s.reportRan(c.tag.f, c.tag.out, c.tag.ran)
+	s.releaseAfterRun(c)
 }
 
 // lockRequest is step 4's try-lock-tick request for f.
@@ -257,7 +294,7 @@ func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 		PerTick: def.Overlap == OverlapAllow,
 		Floor:   f.st.decided.load(f.tick.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
-		Window:  s.window(def, f.tick),
+		Window:  f.window(s),
 	}
 }
 
@@ -298,7 +335,7 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 			s.log.Error("try-lock-tick granted without a handle: tick not run", slog.String("schedule", def.ID))
 			return nil, SkipBackendError
 		}
-		return s.newLease(ans.Handle, sent), ""
+		return s.newTickLease(ans.Handle, sent), ""
 	case locking.TickDone, locking.TickContended:
 		return nil, SkipContended
 	case locking.TickPaused:
@@ -342,13 +379,22 @@ func (s *Scheduler) clockOffset(d time.Duration) {
 // window is the catch-up window of tick T of def: how late T may still
 // start. The default is one period (until the next tick is due).
 func (s *Scheduler) window(def *compiled, tick time.Time) time.Duration {
+	if def.CatchupWindow != 0 {
+		return windowAfter(def, tick, time.Time{})
+	}
+	return windowAfter(def, tick, def.Spec.Next(tick))
+}
+
+// windowAfter is window for a tick whose next tick is next (read only
+// for the default window).
+func windowAfter(def *compiled, tick, next time.Time) time.Duration {
 	switch w := def.CatchupWindow; {
 	case w == NoCatchup:
 		return 0
 	case w > 0:
 		return w
 	}
-	if next := def.Spec.Next(tick); !next.IsZero() {
+	if !next.IsZero() {
 		return next.Sub(tick)
 	}
 	return 0

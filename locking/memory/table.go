@@ -2,6 +2,7 @@ package memory
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -77,6 +78,7 @@ type shard struct {
 	// well under a microsecond.
 	random [tokenLen * tokensPerRead]byte
 	used   int
+	hexed  string // random in hex, made by tokenString when first needed
 	// Keeps shards on separate cache lines, so two cores working on two
 	// shards do not invalidate each other's mutex.
 	_ [64]byte
@@ -195,15 +197,41 @@ func (s *shard) own(key string, fence int64, now time.Duration) (entry, error) {
 // Call with s.mu held.
 func (s *shard) token() ([tokenLen]byte, error) {
 	var tok [tokenLen]byte
-	if s.used == len(s.random) {
-		if _, err := rand.Read(s.random[:]); err != nil {
-			return tok, fmt.Errorf("reading random token: %w", err)
-		}
-		s.used = 0
+	if err := s.refillIfUsed(); err != nil {
+		return tok, err
 	}
 	copy(tok[:], s.random[s.used:])
 	s.used += tokenLen
 	return tok, nil
+}
+
+// tokenString is token in hex, as a handle carries it: a slice of one
+// string made per tokensPerRead tokens (hexed), not a string per token,
+// which was one allocation of the few a try-lock-tick makes. A held lock
+// keeps its token, and so the 512 bytes it is a slice of, until released.
+// Call with s.mu held.
+func (s *shard) tokenString() (string, error) {
+	if err := s.refillIfUsed(); err != nil {
+		return "", err
+	}
+	if s.hexed == "" {
+		s.hexed = hex.EncodeToString(s.random[:])
+	}
+	tok := s.hexed[2*s.used : 2*(s.used+tokenLen)]
+	s.used += tokenLen
+	return tok, nil
+}
+
+// refillIfUsed reads fresh random bytes once every byte was handed out.
+func (s *shard) refillIfUsed() error {
+	if s.used < len(s.random) {
+		return nil
+	}
+	if _, err := rand.Read(s.random[:]); err != nil {
+		return fmt.Errorf("reading random token: %w", err)
+	}
+	s.used, s.hexed = 0, ""
+	return nil
 }
 
 // sweepIfGrown sweeps the shard when it has doubled since its last sweep.

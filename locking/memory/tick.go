@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -71,11 +70,11 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		// Drawn before anything changes, so a failure leaves no trace.
 		token = r.Token
 		if token == "" {
-			tok, err := ls.token()
+			tok, err := ls.tokenString()
 			if err != nil {
 				return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
 			}
-			token = hex.EncodeToString(tok[:])
+			token = tok
 		}
 	}
 	// Store the mark when the step raised it. A missing mark that the step
@@ -176,8 +175,8 @@ func (l *Locker) checkKey(ctx context.Context, op, key string) error {
 
 // TryLockTicks is TryLockTick for each request in turn: answers[i] and
 // errs[i] are its answer to reqs[i]. The memory backend has no round trip
-// to save; it implements the batch so that a scheduler on it takes the
-// same path (scheduler.TickBatcher) as on Redis and Postgres.
+// to save: the scheduler does not batch on it (InProcess), and the batch
+// is here for callers that batch whatever the backend.
 func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error) {
 	answers, errs = make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	for i, r := range reqs {
@@ -185,3 +184,8 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 	}
 	return answers, errs
 }
+
+// InProcess reports that the Locker decides in the caller's goroutine,
+// with no round trip (scheduler.InProcessLocker): the scheduler then asks
+// for each tick's lock on the tick's own worker instead of batching.
+func (l *Locker) InProcess() bool { return true }
