@@ -538,5 +538,11 @@ func TestInitMarksThroughSmallSessionPool(t *testing.T) {
 	if n < 2 {
 		t.Errorf("%d sessions open after InitMarks behind a pool of 2 server connections, want 2: warm killed the sessions it had readied when a later one timed out", n)
 	}
+	// The third session waits in PgBouncer's queue: warm gives up on it
+	// after warmConnect, not at OpTimeout, so a scheduler's start is not
+	// held for long.
+	if took > warmConnect+time.Second {
+		t.Errorf("InitMarks took %v behind a full session pool, want about warmConnect (%v)", took, warmConnect)
+	}
 	mustTick(t, l, tickReq("a", c.dbNow()), locking.TickGranted, "a tick after InitMarks")
 }

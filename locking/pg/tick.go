@@ -193,6 +193,11 @@ func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
 	return err
 }
 
+// warmConnect bounds how long warm waits for each session it opens: far
+// above a connection's setup on a live server (a few ms), far below the
+// scheduler's start bound (2 s).
+const warmConnect = 500 * time.Millisecond
+
 // warmSessions is how many sessions warm readies: as many as the
 // scheduler's batcher keeps busy at once in a burst (its maxSenders).
 const warmSessions = 4
@@ -234,10 +239,18 @@ func (l *Locker) warm(ctx context.Context) {
 			// with a slot warm holds): acquiring would wait for a slot.
 			return
 		}
-		s, _, err := l.acquireReady(ctx)
+		// Each session gets warmConnect to be had: one that waits in a
+		// pooler's queue for a server connection never comes, and the
+		// scheduler's start waits for warm.
+		sc := ctx.(stmtContext)
+		if dl := time.Now().Add(warmConnect); dl.Before(sc.deadline) {
+			sc.deadline = dl
+		}
+		s, _, err := l.acquireReady(sc)
 		if err != nil {
 			return
 		}
+		l.bound(ctx, s) // the statements below get warm's own deadline
 		b := &pgx.Batch{}
 		b.Queue(lockRowsSQL, l.opts.Namespace, []string{})
 		b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
