@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -226,4 +227,70 @@ func TestTickResentAfterLostReply(t *testing.T) {
 	}
 	mustTick(t, other, tickReq("k", tick), locking.TickDone, "another request for T")
 	mustTick(t, b, req, locking.TickDone, "the resent request after its run released")
+}
+
+// TestPerTickBatchResentAfterLostReply: a batch holding two per-tick
+// requests of one schedule (T1, then T2) whose reply is lost, resent with
+// the same tokens. The second must not be decided before the first's
+// answer is known: decided in one transaction, T2's grant overwrote T1's
+// token in the schedule's row, and T1's resend was answered done, though
+// T1 was granted on the server (its session still holding the lock): T1
+// ran nowhere. A resent call is never answered done (DESIGN, rules of
+// the mark).
+func TestPerTickBatchResentAfterLostReply(t *testing.T) {
+	c := newCluster(t)
+	p, u := c.proxied()
+	a := c.open(Options{URL: u, OpTimeout: time.Second})
+	b := c.open(Options{})
+	ctx := context.Background()
+	if err := b.InitMarks(ctx, []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	now := c.dbNow().Add(time.Second).Truncate(time.Second)
+	reqs := make([]locking.TickRequest, 2)
+	for i := range reqs {
+		reqs[i] = tickReq("k", now.Add(time.Duration(i)*time.Millisecond))
+		reqs[i].PerTick = true
+		reqs[i].Token = fmt.Sprintf("token-of-T%d", i+1)
+	}
+	// Hold the row so a's batch waits on the server, then cut the replies
+	// off while it waits.
+	tx, err := c.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM bext_lock_fences WHERE namespace = $1 AND key = 'k' FOR UPDATE`, c.ns); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []error, 1)
+	go func() {
+		_, errs := a.TryLockTicks(ctx, reqs)
+		done <- errs
+	}()
+	c.waitBlocked()
+	p.Blackhole()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range <-done {
+		if err == nil {
+			t.Fatalf("request %d answered through a blackholed link", i)
+		}
+	}
+	answers, errs := b.TryLockTicks(ctx, reqs)
+	for i := range reqs {
+		t.Logf("T%d resent: %v, %v", i+1, answers[i].Verdict, errs[i])
+	}
+	if errs[0] == nil && answers[0].Verdict == locking.TickDone {
+		t.Fatal("T1 resent after the batch's lost reply was answered done: granted on the server, it now runs nowhere")
+	}
+	for i := range answers {
+		if answers[i].Handle != nil {
+			if err := b.Release(ctx, answers[i].Handle); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	p.Cut()
 }

@@ -52,21 +52,27 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 		calls = append(calls, c)
 		index = append(index, i)
 	}
-	for len(calls) > 0 {
-		n := min(len(calls), tickBatch)
-		leases, ans, cerrs := l.tryLockTickBatch(ctx, calls[:n])
-		for j := range n {
-			i := index[j]
-			answers[i], errs[i] = l.finishTick(ctx, calls[j], leases[j], ans[j], cerrs[j])
+	for _, round := range tickRounds(calls) {
+		for len(round) > 0 {
+			n := min(len(round), tickBatch)
+			batch := make([]tickCall, n)
+			for k, j := range round[:n] {
+				batch[k] = calls[j]
+			}
+			leases, ans, cerrs := l.tryLockTickBatch(ctx, batch)
+			for k, j := range round[:n] {
+				i := index[j]
+				answers[i], errs[i] = l.finishTick(ctx, calls[j], leases[k], ans[k], cerrs[k])
+			}
+			round = round[n:]
 		}
-		calls, index = calls[n:], index[n:]
 	}
 	return answers, errs
 }
 
-// tryLockTickBatch sends calls (ids claimed) in one batch on one session
-// and reads their answers: per round (tickRounds), lockRowsSQL then
-// tryLockTicksSQL, all in one round trip and one transaction.
+// tryLockTickBatch sends calls (ids claimed, row keys distinct) in one
+// batch on one session and reads their answers: lockRowsSQL then
+// tryLockTicksSQL, in one round trip and one transaction.
 func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases []*lease, answers []locking.TickAnswer, errs []error) {
 	n := len(calls)
 	leases, answers, errs = make([]*lease, n), make([]locking.TickAnswer, n), make([]error, n)
@@ -76,7 +82,6 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		}
 		return leases, answers, errs
 	}
-	rounds := tickRounds(calls)
 
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
@@ -85,20 +90,14 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		if err != nil {
 			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2*len(rounds))}
-		for _, r := range rounds {
-			a := l.roundArgs(calls, r)
-			b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
-			b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-				a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
-		}
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+		a := l.tickParams(calls)
+		b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
+		b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
+			a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
 		rows := make([]tickRow, n)
 		br := s.conn.SendBatch(ctx, b)
-		for _, r := range rounds {
-			if err = readRound(br, r, rows); err != nil {
-				break
-			}
-		}
+		err = readTickRows(br, rows)
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
@@ -137,10 +136,14 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 
 // tickRounds splits calls into rounds in which no row key comes twice
 // (tryLockTicksSQL's UPDATE may change a row once): round k holds the k-th
-// request of each key, as asked. A burst is one round; a key asked twice
-// in one batch (per-tick locks of one schedule) is decided twice, one
-// round after the other, as two TryLockTicks would be: a round's statement
-// sees the rounds before it (its own transaction's writes).
+// request of each key, as asked. A burst is one round. A key asked twice
+// in one batch (per-tick locks of one schedule) is decided in a round
+// trip of its own, sent once the round before it was answered, as two
+// TryLockTicks one after the other would be. In one transaction, a lost
+// reply would have left the first request's token overwritten in the
+// schedule's row by the second's grant, and the first one's resend
+// answered done, granted on the server yet run nowhere
+// (TestPerTickBatchResentAfterLostReply).
 func tickRounds(calls []tickCall) [][]int {
 	seen := make(map[string]int, len(calls))
 	var rounds [][]int
@@ -155,18 +158,18 @@ func tickRounds(calls []tickCall) [][]int {
 	return rounds
 }
 
-// roundParams are tryLockTicksSQL's per-request arrays for one round.
-type roundParams struct {
+// tickParams are tryLockTicksSQL's per-request arrays.
+type tickParams struct {
 	keys, tokens                       []string
 	ids, ticks, floors, skews, windows []int64
 }
 
-func (l *Locker) roundArgs(calls []tickCall, round []int) roundParams {
-	n := len(round)
-	a := roundParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
+func (l *Locker) tickParams(calls []tickCall) tickParams {
+	n := len(calls)
+	a := tickParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
 		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n)}
-	for i, j := range round {
-		c := &calls[j]
+	for i := range calls {
+		c := &calls[i]
 		r := &c.req
 		a.keys[i], a.tokens[i], a.ids[i] = r.Key, c.token, c.id
 		a.ticks[i], a.floors[i] = r.Tick.UnixMicro(), r.Floor.UnixMicro()
@@ -175,10 +178,9 @@ func (l *Locker) roundArgs(calls []tickCall, round []int) roundParams {
 	return a
 }
 
-// readRound reads one round's results from br: lockRowsSQL's, then
-// tryLockTicksSQL's rows into rows (by the request's place in calls).
-// Every request of the round must be answered once.
-func readRound(br pgx.BatchResults, round []int, rows []tickRow) error {
+// readTickRows reads lockRowsSQL's result, then tryLockTicksSQL's rows
+// into rows (by the request's place). Every request must be answered once.
+func readTickRows(br pgx.BatchResults, rows []tickRow) error {
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
@@ -194,17 +196,17 @@ func readRound(br pgx.BatchResults, round []int, rows []tickRow) error {
 		if err := qr.Scan(append([]any{&ord}, row.dest()...)...); err != nil {
 			return err
 		}
-		if ord < 1 || ord > int64(len(round)) || rows[round[ord-1]].verdict != "" {
-			return fmt.Errorf("%w: pg: try-lock-tick answered request %d of %d twice or out of range", locking.ErrUnavailable, ord, len(round))
+		if ord < 1 || ord > int64(len(rows)) || rows[ord-1].verdict != "" {
+			return fmt.Errorf("%w: pg: try-lock-tick answered request %d of %d twice or out of range", locking.ErrUnavailable, ord, len(rows))
 		}
-		rows[round[ord-1]] = row
+		rows[ord-1] = row
 		answered++
 	}
 	if err := qr.Err(); err != nil {
 		return err
 	}
-	if answered != len(round) {
-		return fmt.Errorf("%w: pg: try-lock-tick answered %d of %d requests", locking.ErrUnavailable, answered, len(round))
+	if answered != len(rows) {
+		return fmt.Errorf("%w: pg: try-lock-tick answered %d of %d requests", locking.ErrUnavailable, answered, len(rows))
 	}
 	return nil
 }
