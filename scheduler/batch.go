@@ -77,17 +77,6 @@ type batcher[R, A, T any] struct {
 	mu      sync.Mutex
 	queue   []*batchCall[R, A, T] // not yet sent, in arrival order
 	senders int                   // callers sending batches
-	// scratch keeps the slices of calls of sent batches (batchScratch)
-	// for the next ones: on the memory backend a burst's batches hold 2
-	// to 4 requests, and the slices were a twentieth of its allocations.
-	// (Not the slice of requests: send is the backend's, and may keep it.)
-	scratch sync.Pool
-}
-
-// batchScratch is a batch's calls: they do not outlive sendOne, as
-// deliver is done with them when it returns.
-type batchScratch[R, A, T any] struct {
-	batch []*batchCall[R, A, T]
 }
 
 // batchCall is one request, waiting in the queue or in a batch; tag is
@@ -180,11 +169,8 @@ func (b *batcher[R, A, T]) sendOne() bool {
 		b.mu.Unlock()
 		return false
 	}
-	sc, _ := b.scratch.Get().(*batchScratch[R, A, T])
-	if sc == nil {
-		sc = &batchScratch[R, A, T]{}
-	}
-	batch := append(sc.batch[:0], b.queue[:n]...)
+	batch := make([]*batchCall[R, A, T], n)
+	copy(batch, b.queue)
 	// Shift rather than reslice, so the queue's array does not keep
 	// growing at its end while its head is consumed.
 	k := copy(b.queue, b.queue[n:])
@@ -223,9 +209,6 @@ func (b *batcher[R, A, T]) sendOne() bool {
 	if len(async) > 0 {
 		b.deliver(async)
 	}
-	clear(batch[:n])
-	sc.batch = batch[:0]
-	b.scratch.Put(sc)
 	return true
 }
 

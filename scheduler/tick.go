@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -129,9 +128,7 @@ func (s *Scheduler) ask(f fired) *releaseCall {
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
 		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
-		c := tickCalls.Get().(*tickCall)
-		c.ctx, c.req, c.tag.f = f.burst.ctx, s.lockRequest(f), f
-		s.batch.submit(c)
+		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
 		return nil
 	}
 	req := s.lockRequest(f)
@@ -172,16 +169,10 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	s.work.submitAnswered(calls)
 }
 
-// tickCalls keeps the calls of answered ticks for the next ones: a burst
-// of 10,000 ticks allocated a third of its bytes in them.
-var tickCalls = sync.Pool{New: func() any { return new(tickCall) }}
-
 // lockAnswered carries on a tick whose batched try-lock-tick was answered;
 // it returns what locked returns.
 func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
 	w, ans, err := c.tag, c.ans, c.err
-	*c = tickCall{}
-	tickCalls.Put(c) // nothing refers to it any more (batch.go deliver)
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
 		// came (batch.go sendOne): the tick is skipped as its request
