@@ -376,7 +376,15 @@ type stmtContext struct {
 }
 
 func (c stmtContext) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c stmtContext) Done() <-chan struct{}       { return nil }
+
+// until is c ending at dl if that comes first.
+func (c stmtContext) until(dl time.Time) stmtContext {
+	if dl.Before(c.deadline) {
+		c.deadline = dl
+	}
+	return c
+}
+func (c stmtContext) Done() <-chan struct{} { return nil }
 
 func (c stmtContext) Err() error {
 	if c.abort.Err() != nil {

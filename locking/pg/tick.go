@@ -216,13 +216,13 @@ func (l *Locker) warm(ctx context.Context) {
 	// deadline when that comes first (the scheduler's start waits 2 s at
 	// most): InitMarks's caller may have no deadline, and a server that
 	// stops answering must not hang it.
-	dl, has := ctx.Deadline()
-	ctx, cancel := l.stmtCtx(ctx)
+	sctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
-	if sc := ctx.(stmtContext); has && dl.Before(sc.deadline) {
-		sc.deadline = dl
-		ctx = sc
+	sc := sctx.(stmtContext)
+	if dl, ok := ctx.Deadline(); ok {
+		sc = sc.until(dl)
 	}
+	ctx = sc
 	n := min(l.opts.MaxSessions, warmSessions)
 	// Each session is readied as soon as it is had, and held (so the next
 	// acquire opens another) until the end: one that cannot be had in time
@@ -242,20 +242,12 @@ func (l *Locker) warm(ctx context.Context) {
 		// Each session gets warmConnect to be had: one that waits in a
 		// pooler's queue for a server connection never comes, and the
 		// scheduler's start waits for warm.
-		sc := ctx.(stmtContext)
-		if dl := time.Now().Add(warmConnect); dl.Before(sc.deadline) {
-			sc.deadline = dl
-		}
-		s, _, err := l.acquireReady(sc)
+		s, _, err := l.acquireReady(sc.until(time.Now().Add(warmConnect)))
 		if err != nil {
 			return
 		}
 		l.bound(ctx, s) // the statements below get warm's own deadline
-		b := &pgx.Batch{}
-		b.Queue(lockRowsSQL, l.opts.Namespace, []string{})
-		b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-			[]string{}, []int64{}, []int64{}, []int64{}, []int64{}, []int64{}, []string{})
-		if err := s.conn.SendBatch(ctx, b).Close(); err != nil {
+		if err := s.conn.SendBatch(ctx, l.tickStatements(newTickParams(nil))).Close(); err != nil {
 			l.killOwned(s, err)
 			l.release(s)
 			return

@@ -83,6 +83,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		return leases, answers, errs
 	}
 
+	params := newTickParams(calls)
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -90,13 +91,8 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		if err != nil {
 			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-		a := l.tickParams(calls)
-		b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
-		b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-			a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
 		rows := make([]tickRow, n)
-		br := s.conn.SendBatch(ctx, b)
+		br := s.conn.SendBatch(ctx, l.tickStatements(params))
 		err = readTickRows(br, rows)
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -164,7 +160,7 @@ type tickParams struct {
 	ids, ticks, floors, skews, windows []int64
 }
 
-func (l *Locker) tickParams(calls []tickCall) tickParams {
+func newTickParams(calls []tickCall) tickParams {
 	n := len(calls)
 	a := tickParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
 		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n)}
@@ -176,6 +172,17 @@ func (l *Locker) tickParams(calls []tickCall) tickParams {
 		a.skews[i], a.windows[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds()
 	}
 	return a
+}
+
+// tickStatements is a try-lock-tick's round trip for the requests of a:
+// lockRowsSQL, then tryLockTicksSQL (warm sends it with none, to prepare
+// both on a session).
+func (l *Locker) tickStatements(a tickParams) *pgx.Batch {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
+	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
+		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
+	return b
 }
 
 // readTickRows reads lockRowsSQL's result, then tryLockTicksSQL's rows
