@@ -216,9 +216,12 @@ type faulty struct {
 	cond
 	inner scheduler.Locker
 
-	mu       sync.Mutex
-	tryErr   error                           // TryLockTick returns it instead of asking inner
-	onTry    func()                          // runs inside TryLockTick, before inner answers
+	mu     sync.Mutex
+	tryErr error  // TryLockTick returns it instead of asking inner
+	onTry  func() // runs inside TryLockTick, before inner answers
+	// deaf: TryLockTick answers whatever its context says meanwhile, as a
+	// request already on the wire does.
+	deaf     bool
 	loseNext bool                            // the next Renew finds its lock released under it
 	renewErr func(ctx context.Context) error // when set, Renew returns its answer instead
 	tries    int
@@ -231,7 +234,7 @@ func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	f.mu.Lock()
 	f.tries++
 	f.reqs = append(f.reqs, req)
-	err, hook := f.tryErr, f.onTry
+	err, hook, deaf := f.tryErr, f.onTry, f.deaf
 	f.mu.Unlock()
 	defer f.broadcast()
 	if hook != nil {
@@ -239,6 +242,9 @@ func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	}
 	if err != nil {
 		return locking.TickAnswer{}, err
+	}
+	if deaf {
+		ctx = context.WithoutCancel(ctx)
 	}
 	return f.inner.TryLockTick(ctx, req)
 }

@@ -45,9 +45,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// Jobs and lock operations outlive ctx by the grace period, so they
 	// get a context of their own that only the end of the grace cancels.
 	s.jobCtx, s.cancelJobs = context.WithCancelCause(context.WithoutCancel(ctx))
-	for i := range s.runParents {
-		s.runParents[i].ctx, s.runParents[i].cancel = context.WithCancel(s.jobCtx)
-	}
+	s.runBase = context.WithoutCancel(s.jobCtx)
 	now := s.clock.Now()
 	if cap(s.heap) == 0 {
 		// One slot per schedule from the start: grown by append, it would
@@ -277,6 +275,13 @@ func (s *Scheduler) dispatch(acts []action) {
 	s.tasks = tasks
 }
 
+// endJobs ends the shutdown grace: the jobs still running are cancelled
+// (errShutdown, read as cancelled), and so is any that starts from now on.
+func (s *Scheduler) endJobs() {
+	s.cancelJobs(errShutdown)
+	s.runs.cancelAll()
+}
+
 // burst is the deadline of the lock requests of ticks the loop handed out
 // together: a TryLock answered after the lease it asked for would be
 // worthless, so each is bounded by its TTL. One context for the whole batch
@@ -369,18 +374,15 @@ func (s *Scheduler) shutdown() {
 	case <-grace.C():
 		s.log.Warn("shutdown grace ran out: cancelling running jobs",
 			slog.Duration("grace", s.opts.ShutdownGrace))
-		s.cancelJobs(errShutdown)
+		s.endJobs()
 		<-done
 	case <-s.endGrace:
 		s.log.Warn("shutdown grace ended early: cancelling running jobs")
-		s.cancelJobs(errShutdown)
+		s.endJobs()
 		<-done
 	}
 	grace.Stop()
-	s.cancelJobs(errShutdown)
-	for _, p := range s.runParents {
-		p.cancel() // cancelled with jobCtx already; this tells vet so
-	}
+	s.endJobs()
 	s.work.close() // every tick has finished: only parked workers are left
 	if r := s.relCtx.Swap(nil); r != nil {
 		r.cancel() // no release is in flight any more

@@ -700,3 +700,45 @@ func TestEndGraceCancelsRunningJobsAtOnce(t *testing.T) {
 		t.Errorf("lock held by %q after the stop", who)
 	}
 }
+
+// A job that starts once the grace has ended (its try-lock-tick, a
+// request on the wire that the shutdown could not cut short, was granted
+// after it) starts cancelled, and is reported as cancelled: the end of the
+// grace reaches every run, not only those running as it ends.
+func TestRunStartingAfterTheGraceStartsCancelled(t *testing.T) {
+	job := newBlockingJob()
+	s := sched("late", everyMinute, hints.RequireGlobal, job)
+	s.ExpectedRuntime = time.Hour // the lease outlives the grace
+	h := newHarness(t, scheduler.Options{ShutdownGrace: 10 * time.Second}, s)
+	h.start()
+	asking, answer := make(chan struct{}), make(chan struct{})
+	h.locker.mu.Lock()
+	h.locker.deaf = true
+	h.locker.onTry = func() { close(asking); <-answer }
+	h.locker.mu.Unlock()
+	h.clock.Advance(time.Minute)
+	select {
+	case <-asking:
+	case <-time.After(waitTimeout):
+		t.Fatal("the tick never asked for its lock")
+	}
+	h.cancel()
+	h.logs.waitFor(t, slog.LevelInfo, "shutting down")
+	h.clock.Advance(10 * time.Second)
+	h.logs.waitFor(t, slog.LevelWarn, "shutdown grace ran out: cancelling running jobs")
+	close(answer)
+	job.waitStarted(t)
+	if cause := job.waitEnded(t); cause == nil {
+		t.Fatal("a job starting after the grace ended ran uncancelled")
+	}
+	if err := <-h.done; err != nil {
+		t.Fatal(err)
+	}
+	h.cancel = nil
+	if r := h.rec.waitRuns(t, 1); r[0].result != scheduler.ResultCancelled {
+		t.Errorf("result %q, want cancelled", r[0].result)
+	}
+	if who := h.heldBy("late"); who != "" {
+		t.Errorf("lock held by %q after the stop", who)
+	}
+}

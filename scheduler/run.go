@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -163,7 +164,9 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
 		}
 	}
-	ctx, cancel := context.WithCancelCause(s.runParent())
+	// A child of a context no one cancels (runSet says why): the end of
+	// the grace reaches it through s.runs.
+	ctx, cancel := context.WithCancelCause(s.runBase)
 	defer cancel(nil)
 	// The timeout is a true context deadline on the real clock, so a job
 	// can read ctx.Deadline() and sees DeadlineExceeded; on any other
@@ -184,8 +187,10 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	if def.Timeout > 0 && !realTime {
 		w.timeoutAt = start.Add(def.Timeout)
 	}
+	s.runs.add(w)
 	w.start(start)
 	err := s.callJob(ctx, def.Job, t)
+	s.runs.remove(w)
 	// After stop, no renewal is in flight or to come: the caller may
 	// release h.
 	overrun := w.stop()
@@ -208,13 +213,76 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	return out
 }
 
-// runParent returns the parent of the next run's context: one of
-// runParents, at random (see there). Not in turn: a counter shared by
-// every worker moved its cache line between the cores at each run (5% of
-// a burst's CPU before the jobs started); the runtime's random source is
-// per thread.
-func (s *Scheduler) runParent() context.Context {
-	return s.runParents[rand.Uint32()%uint32(len(s.runParents))].ctx
+// runSet holds the runs whose job is running, so that the end of the
+// shutdown grace cancels them (cancelAll). A run's context is not a child
+// of a cancellable one: a context keeps its children in a map under its
+// own mutex, and registering there and leaving again was a third of a
+// run's cost in a burst of 10,000 ticks (two allocations, a map insert and
+// delete, and a mutex that two cores took in turns). Here a run links its
+// watch into one of a few lists, picked at random (the runtime's random
+// source is per thread; a shared counter moved its cache line between the
+// cores at each run).
+type runSet struct {
+	// stopped is set by cancelAll before it walks the lists: a run added
+	// after its list was walked sees it and is cancelled at once.
+	stopped atomic.Bool
+	lists   [16]runList
+}
+
+type runList struct {
+	mu   sync.Mutex
+	head *watch
+	// Keeps lists on separate cache lines, so two cores adding runs to
+	// two lists do not invalidate each other's mutex.
+	_ [48]byte
+}
+
+// add registers w, whose cancel is set, until remove. A run added once
+// the grace ended is cancelled at once, as a child of a cancelled context
+// would be.
+func (r *runSet) add(w *watch) {
+	l := &r.lists[rand.Uint32()%uint32(len(r.lists))]
+	l.mu.Lock()
+	w.list, w.next, w.prev = l, l.head, nil
+	if l.head != nil {
+		l.head.prev = w
+	}
+	l.head = w
+	stopped := r.stopped.Load()
+	l.mu.Unlock()
+	if stopped {
+		w.cancel(errShutdown)
+	}
+}
+
+// remove unregisters w once its job returned.
+func (r *runSet) remove(w *watch) {
+	l := w.list
+	l.mu.Lock()
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		l.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	l.mu.Unlock()
+	w.list, w.next, w.prev = nil, nil, nil
+}
+
+// cancelAll cancels every registered run, and every run added from now
+// on, with errShutdown: the end of the shutdown grace.
+func (r *runSet) cancelAll() {
+	r.stopped.Store(true)
+	for i := range r.lists {
+		l := &r.lists[i]
+		l.mu.Lock()
+		for w := l.head; w != nil; w = w.next {
+			w.cancel(errShutdown)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // watch keeps an eye on one run while its job runs on the tick's
@@ -228,6 +296,9 @@ type watch struct {
 	l      *lease // nil for a node-local run: nothing to renew
 	fence  int64
 	cancel context.CancelCauseFunc
+	// list, next, prev: w's place in s.runs while its job runs.
+	list       *runList
+	next, prev *watch
 
 	mu    sync.Mutex // held by fire throughout, renewal included
 	timer Timer

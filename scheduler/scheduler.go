@@ -184,14 +184,10 @@ type Scheduler struct {
 	// Set by Run before the loop starts.
 	stopCh chan struct{}   // closed when shutdown begins: abandon ticks not started
 	jobCtx context.Context // parent of job contexts: cancelled after the grace
-	// runParents stand between jobCtx and the runs' contexts. A context
-	// keeps its children in a map under its own mutex, so thousands of
-	// runs starting and ending at once on one parent queued on that
-	// mutex; runs take one of these at random instead (runParent).
-	runParents [16]struct {
-		ctx    context.Context
-		cancel context.CancelFunc
-	}
+	// runBase is the parent of the runs' contexts: jobCtx's values, never
+	// cancelled; the end of the grace cancels the runs through runs.
+	runBase context.Context
+	runs    runSet
 	// relCtx bounds releases (loop.go releaseCtx).
 	relCtx     atomic.Pointer[sharedDeadline]
 	cancelJobs context.CancelCauseFunc

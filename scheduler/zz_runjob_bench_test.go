@@ -1,0 +1,41 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+)
+
+type neverSpecRJ struct{}
+
+func (neverSpecRJ) Next(t time.Time) time.Time { return t.Add(24 * time.Hour) }
+
+// BenchmarkRunJob: the cost of step 6 and 8 for a node-local run of a
+// no-op job (context, watch, run id, report), on both cores at once.
+func BenchmarkRunJob(b *testing.B) {
+	s, err := New(Options{NodeID: "bench"}, []Schedule{{ID: "j", Spec: neverSpecRJ{}, Hint: hints.NodeLocal,
+		Job: JobFunc(func(context.Context, Tick) error { return nil })}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	if err := s.WaitIdle(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	st := s.states["j"]
+	tick := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.runJob(fired{st: st, def: st.def, tick: tick, winSet: true, win: time.Minute}, nil)
+		}
+	})
+	b.StopTimer()
+	cancel()
+	<-done
+}
