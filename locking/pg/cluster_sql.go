@@ -108,9 +108,16 @@ COMMIT;`
 	// schedule, not by its text (a collation-aware sort of every candidate
 	// cost most of a trim), and deletes by ctid, which is stable within the
 	// statement (rows are never updated). A batch committed by another
-	// node after this
-	// statement's snapshot is not ranked; it is counted, so the next trim
-	// takes it.
+	// node after this statement's snapshot is not ranked; it is counted,
+	// so the next trim takes it.
+	//
+	// The stored rows of each trimmed schedule are looked up by its whole
+	// key (a LATERAL lookup that OFFSET 0 keeps from being flattened into
+	// a join), as the tick batch's rows are (sql.go). Left to plan a join,
+	// on a table whose statistics said it was small, Postgres read every
+	// run of the namespace and filtered on the schedule: one schedule's
+	// trim read the whole history of every other
+	// (TestRunTrimReadsOnlyItsSchedule).
 	recordRunsSQL = `WITH b AS MATERIALIZED (
   SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
       $10::integer[], $11::boolean[], $12::text[], $13::text[], $14::text[], $15::text[])
@@ -127,8 +134,10 @@ tr AS MATERIALIZED (SELECT schedule, row_number() OVER () AS g FROM cnt WHERE tr
 rk AS MATERIALIZED (
   SELECT x.*, row_number() OVER (PARTITION BY x.g ORDER BY x.started_ns DESC, x.new DESC, x.ord DESC) AS rn
   FROM (
-    SELECT tr.g, r.ctid AS tid, r.started_ns, false AS new, r.seq AS ord
-      FROM tr JOIN bext_runs r ON r.namespace = $1::text AND r.schedule = tr.schedule
+    SELECT tr.g, r.tid, r.started_ns, false AS new, r.seq AS ord
+      FROM tr CROSS JOIN LATERAL (
+        SELECT f.ctid AS tid, f.started_ns, f.seq FROM bext_runs f
+        WHERE f.namespace = $1::text AND f.schedule = tr.schedule OFFSET 0) AS r
     UNION ALL
     SELECT tr.g, NULL::tid, b.started_ns, true, b.ord FROM tr JOIN b ON b.schedule = tr.schedule) x),
 del AS (
