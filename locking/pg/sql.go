@@ -41,7 +41,7 @@ const (
 	// it. It checks the newest column.
 	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL AND EXISTS (
   SELECT 1 FROM pg_attribute
-  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'pause_note' AND NOT attisdropped)`
+  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'tick_grants' AND NOT attisdropped)`
 
 	// tableSchemaSQL names the schema of the bext_lock_fences the
 	// session's search_path finds: with the namespace, it names the
@@ -69,6 +69,7 @@ ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_token text;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_until timestamptz;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_note text;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;
 COMMIT;`
 
 	// tryLockSQL takes the advisory lock and, only when it won, bumps the
@@ -190,18 +191,20 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
   SELECT ts, (extract(epoch FROM ts) * 1000000)::bigint AS now_us, set_config('synchronous_commit', 'on', true) AS sc
   FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
-  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.ord, c.ts, c.now_us,
+  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.tick_token AS rtok, r.fence AS rfence, r.rid,
+    r.tick_grants -> q.tick::text AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, ord)
     LEFT JOIN LATERAL (
-      SELECT f.tick_mark, f.tick_token, f.fence, f.paused, f.pause_until, f.ctid AS rid
+      SELECT f.tick_mark, f.tick_token, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
 d AS MATERIALIZED (
   SELECT e.*, CASE
       WHEN e.rtok = e.tok AND e.mark = e.tick THEN 'resend'
+      WHEN e.keep > 0 AND e.tg ->> 1 = e.tok THEN 'resend'
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
@@ -216,6 +219,11 @@ u AS (
     tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick ELSE i.eff END,
     fence = CASE WHEN i.intent = 'grant' THEN greatest(t.fence + 1, 1, i.now_us) ELSE t.fence END,
     tick_token = CASE WHEN i.intent = 'grant' THEN i.tok ELSE t.tick_token END,
+    tick_grants = CASE WHEN i.intent = 'grant' AND i.keep > 0 THEN
+        coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
+          WHERE g.k::bigint >= i.now_us - i.keep - greatest(i.skew, i.win)), '{}'::jsonb)
+        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok))
+      ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
   FROM i
@@ -233,7 +241,7 @@ SELECT i.ord, CASE
     WHEN i.v = 'ahead' THEN 'ahead'
     WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
     ELSE i.intent END,
-  CASE WHEN i.v = 'resend' THEN i.rfence ELSE u.fence END,
+  CASE WHEN i.v <> 'resend' THEN u.fence WHEN i.keep > 0 AND i.tg ->> 1 = i.tok THEN (i.tg ->> 0)::bigint ELSE i.rfence END,
   coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend') THEN i.mark ELSE i.eff END),
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
@@ -243,8 +251,10 @@ ORDER BY i.ord`
 	// grant's token, so a late resend of the same request after the run is
 	// answered done, not granted again. One round trip.
 	releaseTickSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
-f AS (UPDATE bext_lock_fences SET tick_token = NULL
-  WHERE namespace = $2::text AND key = $3::text AND tick_token = $4::text AND (SELECT ok FROM r)
+f AS (UPDATE bext_lock_fences SET
+    tick_token = CASE WHEN tick_token = $4::text THEN NULL ELSE tick_token END,
+    tick_grants = CASE WHEN tick_grants -> ($5::bigint)::text ->> 1 = $4::text THEN nullif(tick_grants - ($5::bigint)::text, '{}'::jsonb) ELSE tick_grants END
+  WHERE namespace = $2::text AND key = $3::text AND (tick_token = $4::text OR tick_grants -> ($5::bigint)::text ->> 1 = $4::text) AND (SELECT ok FROM r)
   RETURNING 1)
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
@@ -262,7 +272,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark WHERE 
 	// crash once SetPause returned).
 	setPauseSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
 INSERT INTO bext_lock_fences AS t (namespace, key, fence, paused, pause_until, pause_note)
-SELECT $1::text, $2::text, 0, $3::boolean, $4::timestamptz, $5::text FROM c
+SELECT $1::text, $2::text, 0, $3::boolean, $4::timestamptz, ($5::bigint)::text FROM c
 ON CONFLICT (namespace, key) DO UPDATE
   SET paused = excluded.paused, pause_until = excluded.pause_until, pause_note = excluded.pause_note`
 
