@@ -272,7 +272,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET tick_mark = excluded.tick_mark WHERE 
 	// crash once SetPause returned).
 	setPauseSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
 INSERT INTO bext_lock_fences AS t (namespace, key, fence, paused, pause_until, pause_note)
-SELECT $1::text, $2::text, 0, $3::boolean, $4::timestamptz, ($5::bigint)::text FROM c
+SELECT $1::text, $2::text, 0, $3::boolean, $4::timestamptz, $5::text FROM c
 ON CONFLICT (namespace, key) DO UPDATE
   SET paused = excluded.paused, pause_until = excluded.pause_until, pause_note = excluded.pause_note`
 
