@@ -193,7 +193,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 e AS MATERIALIZED (
   SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.tick_token AS rtok, r.fence AS rfence, r.rid,
-    r.tick_grants -> q.tick::text AS tg,
+    CASE WHEN q.keep > 0 THEN r.tick_grants -> q.tick::text END AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
   FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
