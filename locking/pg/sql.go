@@ -154,12 +154,31 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	$1 namespace  $2 holder  $3 the channel raised marks are told on ('' for none)
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
+	//	$11 keep (microseconds; 0 for a schedule lock, see below)
 	//
-	// A resent call (the row carries this token and T as its mark) takes
-	// the lock again if it is free and answers with the fence it drew;
-	// resend_held when the lock is still held (by the first call's session,
-	// which the server has not dropped yet). The advisory lock is tried
-	// only once the row decided lock: it is never taken and given back.
+	// A resent call takes the lock again if it is free and answers with the
+	// fence its first call drew; resend_held when the lock is still held (by
+	// the first call's session, which the server has not dropped yet). A
+	// call is a resend when the row carries its token and T as its mark (the
+	// row's latest grant: a schedule lock's is always that), or, for a
+	// per-tick request, when the row's tick_grants holds T with its token.
+	// Per-tick locks need the second: T2 of the schedule may be granted
+	// while T1 runs, overwriting the row's token and mark, and T1's resend
+	// was then answered done, granted yet run nowhere
+	// (lockertest's Tick/PerTickResentAfterLaterGrant). tick_grants maps
+	// each per-tick grant's T (µs, as text) to [fence, token]: a per-tick
+	// grant adds its entry and drops those whose T lies more than keep +
+	// max(skew, window) before the clock; releaseTickSQL drops a grant's
+	// own. keep is max(TTL, MaxLease) (startTick): a resend comes while its
+	// caller counts on the lease, or, told resend_held, until the server
+	// dropped the first call's session; and a grant came at most max(skew,
+	// window) after its T. So the entries are the schedule's running ticks,
+	// and for that long those whose holder ended without a release.
+	// Schedule locks pass keep 0: their entries are never looked at nor
+	// added, so they are decided and stored as before the column came.
+	//
+	// The advisory lock is tried only once the row decided lock: it is
+	// never taken and given back.
 	// The fence is drawn only with a grant; the update of a granted row
 	// always happens (the row is locked), 'unwritten' would say it did not.
 	//
@@ -248,8 +267,12 @@ FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`
 
 	// releaseTickSQL gives back a try-lock-tick lock and forgets the
-	// grant's token, so a late resend of the same request after the run is
-	// answered done, not granted again. One round trip.
+	// grant's token (the row's, and a per-tick grant's entry in
+	// tick_grants, which is left NULL once empty), so a late resend of the
+	// same request after the run is answered done, not granted again. One
+	// round trip.
+	//
+	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 token  $5 T (µs)
 	releaseTickSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
 f AS (UPDATE bext_lock_fences SET
     tick_token = CASE WHEN tick_token = $4::text THEN NULL ELSE tick_token END,

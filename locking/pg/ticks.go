@@ -135,11 +135,9 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 // request of each key, as asked. A burst is one round. A key asked twice
 // in one batch (per-tick locks of one schedule) is decided in a round
 // trip of its own, sent once the round before it was answered, as two
-// TryLockTicks one after the other would be. In one transaction, a lost
-// reply would have left the first request's token overwritten in the
-// schedule's row by the second's grant, and the first one's resend
-// answered done, granted on the server yet run nowhere
-// (TestPerTickBatchResentAfterLostReply).
+// TryLockTicks one after the other would be; the row keeps both grants
+// for their resends (tick_grants, sql.go), so after a lost reply neither
+// is answered done (TestPerTickBatchResentAfterLostReply).
 func tickRounds(calls []tickCall) [][]int {
 	seen := make(map[string]int, len(calls))
 	var rounds [][]int
