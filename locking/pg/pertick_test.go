@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +139,63 @@ WHERE namespace = $1 AND key = $2`, c.ns, "k", stale, near)
 	}
 	for i := range reqs {
 		mustTick(t, b, reqs[i], locking.TickDone, "T"+strconv.Itoa(i+1)+" resent after its release")
+	}
+}
+
+// TestTableGainsTickGrants: a bext_lock_fences made before tick_grants
+// came (every other column there) is brought up to date in place by the
+// first Locker that uses it, and per-tick grants are then recorded.
+func TestTableGainsTickGrants(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	schema := c.ns + "_old"
+	c.exec(`CREATE SCHEMA ` + schema)
+	t.Cleanup(func() { c.exec(`DROP SCHEMA ` + schema + ` CASCADE`) })
+	const add = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;\n"
+	old := strings.Replace(createTableSQL, add, "", 1)
+	if old == createTableSQL {
+		t.Fatal("createTableSQL no longer adds tick_grants as this test expects: update the test")
+	}
+	c.exec(`SET search_path = ` + schema + `; ` + old + ` RESET search_path`)
+	columns := func() (n int64) {
+		t.Helper()
+		if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = 'tick_grants' AND NOT attisdropped`, schema+".bext_lock_fences").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := columns(); n != 0 {
+		t.Fatalf("the old table has tick_grants (%d)", n)
+	}
+	u, err := url.Parse(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	l := c.open(Options{URL: u.String()})
+	now := c.dbNow().Truncate(time.Millisecond)
+	for i := range 2 {
+		r := tickReq("k", now.Add(time.Duration(i)*time.Second))
+		r.PerTick = true
+		ans := mustTick(t, l, r, locking.TickGranted, "T"+strconv.Itoa(i+1))
+		defer func() {
+			if err := l.Release(ctx, ans.Handle); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if n := columns(); n != 1 {
+		t.Fatalf("tick_grants columns after the first Locker used the old table: %d, want 1", n)
+	}
+	var entries int64
+	if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.bext_lock_fences, jsonb_object_keys(tick_grants)
+WHERE namespace = $1 AND key = 'k'`, c.ns).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 2 {
+		t.Errorf("tick_grants entries in the upgraded table: %d, want 2 (T1 and T2)", entries)
 	}
 }
