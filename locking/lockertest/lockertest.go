@@ -64,6 +64,16 @@ type Backend struct {
 	// leave locks, fences and pause flags alone. Required by the cases about
 	// a missing mark and Floor, which fail without it.
 	ForgetMark func(t testing.TB, key string)
+
+	// LoseReply does to the lock on lockKey (taken by a TryLockTick of
+	// this test) what a lost reply leaves behind on this backend, when that
+	// is more than the reply itself: Postgres drops the session whose reply
+	// went missing, and the lock with it, while the grant stays recorded
+	// in the schedule's row. nil: a lost reply leaves the lock held under
+	// its token until its TTL (memory, Redis). The cases about resent
+	// calls then resend from another Locker, which never heard of the
+	// grant.
+	LoseReply func(t testing.TB, lockKey string)
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest

@@ -39,6 +39,7 @@ var tickCases = []testCase{
 	{"Tick/InitMarks", caseTickInitMarks},
 	{"Tick/PerTick", caseTickPerTick},
 	{"Tick/ResentCall", caseTickResent},
+	{"Tick/PerTickResentAfterLaterGrant", caseTickPerTickResent},
 	{"Tick/StaleHandle", caseTickStaleHandle},
 	{"Tick/Race", caseTickRace},
 	{"Tick/AnswerNow", caseTickAnswerNow},
@@ -335,6 +336,75 @@ func caseTickResent(s *suite) {
 		s.wantErrIs(a.Release(s.ctx, h1), locking.ErrLockLost, name+": Release of the first call's handle after the resent one released the lock")
 		s.wantTick(a, r, locking.TickDone, name+": the same request after its lock was released")
 	}
+}
+
+// A per-tick grant is answered as granted to its resend after a later
+// tick of the same schedule was granted (overlap = "allow"): T1 is granted
+// and its reply lost, T2 is granted while T1 runs, then T1 is resent with
+// its token from a Locker that never heard of the grant. The answer is
+// granted with T1's fence and acquisition, never done (T1, granted, would
+// run nowhere). Another token for T1 is done, the resent grant releases,
+// after which T1's resend is done; T2's grant is still its own.
+func caseTickPerTickResent(s *suite) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r1, r2 := s.tickReq(k, t1), s.tickReq(k, t1.Add(time.Second))
+	r1.PerTick, r2.PerTick = true, true
+	r1.Token, r2.Token = s.newToken(), s.newToken()
+	h1 := s.grant(a, r1, "locker A at T1, per tick (its reply is lost)")
+	h2 := s.grant(b, r2, "locker B at T2 = T1+1s, per tick, while T1 runs")
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("fence at T2 = %d, want > %d (T1's)", h2.Fence(), h1.Fence())
+	}
+	s.loseReply(r1)
+	ans := s.wantTick(c, r1, locking.TickGranted, "locker C resending T1 with T1's token after T2 was granted")
+	re := ans.Handle
+	if re.Fence() != h1.Fence() || re.Token() != r1.Token || re.Key() != h1.Key() {
+		s.t.Errorf("resent T1 granted as (key %q, fence %d, same token %t), want T1's acquisition (key %q, fence %d, its token)",
+			short(re.Key()), re.Fence(), re.Token() == r1.Token, short(h1.Key()), h1.Fence())
+	}
+	other := r1
+	other.Token = s.newToken()
+	s.wantTick(b, other, locking.TickDone, "locker B at T1 with another token while the resent T1 holds its lock")
+	s.wantTick(c, other, locking.TickDone, "locker C at T1 with another token")
+	s.mustRenew(c, re, "locker C with the resent T1's handle")
+	s.mustRelease(c, re, "locker C with the resent T1's handle")
+	s.wantTick(c, r1, locking.TickDone, "locker C resending T1 after its grant was released")
+	s.wantTick(b, r1, locking.TickDone, "locker B resending T1 after its grant was released")
+
+	// T2's grant was not touched by T1's resend and release.
+	s.loseReply(r2)
+	ans = s.wantTick(c, r2, locking.TickGranted, "locker C resending T2 with T2's token after T1 was released")
+	if ans.Handle.Fence() != h2.Fence() {
+		s.t.Errorf("resent T2's fence = %d, want the first call's %d", ans.Handle.Fence(), h2.Fence())
+	}
+	s.mustRelease(c, ans.Handle, "locker C with the resent T2's handle")
+	s.wantTick(c, r2, locking.TickDone, "locker C resending T2 after its grant was released")
+}
+
+// loseReply does what a lost reply to r's grant leaves behind on the
+// backend (Backend.LoseReply; nothing when nil).
+func (s *suite) loseReply(r locking.TickRequest) {
+	s.t.Helper()
+	if s.b.LoseReply == nil {
+		return
+	}
+	lockKey := r.Key
+	if r.PerTick {
+		lockKey = locking.TickLockKey(r.Key, r.Tick)
+	}
+	s.b.LoseReply(s.t, lockKey)
+}
+
+// newToken is a fresh request token, or fails the case.
+func (s *suite) newToken() string {
+	s.t.Helper()
+	tok, err := locking.NewToken()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tok
 }
 
 // A handle from TryLockTick works with Renew and Release, and once stale

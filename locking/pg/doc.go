@@ -66,6 +66,7 @@
 //	    paused      boolean     NOT NULL DEFAULT false,
 //	    pause_until timestamptz,
 //	    pause_note  text,
+//	    tick_grants jsonb,        -- per-tick grants a resend may come for
 //	    PRIMARY KEY (namespace, key)
 //	);
 //
@@ -92,7 +93,11 @@
 // lost reply is answered granted with its own fence (once the first call's
 // session is gone; until then with an error wrapping ErrUnavailable); a
 // tick Release forgets it. A per-tick lock (overlap = allow) is taken
-// under locking.TickLockKey, the mark staying the schedule's.
+// under locking.TickLockKey, the mark staying the schedule's; since a
+// later tick of the schedule may be granted while an earlier one runs,
+// the row keeps each per-tick grant's tick, fence and token (tick_grants)
+// until its Release, or until no resend can come for it any more (see
+// tryLockTicksSQL), and a resend is recognised there.
 //
 // A try-lock-tick that raised a mark (granted, paused, missed) tells it,
 // in the same transaction, with pg_notify on the cluster's channel (named

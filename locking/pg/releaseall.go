@@ -207,7 +207,7 @@ func (l *Locker) unlockOn(ctx context.Context, s *session, leases []*lease, errs
 // for a tick grant, releaseSQL otherwise.
 func (l *Locker) unlockStmt(ls *lease) (string, []any) {
 	if ls.tick {
-		return releaseTickSQL, []any{ls.id, l.opts.Namespace, ls.rowKey, ls.token}
+		return releaseTickSQL, []any{ls.id, l.opts.Namespace, ls.rowKey, ls.token, ls.tickUS}
 	}
 	return releaseSQL, []any{ls.id}
 }

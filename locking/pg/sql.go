@@ -41,7 +41,7 @@ const (
 	// it. It checks the newest column.
 	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL AND EXISTS (
   SELECT 1 FROM pg_attribute
-  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'pause_note' AND NOT attisdropped)`
+  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'tick_grants' AND NOT attisdropped)`
 
 	// tableSchemaSQL names the schema of the bext_lock_fences the
 	// session's search_path finds: with the namespace, it names the
@@ -69,6 +69,7 @@ ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_token text;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_until timestamptz;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_note text;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;
 COMMIT;`
 
 	// tryLockSQL takes the advisory lock and, only when it won, bumps the
@@ -153,12 +154,31 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	$1 namespace  $2 holder  $3 the channel raised marks are told on ('' for none)
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
+	//	$11 keep (microseconds; 0 for a schedule lock, see below)
 	//
-	// A resent call (the row carries this token and T as its mark) takes
-	// the lock again if it is free and answers with the fence it drew;
-	// resend_held when the lock is still held (by the first call's session,
-	// which the server has not dropped yet). The advisory lock is tried
-	// only once the row decided lock: it is never taken and given back.
+	// A resent call takes the lock again if it is free and answers with the
+	// fence its first call drew; resend_held when the lock is still held (by
+	// the first call's session, which the server has not dropped yet). A
+	// call is a resend when the row carries its token and T as its mark (the
+	// row's latest grant: a schedule lock's is always that), or, for a
+	// per-tick request, when the row's tick_grants holds T with its token.
+	// Per-tick locks need the second: T2 of the schedule may be granted
+	// while T1 runs, overwriting the row's token and mark, and T1's resend
+	// was then answered done, granted yet run nowhere
+	// (lockertest's Tick/PerTickResentAfterLaterGrant). tick_grants maps
+	// each per-tick grant's T (µs, as text) to [fence, token]: a per-tick
+	// grant adds its entry and drops those whose T lies more than keep +
+	// max(skew, window) before the clock; releaseTickSQL drops a grant's
+	// own. keep is max(TTL, MaxLease) (startTick): a resend comes while its
+	// caller counts on the lease, or, told resend_held, until the server
+	// dropped the first call's session; and a grant came at most max(skew,
+	// window) after its T. So the entries are the schedule's running ticks,
+	// and for that long those whose holder ended without a release.
+	// Schedule locks pass keep 0: their entries are never looked at nor
+	// added, so they are decided and stored as before the column came.
+	//
+	// The advisory lock is tried only once the row decided lock: it is
+	// never taken and given back.
 	// The fence is drawn only with a grant; the update of a granted row
 	// always happens (the row is locked), 'unwritten' would say it did not.
 	//
@@ -190,18 +210,20 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
   SELECT ts, (extract(epoch FROM ts) * 1000000)::bigint AS now_us, set_config('synchronous_commit', 'on', true) AS sc
   FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
-  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.ord, c.ts, c.now_us,
+  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.tick_token AS rtok, r.fence AS rfence, r.rid,
+    CASE WHEN q.keep > 0 THEN r.tick_grants -> q.tick::text END AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, ord)
     LEFT JOIN LATERAL (
-      SELECT f.tick_mark, f.tick_token, f.fence, f.paused, f.pause_until, f.ctid AS rid
+      SELECT f.tick_mark, f.tick_token, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
 d AS MATERIALIZED (
   SELECT e.*, CASE
       WHEN e.rtok = e.tok AND e.mark = e.tick THEN 'resend'
+      WHEN e.keep > 0 AND e.tg ->> 1 = e.tok THEN 'resend'
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
@@ -216,6 +238,11 @@ u AS (
     tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick ELSE i.eff END,
     fence = CASE WHEN i.intent = 'grant' THEN greatest(t.fence + 1, 1, i.now_us) ELSE t.fence END,
     tick_token = CASE WHEN i.intent = 'grant' THEN i.tok ELSE t.tick_token END,
+    tick_grants = CASE WHEN i.intent = 'grant' AND i.keep > 0 THEN
+        coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
+          WHERE g.k::bigint >= i.now_us - i.keep - greatest(i.skew, i.win)), '{}'::jsonb)
+        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok))
+      ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
   FROM i
@@ -233,18 +260,24 @@ SELECT i.ord, CASE
     WHEN i.v = 'ahead' THEN 'ahead'
     WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
     ELSE i.intent END,
-  CASE WHEN i.v = 'resend' THEN i.rfence ELSE u.fence END,
+  CASE WHEN i.v <> 'resend' THEN u.fence WHEN i.keep > 0 AND i.tg ->> 1 = i.tok THEN (i.tg ->> 0)::bigint ELSE i.rfence END,
   coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend') THEN i.mark ELSE i.eff END),
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`
 
 	// releaseTickSQL gives back a try-lock-tick lock and forgets the
-	// grant's token, so a late resend of the same request after the run is
-	// answered done, not granted again. One round trip.
+	// grant's token (the row's, and a per-tick grant's entry in
+	// tick_grants, which is left NULL once empty), so a late resend of the
+	// same request after the run is answered done, not granted again. One
+	// round trip.
+	//
+	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 token  $5 T (µs)
 	releaseTickSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
-f AS (UPDATE bext_lock_fences SET tick_token = NULL
-  WHERE namespace = $2::text AND key = $3::text AND tick_token = $4::text AND (SELECT ok FROM r)
+f AS (UPDATE bext_lock_fences SET
+    tick_token = CASE WHEN tick_token = $4::text THEN NULL ELSE tick_token END,
+    tick_grants = CASE WHEN tick_grants -> ($5::bigint)::text ->> 1 = $4::text THEN nullif(tick_grants - ($5::bigint)::text, '{}'::jsonb) ELSE tick_grants END
+  WHERE namespace = $2::text AND key = $3::text AND (tick_token = $4::text OR tick_grants -> ($5::bigint)::text ->> 1 = $4::text) AND (SELECT ok FROM r)
   RETURNING 1)
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 

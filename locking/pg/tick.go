@@ -38,6 +38,10 @@ type tickCall struct {
 	token   string
 	lockKey string // the advisory lock's key: the schedule's, or the tick's
 	id      int64
+	// keep is, for a per-tick request, how long (µs) its grant stays
+	// recognisable to a resend once granted (tryLockTicksSQL); 0 for a
+	// schedule lock, whose grant the row's token records.
+	keep int64
 }
 
 // startTick checks req and claims its lock id. answered is true when the
@@ -62,6 +66,12 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 		lockKey = locking.TickLockKey(req.Key, req.Tick)
 	}
 	c = tickCall{req: req, token: token, lockKey: lockKey, id: lockID(l.opts.Namespace, lockKey)}
+	if req.PerTick {
+		// A resend comes while the caller still counts on its lease (TTL),
+		// or later when it was told resend_held until the server dropped
+		// the first call's session (within MaxLease).
+		c.keep = max(req.TTL, l.MaxLease()).Microseconds()
+	}
 	tickUS := req.Tick.UnixMicro()
 	resend := func(ls *lease) bool {
 		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key

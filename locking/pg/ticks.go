@@ -135,11 +135,9 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 // request of each key, as asked. A burst is one round. A key asked twice
 // in one batch (per-tick locks of one schedule) is decided in a round
 // trip of its own, sent once the round before it was answered, as two
-// TryLockTicks one after the other would be. In one transaction, a lost
-// reply would have left the first request's token overwritten in the
-// schedule's row by the second's grant, and the first one's resend
-// answered done, granted on the server yet run nowhere
-// (TestPerTickBatchResentAfterLostReply).
+// TryLockTicks one after the other would be; the row keeps both grants
+// for their resends (tick_grants, sql.go), so after a lost reply neither
+// is answered done (TestPerTickBatchResentAfterLostReply).
 func tickRounds(calls []tickCall) [][]int {
 	seen := make(map[string]int, len(calls))
 	var rounds [][]int
@@ -156,20 +154,21 @@ func tickRounds(calls []tickCall) [][]int {
 
 // tickParams are tryLockTicksSQL's per-request arrays.
 type tickParams struct {
-	keys, tokens                       []string
-	ids, ticks, floors, skews, windows []int64
+	keys, tokens                              []string
+	ids, ticks, floors, skews, windows, keeps []int64
 }
 
 func newTickParams(calls []tickCall) tickParams {
 	n := len(calls)
 	a := tickParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
-		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n)}
+		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n),
+		keeps: make([]int64, n)}
 	for i := range calls {
 		c := &calls[i]
 		r := &c.req
 		a.keys[i], a.tokens[i], a.ids[i] = r.Key, c.token, c.id
 		a.ticks[i], a.floors[i] = r.Tick.UnixMicro(), r.Floor.UnixMicro()
-		a.skews[i], a.windows[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds()
+		a.skews[i], a.windows[i], a.keeps[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds(), c.keep
 	}
 	return a
 }
@@ -181,7 +180,7 @@ func (l *Locker) tickStatements(a tickParams) *pgx.Batch {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
 	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens)
+		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps)
 	return b
 }
 

@@ -271,7 +271,7 @@ func TestTickBatchLooksUpEachRow(t *testing.T) {
 		_ = tx.Rollback(ctx)
 		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 	}()
-	if _, err := tx.Exec(ctx, `PREPARE tick_batch(text, text, text, text[], bigint[], bigint[], bigint[], bigint[], bigint[], text[]) AS `+tryLockTicksSQL); err != nil {
+	if _, err := tx.Exec(ctx, `PREPARE tick_batch(text, text, text, text[], bigint[], bigint[], bigint[], bigint[], bigint[], text[], bigint[]) AS `+tryLockTicksSQL); err != nil {
 		t.Fatal(err)
 	}
 	ids, ticks, zeros, skews, tokens := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]string, n)
@@ -283,7 +283,7 @@ func TestTickBatchLooksUpEachRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// EXPLAIN takes no parameters: the simple protocol writes them in.
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7)`, pgx.QueryExecModeSimpleProtocol,
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7, $5)`, pgx.QueryExecModeSimpleProtocol,
 		c.ns, keys, ids, ticks, zeros, skews, tokens)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,201 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// grantEntry is one entry of a row's tick_grants: a per-tick grant's
+// fence and token, by its tick.
+type grantEntry struct {
+	fence int64
+	token string
+}
+
+// tickGrants reads key's tick_grants (nil when the column is NULL).
+func (c *cluster) tickGrants(key string) map[int64]grantEntry {
+	c.t.Helper()
+	var null bool
+	if err := c.admin.QueryRow(context.Background(), `SELECT tick_grants IS NULL FROM bext_lock_fences WHERE namespace = $1 AND key = $2`,
+		c.ns, key).Scan(&null); err != nil {
+		c.t.Fatal(err)
+	}
+	if null {
+		return nil
+	}
+	rows, err := c.admin.Query(context.Background(), `SELECT g.k::bigint, (g.v ->> 0)::bigint, g.v ->> 1
+FROM bext_lock_fences, jsonb_each(tick_grants) AS g(k, v) WHERE namespace = $1 AND key = $2`, c.ns, key)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[int64]grantEntry{}
+	for rows.Next() {
+		var tick int64
+		var e grantEntry
+		if err := rows.Scan(&tick, &e.fence, &e.token); err != nil {
+			c.t.Fatal(err)
+		}
+		got[tick] = e
+	}
+	if err := rows.Err(); err != nil {
+		c.t.Fatal(err)
+	}
+	return got
+}
+
+// TestPerTickGrantsKeptWhileResendable: the schedule's row keeps one entry
+// (tick → fence, token) per per-tick grant that a resend may still come
+// for, so each is recognised whatever was granted after it. An entry goes
+// with its grant's release; a per-tick grant drops those older than keep
+// plus max(skew, window), which no resend comes for any more; schedule
+// locks never write the column. A resend of a per-tick grant whose first
+// session still holds the lock is an error, never done.
+func TestPerTickGrantsKeptWhileResendable(t *testing.T) {
+	c := newCluster(t)
+	a, b := c.open(Options{}), c.open(Options{})
+	ctx := context.Background()
+
+	plain := mustTick(t, a, tickReq("plain", c.dbNow()), locking.TickGranted, "a schedule lock")
+	if g := c.tickGrants("plain"); g != nil {
+		t.Errorf("a schedule lock's grant wrote tick_grants %v, want NULL", g)
+	}
+	if err := a.Release(ctx, plain.Handle); err != nil {
+		t.Fatal(err)
+	}
+
+	now := c.dbNow().Truncate(time.Millisecond)
+	reqs := make([]locking.TickRequest, 4)
+	for i := range reqs {
+		reqs[i] = tickReq("k", now.Add(time.Duration(i)*time.Second))
+		reqs[i].PerTick, reqs[i].Token = true, "token-of-T"+strconv.Itoa(i+1)
+	}
+	handles := make([]*locking.Handle, len(reqs))
+	want := map[int64]grantEntry{}
+	grant := func(i int) {
+		t.Helper()
+		handles[i] = mustTick(t, a, reqs[i], locking.TickGranted, "T"+strconv.Itoa(i+1)).Handle
+		want[reqs[i].Tick.UnixMicro()] = grantEntry{handles[i].Fence(), reqs[i].Token}
+	}
+	check := func(what string) {
+		t.Helper()
+		if got := c.tickGrants("k"); !maps.Equal(got, want) {
+			t.Fatalf("%s: tick_grants %v, want %v", what, got, want)
+		}
+	}
+	for i := range 3 {
+		grant(i)
+	}
+	check("after T1, T2 and T3")
+
+	// A resend of T1 from another node while a's session holds T1: the
+	// row recognises it, and says the lock is still held.
+	if ans, err := b.TryLockTick(ctx, reqs[0]); !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("T1 resent while its first session holds it = %v, %v; want ErrUnavailable", ans.Verdict, err)
+	}
+
+	// Entries no resend comes for any more: one older than keep plus the
+	// window, dropped at the next grant, and one just within, kept.
+	keep := max(time.Minute, a.MaxLease()) + max(testSkew, testWindow)
+	stale, near := now.Add(-keep-time.Minute).UnixMicro(), now.Add(-keep+30*time.Second).UnixMicro()
+	c.exec(`UPDATE bext_lock_fences SET tick_grants = tick_grants
+  || jsonb_build_object($3::bigint::text, jsonb_build_array(1, 'stale'), $4::bigint::text, jsonb_build_array(2, 'near'))
+WHERE namespace = $1 AND key = $2`, c.ns, "k", stale, near)
+	want[near] = grantEntry{2, "near"}
+
+	if err := a.Release(ctx, handles[1]); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, reqs[1].Tick.UnixMicro())
+	want[stale] = grantEntry{1, "stale"}
+	check("after T2's release")
+	delete(want, stale)
+	grant(3)
+	check("after T4's grant")
+	staleReq := tickReq("k", time.UnixMicro(stale))
+	staleReq.PerTick, staleReq.Token = true, "stale"
+	mustTick(t, b, staleReq, locking.TickDone, "a resend of the dropped entry")
+
+	// The last release leaves the column NULL.
+	c.exec(`UPDATE bext_lock_fences SET tick_grants = tick_grants - $3::bigint::text WHERE namespace = $1 AND key = $2`, c.ns, "k", near)
+	delete(want, near)
+	for _, i := range []int{0, 2, 3} {
+		if err := a.Release(ctx, handles[i]); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, reqs[i].Tick.UnixMicro())
+		check("after T" + strconv.Itoa(i+1) + "'s release")
+	}
+	if g := c.tickGrants("k"); g != nil {
+		t.Errorf("tick_grants %v after every grant was released, want NULL", g)
+	}
+	for i := range reqs {
+		mustTick(t, b, reqs[i], locking.TickDone, "T"+strconv.Itoa(i+1)+" resent after its release")
+	}
+}
+
+// TestTableGainsTickGrants: a bext_lock_fences made before tick_grants
+// came (every other column there) is brought up to date in place by the
+// first Locker that uses it, and per-tick grants are then recorded.
+func TestTableGainsTickGrants(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	schema := c.ns + "_old"
+	c.exec(`CREATE SCHEMA ` + schema)
+	t.Cleanup(func() { c.exec(`DROP SCHEMA ` + schema + ` CASCADE`) })
+	const add = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;\n"
+	old := strings.Replace(createTableSQL, add, "", 1)
+	if old == createTableSQL {
+		t.Fatal("createTableSQL no longer adds tick_grants as this test expects: update the test")
+	}
+	c.exec(`SET search_path = ` + schema + `; ` + old + ` RESET search_path`)
+	columns := func() (n int64) {
+		t.Helper()
+		if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = 'tick_grants' AND NOT attisdropped`, schema+".bext_lock_fences").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := columns(); n != 0 {
+		t.Fatalf("the old table has tick_grants (%d)", n)
+	}
+	u, err := url.Parse(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	l := c.open(Options{URL: u.String()})
+	now := c.dbNow().Truncate(time.Millisecond)
+	for i := range 2 {
+		r := tickReq("k", now.Add(time.Duration(i)*time.Second))
+		r.PerTick = true
+		ans := mustTick(t, l, r, locking.TickGranted, "T"+strconv.Itoa(i+1))
+		defer func() {
+			if err := l.Release(ctx, ans.Handle); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if n := columns(); n != 1 {
+		t.Fatalf("tick_grants columns after the first Locker used the old table: %d, want 1", n)
+	}
+	var entries int64
+	if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.bext_lock_fences, jsonb_object_keys(tick_grants)
+WHERE namespace = $1 AND key = 'k'`, c.ns).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 2 {
+		t.Errorf("tick_grants entries in the upgraded table: %d, want 2 (T1 and T2)", entries)
+	}
+}
