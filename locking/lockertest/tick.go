@@ -40,6 +40,8 @@ var tickCases = []testCase{
 	{"Tick/PerTick", caseTickPerTick},
 	{"Tick/ResentCall", caseTickResent},
 	{"Tick/PerTickResentAfterLaterGrant", caseTickPerTickResent},
+	{"Tick/ResentAfterPausedTick", func(s *suite) { caseTickResentAfterMark(s, false) }},
+	{"Tick/ResentAfterMissedTick", func(s *suite) { caseTickResentAfterMark(s, true) }},
 	{"Tick/StaleHandle", caseTickStaleHandle},
 	{"Tick/Race", caseTickRace},
 	{"Tick/AnswerNow", caseTickAnswerNow},
@@ -381,6 +383,56 @@ func caseTickPerTickResent(s *suite) {
 	}
 	s.mustRelease(c, ans.Handle, "locker C with the resent T2's handle")
 	s.wantTick(c, r2, locking.TickDone, "locker C resending T2 after its grant was released")
+}
+
+// A schedule lock's grant is answered as granted to its resend after a
+// later tick of the schedule raised the mark without a lock: T is granted
+// and its reply lost; the schedule is paused and T+1s is decided paused
+// (or, missed, T+1s lies further behind the clock than its window), which
+// raises the mark to T+1s while T's lock is held; then T is resent with
+// its token from a Locker that never heard of the grant. The answer is
+// granted with T's fence and acquisition, never done (T, granted, would
+// run nowhere). Another token for T is done; after the resent grant is
+// released, T's resend is done.
+func caseTickResentAfterMark(s *suite, missed bool) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	now := s.onTime()
+	r1 := s.tickReq(k, now)
+	if missed {
+		// T 50s back, granted within a wide MaxSkew (a missing mark counts
+		// as now minus MaxSkew), as in caseTickMissed.
+		r1.Tick, r1.MaxSkew, r1.Window = now.Add(-50*time.Second), 2*time.Minute, 0
+	}
+	r1.Token = s.newToken()
+	h1 := s.grant(a, r1, "locker A at T, schedule lock (its reply is lost)")
+	r2 := s.tickReq(k, r1.Tick.Add(time.Second))
+	r2.Token = s.newToken()
+	want, why := locking.TickPaused, "while the schedule is paused"
+	if missed {
+		r2.Window = 10 * time.Second
+		want, why = locking.TickMissed, "49s behind the clock with Window 10s"
+	} else if err := s.pauser(b).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	ans := s.wantTick(b, r2, want, "locker B at T+1s "+why+", while T's lock is held")
+	if !ans.Mark.Equal(r2.Tick) {
+		s.t.Fatalf("mark after T+1s was %v = %v, want T+1s %v (consumed)", want, ans.Mark, r2.Tick)
+	}
+	s.loseReply(r1)
+	ans = s.wantTick(c, r1, locking.TickGranted, "locker C resending T with T's token after T+1s was "+want.String())
+	re := ans.Handle
+	if re.Fence() != h1.Fence() || re.Token() != r1.Token || re.Key() != h1.Key() {
+		s.t.Errorf("resent T granted as (key %q, fence %d, same token %t), want T's acquisition (key %q, fence %d, its token)",
+			short(re.Key()), re.Fence(), re.Token() == r1.Token, short(h1.Key()), h1.Fence())
+	}
+	other := r1
+	other.Token = s.newToken()
+	s.wantTick(b, other, locking.TickDone, "locker B at T with another token while the resent T holds its lock")
+	s.mustRenew(c, re, "locker C with the resent T's handle")
+	s.mustRelease(c, re, "locker C with the resent T's handle")
+	s.wantTick(c, r1, locking.TickDone, "locker C resending T after its grant was released")
+	s.wantTick(b, r1, locking.TickDone, "locker B resending T after its grant was released")
 }
 
 // loseReply does what a lost reply to r's grant leaves behind on the
