@@ -143,30 +143,53 @@ WHERE namespace = $1 AND key = $2`, c.ns, "k", stale, near)
 }
 
 // TestTableGainsTickGrants: a bext_lock_fences made before tick_grants
-// came (every other column there) is brought up to date in place by the
-// first Locker that uses it, and per-tick grants are then recorded.
+// came, or before token_tick came (every other column there), is brought
+// up to date in place by the first Locker that uses it, and per-tick
+// grants are then recorded: their entries in tick_grants, the latest
+// grant's T in token_tick.
 func TestTableGainsTickGrants(t *testing.T) {
+	const (
+		tickGrants = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;\n"
+		tokenTick  = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS token_tick bigint;\n"
+	)
+	for _, tc := range []struct {
+		name    string
+		missing []string
+	}{
+		{"before tick_grants", []string{tickGrants, tokenTick}},
+		{"before token_tick", []string{tokenTick}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tableGains(t, tc.missing) })
+	}
+}
+
+// tableGains makes a bext_lock_fences without the columns that missing
+// adds, and checks the first Locker that uses it adds them.
+func tableGains(t *testing.T, missing []string) {
 	c := newCluster(t)
 	ctx := context.Background()
 	schema := c.ns + "_old"
 	c.exec(`CREATE SCHEMA ` + schema)
 	t.Cleanup(func() { c.exec(`DROP SCHEMA ` + schema + ` CASCADE`) })
-	const add = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;\n"
-	old := strings.Replace(createTableSQL, add, "", 1)
-	if old == createTableSQL {
-		t.Fatal("createTableSQL no longer adds tick_grants as this test expects: update the test")
+	old := createTableSQL
+	for _, add := range missing {
+		without := strings.Replace(old, add, "", 1)
+		if without == old {
+			t.Fatalf("createTableSQL no longer has %q as this test expects: update the test", add)
+		}
+		old = without
 	}
 	c.exec(`SET search_path = ` + schema + `; ` + old + ` RESET search_path`)
 	columns := func() (n int64) {
 		t.Helper()
 		if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM pg_attribute
-WHERE attrelid = to_regclass($1) AND attname = 'tick_grants' AND NOT attisdropped`, schema+".bext_lock_fences").Scan(&n); err != nil {
+WHERE attrelid = to_regclass($1) AND attname IN ('tick_grants', 'token_tick') AND NOT attisdropped`, schema+".bext_lock_fences").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	if n := columns(); n != 0 {
-		t.Fatalf("the old table has tick_grants (%d)", n)
+	if n, want := columns(), 2-int64(len(missing)); n != want {
+		t.Fatalf("the old table has %d of tick_grants and token_tick, want %d", n, want)
 	}
 	u, err := url.Parse(c.url)
 	if err != nil {
@@ -187,15 +210,52 @@ WHERE attrelid = to_regclass($1) AND attname = 'tick_grants' AND NOT attisdroppe
 			}
 		}()
 	}
-	if n := columns(); n != 1 {
-		t.Fatalf("tick_grants columns after the first Locker used the old table: %d, want 1", n)
+	if n := columns(); n != 2 {
+		t.Fatalf("tick_grants and token_tick columns after the first Locker used the old table: %d, want 2", n)
 	}
-	var entries int64
-	if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.bext_lock_fences, jsonb_object_keys(tick_grants)
-WHERE namespace = $1 AND key = 'k'`, c.ns).Scan(&entries); err != nil {
+	var entries, tokenTick int64
+	if err := c.admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM jsonb_object_keys(tick_grants)), token_tick
+FROM `+schema+`.bext_lock_fences WHERE namespace = $1 AND key = 'k'`, c.ns).Scan(&entries, &tokenTick); err != nil {
 		t.Fatal(err)
 	}
 	if entries != 2 {
 		t.Errorf("tick_grants entries in the upgraded table: %d, want 2 (T1 and T2)", entries)
 	}
+	if want := now.Add(time.Second).UnixMicro(); tokenTick != want {
+		t.Errorf("token_tick in the upgraded table: %d, want T2 (%d)", tokenTick, want)
+	}
+}
+
+// TestResendTokenReusedForAnotherTick: a schedule lock's resend is
+// recognised by its token and its T together, never by the token alone:
+// a caller that (against the contract) asks another tick with a granted
+// call's token is decided as any other request. A is granted T1 with a
+// token; T2 is decided paused (the mark is T2 now) and A's session ends.
+// T2 asked with T1's token is done: the row's token and mark matched it,
+// as the rule before token_tick read them, but the token was granted for
+// T1. T1 resent with its token is granted with its fence.
+func TestResendTokenReusedForAnotherTick(t *testing.T) {
+	c := newCluster(t)
+	a, b := c.open(Options{}), c.open(Options{})
+	ctx := context.Background()
+	now := c.dbNow().Truncate(time.Millisecond)
+	r1, r2 := tickReq("k", now), tickReq("k", now.Add(time.Second))
+	r1.Token, r2.Token = "token-of-T1", "token-of-T2"
+	h1 := mustTick(t, a, r1, locking.TickGranted, "T1").Handle
+	if err := b.SetPause(ctx, "k", locking.Pause{Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustTick(t, b, r2, locking.TickPaused, "T2 while paused")
+	c.kill("k")
+	reused := r2
+	reused.Token = r1.Token
+	mustTick(t, b, reused, locking.TickDone, "T2 asked with T1's token")
+	re := mustTick(t, b, r1, locking.TickGranted, "T1 resent with its token").Handle
+	if re.Fence() != h1.Fence() {
+		t.Errorf("resent T1's fence = %d, want the first call's %d", re.Fence(), h1.Fence())
+	}
+	if err := b.Release(ctx, re); err != nil {
+		t.Fatal(err)
+	}
+	mustTick(t, b, r1, locking.TickDone, "T1 resent after its release")
 }

@@ -41,7 +41,7 @@ const (
 	// it. It checks the newest column.
 	tableExistsSQL = `SELECT to_regclass('bext_lock_fences') IS NOT NULL AND EXISTS (
   SELECT 1 FROM pg_attribute
-  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'tick_grants' AND NOT attisdropped)`
+  WHERE attrelid = to_regclass('bext_lock_fences') AND attname = 'token_tick' AND NOT attisdropped)`
 
 	// tableSchemaSQL names the schema of the bext_lock_fences the
 	// session's search_path finds: with the namespace, it names the
@@ -70,6 +70,7 @@ ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DE
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_until timestamptz;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS pause_note text;
 ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;
+ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS token_tick bigint;
 COMMIT;`
 
 	// tryLockSQL takes the advisory lock and, only when it won, bumps the
@@ -211,18 +212,18 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
   FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
   SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.ord, c.ts, c.now_us,
-    r.tick_mark AS mark, r.tick_token AS rtok, r.fence AS rfence, r.rid,
+    r.tick_mark AS mark, r.tick_token AS rtok, r.token_tick AS ttick, r.fence AS rfence, r.rid,
     CASE WHEN q.keep > 0 THEN r.tick_grants -> q.tick::text END AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
   FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
       WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, ord)
     LEFT JOIN LATERAL (
-      SELECT f.tick_mark, f.tick_token, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
+      SELECT f.tick_mark, f.tick_token, f.token_tick, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
 d AS MATERIALIZED (
   SELECT e.*, CASE
-      WHEN e.rtok = e.tok AND e.mark = e.tick THEN 'resend'
+      WHEN e.rtok = e.tok AND e.ttick = e.tick THEN 'resend'
       WHEN e.keep > 0 AND e.tg ->> 1 = e.tok THEN 'resend'
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
@@ -238,6 +239,7 @@ u AS (
     tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick ELSE i.eff END,
     fence = CASE WHEN i.intent = 'grant' THEN greatest(t.fence + 1, 1, i.now_us) ELSE t.fence END,
     tick_token = CASE WHEN i.intent = 'grant' THEN i.tok ELSE t.tick_token END,
+    token_tick = CASE WHEN i.intent = 'grant' THEN i.tick ELSE t.token_tick END,
     tick_grants = CASE WHEN i.intent = 'grant' AND i.keep > 0 THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
           WHERE g.k::bigint >= i.now_us - i.keep - greatest(i.skew, i.win)), '{}'::jsonb)
