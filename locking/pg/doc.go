@@ -67,6 +67,7 @@
 //	    pause_until timestamptz,
 //	    pause_note  text,
 //	    tick_grants jsonb,        -- per-tick grants a resend may come for
+//	    token_tick  bigint,       -- T (µs) of the grant tick_token is from
 //	    PRIMARY KEY (namespace, key)
 //	);
 //
@@ -89,10 +90,11 @@
 // statement. That statement, and InitMarks and SetPause, commit with
 // synchronous_commit = on whatever the session says (set_config local to
 // their own transaction): a mark a run was granted on must survive a crash.
-// The row also keeps the granting call's token, so a call resent after a
-// lost reply is answered granted with its own fence (once the first call's
-// session is gone; until then with an error wrapping ErrUnavailable); a
-// tick Release forgets it. A per-tick lock (overlap = allow) is taken
+// The row also keeps the granting call's token and T (token_tick), so a
+// call resent after a lost reply is answered granted with its own fence,
+// whatever later ticks were decided paused or missed meanwhile (once the
+// first call's session is gone; until then with an error wrapping
+// ErrUnavailable); a tick Release forgets the token. A per-tick lock (overlap = allow) is taken
 // under locking.TickLockKey, the mark staying the schedule's; since a
 // later tick of the schedule may be granted while an earlier one runs,
 // the row keeps each per-tick grant's tick, fence and token (tick_grants)

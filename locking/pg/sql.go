@@ -160,12 +160,33 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// A resent call takes the lock again if it is free and answers with the
 	// fence its first call drew; resend_held when the lock is still held (by
 	// the first call's session, which the server has not dropped yet). A
-	// call is a resend when the row carries its token and T as its mark (the
-	// row's latest grant: a schedule lock's is always that), or, for a
+	// call is a resend when the row carries its token and T as token_tick
+	// (the T of the row's latest grant, which writes both), or, for a
 	// per-tick request, when the row's tick_grants holds T with its token.
-	// Per-tick locks need the second: T2 of the schedule may be granted
-	// while T1 runs, overwriting the row's token and mark, and T1's resend
-	// was then answered done, granted yet run nowhere
+	// The mark is not that T: while a schedule lock's grant of T is held
+	// (its reply lost), a later tick may be decided paused or missed, which
+	// raises the mark without touching the lock or the token; read against
+	// the mark, T's resend was answered done, granted yet run nowhere
+	// (lockertest's Tick/ResentAfterPausedTick and ResentAfterMissedTick).
+	// Nor is the token alone enough: a caller that, against the contract,
+	// asks another tick with a granted call's token is decided as any
+	// other request (TestResendTokenReusedForAnotherTick).
+	//
+	// Nodes of the release before token_tick grant without writing it
+	// (leaving it NULL, or an earlier grant's T) and keep their rule, token
+	// and mark; releases are the same in both (releaseTickSQL forgets only
+	// the releasing grant's own token). So both can run on one table during
+	// a rolling upgrade: a call's token is its own (drawn by startTick, or
+	// the caller's for its own retries, which go to the same Locker), so a
+	// newer node never carries the token an older node's grant wrote, and a
+	// stale token_tick beside that token matches none of its requests; an
+	// older node reads the rows a newer one writes as it always did, mark
+	// and token being written as before. An older node's own resends are
+	// answered as before the fix, lost run included.
+	//
+	// Per-tick locks need tick_grants: T2 of the schedule may be granted
+	// while T1 runs, overwriting the row's token, token_tick and mark, and
+	// T1's resend was then answered done, granted yet run nowhere
 	// (lockertest's Tick/PerTickResentAfterLaterGrant). tick_grants maps
 	// each per-tick grant's T (µs, as text) to [fence, token]: a per-tick
 	// grant adds its entry and drops those whose T lies more than keep +
