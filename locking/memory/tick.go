@@ -119,11 +119,26 @@ func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
 			return fmt.Errorf("memory: init marks: %w", err)
 		}
 	}
+	var per [numShards]int
 	for _, k := range keys {
-		s := l.tab.shardFor(k)
+		i := l.tab.shardIndex(k)
+		per[i]++
+		s := &l.tab.shards[i]
 		s.mu.Lock()
 		if _, ok := s.marks[k]; !ok {
 			s.marks[k], _ = l.tab.now()
+		}
+		s.mu.Unlock()
+	}
+	// Each of these keys takes a lock when its tick comes, all at once
+	// when they share a second: a lock table grown then, entry by entry,
+	// was rehashed a dozen times in the middle of the burst. An empty one
+	// is made at the size the keys need.
+	for i, n := range per {
+		s := &l.tab.shards[i]
+		s.mu.Lock()
+		if len(s.m) == 0 && n > 8 {
+			s.m = make(map[string]entry, n)
 		}
 		s.mu.Unlock()
 	}
