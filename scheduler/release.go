@@ -48,11 +48,16 @@ type ranTick struct {
 	lease lease // the run's (newTickLease)
 }
 
-// newReleaser returns a releaser for l, nil when l cannot batch releases.
+// newReleaser returns a releaser for l, nil when l cannot batch releases,
+// or need not (InProcessLocker).
 // deliver ends the ticks whose releases were sent by releaseAfterRun.
 func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
 	rb, ok := l.(ReleaseBatcher)
 	if !ok {
+		return nil
+	}
+	if ip, ok := l.(InProcessLocker); ok && ip.InProcess() {
+		// No round trip to share: the worker releases, as it asks.
 		return nil
 	}
 	return &releaser{
