@@ -65,15 +65,13 @@ type pool struct {
 
 	mu    sync.Mutex
 	cond  sync.Cond // parked workers wait here
-	queue []task
-	head  int // queue[head:] is waiting
+	queue fifo[task]
 	// granted are ticks whose batched try-lock-tick was answered (batch.go),
 	// taken before any of queue, in order: their lease is running, while
 	// a tick of queue has not asked yet. FIFO between the two had the
 	// answered ticks of a 10,000-tick burst wait behind every request not
 	// yet sent, so their jobs started only once all of them had asked.
-	granted []task
-	ghead   int // granted[ghead:] is waiting
+	granted fifo[task]
 	// later are the ends of runs whose jobs have returned (step 7's
 	// release, step 8's report: Scheduler.afterRun), taken after granted
 	// and queue, unless the oldest has waited maxDefer. A tick's lateness
@@ -85,8 +83,7 @@ type pool struct {
 	// never drains. A release a few milliseconds late is harmless (the
 	// mark, not the lock, keeps T from running twice: DESIGN.md step 7),
 	// and bounded so that the schedule's next tick finds its lock free.
-	later []laterTask
-	lhead int // later[lhead:] is waiting
+	later fifo[laterTask]
 	// held: the loop is handing out a burst (hold), so more ticks come
 	// that have not started: later waits for them even when nothing else
 	// waits (until maxDefer). asking counts the ticks whose batched
@@ -136,8 +133,7 @@ func newPool(run func(task) (task, bool)) *pool {
 // submit queues t.
 func (p *pool) submit(t task) {
 	p.mu.Lock()
-	p.compactLocked()
-	p.queue = append(p.queue, t)
+	p.queue.push(t)
 	if p.spinning == 0 {
 		p.spinLocked()
 	}
@@ -152,8 +148,9 @@ func (p *pool) submitAll(ts []task) {
 		return
 	}
 	p.mu.Lock()
-	p.compactLocked()
-	p.queue = append(p.queue, ts...)
+	for _, t := range ts {
+		p.queue.push(t)
+	}
 	if p.spinning == 0 {
 		p.spinLocked()
 	}
@@ -169,13 +166,8 @@ func (p *pool) submitAnswered(calls []*tickCall) {
 		return
 	}
 	p.mu.Lock()
-	if p.ghead > 0 && p.ghead >= len(p.granted)/2 {
-		n := copy(p.granted, p.granted[p.ghead:])
-		clear(p.granted[n:])
-		p.granted, p.ghead = p.granted[:n], 0
-	}
 	for _, c := range calls {
-		p.granted = append(p.granted, task{call: c})
+		p.granted.push(task{call: c})
 	}
 	p.asking.Add(-int64(len(calls)))
 	if p.spinning == 0 {
@@ -201,69 +193,36 @@ func (p *pool) hold(on bool) {
 // as the spinning worker that will take t or what goes before it, so no
 // other worker is woken for t.
 func (p *pool) laterLocked(t task) {
-	if p.lhead > 0 && p.lhead >= len(p.later)/2 {
-		n := copy(p.later, p.later[p.lhead:])
-		clear(p.later[n:])
-		p.later, p.lhead = p.later[:n], 0
-	}
-	p.later = append(p.later, laterTask{ran: t.ran, at: p.now()})
+	p.later.push(laterTask{ran: t.ran, at: p.now()})
 }
 
 // waitingLocked reports whether a task waits that may be taken now.
 func (p *pool) waitingLocked() bool {
-	return p.ghead < len(p.granted) || p.head < len(p.queue) || p.laterDueLocked(false)
+	return p.granted.len() > 0 || p.queue.len() > 0 || p.laterDueLocked(false)
 }
 
 // laterDueLocked reports whether the head of later is to be taken now:
 // it waited maxDefer, or nothing goes before it (busy: another task
 // waits).
 func (p *pool) laterDueLocked(busy bool) bool {
-	if p.lhead == len(p.later) {
+	if p.later.len() == 0 {
 		return false
 	}
 	if !busy && (!p.held && p.asking.Load() == 0 || p.closed) {
 		return true
 	}
-	return p.now()-p.later[p.lhead].at >= maxDefer
+	return p.now()-p.later.front().at >= maxDefer
 }
 
 // takeLocked takes the next task; one must wait.
 func (p *pool) takeLocked() task {
-	if p.laterDueLocked(p.ghead < len(p.granted) || p.head < len(p.queue)) {
-		t := task{ran: p.later[p.lhead].ran}
-		p.later[p.lhead] = laterTask{}
-		p.lhead++
-		if p.lhead == len(p.later) {
-			p.later, p.lhead = p.later[:0], 0
-		}
-		return t
+	if p.laterDueLocked(p.granted.len() > 0 || p.queue.len() > 0) {
+		return task{ran: p.later.pop().ran}
 	}
-	if p.ghead < len(p.granted) {
-		t := p.granted[p.ghead]
-		p.granted[p.ghead] = task{}
-		p.ghead++
-		if p.ghead == len(p.granted) {
-			p.granted, p.ghead = p.granted[:0], 0
-		}
-		return t
+	if p.granted.len() > 0 {
+		return p.granted.pop()
 	}
-	t := p.queue[p.head]
-	p.queue[p.head] = task{} // drop the references for the GC
-	p.head++
-	if p.head == len(p.queue) {
-		p.queue, p.head = p.queue[:0], 0
-	}
-	return t
-}
-
-// compactLocked drops the consumed prefix before the queue grows, so a
-// queue that never quite empties does not keep it forever.
-func (p *pool) compactLocked() {
-	if p.head > 0 && p.head >= len(p.queue)/2 {
-		n := copy(p.queue, p.queue[p.head:])
-		clear(p.queue[n:])
-		p.queue, p.head = p.queue[:n], 0
-	}
+	return p.queue.pop()
 }
 
 // spinLocked gets one more worker spinning: a parked one, or a new one.
@@ -305,7 +264,7 @@ func (p *pool) worker() {
 			p.mu.Unlock()
 			return
 		}
-		if p.lhead < len(p.later) && p.spinning == 0 {
+		if p.later.len() > 0 && p.spinning == 0 {
 			p.armLaterLocked()
 		}
 		p.idle++
@@ -322,7 +281,7 @@ func (p *pool) armLaterLocked() {
 		return
 	}
 	p.laterArmed = true
-	d := max(maxDefer-(p.now()-p.later[p.lhead].at), 0)
+	d := max(maxDefer-(p.now()-p.later.front().at), 0)
 	if p.laterTimer == nil {
 		p.laterTimer = time.AfterFunc(d, p.laterDue)
 	} else {
@@ -335,7 +294,7 @@ func (p *pool) laterDue() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.laterArmed = false
-	if p.closed || p.spinning > 0 || p.lhead == len(p.later) {
+	if p.closed || p.spinning > 0 || p.later.len() == 0 {
 		return // a worker is on its way, or nothing is left to do
 	}
 	if p.waitingLocked() {

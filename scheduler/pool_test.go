@@ -71,8 +71,8 @@ func TestPoolCloseRunsWhatIsQueued(t *testing.T) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.parked != 0 || p.spinning != 0 || p.head != len(p.queue) {
-		t.Errorf("after close: parked %d spinning %d queued %d, want 0 0 0", p.parked, p.spinning, len(p.queue)-p.head)
+	if p.parked != 0 || p.spinning != 0 || p.queue.len() != 0 {
+		t.Errorf("after close: parked %d spinning %d queued %d, want 0 0 0", p.parked, p.spinning, p.queue.len())
 	}
 }
 
@@ -130,8 +130,8 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.laterLocked(mark(1))
-	p.queue = append(p.queue, mark(2))
-	p.granted = append(p.granted, mark(3))
+	p.queue.push(mark(2))
+	p.granted.push(mark(3))
 	p.laterLocked(mark(4))
 	for i, want := range []time.Duration{3, 2, 1, 4} {
 		if got := take(); got != want {
@@ -149,12 +149,12 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 	if p.waitingLocked() {
 		t.Fatal("an end of a run is due while try-lock-ticks are on their way")
 	}
-	p.queue = append(p.queue, mark(6))
+	p.queue.push(mark(6))
 	now += maxDefer - 1
 	if got := take(); got != 6 {
 		t.Fatalf("took %d before maxDefer, want the queued tick 6", got)
 	}
-	p.queue = append(p.queue, mark(7))
+	p.queue.push(mark(7))
 	now++
 	if got := take(); got != 5 {
 		t.Fatalf("took %d after maxDefer, want the end of a run 5 that waited that long", got)
