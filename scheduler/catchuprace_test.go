@@ -75,7 +75,10 @@ func TestGrantedCatchUpRunsBesideARegularTickInFlight(t *testing.T) {
 			// The catch-up's request: decided once the regular tick
 			// has fired and is asking.
 			close(catchupAsking)
-			<-regularAsking
+			select {
+			case <-regularAsking:
+			case <-time.After(waitTimeout):
+			}
 		case req.Tick.Equal(tick2):
 			// The regular tick asks once the catch-up's answer was
 			// handled: its lock released (dropped, or after its run).
@@ -87,6 +90,14 @@ func TestGrantedCatchUpRunsBesideARegularTickInFlight(t *testing.T) {
 
 	f.setTryErr(fmt.Errorf("backend down: %w", locking.ErrUnavailable))
 	h.step(time.Minute) // 00:01: backend_error
+	// Still down until the probe waits on its timer: a probe poked now
+	// fails, and re-arms.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.s.WaitProbeArmed(ctx); err != nil {
+		t.Fatalf("the recovery probe never armed: %v", err)
+	}
+	h.loopParked()
 	f.setTryErr(nil)
 	clock.Advance(59 * time.Second) // the recovery probe: the backend answers, catch-up of 00:01
 	select {
