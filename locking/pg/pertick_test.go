@@ -259,3 +259,35 @@ func TestResendTokenReusedForAnotherTick(t *testing.T) {
 	}
 	mustTick(t, b, r1, locking.TickDone, "T1 resent after its release")
 }
+
+// TestPerTickGrantKeptForItsOwnLease: a per-tick grant's entry in
+// tick_grants lasts as long as its own request said a resend may come
+// (its TTL, or MaxLease), whatever the request that prunes the row asks.
+// A is granted T1, 50s late within a wide MaxSkew and with a TTL of an
+// hour, and its reply is lost; B, whose request for T2 has a TTL of a
+// second and a narrow skew and window (another node's configuration, or
+// the same schedule after a reload), is granted T2 a moment later. T1's
+// resend, well within T1's TTL, must be granted with T1's fence: answered
+// done, T1 is granted and run nowhere.
+func TestPerTickGrantKeptForItsOwnLease(t *testing.T) {
+	c := newCluster(t)
+	a, b, cc := c.open(Options{}), c.open(Options{}), c.open(Options{})
+	now := c.dbNow().Truncate(time.Millisecond)
+	r1 := tickReq("k", now.Add(-50*time.Second))
+	r1.PerTick, r1.Token, r1.TTL, r1.MaxSkew, r1.Window = true, "token-of-T1", time.Hour, 2*time.Minute, 0
+	h1 := mustTick(t, a, r1, locking.TickGranted, "T1, 50s late within MaxSkew 2m, TTL 1h").Handle
+	c.kill(locking.TickLockKey(r1.Key, r1.Tick))
+
+	r2 := tickReq("k", now)
+	r2.PerTick, r2.Token, r2.TTL, r2.MaxSkew, r2.Window = true, "token-of-T2", time.Second, time.Second, 0
+	h2 := mustTick(t, b, r2, locking.TickGranted, "T2 on time, TTL 1s, skew 1s, no window").Handle
+	defer b.Release(context.Background(), h2)
+
+	re := mustTick(t, cc, r1, locking.TickGranted, "T1 resent with its token, within its TTL, after T2's grant").Handle
+	if re.Fence() != h1.Fence() {
+		t.Errorf("resent T1's fence = %d, want the first call's %d", re.Fence(), h1.Fence())
+	}
+	if err := cc.Release(context.Background(), re); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -188,13 +188,19 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// while T1 runs, overwriting the row's token, token_tick and mark, and
 	// T1's resend was then answered done, granted yet run nowhere
 	// (lockertest's Tick/PerTickResentAfterLaterGrant). tick_grants maps
-	// each per-tick grant's T (µs, as text) to [fence, token]: a per-tick
-	// grant adds its entry and drops those whose T lies more than keep +
-	// max(skew, window) before the clock; releaseTickSQL drops a grant's
-	// own. keep is max(TTL, MaxLease) (startTick): a resend comes while its
-	// caller counts on the lease, or, told resend_held, until the server
-	// dropped the first call's session; and a grant came at most max(skew,
-	// window) after its T. So the entries are the schedule's running ticks,
+	// each per-tick grant's T (µs, as text) to [fence, token, until]: a
+	// per-tick grant adds its entry, until being its own clock plus its
+	// own keep, and drops those whose until has passed; releaseTickSQL
+	// drops a grant's own. keep is max(TTL, MaxLease) (startTick): a
+	// resend comes while its caller counts on the lease, or, told
+	// resend_held, until the server dropped the first call's session. Each
+	// entry lasts by what its own request asked, not by what the request
+	// that prunes it asks: a later grant with a shorter TTL, skew or window
+	// (another node's configuration, a reload) dropped an earlier one a
+	// resend was still to come for (TestPerTickGrantKeptForItsOwnLease).
+	// An entry without until (written before it came) is dropped once its
+	// T lies more than the pruning request's keep + max(skew, window)
+	// before the clock. So the entries are the schedule's running ticks,
 	// and for that long those whose holder ended without a release.
 	// Schedule locks pass keep 0: their entries are never looked at nor
 	// added, so they are decided and stored as before the column came.
@@ -263,8 +269,8 @@ u AS (
     token_tick = CASE WHEN i.intent = 'grant' THEN i.tick ELSE t.token_tick END,
     tick_grants = CASE WHEN i.intent = 'grant' AND i.keep > 0 THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
-          WHERE g.k::bigint >= i.now_us - i.keep - greatest(i.skew, i.win)), '{}'::jsonb)
-        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok))
+          WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
+        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep))
       ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
