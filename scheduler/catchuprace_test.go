@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,9 @@ func TestGrantedCatchUpRunsBesideARegularTickInFlight(t *testing.T) {
 	b.CatchupWindow = 5 * time.Minute
 	catchUp, tick2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
 	catchupAsking, regularAsking := make(chan struct{}), make(chan struct{})
+	// Closed once each: a request asked again (a retry) must not panic
+	// the worker that asks it.
+	var catchupOnce, regularOnce sync.Once
 	l := &tickHookLocker{faulty: f, hook: func(req locking.TickRequest) {
 		f.mu.Lock()
 		down := f.tryErr != nil
@@ -74,7 +78,7 @@ func TestGrantedCatchUpRunsBesideARegularTickInFlight(t *testing.T) {
 		case req.Tick.Equal(catchUp) && !down:
 			// The catch-up's request: decided once the regular tick
 			// has fired and is asking.
-			close(catchupAsking)
+			catchupOnce.Do(func() { close(catchupAsking) })
 			select {
 			case <-regularAsking:
 			case <-time.After(waitTimeout):
@@ -82,7 +86,7 @@ func TestGrantedCatchUpRunsBesideARegularTickInFlight(t *testing.T) {
 		case req.Tick.Equal(tick2):
 			// The regular tick asks once the catch-up's answer was
 			// handled: its lock released (dropped, or after its run).
-			close(regularAsking)
+			regularOnce.Do(func() { close(regularAsking) })
 			waitFaulty(f, func() bool { _, _, rel := f.counts(); return rel >= 1 })
 		}
 	}}

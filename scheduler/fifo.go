@@ -56,6 +56,11 @@ func (q *fifo[T]) front() *T { return &q.head.items[q.hi] }
 
 // pop removes and returns the oldest item; the queue must not be empty.
 func (q *fifo[T]) pop() T {
+	if q.n == 0 {
+		// A caller's bug; taken on, it would count the queue below empty
+		// and lose the next item pushed.
+		panic("scheduler: pop of an empty fifo")
+	}
 	c := q.head
 	v := c.items[q.hi]
 	var zero T

@@ -714,7 +714,8 @@ func TestRunStartingAfterTheGraceStartsCancelled(t *testing.T) {
 	asking, answer := make(chan struct{}), make(chan struct{})
 	h.locker.mu.Lock()
 	h.locker.deaf = true
-	h.locker.onTry = func() { close(asking); <-answer }
+	var once sync.Once
+	h.locker.onTry = func() { once.Do(func() { close(asking) }); <-answer }
 	h.locker.mu.Unlock()
 	h.clock.Advance(time.Minute)
 	select {

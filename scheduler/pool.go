@@ -214,15 +214,22 @@ func (p *pool) laterDueLocked(busy bool) bool {
 	return p.now()-p.later.front().at >= maxDefer
 }
 
-// takeLocked takes the next task; one must wait.
-func (p *pool) takeLocked() task {
-	if p.laterDueLocked(p.granted.len() > 0 || p.queue.len() > 0) {
-		return task{ran: p.later.pop().ran}
+// takeLocked takes the next task, if one may be taken now. It decides on
+// its own reading, not on an earlier waitingLocked's: asking moves outside
+// the lock (a batched tick asks from any worker), so a head of later that
+// was due when nothing was asking may no longer be, and a worker that then
+// took from an empty queue ran a zero task (a panic in handleTick).
+func (p *pool) takeLocked() (task, bool) {
+	busy := p.granted.len() > 0 || p.queue.len() > 0
+	switch {
+	case p.laterDueLocked(busy):
+		return task{ran: p.later.pop().ran}, true
+	case p.granted.len() > 0:
+		return p.granted.pop(), true
+	case p.queue.len() > 0:
+		return p.queue.pop(), true
 	}
-	if p.granted.len() > 0 {
-		return p.granted.pop()
-	}
-	return p.queue.pop()
+	return task{}, false
 }
 
 // spinLocked gets one more worker spinning: a parked one, or a new one.
@@ -243,8 +250,7 @@ func (p *pool) worker() {
 	defer p.wg.Done()
 	p.mu.Lock()
 	for {
-		if p.waitingLocked() {
-			t := p.takeLocked()
+		if t, ok := p.takeLocked(); ok {
 			// This worker may now block in t: hand the spinning on.
 			p.spinning--
 			if p.waitingLocked() && p.spinning == 0 {

@@ -121,7 +121,10 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 		if !p.waitingLocked() {
 			t.Fatal("no task to take")
 		}
-		tk := p.takeLocked()
+		tk, ok := p.takeLocked()
+		if !ok {
+			t.Fatal("waitingLocked said a task waits; takeLocked took none")
+		}
 		if tk.ran != nil {
 			return tk.ran.tag.f.lateness
 		}
@@ -200,5 +203,27 @@ func TestPoolLaterRunsWhenWorkersPark(t *testing.T) {
 	case <-ran:
 	default:
 		t.Fatal("close returned before the deferred end of a run ran")
+	}
+}
+
+// A run's end waiting in later is due when nothing is asking; a batched
+// tick that starts asking (asking moves outside the pool's lock) makes it
+// wait again. A worker that saw it due, then took, must not take from the
+// empty queue: it ran a zero task, a panic in handleTick (seen once under
+// -race -count=40, TestLateGrantFreesItsLock's package).
+func TestPoolTakesNothingOnceAskingRose(t *testing.T) {
+	p := newPool(plain(func(task) {}))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.later.push(laterTask{ran: &releaseCall{}, at: p.now()})
+	if !p.waitingLocked() {
+		t.Fatal("a run's end with nothing asking is not due")
+	}
+	p.asking.Add(1) // a tick asks, from another worker
+	if tk, ok := p.takeLocked(); ok {
+		t.Fatalf("took %+v: nothing may be taken while a tick asks and the run's end waited less than maxDefer", tk)
+	}
+	if p.later.len() != 1 {
+		t.Fatalf("later holds %d, want the run's end still waiting", p.later.len())
 	}
 }
