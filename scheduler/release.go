@@ -56,7 +56,7 @@ func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
 	if !ok {
 		return nil
 	}
-	if ip, ok := l.(InProcessLocker); ok && ip.InProcess() {
+	if inProcess(l) {
 		// No round trip to share: the worker releases, as it asks.
 		return nil
 	}

@@ -344,7 +344,7 @@ func (s *Scheduler) nodeLocalPaused(f fired) bool {
 		return false
 	}
 	ctx := s.jobCtx
-	if ip, ok := p.(InProcessLocker); !ok || !ip.InProcess() {
+	if !inProcess(p) {
 		// A backend across the network is given a second. One in this
 		// process answers at once, and a timer per tick was half the
 		// cost of a node-local tick in a burst.
