@@ -88,6 +88,22 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) err
 	if n == 0 {
 		return nil
 	}
+	// Planned on each call (QueryExecModeExec, an unnamed statement), on
+	// the table's current size: with the cached prepared statement, filling
+	// a fresh table was slower than refilling an analyzed one (30,000 runs:
+	// 13.2 s against 8.8 s; planned each call: 9.5 s against 9.9 s).
+	// Planning costs about 0.5 ms, against several for the statement.
+	args := append([]any{pgx.QueryExecModeExec}, recordRunsArgs(l.opts.Namespace, keep, runs)...)
+	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		var ins, del, trimmed int64
+		return conn.QueryRow(ctx, recordRunsSQL, args...).Scan(&ins, &del, &trimmed)
+	})
+}
+
+// recordRunsArgs are recordRunsSQL's parameters for runs: one array per
+// column.
+func recordRunsArgs(namespace string, keep int, runs []store.Run) []any {
+	n := len(runs)
 	var (
 		schedules = make([]string, n)
 		ids       = make([]string, n)
@@ -109,17 +125,8 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) err
 		durations[i], fences[i], attempts[i], manual[i] = int64(r.Duration), r.Fence, int32(r.Attempts), r.Manual
 		nodes[i], results[i], errs[i], tails[i] = r.Node, r.Result, r.Error, r.OutputTail
 	}
-	// Planned on each call (QueryExecModeExec, an unnamed statement), on
-	// the table's current size: with the cached prepared statement, filling
-	// a fresh table was slower than refilling an analyzed one (30,000 runs:
-	// 13.2 s against 8.8 s; planned each call: 9.5 s against 9.9 s).
-	// Planning costs about 0.5 ms, against several for the statement.
-	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		var ins, del, trimmed int64
-		return conn.QueryRow(ctx, recordRunsSQL, pgx.QueryExecModeExec, l.opts.Namespace, int64(keep), trimThreshold(keep),
-			schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails).
-			Scan(&ins, &del, &trimmed)
-	})
+	return []any{namespace, int64(keep), trimThreshold(keep),
+		schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails}
 }
 
 // unixNano is t in nanoseconds since the epoch; the zero time stays 0 so

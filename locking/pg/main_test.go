@@ -121,3 +121,21 @@ func mustContend(t testing.TB, l locking.Locker, key string) {
 		t.Fatalf("TryLock(%q) = %v, %v; want contended (nil, nil)", key, h, err)
 	}
 }
+
+// explain runs EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) of query in tx and
+// returns its lines. EXPLAIN takes no parameters: the simple protocol
+// writes args in, so the plan is a custom plan of them.
+func explain(t *testing.T, tx pgx.Tx, query string, args ...any) []string {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+query,
+		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}

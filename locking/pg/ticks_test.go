@@ -282,23 +282,8 @@ func TestTickBatchLooksUpEachRow(t *testing.T) {
 	if _, err := tx.Exec(ctx, lockRowsSQL, c.ns, keys); err != nil {
 		t.Fatal(err)
 	}
-	// EXPLAIN takes no parameters: the simple protocol writes them in.
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7, $5)`, pgx.QueryExecModeSimpleProtocol,
+	plan := explain(t, tx, `EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7, $5)`,
 		c.ns, keys, ids, ticks, zeros, skews, tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
 	for _, line := range plan {
 		if strings.Contains(line, "Rows Removed by Join Filter") {
 			t.Fatalf("the tick batch filters rows out of a join (a request's row not looked up by its key):\n%s", strings.Join(plan, "\n"))
