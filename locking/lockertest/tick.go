@@ -360,12 +360,7 @@ func caseTickPerTickResent(s *suite) {
 		s.t.Errorf("fence at T2 = %d, want > %d (T1's)", h2.Fence(), h1.Fence())
 	}
 	s.loseReply(r1)
-	ans := s.wantTick(c, r1, locking.TickGranted, "locker C resending T1 with T1's token after T2 was granted")
-	re := ans.Handle
-	if re.Fence() != h1.Fence() || re.Token() != r1.Token || re.Key() != h1.Key() {
-		s.t.Errorf("resent T1 granted as (key %q, fence %d, same token %t), want T1's acquisition (key %q, fence %d, its token)",
-			short(re.Key()), re.Fence(), re.Token() == r1.Token, short(h1.Key()), h1.Fence())
-	}
+	re := s.wantResentGrant(c, r1, h1, "locker C resending T1 with T1's token after T2 was granted")
 	other := r1
 	other.Token = s.newToken()
 	s.wantTick(b, other, locking.TickDone, "locker B at T1 with another token while the resent T1 holds its lock")
@@ -377,11 +372,8 @@ func caseTickPerTickResent(s *suite) {
 
 	// T2's grant was not touched by T1's resend and release.
 	s.loseReply(r2)
-	ans = s.wantTick(c, r2, locking.TickGranted, "locker C resending T2 with T2's token after T1 was released")
-	if ans.Handle.Fence() != h2.Fence() {
-		s.t.Errorf("resent T2's fence = %d, want the first call's %d", ans.Handle.Fence(), h2.Fence())
-	}
-	s.mustRelease(c, ans.Handle, "locker C with the resent T2's handle")
+	re2 := s.wantResentGrant(c, r2, h2, "locker C resending T2 with T2's token after T1 was released")
+	s.mustRelease(c, re2, "locker C with the resent T2's handle")
 	s.wantTick(c, r2, locking.TickDone, "locker C resending T2 after its grant was released")
 }
 
@@ -420,12 +412,7 @@ func caseTickResentAfterMark(s *suite, missed bool) {
 		s.t.Fatalf("mark after T+1s was %v = %v, want T+1s %v (consumed)", want, ans.Mark, r2.Tick)
 	}
 	s.loseReply(r1)
-	ans = s.wantTick(c, r1, locking.TickGranted, "locker C resending T with T's token after T+1s was "+want.String())
-	re := ans.Handle
-	if re.Fence() != h1.Fence() || re.Token() != r1.Token || re.Key() != h1.Key() {
-		s.t.Errorf("resent T granted as (key %q, fence %d, same token %t), want T's acquisition (key %q, fence %d, its token)",
-			short(re.Key()), re.Fence(), re.Token() == r1.Token, short(h1.Key()), h1.Fence())
-	}
+	re := s.wantResentGrant(c, r1, h1, "locker C resending T with T's token after T+1s was "+want.String())
 	other := r1
 	other.Token = s.newToken()
 	s.wantTick(b, other, locking.TickDone, "locker B at T with another token while the resent T holds its lock")
@@ -433,6 +420,19 @@ func caseTickResentAfterMark(s *suite, missed bool) {
 	s.mustRelease(c, re, "locker C with the resent T's handle")
 	s.wantTick(c, r1, locking.TickDone, "locker C resending T after its grant was released")
 	s.wantTick(b, r1, locking.TickDone, "locker B resending T after its grant was released")
+}
+
+// wantResentGrant asks l for r, a resend of the request first granted as
+// first, and fails the case unless it is granted as that same acquisition:
+// the same key, fence and token.
+func (s *suite) wantResentGrant(l locking.Locker, r locking.TickRequest, first *locking.Handle, who string) *locking.Handle {
+	s.t.Helper()
+	re := s.wantTick(l, r, locking.TickGranted, who).Handle
+	if re.Fence() != first.Fence() || re.Token() != r.Token || re.Key() != first.Key() {
+		s.t.Errorf("%s: granted as (key %q, fence %d, same token %t), want the first grant's acquisition (key %q, fence %d, its token)",
+			who, short(re.Key()), re.Fence(), re.Token() == r.Token, short(first.Key()), first.Fence())
+	}
+	return re
 }
 
 // loseReply does what a lost reply to r's grant leaves behind on the
