@@ -309,14 +309,14 @@ func (n *Node) Pause(jobs bool) []int {
 	p := n.Proc()
 	var groups []int
 	if jobs {
-		groups = childGroups(p.Cmd.Process.Pid)
+		groups = jobGroups(p.Cmd.Process.Pid)
 	}
 	p.Signal(syscall.SIGSTOP)
 	for _, g := range groups {
 		_ = syscall.Kill(-g, syscall.SIGSTOP)
 	}
 	if jobs { // a job started between the listing and the stop
-		for _, g := range childGroups(p.Cmd.Process.Pid) {
+		for _, g := range jobGroups(p.Cmd.Process.Pid) {
 			if !contains(groups, g) {
 				_ = syscall.Kill(-g, syscall.SIGSTOP)
 				groups = append(groups, g)

@@ -103,7 +103,7 @@ type kill struct {
 func (c *Cluster) KillHolder(holder *Node, run ledger.Run) kill {
 	t := c.t
 	t.Helper()
-	groups := childGroups(holder.Proc().Cmd.Process.Pid)
+	groups := jobGroups(holder.Proc().Cmd.Process.Pid)
 	k := kill{node: holder.ID, run: run, at: time.Now()}
 	holder.Kill()
 	k.leaseEnd = time.Now()

@@ -75,16 +75,22 @@ func buildLedgerJob(dir string) (string, error) {
 	return out, nil
 }
 
-// childGroups returns the process groups led by pid's children: the job
-// runs a node started (each command job leads a group of its own).
-func childGroups(pid int) []int {
+// jobGroups returns the process groups of pid's descendants, pid's own
+// group left out: the jobs a node started. A command job under the
+// supervisor (the default) runs in a group of its own below the
+// supervisor's, so the groups led by pid's children alone (the
+// supervisors') left the job itself running through a "paused host"
+// (TestPausedHost/redis: the paused run's end was accepted while its host
+// was stopped, seen once in CI) and out of KillHolder's check.
+func jobGroups(pid int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	type proc struct{ ppid, pgrp int }
+	procs := map[int]proc{}
 	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
+		id, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -103,9 +109,22 @@ func childGroups(pid int) []int {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pgrp, _ := strconv.Atoi(f[2])
-		if ppid == pid && pgrp == child {
-			out = append(out, pgrp)
+		procs[id] = proc{ppid, pgrp}
+	}
+	children := map[int][]int{}
+	for id, p := range procs {
+		children[p.ppid] = append(children[p.ppid], id)
+	}
+	own := procs[pid].pgrp
+	seen := map[int]bool{}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		id := queue[0]
+		if g := procs[id].pgrp; g != own && g != 0 && !seen[g] {
+			seen[g] = true
+			out = append(out, g)
 		}
+		queue = append(queue, children[id]...)
 	}
 	return out
 }
