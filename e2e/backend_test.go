@@ -67,17 +67,29 @@ func newBackend(t testing.TB, kind string) *Backend {
 // Section is the [locking] part of the config: the URL's host comes from
 // E2E_BACKEND_ADDR, which each node gets as its own proxy's address.
 func (b *Backend) Section(safety, skew time.Duration) string {
+	return b.sectionOp(safety, skew, 0)
+}
+
+// sectionOp is Section with the backend's op_timeout set to op (zero: the
+// scenarios' default, 500ms on Redis and 1s on Postgres).
+func (b *Backend) sectionOp(safety, skew, op time.Duration) string {
+	if op == 0 {
+		op = 500 * time.Millisecond
+		if b.Kind == "pg" {
+			op = time.Second
+		}
+	}
 	s := fmt.Sprintf("[locking]\nbackend = %q\nsafety_margin = %q\nmax_clock_skew = %q\n",
 		b.Kind, safety.String(), skew.String())
 	switch b.Kind {
 	case "redis":
-		s += fmt.Sprintf("[locking.redis]\nurl = \"redis://${E2E_BACKEND_ADDR}/0\"\nkey_prefix = %q\nop_timeout = \"500ms\"\n",
-			b.Name+":")
+		s += fmt.Sprintf("[locking.redis]\nurl = \"redis://${E2E_BACKEND_ADDR}/0\"\nkey_prefix = %q\nop_timeout = %q\n",
+			b.Name+":", op.String())
 	case "pg":
 		// Few sessions per node: other packages' tests share the server's
 		// 100 connections with these clusters.
-		s += fmt.Sprintf("[locking.pg]\nurl = \"postgres://postgres@${E2E_BACKEND_ADDR}/test?sslmode=disable&connect_timeout=2\"\nnamespace = %q\nmax_sessions = 4\nop_timeout = \"1s\"\n",
-			b.Name)
+		s += fmt.Sprintf("[locking.pg]\nurl = \"postgres://postgres@${E2E_BACKEND_ADDR}/test?sslmode=disable&connect_timeout=2\"\nnamespace = %q\nmax_sessions = 4\nop_timeout = %q\n",
+			b.Name, op.String())
 	}
 	return s
 }

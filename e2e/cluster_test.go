@@ -42,6 +42,8 @@ type Spec struct {
 	Overlap         string          // the global schedule's overlap (default: the config's, skip)
 	Jitter          time.Duration   // the global schedule's jitter (default none)
 	ShutdownGrace   time.Duration   // default 5s
+	CatchupWindow   time.Duration   // the global schedule's catchup_window (default: one period)
+	OpTimeout       time.Duration   // the backend's op_timeout (default: Backend.Section's)
 }
 
 // Cluster is N bext-scheduler processes sharing one config, one backend
@@ -114,6 +116,9 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 	if spec.Jitter > 0 {
 		extra += fmt.Sprintf("jitter = %q\n", spec.Jitter.String())
 	}
+	if spec.CatchupWindow > 0 {
+		extra += fmt.Sprintf("catchup_window = %q\n", spec.CatchupWindow.String())
+	}
 	cfg := fmt.Sprintf(`shutdown_grace = %q
 [log]
 level = %q
@@ -131,7 +136,7 @@ cron = "*/1 * * * * *"
 hint = "node_local"
 expected_runtime = "1s"
 command = %s
-`, spec.ShutdownGrace.String(), spec.LogLevel, b.Section(spec.SafetyMargin, spec.MaxClockSkew), globalID, spec.Cron,
+`, spec.ShutdownGrace.String(), spec.LogLevel, b.sectionOp(spec.SafetyMargin, spec.MaxClockSkew, spec.OpTimeout), globalID, spec.Cron,
 		spec.ExpectedRuntime.String(), job(spec.JobSleep), extra, localID, job(time.Millisecond))
 	writeFile(t, c.config, cfg)
 

@@ -38,6 +38,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	mode    mode
 	delay   time.Duration
+	replies time.Duration // added to the target's bytes only (DelayReplies)
 	changed chan struct{} // closed and replaced on every change, to wake held pumps
 	links   map[*link]struct{}
 	closed  bool
@@ -76,6 +77,14 @@ func (p *Proxy) Delay(d time.Duration) {
 	p.set(func() { p.delay = d })
 }
 
+// DelayReplies adds d of latency before each chunk the target sends back,
+// and none to what the client sends: a request reaches the server (and is
+// applied) on time, and its reply comes late, as after a disk stall or a
+// fork on the server. Zero removes it; Heal too.
+func (p *Proxy) DelayReplies(d time.Duration) {
+	p.set(func() { p.replies = d })
+}
+
 // Blackhole stalls the link: connections stay open (and new ones are
 // accepted) but no byte is forwarded either way until Heal, like a network
 // partition that drops packets without resetting anything. Bytes already
@@ -103,7 +112,7 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Heal() {
 	p.set(func() {
 		p.mode = modeNormal
-		p.delay = 0
+		p.delay, p.replies = 0, 0
 	})
 }
 
@@ -182,8 +191,8 @@ func (p *Proxy) serve(client net.Conn) {
 
 	var pumps sync.WaitGroup
 	pumps.Add(2)
-	go func() { defer pumps.Done(); p.pump(l, server, client) }()
-	go func() { defer pumps.Done(); p.pump(l, client, server) }()
+	go func() { defer pumps.Done(); p.pump(l, server, client, false) }()
+	go func() { defer pumps.Done(); p.pump(l, client, server, true) }()
 	pumps.Wait()
 
 	p.mu.Lock()
@@ -194,13 +203,14 @@ func (p *Proxy) serve(client net.Conn) {
 // pump copies src to dst, chunk by chunk, obeying the current mode. When
 // either side ends, the whole link is closed (no half-close): enough for
 // request/response protocols and simpler to reason about in tests.
-func (p *Proxy) pump(l *link, dst, src net.Conn) {
+// reply says src is the target (DelayReplies applies).
+func (p *Proxy) pump(l *link, dst, src net.Conn, reply bool) {
 	defer l.close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if !p.waitToForward() {
+			if !p.waitToForward(reply) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -214,12 +224,15 @@ func (p *Proxy) pump(l *link, dst, src net.Conn) {
 }
 
 // waitToForward blocks while the link is blackholed and for the configured
-// delay; it reports false when the data must not be forwarded (cut, or the
+// delay (plus, for a reply, the reply delay); it reports false when the data must not be forwarded (cut, or the
 // proxy is shutting down).
-func (p *Proxy) waitToForward() bool {
+func (p *Proxy) waitToForward(reply bool) bool {
 	for {
 		p.mu.Lock()
 		m, delay, changed, closed := p.mode, p.delay, p.changed, p.closed
+		if reply {
+			delay += p.replies
+		}
 		p.mu.Unlock()
 		switch {
 		case closed || m == modeCut:

@@ -169,3 +169,46 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
 }
+
+// TestDelayRepliesDelaysOnlyTheTargetsBytes: the request reaches the
+// target at once; its reply comes back at least d later.
+func TestDelayRepliesDelaysOnlyTheTargetsBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan time.Time, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		arrived <- time.Now()
+		_, _ = io.WriteString(c, line)
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+
+	p := faultproxy.Start(t, ln.Addr().String())
+	const d = 300 * time.Millisecond
+	p.DelayReplies(d)
+	c, r := dial(t, p.Addr())
+	start := time.Now()
+	if got, err := roundTrip(c, r, "late", 5*time.Second); err != nil || got != "late" {
+		t.Fatalf("round trip = %q, %v", got, err)
+	}
+	took := time.Since(start)
+	at := <-arrived
+	if in := at.Sub(start); in >= d {
+		t.Errorf("the request reached the target after %v; DelayReplies(%v) must not delay it", in, d)
+	}
+	if took < d {
+		t.Errorf("the reply came after %v; want at least %v", took, d)
+	}
+}
