@@ -11,7 +11,9 @@ import (
 // Catch-up (DESIGN.md "Catch-up"): when a node starts, or its backend
 // comes back after an outage, the most recent tick of each locked schedule
 // that was due within its catch-up window and that this node has not seen
-// decided is tried once, late. The tick mark makes the race between nodes
+// decided is tried once, late. So is that of a schedule whose definition a
+// Reload changed (reload.go), and that of a schedule whose tick fired here
+// while its previous run was giving its lock back (release.go). The tick mark makes the race between nodes
 // harmless: one of them is granted, the others are told "done". Older
 // missed ticks are never replayed, and a schedule whose next tick is due
 // before a late run would end (within expected_runtime) is left to that
