@@ -20,6 +20,19 @@ const (
 	every3Minutes = "0 */3 * * * *"
 )
 
+// asked counts the try-lock-ticks h's node sent for id's tick.
+func (h *harness) asked(id string, tick time.Time) int {
+	h.locker.mu.Lock()
+	defer h.locker.mu.Unlock()
+	n := 0
+	for _, r := range h.locker.reqs {
+		if r.Key == id && r.Tick.Equal(tick) {
+			n++
+		}
+	}
+	return n
+}
+
 // withSpec is sc with another cron expression.
 func withSpec(sc scheduler.Schedule, expr string) scheduler.Schedule {
 	sc.CronExpr = expr
@@ -47,6 +60,10 @@ func TestReloadRunsTheChangedSchedulesTickDueAtTheReload(t *testing.T) {
 				h.idle()
 				if n, _ := runsOf(job, "c", tick); n != 1 {
 					t.Errorf("the new spec's tick %v, due at the reload, ran %d times; want once", tick, n)
+				}
+				// Fired by the loop, not also tried by the catch-up.
+				if asked := h.asked("c", tick); hint == hints.RequireGlobal && asked != 1 {
+					t.Errorf("try-lock-tick asked %d times for the tick due at the reload, want once", asked)
 				}
 				h.step(t0.Add(4 * time.Minute).Sub(h.clock.Now()))
 				if n, _ := runsOf(job, "c", t0.Add(4*time.Minute)); n != 1 {
