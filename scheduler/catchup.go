@@ -11,7 +11,9 @@ import (
 // Catch-up (DESIGN.md "Catch-up"): when a node starts, or its backend
 // comes back after an outage, the most recent tick of each locked schedule
 // that was due within its catch-up window and that this node has not seen
-// decided is tried once, late. The tick mark makes the race between nodes
+// decided is tried once, late. So is that of a schedule whose definition a
+// Reload changed (reload.go), and that of a schedule whose tick fired here
+// while its previous run was giving its lock back (release.go). The tick mark makes the race between nodes
 // harmless: one of them is granted, the others are told "done". Older
 // missed ticks are never replayed, and a schedule whose next tick is due
 // before a late run would end (within expected_runtime) is left to that
@@ -249,34 +251,55 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 			continue
 		}
 		st.owed = false
-		def := st.def
-		if !def.lock || st.active > 0 {
-			continue
+		if tick := s.catchUpTickLocked(st, now); !tick.IsZero() {
+			acts = append(acts, s.tryLateLocked(st, tick, now))
 		}
-		prev := prevTick(def.Spec, now, s.lookback(def, now))
-		if prev.IsZero() || st.decided.atOrAfter(prev) {
-			continue
-		}
-		if now.Sub(prev) > max(s.window(def, prev), s.opts.MaxClockSkew) {
-			continue
-		}
-		// A tick within max_clock_skew of now is on time, not late: it is
-		// always asked for (a node starting just after T whose clock runs
-		// ahead would otherwise claim T+1 before a node behind asks for
-		// T, and T would be lost). A later one is left to the next tick
-		// when that comes before a late run would end.
-		if next := def.Spec.Next(now); now.Sub(prev) > s.opts.MaxClockSkew &&
-			!next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
-			continue
-		}
-		// Not counted as running (st.active) until granted: a try that
-		// is only asking must not make the schedule's next regular tick
-		// skip as still_running (handleTick counts it once granted).
-		s.inflight++
-		s.wg.Add(1)
-		acts = append(acts, action{f: fired{st: st, def: def, tick: prev, lateness: now.Sub(prev), catchup: true}})
 	}
 	s.mu.Unlock()
+	s.submitTries(acts)
+}
+
+// catchUpTickLocked returns the tick of st that the catch-up tries at
+// now: its latest within its window, unless st is not locked, this node
+// still runs it or saw that tick decided, or its next tick comes before a
+// late run would end. Zero: none.
+func (s *Scheduler) catchUpTickLocked(st *schedState, now time.Time) time.Time {
+	def := st.def
+	if !def.lock || st.active > 0 {
+		return time.Time{}
+	}
+	prev := prevTick(def.Spec, now, s.lookback(def, now))
+	if prev.IsZero() || st.decided.atOrAfter(prev) {
+		return time.Time{}
+	}
+	if now.Sub(prev) > max(s.window(def, prev), s.opts.MaxClockSkew) {
+		return time.Time{}
+	}
+	// A tick within max_clock_skew of now is on time, not late: it is
+	// always asked for (a node starting just after T whose clock runs
+	// ahead would otherwise claim T+1 before a node behind asks for
+	// T, and T would be lost). A later one is left to the next tick
+	// when that comes before a late run would end.
+	if next := def.Spec.Next(now); now.Sub(prev) > s.opts.MaxClockSkew &&
+		!next.IsZero() && next.Sub(now) < def.ExpectedRuntime {
+		return time.Time{}
+	}
+	return prev
+}
+
+// tryLateLocked makes the catch-up's try of st's tick, in flight from now
+// on (submitTries hands it out).
+func (s *Scheduler) tryLateLocked(st *schedState, tick, now time.Time) action {
+	// Not counted as running (st.active) until granted: a try that is
+	// only asking must not make the schedule's next regular tick skip as
+	// still_running (handleTick counts it once granted).
+	s.inflight++
+	s.wg.Add(1)
+	return action{f: fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick), catchup: true}}
+}
+
+// submitTries hands out the catch-up's tries made by tryLateLocked.
+func (s *Scheduler) submitTries(acts []action) {
 	if len(acts) == 0 {
 		return
 	}

@@ -84,6 +84,9 @@ type nextNote struct {
 type action struct {
 	f    fired
 	skip SkipReason // still_running: reported, not run
+	// wait: the tick waits for its schedule's runs here to give their
+	// lock back, and is then asked for (releasedLocked): not reported yet.
+	wait bool
 	next nextNote
 }
 
@@ -236,10 +239,18 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 				winSet: true, win: windowAfter(st.def, tick, next)},
 			next: nextNote{st.id, next},
 		}
-		if st.active > 0 && st.def.Overlap == OverlapSkip {
+		switch {
+		case st.active > 0 && st.def.Overlap == OverlapSkip && st.def.lock && st.releasing.Load() == st.active:
+			// Each run of it here has returned and is giving its lock
+			// back (a release on its way): the tick is not this node's
+			// to skip, and every other node is told contended while the
+			// lock is held, which raises no mark. It is asked for once
+			// the lock is given back, and reported then.
+			a.wait, st.waiting = true, true
+		case st.active > 0 && st.def.Overlap == OverlapSkip:
 			a.skip = SkipStillRunning
 			st.last.tick, st.last.skip = unixOrZero(tick), indexOf(skipReasons[:], SkipStillRunning)
-		} else {
+		default:
 			st.active++
 			s.inflight++
 			s.wg.Add(1)
@@ -259,6 +270,9 @@ func (s *Scheduler) dispatch(acts []action) {
 	for i := range acts {
 		a := &acts[i]
 		s.obs.NextTick(a.next.id, a.next.next)
+		if a.wait {
+			continue
+		}
 		s.obs.TickFired(a.f.st.id, a.f.tick, a.f.lateness)
 		if a.skip != "" {
 			s.reportSkip(a.f, a.skip, 0)
@@ -299,7 +313,7 @@ func (s *Scheduler) newBurst(acts []action) *burst {
 	n, ttl := 0, time.Duration(0)
 	for i := range acts {
 		a := &acts[i]
-		if a.skip == "" && a.f.def.lock {
+		if a.skip == "" && !a.wait && a.f.def.lock {
 			n++
 			if ttl == 0 || a.f.def.ttl < ttl {
 				ttl = a.f.def.ttl

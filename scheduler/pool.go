@@ -61,7 +61,11 @@ type pool struct {
 	// run does a task; what it returns (the end of a run whose job
 	// returned in it) is queued in later.
 	run func(task) (later task, ok bool)
-	now func() time.Duration // monoNow; tests step it
+	// returned, when set, is told of each end of a run that run returned,
+	// before it is queued in later; false: the end may not wait, and the
+	// worker does it at once (Scheduler.jobReturned).
+	returned func(later task) (mayDefer bool)
+	now      func() time.Duration // monoNow; tests step it
 
 	mu    sync.Mutex
 	cond  sync.Cond // parked workers wait here
@@ -82,7 +86,9 @@ type pool struct {
 	// handed out all of it: held), or after maxDefer under a load that
 	// never drains. A release a few milliseconds late is harmless (the
 	// mark, not the lock, keeps T from running twice: DESIGN.md step 7),
-	// and bounded so that the schedule's next tick finds its lock free.
+	// and bounded so that the schedule's next tick finds its lock free;
+	// an end that could not wait maxDefer without holding the lock into
+	// the next tick is not deferred at all (returned).
 	later fifo[laterTask]
 	// held: the loop is handing out a burst (hold), so more ticks come
 	// that have not started: later waits for them even when nothing else
@@ -258,6 +264,9 @@ func (p *pool) worker() {
 			}
 			p.mu.Unlock()
 			later, ok := p.run(t)
+			if ok && p.returned != nil && !p.returned(later) {
+				later, ok = p.run(later)
+			}
 			p.mu.Lock()
 			if ok {
 				p.laterLocked(later)

@@ -16,7 +16,8 @@ import (
 // timer holding it back: step 7's "release at once" still holds, and the
 // next tick of a schedule is as free to run on any node as before. (Under
 // a burst the end of a run, release included, waits behind the ticks not
-// yet started, at most maxDefer: pool.later.)
+// yet started, at most maxDefer, and only when that cannot hold the lock
+// into the schedule's next tick: pool.later, jobReturned.)
 //
 // Nothing of a release moves: each handle is released by the backend only
 // if its lock is still the handle's, as Release does, and each release's
@@ -96,13 +97,17 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 // Nothing moves in what the tick's schedule sees: the tick is finished,
 // and its schedule no longer counts it running, only after its lock was
 // released, as when the worker waited. So the schedule's next tick, when
-// it fires, finds its lock free (or, if it fires before, is skipped as
-// still_running with overlap = "skip", as before); and a tick is owed to
+// it fires, finds its lock free (or, if it fires before, waits for the
+// release with overlap = "skip": releasedLocked); and a tick is owed to
 // the shutdown's wait until its release has been answered.
 func (s *Scheduler) releaseAfterRun(c *releaseCall) {
 	if s.rel == nil {
 		s.release(c.tag.f.def.ID, c.req, "after the run")
-		s.finish(c.tag.f, c.tag.out)
+		s.mu.Lock()
+		tries := s.releasedLocked(c, nil)
+		s.notifyLocked()
+		s.mu.Unlock()
+		s.submitTries(tries)
 		s.wg.Done()
 		return
 	}
@@ -116,13 +121,61 @@ func (s *Scheduler) released(calls []*releaseCall) {
 	for _, c := range calls {
 		s.logRelease(c.tag.f.def.ID, c.req, "after the run", c.err)
 	}
+	var tries []action
 	s.mu.Lock()
 	for _, c := range calls {
-		s.finishLocked(c.tag.f, c.tag.out)
+		tries = s.releasedLocked(c, tries)
 	}
 	s.notifyLocked()
 	s.mu.Unlock()
+	s.submitTries(tries)
 	for range calls {
 		s.wg.Done()
 	}
+}
+
+// jobReturned is told by the worker whose locked tick's job returned (c:
+// the rest of the tick) before its end, release included, is done or
+// deferred (pool.returned). It counts the run as releasing its lock until
+// it is finished (releasedLocked), and reports whether the end may wait
+// in pool.later: not when waiting maxDefer could hold the schedule's lock
+// past its next tick minus max_clock_skew, when a node whose clock runs
+// ahead by that much asks for it. (A tick's own lock, overlap = "allow",
+// holds no other tick off.)
+func (s *Scheduler) jobReturned(t task) (mayDefer bool) {
+	f := t.ran.tag.f
+	f.st.releasing.Add(1)
+	if f.def.Overlap != OverlapSkip {
+		return true
+	}
+	now := s.clock.Now()
+	next := f.def.Spec.Next(now)
+	return next.IsZero() || next.Sub(now)-s.opts.MaxClockSkew >= maxDefer
+}
+
+// releasedLocked finishes the tick whose run's lock c gave back. When a
+// tick of its schedule fired meanwhile and waits for that (waiting:
+// popDueLocked), the schedule's latest tick is tried now, as the catch-up
+// tries one, and appended to tries for submitTries: its lock was held
+// when it fired, so every other node was told contended, which raises no
+// mark, and this node did not skip it as still_running, its run having
+// returned. The try is granted unless another node has claimed the tick
+// since.
+func (s *Scheduler) releasedLocked(c *releaseCall, tries []action) []action {
+	f := c.tag.f
+	st := f.st
+	st.releasing.Add(-1)
+	s.finishLocked(f, c.tag.out)
+	if !st.waiting || st.active > 0 {
+		return tries
+	}
+	st.waiting = false
+	if st.removed || s.stopping {
+		return tries
+	}
+	now := s.clock.Now()
+	if tick := s.catchUpTickLocked(st, now); !tick.IsZero() {
+		tries = append(tries, s.tryLateLocked(st, tick, now))
+	}
+	return tries
 }

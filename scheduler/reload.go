@@ -26,12 +26,14 @@ const reloadChunk = 4096
 // Reload replaces the schedule set: schedules are matched by ID; new ones
 // start firing, removed ones stop, changed ones fire by their new spec from
 // now on (an unchanged one keeps its next tick, and a changed one keeps a
-// tick due but not yet taken that its new spec has too). Nothing in flight is
-// dropped: a running tick of a removed or changed schedule finishes under
-// the definition it fired with, and locks it holds (running or lingering)
-// are kept and released as usual. An invalid set is refused whole (the
-// error lists every problem, each wrapping ErrInvalid) and the old set
-// keeps running.
+// tick due but not yet taken that its new spec has too, and runs its new
+// spec's tick due at the reload: dueAtReloadLocked). A changed locked
+// schedule gets the catch-up a start gets (reloadCatchUpLocked). Nothing
+// in flight is dropped: a running tick of a removed or changed schedule
+// finishes under the definition it fired with, and locks it holds
+// (running or lingering) are kept and released as usual. An invalid set
+// is refused whole (the error lists every problem, each wrapping
+// ErrInvalid) and the old set keeps running.
 func (s *Scheduler) Reload(schedules []Schedule) error {
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
@@ -131,6 +133,7 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 
 	var notes []nextNote
 	var added []*compiled
+	var tries []action
 	s.mu.Lock()
 	for _, i := range swaps {
 		// Same spec and options: the definition with the new job, which
@@ -142,13 +145,19 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 	}
 	now = s.clock.Now()
 	for k, c := range defs { // defs[k] is the schedule todo[k]: no errors
-		st, isNew, keep := s.installLocked(c, gen)
+		st, old, keep := s.installLocked(c, gen)
 		order[todo[k]] = st
-		if isNew {
+		if old == nil {
 			added = append(added, c)
 		}
-		if n, ok := s.rescheduleLocked(st, now, keep); ok {
+		was := st.next(now.Location()) // the old definition's next tick
+		if n, ok := s.rescheduleLocked(st, old, was, now, keep); ok {
 			notes = append(notes, n)
+		}
+		if old != nil {
+			if tick := s.reloadCatchUpLocked(st, old, was, now); !tick.IsZero() {
+				tries = append(tries, s.tryLateLocked(st, tick, now))
+			}
 		}
 	}
 	// Every live schedule is in old (New, Reload and Add put it there):
@@ -168,6 +177,7 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 	}
 	s.mu.Unlock()
 	s.announce(notes, added)
+	s.submitTries(tries)
 	return nil
 }
 
@@ -197,7 +207,7 @@ func (s *Scheduler) Add(sc Schedule) error {
 	}
 	st, _, _ := s.installLocked(c, s.gen)
 	s.appendOrderLocked(st)
-	n, ok := s.rescheduleLocked(st, s.clock.Now(), false)
+	n, ok := s.rescheduleLocked(st, nil, time.Time{}, s.clock.Now(), false)
 	if ok {
 		s.pokeLocked()
 	}
@@ -251,10 +261,12 @@ func newState(c *compiled) *schedState {
 }
 
 // installLocked makes c the live definition of its id, stamped with gen.
-// isNew says the id was not live (new, or removed and still busy); keep,
-// that its next tick stands (same timing, already in the heap).
-func (s *Scheduler) installLocked(c *compiled, gen uint32) (st *schedState, isNew, keep bool) {
+// old is the definition it replaces, nil when the id was not live (new,
+// or removed and still busy); keep, that its next tick stands (same
+// timing, already in the heap).
+func (s *Scheduler) installLocked(c *compiled, gen uint32) (st *schedState, old *compiled, keep bool) {
 	st = s.states[c.ID]
+	isNew := false
 	switch {
 	case st == nil:
 		st = newState(c)
@@ -266,31 +278,83 @@ func (s *Scheduler) installLocked(c *compiled, gen uint32) (st *schedState, isNe
 	if isNew {
 		s.nlive++
 		st.removed = false
+	} else {
+		old = st.def
 	}
 	// An unchanged timing keeps the next tick: rescheduled from now, a
 	// tick due but not yet popped by the loop would be lost.
 	keep = !isNew && sameTiming(st.def, c) && st.fire.index >= 0
 	st.def, st.gen = c, gen
-	return st, isNew, keep
+	return st, old, keep
 }
 
-// rescheduleLocked files st's next tick by its new definition, unless the
+// rescheduleLocked files st's next tick by its new definition, which
+// replaced old (nil: st is new) whose next tick was was, unless the
 // scheduler is not running or keep says the tick stands; ok says it did.
-func (s *Scheduler) rescheduleLocked(st *schedState, now time.Time, keep bool) (n nextNote, ok bool) {
+func (s *Scheduler) rescheduleLocked(st *schedState, old *compiled, was, now time.Time, keep bool) (n nextNote, ok bool) {
 	if keep || !s.started || s.stopping {
 		return nextNote{}, false
 	}
-	// A tick of the old definition that is due but that the loop has not
-	// taken yet (its fire still filed, its time reached) stays due when
-	// the new spec has it too: scheduled from now, it would belong to
-	// neither definition and run nowhere. A tick the new spec lacks is
-	// not invented.
-	if due := st.next(now.Location()); !due.IsZero() && !due.After(now) {
-		if before := due.Add(-time.Nanosecond); st.def.Spec.Next(before).Equal(due) {
-			now = before
-		}
+	if due := s.dueAtReloadLocked(st, old, was, now); !due.IsZero() {
+		now = due.Add(-time.Nanosecond) // the loop fires it at once
 	}
 	return s.scheduleLocked(st, now), true
+}
+
+// dueAtReloadLocked returns the tick of st's new spec that is due at the
+// reload and fires at once (zero: none; the new spec fires after now):
+//   - a tick of the old definition that is due but that the loop has not
+//     taken yet (was, reached), when the new spec has it too: scheduled
+//     from now, it would belong to neither definition and run nowhere;
+//   - for a changed schedule (old set), the new spec's latest tick at or
+//     before now, within max_clock_skew of it (on time, as the catch-up
+//     counts it), unless the old definition had that tick and the loop
+//     took it already: scheduled from now alone, a spec changed at its
+//     tick's instant would fire strictly after it, and the tick would
+//     run nowhere.
+//
+// A tick the new spec lacks is not invented; a later one is the
+// catch-up's (reloadCatchUpLocked).
+func (s *Scheduler) dueAtReloadLocked(st *schedState, old *compiled, was, now time.Time) time.Time {
+	spec := st.def.Spec
+	if !was.IsZero() && !was.After(now) && spec.Next(was.Add(-time.Nanosecond)).Equal(was) {
+		return was
+	}
+	if old == nil {
+		return time.Time{}
+	}
+	t := prevTick(spec, now, s.opts.MaxClockSkew)
+	if t.IsZero() || now.Sub(t) > s.opts.MaxClockSkew || tookBy(old, t, was) {
+		return time.Time{}
+	}
+	return t
+}
+
+// reloadCatchUpLocked returns the tick of changed schedule st that the
+// catch-up tries at the reload (zero: none), as at start
+// (catchUpTickLocked): its new spec's latest tick within its window, not
+// seen decided here. Left out: a tick the loop fires (at or after st's
+// next tick: dueAtReloadLocked), and one the old definition had and the
+// loop took already (run, skipped or missed under it, as it decided; with
+// the same timing, nothing is ever tried again).
+func (s *Scheduler) reloadCatchUpLocked(st *schedState, old *compiled, was, now time.Time) time.Time {
+	if !s.started || s.stopping {
+		return time.Time{} // Run's own catch-up covers a start
+	}
+	t := s.catchUpTickLocked(st, now)
+	if t.IsZero() || tookBy(old, t, was) {
+		return time.Time{}
+	}
+	if next := st.next(now.Location()); !next.IsZero() && !t.Before(next) {
+		return time.Time{}
+	}
+	return t
+}
+
+// tookBy reports whether definition old, whose next tick in the heap was
+// was (zero: none left), had tick t and its loop took it already.
+func tookBy(old *compiled, t, was time.Time) bool {
+	return old.Spec.Next(t.Add(-time.Nanosecond)).Equal(t) && (was.IsZero() || t.Before(was))
 }
 
 // removeLocked takes live st out of the set.

@@ -260,6 +260,13 @@ type schedState struct {
 	// owed: a tick of it failed on the backend; the catch-up tries its
 	// latest tick when the backend answers again (catchup.go).
 	owed bool
+	// waiting: a tick of it fired while each of its runs here had
+	// returned and was giving its lock back; it is asked for once they
+	// have (release.go).
+	waiting bool
+	// releasing counts its runs whose job returned and whose lock is not
+	// given back yet (release.go).
+	releasing atomic.Int32
 }
 
 // lastOutcome is kept for every schedule, so it is kept small: times in
@@ -347,6 +354,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.backend.poke = make(chan struct{}, 1)
 	s.endGrace = make(chan struct{})
 	s.work = newPool(s.runTask)
+	s.work.returned = s.jobReturned
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
 	s.startObs, _ = opts.Observer.(RunStartObserver)
