@@ -114,6 +114,7 @@ func TestContractMetricsAndLint(t *testing.T) {
 		"bext_locking_operation_duration_seconds":    "histogram",
 		"bext_locking_held_locks":                    "gauge",
 		"bext_scheduler_build_info":                  "gauge",
+		"bext_notify_dropped_total":                  "counter",
 		"go_goroutines":                              "gauge",
 		"process_start_time_seconds":                 "gauge",
 	}
