@@ -31,7 +31,7 @@ func (k kind) String() string {
 	case kindPing:
 		return "ping"
 	case kindDecide, kindPost:
-		return "webhook"
+		return "notification"
 	}
 	return "unknown"
 }

@@ -79,6 +79,11 @@ type Options struct {
 	Queue   int           // default DefaultQueue
 	Workers int           // ping workers; default DefaultWorkers
 
+	// OnDrop, when set, is told the kind of every dropped message ("ping"
+	// or "notification"): serve counts them in bext_notify_dropped_total.
+	// It must not block.
+	OnDrop func(kind string)
+
 	// Client sends every request; default a client of its own that never
 	// follows a redirect (a redirect must not carry a body elsewhere).
 	Client *http.Client
@@ -274,6 +279,9 @@ func (n *Notifier) enqueue(q chan *message, m *message) {
 		close(m.done) // the result ping must not wait for a start never sent
 	}
 	total := n.dropped.Add(1)
+	if n.opts.OnDrop != nil {
+		n.opts.OnDrop(m.kind.String())
+	}
 	now := n.opts.Now()
 	n.mu.Lock()
 	logIt := n.lastDropLog.IsZero() || now.Sub(n.lastDropLog) >= time.Minute
