@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -81,6 +82,9 @@ func TestHungMonitorSilencesNoOther(t *testing.T) {
 	// The monitor answers again: what it had in flight and queued goes out,
 	// and so does the next tick's ping; that is logged once.
 	unhang()
+	for range 2*ticks - int(n.Dropped()) { // every ping it accepted
+		hung.next(t)
+	}
 	fire(ticks)
 	for rid := runUUID(runID(ticks, "hung")); ; {
 		if h := hung.next(t); h.RID == rid && !strings.HasSuffix(h.Path, "/start") {
@@ -117,4 +121,103 @@ func dropCount(t *testing.T, reg prometheus.Gatherer, kind string) float64 {
 	}
 	t.Fatalf("no bext_notify_dropped_total{kind=%q}", kind)
 	return 0
+}
+
+// Destinations beyond the bound take turns: with one slot, three hosts all
+// get their pings; and a destination whose queue is empty has no worker
+// left (nor an entry) while the notifier runs.
+func TestIdleDestinationsExit(t *testing.T) {
+	t.Parallel()
+	rcs := []*receiver{newReceiver(t, nil), newReceiver(t, nil), newReceiver(t, nil)}
+	pings := map[string]string{}
+	for i, rc := range rcs {
+		pings[fmt.Sprint("s", i)] = rc.URL + "/u"
+	}
+	n := New(Options{Pings: pings, Destinations: 1, Workers: 1})
+	start(t, n)
+	for round := range 3 {
+		for i := range rcs {
+			n.RunRecorded(record(fmt.Sprint("s", i), runA, scheduler.ResultSuccess, nil, tick0.Add(time.Duration(round)*time.Second)))
+		}
+	}
+	for _, rc := range rcs {
+		for range 3 {
+			rc.next(t)
+		}
+	}
+	waitFor(t, func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.workers == 0 && n.active == 0 && len(n.dests) == 0
+	})
+}
+
+// A hung host holding the only slot yields it after its delivery in
+// flight gives up: a healthy host waiting for a slot is not starved.
+func TestHungDestinationYieldsItsSlot(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newReceiver(t, func(http.ResponseWriter, hit) { <-release })
+	ok := newReceiver(t, nil)
+	n := New(Options{Pings: map[string]string{"hung": hung.URL + "/h", "ok": ok.URL + "/o"},
+		Destinations: 1, Workers: 2, Timeout: 100 * time.Millisecond, Retries: -1})
+	start(t, n)
+	t.Cleanup(func() { close(release) })
+	for i := range 3 {
+		n.RunRecorded(record("hung", runA, scheduler.ResultSuccess, nil, tick0.Add(time.Duration(i)*time.Second)))
+	}
+	hung.next(t) // the hung host holds the slot
+	for i := range 3 {
+		n.RunRecorded(record("ok", runA, scheduler.ResultSuccess, nil, tick0.Add(time.Duration(i)*time.Second)))
+	}
+	for range 3 {
+		ok.next(t)
+	}
+	n.mu.Lock()
+	workers := n.workers
+	n.mu.Unlock()
+	if workers > 2 {
+		t.Errorf("%d workers, want at most Destinations × Workers = 2", workers)
+	}
+}
+
+// The kinds drops are told with are the kind labels metrics pre-creates.
+func TestDropKindsAreMetricLabels(t *testing.T) {
+	if kindPing.String() != metrics.NotifyPing || kindDecide.String() != metrics.NotifyNotification ||
+		kindPost.String() != metrics.NotifyNotification {
+		t.Errorf("kinds %q, %q, %q; want %q and %q", kindPing, kindDecide, kindPost, metrics.NotifyPing, metrics.NotifyNotification)
+	}
+}
+
+// At shutdown a hung host holds the node up for one timeout at most: what
+// it still has queued then is dropped and counted, not tried one by one.
+func TestShutdownDropsWhatAHungHostHolds(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hung := newReceiver(t, func(http.ResponseWriter, hit) { <-release })
+	t.Cleanup(func() { close(release) })
+	var logs logBuf
+	n := New(Options{Pings: map[string]string{"job": hung.URL + "/u"}, Workers: 1, Retries: -1,
+		Timeout: 200 * time.Millisecond, Logger: testLogger(&logs)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(ctx) }()
+	const pings = 8
+	for i := range pings {
+		n.RunRecorded(record("job", runA, scheduler.ResultSuccess, nil, tick0.Add(time.Duration(i)*time.Second)))
+	}
+	hung.next(t) // the first is in flight
+	t0 := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its context's end")
+	}
+	if d := n.Dropped(); d == 0 || d > pings-1 {
+		t.Errorf("%d dropped at shutdown after %v, want those still queued when the grace ran out", d, time.Since(t0))
+	}
+	if c := strings.Count(logs.String(), "notification dropped"); c != 1 {
+		t.Errorf("%d drop warnings, want 1; log:\n%s", c, logs.String())
+	}
 }
