@@ -54,6 +54,8 @@ type Metrics struct {
 	clockOffset prometheus.Gauge
 	drift       prometheus.Gauge
 
+	notifyDropped *prometheus.CounterVec
+
 	lockOps      *prometheus.CounterVec
 	lockDuration *prometheus.HistogramVec
 	heldLocks    *prometheus.GaugeVec
@@ -80,6 +82,15 @@ const (
 )
 
 var anomalyKinds = []string{AnomalyTooFast, AnomalyOverrun}
+
+// Notification kinds: the kind label of bext_notify_dropped_total, the
+// words notify's drops are told with.
+const (
+	NotifyPing         = "ping"         // a ping_url ping
+	NotifyNotification = "notification" // a [notify] url POST (or its streak decision)
+)
+
+var notifyKinds = []string{NotifyPing, NotifyNotification}
 
 // RunRecorded counts a manual run, the retries of a run and its duration
 // anomalies, and sets the last-success gauge when it succeeded.
@@ -129,6 +140,10 @@ func (m *Metrics) ConfigDrift(drift bool) {
 	}
 	m.drift.Set(v)
 }
+
+// NotifyDropped counts one dropped ping or notification under its kind
+// (NotifyPing, NotifyNotification): notify.Options.OnDrop.
+func (m *Metrics) NotifyDropped(kind string) { m.notifyDropped.WithLabelValues(kind).Inc() }
 
 // ClockOffset sets bext_scheduler_clock_offset_seconds.
 func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }
@@ -201,6 +216,13 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 		Name: "bext_cluster_config_drift",
 		Help: "1 when the live nodes run different schedule definitions, else 0.",
 	}))
+	m.notifyDropped = registerFixed(m, reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bext_notify_dropped_total",
+		Help: "Pings and notifications dropped because their destination's queue was full (its monitor or webhook is slow or down), per kind (ping, notification).",
+	}, []string{"kind"}))
+	for _, k := range notifyKinds { // at 0 from the start, for rate()
+		m.notifyDropped.WithLabelValues(k)
+	}
 	m.ready = newReadiness(o.now, o.readyWindow)
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "bext_scheduler_build_info",

@@ -114,6 +114,7 @@ func TestContractMetricsAndLint(t *testing.T) {
 		"bext_locking_operation_duration_seconds":    "histogram",
 		"bext_locking_held_locks":                    "gauge",
 		"bext_scheduler_build_info":                  "gauge",
+		"bext_notify_dropped_total":                  "counter",
 		"go_goroutines":                              "gauge",
 		"process_start_time_seconds":                 "gauge",
 	}
@@ -248,4 +249,22 @@ func TestObserver(t *testing.T) {
 			t.Errorf("%d next-tick series after removing a, want only b's", n)
 		}
 	})
+}
+
+// Drops are counted per kind, and both kinds are there at 0 before the
+// first drop (an alert's rate() needs the series).
+func TestNotifyDropped(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, build)
+	if v := value(t, reg, "bext_notify_dropped_total", map[string]string{"kind": NotifyNotification}); v != 0 {
+		t.Errorf("notification drops %v before any, want 0", v)
+	}
+	m.NotifyDropped(NotifyPing)
+	m.NotifyDropped(NotifyPing)
+	m.NotifyDropped(NotifyNotification)
+	for kind, want := range map[string]float64{NotifyPing: 2, NotifyNotification: 1} {
+		if v := value(t, reg, "bext_notify_dropped_total", map[string]string{"kind": kind}); v != want {
+			t.Errorf("kind=%s: %v drops, want %v", kind, v, want)
+		}
+	}
 }

@@ -26,12 +26,14 @@ const (
 	kindDone               // closes done: everything queued before it was handled (tests)
 )
 
+// String is the kind's lane and the kind label of its drops in
+// bext_notify_dropped_total (metrics.NotifyPing, metrics.NotifyNotification).
 func (k kind) String() string {
 	switch k {
 	case kindPing:
 		return "ping"
-	case kindDecide, kindPost:
-		return "webhook"
+	case kindDecide, kindPost, kindDone:
+		return "notification"
 	}
 	return "unknown"
 }
@@ -52,8 +54,9 @@ type message struct {
 	done, after chan struct{}
 }
 
-// deliver handles one message from a queue.
-func (n *Notifier) deliver(ctx context.Context, m *message) {
+// deliver handles one message from a queue; sent says a request of it
+// was answered 2xx.
+func (n *Notifier) deliver(ctx context.Context, m *message) (sent bool) {
 	switch m.kind {
 	case kindPing:
 		if m.after != nil {
@@ -70,30 +73,33 @@ func (n *Notifier) deliver(ctx context.Context, m *message) {
 			n.log.Warn("ping failed", slog.String("schedule", m.schedule), slog.String("url", redact.URL(m.raw)),
 				slog.String("error", err.Error()))
 		}
+		return err == nil
 	case kindDecide:
-		n.decide(ctx, m.run)
+		return n.decide(ctx, m.run)
 	case kindPost:
-		n.post(ctx, m)
+		return n.post(ctx, m)
 	case kindDone:
 		close(m.done)
 	}
+	return false
 }
 
-// post sends a webhook event.
-func (n *Notifier) post(ctx context.Context, m *message) {
+// post sends a webhook event; sent says it was answered 2xx.
+func (n *Notifier) post(ctx context.Context, m *message) (sent bool) {
 	m.event.Text = m.event.text()
 	body, err := json.Marshal(m.event)
 	if err != nil { // an Event always marshals
 		n.log.Error("encoding a notification", slog.Any("error", err))
-		return
+		return false
 	}
 	if err := n.send(ctx, m.url, m.raw, "application/json", body); err != nil {
 		n.log.Warn("notification failed", slog.String("schedule", m.schedule), slog.String("event", m.event.Event),
 			slog.String("url", redact.URL(m.raw)), slog.String("error", err.Error()))
-		return
+		return false
 	}
 	n.log.Info("notification sent", slog.String("schedule", m.schedule), slog.String("event", m.event.Event),
 		slog.String("url", redact.URL(m.raw)))
+	return true
 }
 
 // errStatus is an answer that is not 2xx.

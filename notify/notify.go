@@ -12,9 +12,11 @@
 // It sees only the runs of the node it lives on (scheduler.RunStartObserver
 // and RunObserver), so the node that ran a tick is the only one that pings
 // for it. Everything is sent off the tick's path: the observer methods put
-// a message on a bounded queue and return; workers deliver it with a
-// timeout and a few retries; a full queue drops the message, counts it and
-// logs. A monitor that hangs or fails never delays or fails a run.
+// a message on its destination's bounded queue and return; the
+// destination's workers deliver it with a timeout and a few retries; a
+// full queue drops the message, counts it and logs once per streak. A
+// monitor that hangs or fails never delays or fails a run, and delays and
+// drops only its own host's pings (queue.go).
 //
 // Secrets: ping and webhook URLs carry theirs in the path, so they are
 // only ever shown as scheme://host[:port] (internal/redact), and the error
@@ -42,10 +44,13 @@ const (
 	DefaultRetries = 2
 	// DefaultBackoff is the wait before the first retry; it doubles.
 	DefaultBackoff = time.Second
-	// DefaultQueue is how many messages may wait for delivery.
+	// DefaultQueue is how many messages may wait for one destination.
 	DefaultQueue = 1024
-	// DefaultWorkers is how many pings are delivered at once.
+	// DefaultWorkers is how many pings to one host are delivered at once.
 	DefaultWorkers = 4
+	// DefaultDestinations is how many destinations are delivered to at
+	// once: a bound on the workers when many hosts are slow at once.
+	DefaultDestinations = 16
 )
 
 // History is what the notifier needs of the cluster's run history to know
@@ -76,15 +81,21 @@ type Options struct {
 	Timeout time.Duration // per attempt; default DefaultTimeout
 	Retries int           // default DefaultRetries; -1 for none
 	Backoff time.Duration // default DefaultBackoff
-	Queue   int           // default DefaultQueue
-	Workers int           // ping workers; default DefaultWorkers
+	Queue   int           // per destination; default DefaultQueue
+	Workers int           // per ping host; default DefaultWorkers
+	// Destinations is how many destinations have workers at once; default
+	// DefaultDestinations. While more have messages, they take turns.
+	Destinations int
+
+	// OnDrop, when set, is told the kind of every dropped message ("ping"
+	// or "notification"): serve counts them in bext_notify_dropped_total.
+	// It must not block.
+	OnDrop func(kind string)
 
 	// Client sends every request; default a client of its own that never
 	// follows a redirect (a redirect must not carry a body elsewhere).
 	Client *http.Client
 	Logger *slog.Logger
-	// Now is the clock of the drop-log rate limit; default time.Now.
-	Now func() time.Time
 }
 
 // Notifier delivers pings and notifications. Create with New, start with
@@ -93,16 +104,28 @@ type Notifier struct {
 	opts Options
 	log  *slog.Logger
 
-	pings    chan *message // pings, delivered by Workers goroutines
-	webhooks chan *message // streak decisions and notifications, in order, by one
-
 	mu      sync.Mutex
-	urls    map[string]string        // schedule → ping_url
-	started map[string]chan struct{} // run id → closed when its start ping is done
-	last    map[string]runState      // schedule → this node's last finished run
+	urls    map[string]string    // schedule → ping_url
+	started map[string]startPing // run id → its start ping
+	last    map[string]runState  // schedule → this node's last finished run
 
-	dropped     atomic.Int64
-	lastDropLog time.Time // under mu
+	// The destinations and their workers (queue.go), under mu.
+	dests    map[string]*destination // by key; an idle one without a drop streak is forgotten
+	waiting  []*destination          // for a slot, oldest first
+	active   int                     // destinations holding a slot
+	workers  int                     // running workers, all destinations
+	base     context.Context         // what deliveries run on; nil until Run
+	stopping bool                    // Run's ctx is done: it waits for the workers
+	finished bool                    // no worker is left after stopping; no more start
+	drained  chan struct{}           // closed when finished
+
+	dropped atomic.Int64
+}
+
+// startPing is a run's start ping, for its result ping to wait for.
+type startPing struct {
+	raw  string        // the ping_url it went to
+	done chan struct{} // closed once it was delivered or given up
 }
 
 // runState is what the streak decision needs of a run.
@@ -136,6 +159,9 @@ func New(opts Options) *Notifier {
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
+	if opts.Destinations <= 0 {
+		opts.Destinations = DefaultDestinations
+	}
 	if opts.Mask == nil {
 		opts.Mask = func(s string) string { return s }
 	}
@@ -147,16 +173,13 @@ func New(opts Options) *Notifier {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	n := &Notifier{
-		opts:     opts,
-		log:      opts.Logger,
-		pings:    make(chan *message, opts.Queue),
-		webhooks: make(chan *message, opts.Queue),
-		started:  map[string]chan struct{}{},
-		last:     map[string]runState{},
+		opts:    opts,
+		log:     opts.Logger,
+		started: map[string]startPing{},
+		last:    map[string]runState{},
+		dests:   map[string]*destination{},
+		drained: make(chan struct{}),
 	}
 	n.SetPings(opts.Pings)
 	return n
@@ -175,45 +198,36 @@ func (n *Notifier) SetPings(pings map[string]string) {
 	n.mu.Unlock()
 }
 
-// Dropped is how many messages were dropped because the queue was full.
+// Dropped is how many messages were dropped: their destination's queue
+// was full, or shutdown's grace ran out before their turn.
 func (n *Notifier) Dropped() int64 { return n.dropped.Load() }
 
 // Run delivers messages until ctx ends, then goes on delivering what is
 // in flight or already queued for at most one more timeout: the result
 // pings of the runs that ended during shutdown still go out, but shutdown
-// is not held up by a monitor that hangs.
+// is not held up by a monitor that hangs. What is still queued then is
+// dropped. Call Run once.
 func (n *Notifier) Run(ctx context.Context) {
 	// Deliveries run on base, which outlives ctx by one timeout.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(n.opts.Timeout, cancelBase) })
-	defer stop()
-	var wg sync.WaitGroup
-	deliver := func(q chan *message) {
-		defer wg.Done()
-		for {
-			select {
-			case m := <-q:
-				n.deliver(base, m)
-				continue
-			case <-ctx.Done():
-			}
-			for {
-				select {
-				case m := <-q:
-					n.deliver(base, m)
-				default:
-					return
-				}
-			}
-		}
+	n.mu.Lock()
+	n.base = base
+	for _, d := range n.dests { // what was queued before Run
+		n.serveLocked(d)
 	}
-	wg.Add(n.opts.Workers + 1)
-	for range n.opts.Workers {
-		go deliver(n.pings)
+	n.mu.Unlock()
+	<-ctx.Done()
+	grace := time.AfterFunc(n.opts.Timeout, cancelBase)
+	defer grace.Stop()
+	n.mu.Lock()
+	n.stopping = true
+	if n.workers == 0 && !n.finished {
+		n.finished = true
+		close(n.drained)
 	}
-	go deliver(n.webhooks)
-	wg.Wait()
+	n.mu.Unlock()
+	<-n.drained
 }
 
 // RunStarted queues the run's /start ping (scheduler.RunStartObserver).
@@ -223,13 +237,13 @@ func (n *Notifier) RunStarted(r scheduler.RunStart) {
 	var done chan struct{}
 	if raw != "" {
 		done = make(chan struct{})
-		n.started[r.RunID] = done
+		n.started[r.RunID] = startPing{raw: raw, done: done}
 	}
 	n.mu.Unlock()
 	if raw == "" {
 		return
 	}
-	n.enqueue(n.pings, &message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, "start", r.RunID), raw: raw,
+	n.enqueue(&message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, "start", r.RunID), raw: raw,
 		done: done})
 }
 
@@ -238,17 +252,23 @@ func (n *Notifier) RunStarted(r scheduler.RunStart) {
 func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 	n.mu.Lock()
 	raw := n.urls[r.Schedule]
-	startDone := n.started[r.RunID]
+	start := n.started[r.RunID]
 	delete(n.started, r.RunID)
 	n.mu.Unlock()
 	if raw != "" {
 		if suffix, ok := resultSuffix(r.Result, r.Err); ok {
-			n.enqueue(n.pings, &message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, suffix, r.RunID), raw: raw,
-				body: n.errorLine(r.Err), after: startDone})
+			// A start sent to another URL (a reload changed it) went to
+			// another monitor, maybe another destination: nothing to wait for.
+			var after chan struct{}
+			if start.raw == raw {
+				after = start.done
+			}
+			n.enqueue(&message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, suffix, r.RunID), raw: raw,
+				body: n.errorLine(r.Err), after: after})
 		}
 	}
 	if n.opts.URL != "" && r.Result != scheduler.ResultCancelled {
-		n.enqueue(n.webhooks, &message{kind: kindDecide, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, run: r})
+		n.enqueue(&message{kind: kindDecide, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, run: r})
 	}
 }
 
@@ -260,31 +280,7 @@ func (n *Notifier) Paused(schedule, note string) {
 		return
 	}
 	ev := Event{Event: EventPaused, Schedule: schedule, Node: n.opts.NodeID, Note: n.errorLine(stringError(note))}
-	n.enqueue(n.webhooks, &message{kind: kindPost, schedule: schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
-}
-
-// enqueue puts m on q, or drops it when q is full.
-func (n *Notifier) enqueue(q chan *message, m *message) {
-	select {
-	case q <- m:
-		return
-	default:
-	}
-	if m.done != nil {
-		close(m.done) // the result ping must not wait for a start never sent
-	}
-	total := n.dropped.Add(1)
-	now := n.opts.Now()
-	n.mu.Lock()
-	logIt := n.lastDropLog.IsZero() || now.Sub(n.lastDropLog) >= time.Minute
-	if logIt {
-		n.lastDropLog = now
-	}
-	n.mu.Unlock()
-	if logIt {
-		n.log.Warn("notification dropped: its queue is full (the monitor or webhook is slow or down)",
-			slog.String("schedule", m.schedule), slog.String("kind", m.kind.String()), slog.Int64("dropped_total", total))
-	}
+	n.enqueue(&message{kind: kindPost, schedule: schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
 }
 
 type stringError string

@@ -449,7 +449,7 @@ func TestShutdownDelivers(t *testing.T) {
 func waitDrained(t *testing.T, n *Notifier) {
 	t.Helper()
 	done := make(chan struct{})
-	n.enqueue(n.webhooks, &message{kind: kindDone, done: done})
+	n.enqueue(&message{kind: kindDone, done: done})
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

@@ -49,11 +49,12 @@ func failed(result string) bool {
 // itself may already be there, and cancelled runs are passed over.
 const historyDepth = 5
 
-// decide sends a notification when run r starts or ends a failure streak:
+// decide sends a notification when run r starts or ends a failure streak
+// (sent: one was, and answered 2xx):
 // it compares r with the run before it, on any node (the cluster's
 // history), or on this node when there is no history to read. The webhook
 // queue has one worker, so this node's decisions are taken in run order.
-func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) {
+func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) (sent bool) {
 	now := failed(string(r.Result))
 	n.mu.Lock()
 	prev, known := n.last[r.Schedule]
@@ -84,11 +85,11 @@ func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) {
 	case !now && wasFailing:
 		kind = EventRecovery
 	default:
-		return
+		return false
 	}
 	ev := Event{Event: kind, Schedule: r.Schedule, Tick: r.Tick.UTC().Format(time.RFC3339Nano), Node: r.Node,
 		Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID, Error: n.errorLine(r.Err)}
-	n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
+	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
 }
 
 // before returns the newest run of runs (newest first) that started

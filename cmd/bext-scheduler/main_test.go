@@ -209,6 +209,7 @@ command = ["/bin/sh", "-c", "echo long-pgid=$$; sleep 60 & wait"]
 		`bext_scheduler_runs_total\{result="success",schedule="every-second"\} ([2-9]|\d\d+)`,
 		`bext_locking_operations_total\{backend="memory",op="try_lock",result="acquired"\} [1-9]`,
 		`bext_scheduler_build_info\{`,
+		`bext_notify_dropped_total\{kind="ping"\} 0`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
 			t.Errorf("/metrics lacks %s", re)

@@ -29,8 +29,9 @@ func (o notifierObserver) RunStarted(r scheduler.RunStart)   { o.n.RunStarted(r)
 // newNotifier builds the node's notifier from the config. The lock
 // backend, when it keeps the cluster's run history, tells whether a run
 // starts or ends a failure streak cluster-wide.
-func newNotifier(cfg *config.Config, backend locking.Locker, logger *slog.Logger) *notify.Notifier {
+func newNotifier(cfg *config.Config, backend locking.Locker, m *metrics.Metrics, logger *slog.Logger) *notify.Notifier {
 	opts := notify.Options{
+		OnDrop:  m.NotifyDropped,
 		NodeID:  cfg.NodeID,
 		URL:     cfg.Notify.URL,
 		Timeout: cfg.Notify.Timeout.Duration,

@@ -155,7 +155,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	// the node's cluster duties (announce, history, manual runs, drift) on
 	// the uninstrumented backend (its calls are not lock operations) and
 	// runs manual runs through the scheduler.
-	notifier := newNotifier(cfg, backend.Locker, logger)
+	notifier := newNotifier(cfg, backend.Locker, m, logger)
 	applyNotify(cfg, notifier, m)
 	var ag *agent.Agent
 	var sched *scheduler.Scheduler
