@@ -188,28 +188,52 @@ func (b *batcher[R, A, T]) sendOne() bool {
 	b.queue = b.queue[:k]
 	b.mu.Unlock()
 
-	reqs := make([]R, n)
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
 	if b.sending != nil {
 		b.sending(batch)
 	}
-	answers, errs := b.send(batchContext(batch), reqs)
-	async := batch[:0] // the calls without a waiter, in place
+	// A request whose own context ended while it waited is not sent: it
+	// is answered at once with its context's error, as it would have been
+	// alone. Sent, the backend could grant it after its caller stopped
+	// waiting: the mark raised, the tick run nowhere.
+	live := batch
 	for i, c := range batch {
-		if i < len(answers) && i < len(errs) {
-			c.ans, c.err = answers[i], errs[i]
-		} else {
-			c.err = b.short
+		if c.ctx.Err() == nil {
+			continue
 		}
-		if err := c.ctx.Err(); err != nil && c.err == nil {
-			// Ended while the batch was on its way: alone, its round
-			// trip would have ended with this error (batchContext). The
-			// backend's answer stays in c.ans, so the caller can give
-			// back what it took (lockAnswered releases such a grant).
-			c.err = err
+		live = append(make([]*batchCall[R, A, T], 0, n), batch[:i]...)
+		for _, c := range batch[i:] {
+			if err := c.ctx.Err(); err != nil {
+				c.err = err
+			} else {
+				live = append(live, c)
+			}
 		}
+		break
+	}
+	if len(live) > 0 {
+		reqs := make([]R, len(live))
+		for i, c := range live {
+			reqs[i] = c.req
+		}
+		answers, errs := b.send(batchContext(live), reqs)
+		for i, c := range live {
+			if i < len(answers) && i < len(errs) {
+				c.ans, c.err = answers[i], errs[i]
+			} else {
+				c.err = b.short
+			}
+			if err := c.ctx.Err(); err != nil && c.err == nil {
+				// Ended while the batch was on its way: alone, its round
+				// trip would have ended with this error (batchContext).
+				// The backend's answer stays in c.ans, so the caller can
+				// give back what it took (lockAnswered releases such a
+				// grant).
+				c.err = err
+			}
+		}
+	}
+	async := batch[:0] // the calls without a waiter, in place
+	for _, c := range batch {
 		if c.wake != nil {
 			close(c.wake)
 		} else {
@@ -234,7 +258,8 @@ var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-l
 // only in their deadlines. Ending the round trip at the earliest deadline
 // failed every request of the batch with it, the ones the backend had
 // granted too (their marks raised: run nowhere); sendOne gives a request
-// that ended mid-trip its own context's error, as it would have had alone.
+// that ended mid-trip its own context's error, as it would have had alone,
+// and sends none that ended before the batch left.
 func batchContext[R, A, T any](batch []*batchCall[R, A, T]) context.Context {
 	ctx := batch[0].ctx
 	d, ok := ctx.Deadline()
