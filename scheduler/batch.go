@@ -26,8 +26,9 @@ import (
 // TryLockTick would decide it (pause read inside the step, a resent request
 // answered from its own lock, and so on), and each tick then goes on with
 // its own answer as if it had asked alone. An error of the whole round trip
-// is the error of every request in it: each of those ticks is skipped as
-// backend_error, as a failed TryLockTick would be.
+// is the error of every request in it: each of those ticks resends its
+// request through the batcher, or is skipped as backend_error, as a failed
+// TryLockTick would be (resend.go).
 
 // TickBatcher is implemented by lock backends that decide many
 // try-lock-ticks in one round trip (locking/redis, locking/pg).
@@ -86,7 +87,7 @@ type batchCall[R, A, T any] struct {
 	req R
 	// ans is the backend's answer; with err set it is not to be acted
 	// on, but may hold what the backend took (a grant whose request
-	// ended mid-trip).
+	// ended mid-trip, which lockAnswered still runs if it can).
 	ans A
 	err error
 	// wake, for a caller of do, is closed once answered; without it the
@@ -193,8 +194,9 @@ func (b *batcher[R, A, T]) sendOne() bool {
 	}
 	// A request whose own context ended while it waited is not sent: it
 	// is answered at once with its context's error, as it would have been
-	// alone. Sent, the backend could grant it after its caller stopped
-	// waiting: the mark raised, the tick run nowhere.
+	// alone (its caller resends it or gives up). Sent, the backend could
+	// grant it after its caller stopped waiting: the mark raised, and the
+	// grant come too late to be used.
 	live := batch
 	for i, c := range batch {
 		if c.ctx.Err() == nil {
@@ -226,8 +228,7 @@ func (b *batcher[R, A, T]) sendOne() bool {
 				// Ended while the batch was on its way: alone, its round
 				// trip would have ended with this error (batchContext).
 				// The backend's answer stays in c.ans, so the caller can
-				// give back what it took (lockAnswered releases such a
-				// grant).
+				// still act on what it took (lockAnswered: a late grant).
 				c.err = err
 			}
 		}
@@ -247,7 +248,9 @@ func (b *batcher[R, A, T]) sendOne() bool {
 }
 
 // errShortBatch answers the requests a backend left unanswered: a broken
-// TickBatcher, whose ticks are skipped as backend_error rather than run.
+// TickBatcher. Such a request is undecided (it wraps ErrUnavailable): it
+// is resent, and skipped as backend_error, rather than run, once it can
+// no longer be.
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
 
 // batchContext returns the context of the batch's round trip: the one of
