@@ -18,9 +18,9 @@ import (
 
 // lossy is a memory backend behind a link that loses replies: each of the
 // next lose try-lock-ticks is decided by the backend, then answered with a
-// timeout, as a reply that came after op_timeout. onCall runs before the
-// backend decides each call (numbered from 1): a test moves its clock
-// there.
+// timeout, as a reply that came after op_timeout (and meanwhile the
+// recovery's probe gets no reply either). onCall runs before the backend
+// decides each call (numbered from 1): a test moves its clock there.
 type lossy struct {
 	*faulty
 	mem *memory.Locker
@@ -61,6 +61,16 @@ func (l *lossy) TryLockTick(ctx context.Context, req locking.TickRequest) (locki
 		return locking.TickAnswer{}, errReplyLost
 	}
 	return ans, err
+}
+
+func (l *lossy) InitMarks(ctx context.Context, keys []string) error {
+	l.mu.Lock()
+	lose := l.lose > 0
+	l.mu.Unlock()
+	if err := l.mem.InitMarks(ctx, keys); err != nil || !lose {
+		return err
+	}
+	return errReplyLost
 }
 
 func (l *lossy) sent() (calls int, tokens []string) {
@@ -228,6 +238,54 @@ func TestGrantPastItsWindowIsReleasedAndRecorded(t *testing.T) {
 			}
 			if h.logs.count(slog.LevelWarn, "tick granted too late to run: not run, its lock given back") != 1 {
 				t.Errorf("want one warning for the grant not run")
+			}
+		})
+	}
+}
+
+// A try-lock-tick whose replies stay lost is resent only while a grant
+// could still run: once T left its catch-up window it is skipped as
+// backend_error, its grant unknown, and the outage is logged once, with
+// why.
+func TestUndecidedTickGivesUpPastItsWindow(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(pathNames[batched], func(t *testing.T) {
+			t.Parallel()
+			clock := fakeclock.New(t0)
+			l, locker := newLossy(clock, batched)
+			jb := &countingJob{}
+			s := sched("s", everyMinute, hints.RequireGlobal, jb)
+			s.ExpectedRuntime = time.Hour
+			s.CatchupWindow = 2 * time.Second
+			h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+				MaxClockSkew: 500 * time.Millisecond}, s).start()
+			l.losing(1 << 30)
+			l.mu.Lock()
+			l.onCall = func(call int) {
+				if call == 3 { // T is 3 s old when the second resend is answered
+					clock.Advance(3 * time.Second)
+				}
+			}
+			l.mu.Unlock()
+
+			clock.Advance(time.Minute)
+			skips := h.rec.waitSkips(t, 1)
+			h.idle()
+			if len(skips) != 1 || skips[0].reason != scheduler.SkipBackendError || len(jb.got()) != 0 {
+				t.Fatalf("skips %v, runs %v; want the tick skipped as backend_error", skips, jb.got())
+			}
+			if calls, _ := l.sent(); calls != 3 {
+				t.Errorf("%d try-lock-ticks, want 3: resent until T left its window", calls)
+			}
+			const failed = "lock backend failed: locked ticks are skipped until it answers again"
+			if n := h.logs.count(slog.LevelWarn, failed); n != 1 {
+				t.Errorf("%d outage warnings, want 1", n)
+			}
+			if n := h.logs.count(slog.LevelDebug, "try-lock-tick failed"); n != 1 {
+				t.Fatalf("%d lines for the tick given up, want 1", n)
+			}
+			if e := h.logs.attr("try-lock-tick failed", "error"); !strings.Contains(e, "grant unknown") {
+				t.Errorf("the tick given up was logged with %q, want it to say the grant is unknown", e)
 			}
 		})
 	}
