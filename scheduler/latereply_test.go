@@ -95,7 +95,9 @@ func TestLateReplyGrantRunsOnceRedis(t *testing.T) {
 // first attempt, dropped by the client when its op_timeout passed, still
 // holds the lock until the server notices. It is resent until then, within
 // the lease: Postgres drops a silent client's session, and its locks,
-// within twice op_timeout (MaxLease), so op_timeout is 1 s here.
+// within twice op_timeout (MaxLease), so op_timeout is 2 s here (the
+// reply comes at 3 s), and the server has about 2 s to notice the first
+// session is gone.
 func TestLateReplyGrantRunsOncePostgres(t *testing.T) {
 	t.Parallel()
 	raw := testenv.PGURL(t)
@@ -119,10 +121,10 @@ func TestLateReplyGrantRunsOncePostgres(t *testing.T) {
 	}
 	p := faultproxy.Start(t, u.Host)
 	u.Host = p.Addr()
-	l, err := pg.Open(ctx, pg.Options{URL: u.String(), Namespace: ns, OpTimeout: time.Second, Holder: "node-a"})
+	l, err := pg.Open(ctx, pg.Options{URL: u.String(), Namespace: ns, OpTimeout: 2 * time.Second, Holder: "node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close(context.Background()) })
-	lateReplyRunsOnce(t, p, l, 700*time.Millisecond)
+	lateReplyRunsOnce(t, p, l, 1500*time.Millisecond)
 }
