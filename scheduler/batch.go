@@ -121,7 +121,9 @@ type tickWait struct {
 // its job started (BenchmarkSameSecond10k's p99-start-cpu-ms).
 //
 // The same holds for their releases (newReleaser), and a node-local tick
-// reads their pause flags without a timeout (nodeLocalPaused).
+// reads their pause flags without a timeout (nodeLocalPaused). Their
+// answers are never lost, so their try-lock-ticks carry no token of the
+// scheduler's for a resend (lockRequest).
 type InProcessLocker interface {
 	InProcess() bool
 }

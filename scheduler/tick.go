@@ -302,9 +302,15 @@ func (s *Scheduler) afterRun(c *releaseCall) {
 	s.releaseAfterRun(c)
 }
 
-// lockRequest is step 4's try-lock-tick request for f.
+// lockRequest is step 4's try-lock-tick request for f. Its token is the
+// scheduler's own, so that a resend carries it (resend.go); a backend in
+// this process, whose answer is never lost, draws its own (more cheaply).
 func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 	def := f.def
+	var token string
+	if !inProcess(s.opts.Locker) {
+		token = newTickToken()
+	}
 	return locking.TickRequest{
 		Key:     def.ID,
 		Tick:    f.tick,
@@ -313,14 +319,13 @@ func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 		Floor:   f.st.decided.load(f.tick.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
 		Window:  f.window(s),
-		Token:   newTickToken(),
+		Token:   token,
 	}
 }
 
-// newTickToken draws the token of a try-lock-tick: the scheduler's own, so
-// that a resend of the request carries it (resend.go). Empty if the
-// system's random source fails: the backend then draws one, and the
-// request is not resent.
+// newTickToken draws the token of a try-lock-tick. Empty if the system's
+// random source fails: the backend then draws one, and the request is not
+// resent.
 func newTickToken() string {
 	t, err := locking.NewToken()
 	if err != nil {
