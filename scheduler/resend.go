@@ -18,15 +18,15 @@ import (
 // connection broke, Postgres's resend_held, a batch left short) may have
 // been granted all the same: the backend took the lock, raised the mark
 // and published it, so no other node runs T, and this node's own catch-up
-// would be told done. Skipped there, T ran nowhere. So the scheduler draws
+// would be told done: skipped, T would run nowhere. So the scheduler draws
 // each request's token itself (lockRequest) and, on such an answer, sends
 // the same request again, same token and same T: a backend that granted
 // it answers granted with the fence it drew (the lock contract's rule of
 // the resent call), one that never saw it decides it as new. It resends
 // until the backend decides, or until a grant could no longer be used: the
-// lease counted from the first attempt's send has run out, or T has left
-// its catch-up window. Only then is the tick skipped as backend_error,
-// its grant unknown.
+// lease counted from the first attempt's send has run out, T has left its
+// catch-up window, or the shutdown grace has ended. Only then is the tick
+// skipped as backend_error, its grant unknown.
 //
 // A grant that comes late (after a resend, or after its request's context
 // ended) runs only while T is within its catch-up window and its lease
