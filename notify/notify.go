@@ -267,7 +267,7 @@ func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 				body: n.errorLine(r.Err), after: after})
 		}
 	}
-	if n.opts.URL != "" && r.Result != scheduler.ResultCancelled {
+	if n.opts.URL != "" && r.Result != scheduler.ResultCancelled && r.Result != scheduler.ResultNotRun {
 		n.enqueue(&message{kind: kindDecide, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, run: r})
 	}
 }

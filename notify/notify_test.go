@@ -127,6 +127,7 @@ func TestPingProtocol(t *testing.T) {
 		{"timeout", scheduler.ResultTimeout, killed, "/fail"},
 		{"lock lost", scheduler.ResultLockLost, errors.New("lock lost"), "/fail"},
 		{"cancelled", scheduler.ResultCancelled, errors.New("shutdown"), "-"},
+		{"not run", scheduler.ResultNotRun, errors.New("granted too late to run"), "-"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n.RunStarted(scheduler.RunStart{Schedule: "job", Tick: tick, Node: "node-a", RunID: runA, Start: tick})

@@ -25,12 +25,13 @@ type exitCoder interface{ ExitCode() int }
 // ok is false for a cancelled run (shutdown's grace ran out: not the job's
 // failure, and a rolling restart must not page): the monitor sees a start
 // without an end, which its grace time covers, and the next run's start
-// replaces it.
+// replaces it. Nor is there one for a tick not run (granted too late to
+// run): no job ran, and a monitor whose ping does not come is the alert.
 func resultSuffix(res scheduler.RunResult, err error) (string, bool) {
 	switch res {
 	case scheduler.ResultSuccess:
 		return "", true
-	case scheduler.ResultCancelled:
+	case scheduler.ResultCancelled, scheduler.ResultNotRun:
 		return "", false
 	case scheduler.ResultFailure:
 		var ec exitCoder

@@ -93,10 +93,12 @@ func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) (sent bool
 }
 
 // before returns the newest run of runs (newest first) that started
-// before r and is not r itself nor cancelled.
+// before r and is not r itself nor cancelled nor not run (neither says
+// anything of the job).
 func before(runs []cluster.Run, r scheduler.RunRecord) (cluster.Run, bool) {
 	for _, h := range runs {
-		if h.RunID == r.RunID || h.Result == string(scheduler.ResultCancelled) || !h.StartedAt.Before(r.Start) {
+		if h.RunID == r.RunID || h.Result == string(scheduler.ResultCancelled) || h.Result == string(scheduler.ResultNotRun) ||
+			!h.StartedAt.Before(r.Start) {
 			continue
 		}
 		return h, true

@@ -26,8 +26,9 @@ import (
 // TryLockTick would decide it (pause read inside the step, a resent request
 // answered from its own lock, and so on), and each tick then goes on with
 // its own answer as if it had asked alone. An error of the whole round trip
-// is the error of every request in it: each of those ticks is skipped as
-// backend_error, as a failed TryLockTick would be.
+// is the error of every request in it: each of those ticks resends its
+// request through the batcher, or is skipped as backend_error, as a failed
+// TryLockTick would be (resend.go).
 
 // TickBatcher is implemented by lock backends that decide many
 // try-lock-ticks in one round trip (locking/redis, locking/pg).
@@ -86,7 +87,7 @@ type batchCall[R, A, T any] struct {
 	req R
 	// ans is the backend's answer; with err set it is not to be acted
 	// on, but may hold what the backend took (a grant whose request
-	// ended mid-trip).
+	// ended mid-trip, which lockAnswered still runs if it can).
 	ans A
 	err error
 	// wake, for a caller of do, is closed once answered; without it the
@@ -120,7 +121,9 @@ type tickWait struct {
 // its job started (BenchmarkSameSecond10k's p99-start-cpu-ms).
 //
 // The same holds for their releases (newReleaser), and a node-local tick
-// reads their pause flags without a timeout (nodeLocalPaused).
+// reads their pause flags without a timeout (nodeLocalPaused). Their
+// answers are never lost, so their try-lock-ticks carry no token of the
+// scheduler's for a resend (lockRequest).
 type InProcessLocker interface {
 	InProcess() bool
 }
@@ -188,28 +191,52 @@ func (b *batcher[R, A, T]) sendOne() bool {
 	b.queue = b.queue[:k]
 	b.mu.Unlock()
 
-	reqs := make([]R, n)
-	for i, c := range batch {
-		reqs[i] = c.req
-	}
 	if b.sending != nil {
 		b.sending(batch)
 	}
-	answers, errs := b.send(batchContext(batch), reqs)
-	async := batch[:0] // the calls without a waiter, in place
+	// A request whose own context ended while it waited is not sent: it
+	// is answered at once with its context's error, as it would have been
+	// alone (its caller resends it or gives up). Sent, the backend could
+	// grant it after its caller stopped waiting: the mark raised, and the
+	// grant come too late to be used.
+	live := batch
 	for i, c := range batch {
-		if i < len(answers) && i < len(errs) {
-			c.ans, c.err = answers[i], errs[i]
-		} else {
-			c.err = b.short
+		if c.ctx.Err() == nil {
+			continue
 		}
-		if err := c.ctx.Err(); err != nil && c.err == nil {
-			// Ended while the batch was on its way: alone, its round
-			// trip would have ended with this error (batchContext). The
-			// backend's answer stays in c.ans, so the caller can give
-			// back what it took (lockAnswered releases such a grant).
-			c.err = err
+		live = append(make([]*batchCall[R, A, T], 0, n), batch[:i]...)
+		for _, c := range batch[i:] {
+			if err := c.ctx.Err(); err != nil {
+				c.err = err
+			} else {
+				live = append(live, c)
+			}
 		}
+		break
+	}
+	if len(live) > 0 {
+		reqs := make([]R, len(live))
+		for i, c := range live {
+			reqs[i] = c.req
+		}
+		answers, errs := b.send(batchContext(live), reqs)
+		for i, c := range live {
+			if i < len(answers) && i < len(errs) {
+				c.ans, c.err = answers[i], errs[i]
+			} else {
+				c.err = b.short
+			}
+			if err := c.ctx.Err(); err != nil && c.err == nil {
+				// Ended while the batch was on its way: alone, its round
+				// trip would have ended with this error (batchContext).
+				// The backend's answer stays in c.ans, so the caller can
+				// still act on what it took (lockAnswered: a late grant).
+				c.err = err
+			}
+		}
+	}
+	async := batch[:0] // the calls without a waiter, in place
+	for _, c := range batch {
 		if c.wake != nil {
 			close(c.wake)
 		} else {
@@ -223,7 +250,9 @@ func (b *batcher[R, A, T]) sendOne() bool {
 }
 
 // errShortBatch answers the requests a backend left unanswered: a broken
-// TickBatcher, whose ticks are skipped as backend_error rather than run.
+// TickBatcher. Such a request is undecided (it wraps ErrUnavailable): it
+// is resent, and skipped as backend_error, rather than run, once it can
+// no longer be.
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
 
 // batchContext returns the context of the batch's round trip: the one of
@@ -234,7 +263,8 @@ var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-l
 // only in their deadlines. Ending the round trip at the earliest deadline
 // failed every request of the batch with it, the ones the backend had
 // granted too (their marks raised: run nowhere); sendOne gives a request
-// that ended mid-trip its own context's error, as it would have had alone.
+// that ended mid-trip its own context's error, as it would have had alone,
+// and sends none that ended before the batch left.
 func batchContext[R, A, T any](batch []*batchCall[R, A, T]) context.Context {
 	ctx := batch[0].ctx
 	d, ok := ctx.Deadline()

@@ -200,3 +200,55 @@ func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
 		t.Errorf("the request still bounded: answer %+v, err %v; want granted", c2.ans, c2.err)
 	}
 }
+
+// A request whose own context ended while it waited in the queue is not
+// sent: it is answered at once with its context's error, for its caller
+// to resend or give up on. Sent, the backend could grant it (the mark
+// raised) though its caller could no longer use the grant.
+func TestBatchSendsNoEndedRequest(t *testing.T) {
+	var sent []locking.TickRequest
+	b := &tickBatcher{short: errShortBatch, send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+		sent = append(sent, reqs...)
+		answers := make([]locking.TickAnswer, len(reqs))
+		for i, r := range reqs {
+			answers[i] = locking.TickAnswer{Verdict: locking.TickGranted, Mark: r.Tick}
+		}
+		return answers, make([]error, len(reqs))
+	}}
+	ended, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	call := func(ctx context.Context, key string) *tickCall {
+		return &tickCall{ctx: ctx, req: locking.TickRequest{Key: key, Tick: time.Unix(1, 0)}, wake: make(chan struct{})}
+	}
+	for _, tc := range []struct {
+		name  string
+		calls []*tickCall
+	}{
+		{"with a live one", []*tickCall{call(ended, "ended1"), call(context.Background(), "live"), call(ended, "ended2")}},
+		{"alone", []*tickCall{call(ended, "ended3")}},
+	} {
+		sent = nil
+		b.mu.Lock()
+		b.queue, b.senders = append([]*tickCall(nil), tc.calls...), 1
+		b.mu.Unlock()
+		for b.sendOne() {
+		}
+		for _, r := range sent {
+			if r.Key != "live" {
+				t.Errorf("%s: request %q sent after its context ended", tc.name, r.Key)
+			}
+		}
+		for _, c := range tc.calls {
+			<-c.wake
+			if c.req.Key == "live" {
+				if c.err != nil || c.ans.Verdict != locking.TickGranted {
+					t.Errorf("%s: the live request: answer %+v, err %v; want granted", tc.name, c.ans, c.err)
+				}
+				continue
+			}
+			if !errors.Is(c.err, context.DeadlineExceeded) || c.ans.Verdict != 0 {
+				t.Errorf("%s: request %q: answer %+v, err %v; want its context's error, unanswered", tc.name, c.req.Key, c.ans, c.err)
+			}
+		}
+	}
+}

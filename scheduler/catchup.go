@@ -50,14 +50,21 @@ type backendState struct {
 	probeArmed bool
 }
 
-// backendFailed records that tick's try-lock-tick of st failed. The first
-// failure of an outage is logged as a warning; the others at debug, so an
-// outage costs one line per node, not one per tick.
+// backendFailed records that tick's try-lock-tick of st failed, and the
+// tick is skipped.
 func (s *Scheduler) backendFailed(st *schedState, tick time.Time, err error) {
+	s.backendDown(st, tick, err, s.backend.skipped.Add(1))
+}
+
+// backendDown records that tick's try-lock-tick of st got no answer (err),
+// n ticks skipped so far in this outage: the outage begins, and its probe
+// runs, while the tick's request is still being resent (resend.go). The
+// first failure of an outage is logged as a warning; the others at debug,
+// so an outage costs one line per node, not one per tick.
+func (s *Scheduler) backendDown(st *schedState, tick time.Time, err error, n int64) {
 	s.mu.Lock()
 	st.owed = true
 	s.mu.Unlock()
-	n := s.backend.skipped.Add(1)
 	if s.backend.down.CompareAndSwap(false, true) {
 		s.log.Warn("lock backend failed: locked ticks are skipped until it answers again",
 			slog.String("schedule", st.id), slog.String("tick", tick.Format(time.RFC3339)), slog.Any("error", err))

@@ -6,6 +6,8 @@
 //
 //   - tick.go: a tick's life, steps 1 to 8 of DESIGN.md ("A tick's life"):
 //     overlap, hint, lock, jitter, run, claim, outcome. Start here.
+//   - resend.go: step 4's request sent again, same token, when its answer
+//     did not decide it; a grant that comes too late to run.
 //   - run.go: running the job under its lock (renewal, timeout, overrun, panics).
 //   - claim.go: why and how a lock outlives its run by the clock-skew tolerance.
 //   - loop.go: Run, the firing loop over a heap of fire times, graceful stop.

@@ -28,6 +28,12 @@ const (
 	// ResultCancelled: shutdown's grace ran out and cancelled the job. Not
 	// a failure of the job: a rolling restart must not page anyone.
 	ResultCancelled RunResult = "cancelled"
+	// ResultNotRun: granted too late to run (past its catch-up window, or
+	// its lease gone by the time the grant came), so the tick is consumed
+	// and ran nowhere. Only in run records (RunObserver), for history:
+	// bext_scheduler_runs_total never counts it, the tick is counted
+	// skipped.
+	ResultNotRun RunResult = "not_run"
 )
 
 // Observer receives every tick's outcome. The metrics package implements it;

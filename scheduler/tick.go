@@ -42,6 +42,9 @@ type fired struct {
 	// (one period) was a Next call each time it was asked, twice a tick.
 	winSet bool
 	win    time.Duration
+	// resend, once its try-lock-tick was answered undecided, is the
+	// request it sends again, token included (resend.go).
+	resend *resending
 }
 
 // window is s.window(f.def, f.tick), known or computed.
@@ -121,22 +124,32 @@ func (s *Scheduler) handleTick(f fired) *releaseCall {
 
 // ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
 // backend decides done, paused, missed, contended or granted, on its own
-// clock. Unbatched, it returns what locked returns.
+// clock; an answer that leaves it undecided (no reply in time) sends the
+// same request again (resend.go). Unbatched, it returns what locked
+// returns.
 func (s *Scheduler) ask(f fired) *releaseCall {
+	var req locking.TickRequest
+	ctx := f.burst.ctx
+	if f.resend != nil {
+		req, ctx = f.resend.req, f.resend.ctx
+	} else {
+		req = s.lockRequest(f)
+	}
 	if s.batch != nil {
 		// Batched: the tick goes on in lockAnswered, on whichever worker
 		// takes it once its batch is answered; this one is free now
 		// (unless it sends batches itself).
 		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
-		s.batch.submit(&tickCall{ctx: f.burst.ctx, req: s.lockRequest(f), tag: tickWait{f: f}})
+		s.batch.submit(&tickCall{ctx: ctx, req: req, tag: tickWait{f: f}})
 		return nil
 	}
-	req := s.lockRequest(f)
 	before, sent := s.clockAndLease()
-	ans, err := s.opts.Locker.TryLockTick(f.burst.ctx, req)
+	ans, err := s.opts.Locker.TryLockTick(ctx, req)
 	s.preferredAnswered(f)
-	l, why := s.lockAnswer(f, ans, err, sent, before, s.clock.Now())
-	return s.locked(f, l, why)
+	if s.resend(&f, req, ans, &err, sent) {
+		return nil // back as a task that asks again
+	}
+	return s.tickAnswered(f, ans, err, sent, before, s.clock.Now())
 }
 
 // sendingRequests stamps a batch of try-lock-ticks about to be sent with
@@ -172,17 +185,35 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 // lockAnswered carries on a tick whose batched try-lock-tick was answered;
 // it returns what locked returns.
 func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
-	w, ans, err := c.tag, c.ans, c.err
+	w, err := c.tag, c.err
+	f := w.f
+	if s.resend(&f, c.req, c.ans, &err, w.sent) {
+		return nil // back as a task that asks again, through the batcher
+	}
+	return s.tickAnswered(f, c.ans, err, w.sent, w.before, w.after)
+}
+
+// tickAnswered carries tick f on from its try-lock-tick's last answer,
+// sent at sent on the lease clock, between before and after on the
+// scheduler's; it returns what locked returns. A grant that came late
+// (after a resend, or after its request's context ended) runs only if it
+// still can (lateGrant).
+func (s *Scheduler) tickAnswered(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) *releaseCall {
+	late := f.resend != nil
+	if late {
+		sent = f.resend.first // the backend may have granted the first attempt
+	}
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
-		// came (batch.go sendOne): the tick is skipped as its request
-		// alone would have been, and its lock, kept until its TTL, would
-		// hold off every node from the schedule's next ticks. The mark
-		// stays raised: T runs nowhere, as before.
-		s.release(w.f.def.ID, ans.Handle, "granted after its request ended")
+		// came (batch.go sendOne): the mark is raised for this grant, so
+		// no other node runs T; this one does, if it still can.
+		err, late = nil, true
 	}
-	l, why := s.lockAnswer(w.f, ans, err, w.sent, w.before, w.after)
-	return s.locked(w.f, l, why)
+	l, why := s.lockAnswer(f, ans, err, sent, before, after)
+	if l != nil && late && !s.lateGrant(f, l) {
+		return nil
+	}
+	return s.locked(f, l, why)
 }
 
 // handleLocal carries node-local tick f from step 2 to step 8.
@@ -271,9 +302,15 @@ func (s *Scheduler) afterRun(c *releaseCall) {
 	s.releaseAfterRun(c)
 }
 
-// lockRequest is step 4's try-lock-tick request for f.
+// lockRequest is step 4's try-lock-tick request for f. Its token is the
+// scheduler's own, so that a resend carries it (resend.go); a backend in
+// this process, whose answer is never lost, draws its own (more cheaply).
 func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 	def := f.def
+	var token string
+	if !inProcess(s.opts.Locker) {
+		token = newTickToken()
+	}
 	return locking.TickRequest{
 		Key:     def.ID,
 		Tick:    f.tick,
@@ -282,14 +319,30 @@ func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
 		Floor:   f.st.decided.load(f.tick.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
 		Window:  f.window(s),
+		Token:   token,
 	}
+}
+
+// newTickToken draws the token of a try-lock-tick. Empty if the system's
+// random source fails: the backend then draws one, and the request is not
+// resent.
+func newTickToken() string {
+	t, err := locking.NewToken()
+	if err != nil {
+		return ""
+	}
+	return t
 }
 
 // lockAnswer is step 4's answer to f's try-lock-tick, sent at sent on
 // the lease clock, between before and after on the scheduler's. It
 // returns the granted lease, or nil and why the tick is skipped.
 func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) (*lease, SkipReason) {
-	f.burst.done() // f's request is answered: its context is done with
+	if f.resend != nil {
+		f.resend.cancel()
+	} else {
+		f.burst.done() // f's request is answered: its context is done with
+	}
 	st, def := f.st, f.def
 	if err != nil {
 		var ahead *locking.AheadError

@@ -1,0 +1,162 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// Resending a try-lock-tick whose answer was not definite (step 4).
+//
+// A try-lock-tick whose reply is late or lost (op_timeout passed, the
+// connection broke, Postgres's resend_held, a batch left short) may have
+// been granted all the same: the backend took the lock, raised the mark
+// and published it, so no other node runs T, and this node's own catch-up
+// would be told done: skipped, T would run nowhere. So the scheduler draws
+// each request's token itself (lockRequest) and, on such an answer, sends
+// the same request again, same token and same T: a backend that granted
+// it answers granted with the fence it drew (the lock contract's rule of
+// the resent call), one that never saw it decides it as new. It resends
+// until the backend decides, or until a grant could no longer be used: the
+// lease counted from the first attempt's send has run out, T has left its
+// catch-up window, or the shutdown grace has ended. Only then is the tick
+// skipped as backend_error, its grant unknown.
+//
+// A grant that comes late (after a resend, or after its request's context
+// ended) runs only while T is within its catch-up window and its lease
+// lives, renewed first so the run has a whole lease. Otherwise the lock
+// is given back and the run is recorded as not run, with the reason
+// (ResultNotRun): T was consumed, and history says where it went.
+
+const (
+	// resendFirst and resendMax bound the wait between two sends of one
+	// request: short, as a grant's lease runs meanwhile, and doubling so
+	// that a backend that is down gets two requests a second per tick.
+	resendFirst = 10 * time.Millisecond
+	resendMax   = 500 * time.Millisecond
+)
+
+// errGrantUnknown is the error of a tick skipped while its try-lock-tick
+// was still undecided: the backend may have granted it.
+var errGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
+
+// errLateGrant is the error recorded for a grant that came too late to run.
+var errLateGrant = errors.New("scheduler: granted too late to run")
+
+// resending is a tick's try-lock-tick being resent: the request it sends
+// again as it is, and the bounds of its resends.
+type resending struct {
+	req locking.TickRequest
+	// first is when the first attempt was sent, on the lease clock: a
+	// grant's lease counts from it, as the backend may have granted that
+	// attempt. until is where that lease ends (on the lease clock), and
+	// windowEnd where T leaves its catch-up window (on the scheduler's).
+	first, until, windowEnd time.Time
+	// ctx bounds the resends (the burst's context bounds the first
+	// attempt only): until the lease would end, on the real clock.
+	ctx    context.Context
+	cancel context.CancelFunc
+	sends  int
+	wait   time.Duration
+}
+
+// indefinite reports whether err leaves a try-lock-tick undecided: the
+// backend may or may not have decided it (no reply, a broken connection,
+// a resend whose first attempt still holds the lock). An invalid request
+// or a tick ahead of the backend's clock is decided.
+func indefinite(err error) bool {
+	if err == nil || errors.Is(err, locking.ErrInvalid) || errors.Is(err, locking.ErrTickAhead) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, locking.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// resend sends f's request req again, after a wait, when its answer
+// (ans, err; the attempt sent at sent on the lease clock) left it
+// undecided and a grant could still be used; f comes back as a task that
+// asks (turnAsk). It reports false when f goes on with this answer: a
+// decided one, or one it gives up on, whose err then says so.
+func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAnswer, err *error, sent time.Time) bool {
+	if !indefinite(*err) || ans.Handle != nil {
+		return false
+	}
+	r := f.resend
+	if r == nil {
+		if req.Token == "" {
+			return false // the backend drew the token: a resend is a new request
+		}
+		r = &resending{req: req, first: sent, wait: resendFirst}
+		r.until = sent.Add(s.leaseLen(f.def.ttl))
+		r.windowEnd = f.tick.Add(max(f.window(s), s.opts.MaxClockSkew))
+		left := r.until.Sub(s.leaseNow())
+		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, left)
+		f.resend = r
+		// The first attempt is answered: the burst's context and the
+		// handoff's count are done with (lockAnswer and
+		// preferredAnswered do it once for a tick that is not resent).
+		f.burst.done()
+		f.preferred = false
+		// The outage, if it is one, begins now: logged, and probed.
+		s.backendDown(f.st, f.tick, *err, s.backend.skipped.Load())
+	}
+	if !s.leaseNow().Before(r.until) || s.clock.Now().After(r.windowEnd) || r.ctx.Err() != nil {
+		*err = fmt.Errorf("%w after %d resends: %w", errGrantUnknown, r.sends, *err)
+		return false
+	}
+	r.sends++
+	d := r.wait
+	r.wait = min(2*r.wait, resendMax)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("try-lock-tick undecided: resending it", slog.String("schedule", f.def.ID),
+			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("resends", r.sends), slog.Any("error", *err))
+	}
+	g := *f
+	time.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
+	return true
+}
+
+// lateGrant checks granted tick f's lease l, whose grant came late (after
+// a resend, or after its request's context ended): it reports whether f
+// may still run. If not, the lock is given back and the run recorded as
+// not run, and f is finished.
+func (s *Scheduler) lateGrant(f fired, l *lease) bool {
+	var why SkipReason
+	var cause error
+	late := s.clock.Now().Sub(f.tick)
+	switch {
+	case late > max(f.window(s), s.opts.MaxClockSkew):
+		why, cause = SkipMissed, fmt.Errorf("%w: granted %v after its tick, past its catch-up window of %v",
+			errLateGrant, late, f.window(s))
+	case s.expired(l):
+		why, cause = SkipBackendError, fmt.Errorf("%w: its lease ran out before the grant came", errLateGrant)
+	default:
+		// The lease counts from the first attempt's send: renewed now,
+		// the run starts with a whole one.
+		err := s.renewLease(l)
+		if err == nil {
+			return true
+		}
+		why, cause = SkipBackendError, fmt.Errorf("%w: renewing its lease: %w", errLateGrant, err)
+	}
+	h := l.h
+	s.release(f.def.ID, h, "granted too late to run")
+	s.log.Warn("tick granted too late to run: not run, its lock given back", slog.String("schedule", f.def.ID),
+		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", h.Fence()),
+		slog.String("outcome", string(why)), slog.Any("error", cause))
+	s.reportSkip(f, why, h.Fence())
+	if s.runObs != nil {
+		s.runObs.RunRecorded(RunRecord{Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+			Start: s.clock.Now(), Fence: h.Fence(), Err: cause, RunID: f.runID()})
+	}
+	s.finish(f, runOutcome{skip: why})
+	s.wg.Done()
+	return false
+}
