@@ -301,8 +301,9 @@ func (l *Locker) track(ctx context.Context, key string, st *heldLock, token, tag
 	return h, nil
 }
 
-// storedValue is the value the scripts store for a lock of token with fence
-// (see lib.lua); renew and release compare it exactly.
+// storedValue is the value the scripts store for a lock of token (a
+// try-lock-tick's: its tickTag) with fence (see lib.lua); renew and
+// release compare it exactly.
 func (l *Locker) storedValue(token string, fence int64) string {
 	var b [20]byte
 	return token + fenceSep + string(strconv.AppendInt(b[:0], fence, 10)) + l.holderArg
