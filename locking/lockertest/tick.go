@@ -456,6 +456,10 @@ func caseTickResendExtendsLease(s *suite, perTick bool) {
 	r := s.tickReq(k, t1)
 	r.TTL, r.PerTick, r.Token = s.ttl(), perTick, s.newToken()
 	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	// C and D resend within a second on a real clock: connected before.
+	for _, l := range []locking.Locker{c, d} {
+		s.mustRelease(l, s.mustLock(l, s.key("warm"), longTTL, "warming a locker"), "warming a locker")
+	}
 	const left = time.Second
 	s.b.EndLease(s.t, r, left)
 	s.loseReply(r)
