@@ -15,8 +15,17 @@ import (
 // it. The mark only moves forward and outlives every lock. TryLockTick
 // decides, in one atomic step on the backend and on the backend's clock:
 //
-//   - the request's own lock is found (a resent call after a lost reply):
-//     TickGranted, with the fence that call drew;
+//   - the request is a resend: it carries the Token of an earlier granted
+//     request for the same T (Key and Tick), and that grant's lease lives
+//     (it was not released, nor did its lock end and go to another
+//     holder): TickGranted with the fence that grant drew (the same
+//     acquisition, never another's), its lease extended as a renewal
+//     would (TTL from now). A request with a granted call's Token but
+//     another T is no resend: it is decided as any other request. So is a
+//     resend once its grant was released or its lease ended (done: T is
+//     marked). A backend that cannot tell yet answers an error wrapping
+//     ErrResendHeld (Postgres: the first attempt's session still holds the
+//     lock), which is not definite: the caller resends until decided;
 //   - T lies more than MaxSkew ahead of the backend's clock: an error
 //     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
 //     changes;
@@ -64,9 +73,14 @@ type TickRequest struct {
 	// Window is the catch-up window: a T more than max(MaxSkew, Window)
 	// behind the backend's clock is TickMissed.
 	Window time.Duration
-	// Token, when set, is the token the lock is stored under (a caller
-	// retrying the same request passes the token of the first attempt so
-	// a resent call finds its own lock). Empty: the backend draws one.
+	// Token, when set, is the token the lock is stored under. A caller that
+	// got no definite answer (a timeout, a connection error, ErrResendHeld:
+	// the backend may have granted the tick) resends the same request with
+	// the same Token until it is decided; the backend recognises the resend
+	// by Token and T together and answers it from its grant (TickLocker).
+	// A Token belongs to one request: another T asked with it is decided
+	// as a fresh request. Empty: the backend draws one, and the request
+	// cannot be resent.
 	Token string
 }
 
@@ -114,6 +128,14 @@ type TickAnswer struct {
 // ErrTickAhead is wrapped by the error of a try-lock-tick whose T lies more
 // than MaxSkew ahead of the backend's clock: this node's clock runs ahead.
 var ErrTickAhead = errors.New("locking: tick is ahead of the backend's clock")
+
+// ErrResendHeld is wrapped by the error of a resend the backend cannot
+// decide yet: its grant's lock is still held by the first attempt, whose
+// end the backend has not seen (Postgres: the session of the attempt whose
+// reply was lost, until the server drops it, within MaxLease). It wraps
+// ErrUnavailable: the answer is not definite, and the caller resends the
+// same request until it is decided, as after a timeout.
+var ErrResendHeld = fmt.Errorf("%w: the first attempt of this resent try-lock-tick still holds its lock", ErrUnavailable)
 
 // AheadError is the error of a refused future tick; it wraps ErrTickAhead.
 type AheadError struct {

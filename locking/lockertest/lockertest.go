@@ -74,6 +74,14 @@ type Backend struct {
 	// calls then resend from another Locker, which never heard of the
 	// grant.
 	LoseReply func(t testing.TB, lockKey string)
+
+	// EndLease makes the lease of r's grant (a granted TryLockTick of this
+	// test) end d from now, as if it had been granted r.TTL-d ago: memory
+	// and Redis shorten the lock's TTL; Postgres, whose locks have no TTL,
+	// moves the until of the grant's tick_grants entry, which bounds how
+	// long a resend is answered from the grant. Required by the cases about
+	// a resend's lease, which fail without it.
+	EndLease func(t testing.TB, r locking.TickRequest, d time.Duration)
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest

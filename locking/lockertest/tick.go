@@ -42,6 +42,11 @@ var tickCases = []testCase{
 	{"Tick/PerTickResentAfterLaterGrant", caseTickPerTickResent},
 	{"Tick/ResentAfterPausedTick", func(s *suite) { caseTickResentAfterMark(s, false) }},
 	{"Tick/ResentAfterMissedTick", func(s *suite) { caseTickResentAfterMark(s, true) }},
+	{"Tick/ResendExtendsLease", func(s *suite) { caseTickResendExtendsLease(s, false) }},
+	{"Tick/PerTickResendExtendsEntry", func(s *suite) { caseTickResendExtendsLease(s, true) }},
+	{"Tick/TokenReusedForAnotherTick", caseTickTokenOtherTick},
+	{"Tick/ResendAfterRelease", caseTickResendAfterRelease},
+	{"Tick/ResendAfterLaterLock", caseTickResendAfterLaterLock},
 	{"Tick/StaleHandle", caseTickStaleHandle},
 	{"Tick/Race", caseTickRace},
 	{"Tick/AnswerNow", caseTickAnswerNow},
@@ -433,6 +438,163 @@ func (s *suite) wantResentGrant(l locking.Locker, r locking.TickRequest, first *
 			who, short(re.Key()), re.Fence(), re.Token() == r.Token, short(first.Key()), first.Fence())
 	}
 	return re
+}
+
+// A resent call extends its grant's lease, as a renewal would: T is
+// granted (its reply lost) and its lease made to end in a second
+// (Backend.EndLease); T is resent and granted as the same acquisition; once
+// the first call's lease would have ended, the lock is still the resend's
+// (another node's T+1s is contended) and a second resend, its reply lost
+// too, is still granted as the same acquisition. Per tick, a later grant of
+// the schedule comes between: it must not drop the resent grant (on
+// Postgres, its tick_grants entry, whose until the resend extended).
+func caseTickResendExtendsLease(s *suite, perTick bool) {
+	s.needEndLease()
+	a, b, c, d := s.locker(), s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r := s.tickReq(k, t1)
+	r.TTL, r.PerTick, r.Token = s.ttl(), perTick, s.newToken()
+	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	// C and D resend within a second on a real clock: connected before.
+	for _, l := range []locking.Locker{c, d} {
+		s.mustRelease(l, s.mustLock(l, s.key("warm"), longTTL, "warming a locker"), "warming a locker")
+	}
+	const left = time.Second
+	s.b.EndLease(s.t, r, left)
+	s.loseReply(r)
+	re := s.wantResentGrant(c, r, h1, "locker C resending T a second before the first call's lease ends")
+	s.passTime(left + realSlack)
+	// The first call's lease has ended; the resend's, counted from the
+	// resend, lives on.
+	if perTick {
+		r2 := s.tickReq(k, t1.Add(time.Second))
+		r2.PerTick = true
+		h2 := s.grant(b, r2, "locker B at T+1s, per tick, after the first call's lease of T ended")
+		defer s.mustRelease(b, h2, "locker B (T+1s)")
+	} else {
+		s.wantTick(b, s.tickReq(k, t1.Add(time.Second)), locking.TickContended,
+			"locker B at T+1s after the first call's lease ended (the resend's lease holds the lock)")
+	}
+	s.mustRenew(c, re, "locker C with the resent call's handle, after the first call's lease ended")
+	s.loseReply(r)
+	re2 := s.wantResentGrant(d, r, h1, "locker D resending T again after the first call's lease ended (the resend extended it)")
+	s.mustRelease(d, re2, "locker D with the second resend's handle")
+}
+
+// A request carrying the Token of an earlier grant but another T is no
+// resend: it is decided as any other request. While T's schedule lock is
+// held, T+1s with T's token is contended (never granted from T's lock,
+// whose fence and lease are T's); once T is released, it is a new
+// acquisition with a higher fence. Per tick, T+3s with T+2s's token is a
+// grant of its own.
+func caseTickTokenOtherTick(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r1 := s.tickReq(k, t1)
+	r1.Token = s.newToken()
+	h1 := s.grant(a, r1, "locker A at T")
+	r2 := s.tickReq(k, t1.Add(time.Second))
+	r2.Token = r1.Token
+	s.wantTick(b, r2, locking.TickContended, "locker B at T+1s with T's token while T's lock is held")
+	s.wantTick(a, r2, locking.TickContended, "locker A at T+1s with T's token while it holds T's lock")
+	s.mustRelease(a, h1, "locker A (T)")
+	h2 := s.grant(b, r2, "locker B at T+1s with T's token after T was released")
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("fence at T+1s = %d, want > %d (T's): a new acquisition", h2.Fence(), h1.Fence())
+	}
+	s.mustRelease(b, h2, "locker B (T+1s)")
+
+	p1 := s.tickReq(k, t1.Add(2*time.Second))
+	p1.PerTick, p1.Token = true, s.newToken()
+	hp1 := s.grant(a, p1, "locker A at T+2s, per tick")
+	p2 := s.tickReq(k, t1.Add(3*time.Second))
+	p2.PerTick, p2.Token = true, p1.Token
+	hp2 := s.grant(b, p2, "locker B at T+3s, per tick, with T+2s's token while T+2s is held")
+	if hp2.Fence() <= hp1.Fence() {
+		s.t.Errorf("fence at T+3s = %d, want > %d (T+2s's): an acquisition of its own", hp2.Fence(), hp1.Fence())
+	}
+	s.mustRelease(a, hp1, "locker A (T+2s)")
+	s.mustRelease(b, hp2, "locker B (T+3s)")
+}
+
+// A grant's resend after the grant was released is not granted: released,
+// the grant is over (its run ended, or its holder gave it up), and the
+// request is decided as a fresh one would be: done, T being marked. The
+// same when the release found the lock lapsed (Expire: its TTL ran out, or
+// on Postgres its session died): the holder gave the grant up all the same,
+// and a resend granted then would run T a second time.
+func caseTickResendAfterRelease(s *suite) {
+	for _, c := range []struct {
+		name            string
+		perTick, lapsed bool
+	}{
+		{"schedule lock", false, false},
+		{"per-tick lock", true, false},
+		{"schedule lock, lapsed", false, true},
+	} {
+		a, b := s.locker(), s.locker()
+		k := s.key(c.name)
+		r := s.tickReq(k, s.onTime())
+		r.PerTick, r.Token = c.perTick, s.newToken()
+		h := s.grant(a, r, c.name+": locker A at T")
+		if c.lapsed {
+			s.b.Expire(s.t, k)
+			s.wantErrIs(a.Release(s.ctx, h), locking.ErrLockLost, c.name+": locker A releasing T after its lock lapsed")
+		} else {
+			s.mustRelease(a, h, c.name+": locker A")
+		}
+		s.wantTick(b, r, locking.TickDone, c.name+": locker B resending T (its token) after its grant was released")
+		s.wantTick(a, r, locking.TickDone, c.name+": locker A resending T (its token) after its grant was released")
+	}
+}
+
+// A schedule lock's resend after a later acquisition of the key is not
+// granted, so never with that acquisition's fence: T's lock lapsed
+// (Expire; on Postgres its session died, as after a lost reply) and a plain
+// TryLock of the key (`lock run`, a manual run) took it. The grant's lease
+// ended when another holder took its lock, so T's resend is decided as a
+// fresh request: done, T being marked, both while the other holder has the
+// lock and after it released it. Granted, it would hand out another
+// acquisition's fence (twice) or one below the last holder's.
+func caseTickResendAfterLaterLock(s *suite) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	r := s.tickReq(k, s.onTime())
+	r.Token = s.newToken()
+	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	s.b.Expire(s.t, k)
+	h2 := s.mustLock(b, k, longTTL, "locker B, a plain TryLock of the key after T's lock lapsed")
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("locker B's fence %d, want > %d (T's)", h2.Fence(), h1.Fence())
+	}
+	check := func(who string) {
+		s.t.Helper()
+		ans, err := s.ticker(c).TryLockTick(s.ctx, r)
+		if err != nil {
+			s.t.Fatalf("%s: TryLockTick = error %v, want done", who, err)
+		}
+		if ans.Handle != nil {
+			_ = c.Release(s.ctx, ans.Handle)
+			s.t.Fatalf("%s: granted with fence %d (T's grant drew %d, locker B's acquisition %d), want done: the grant's lease ended when B took its lock",
+				who, ans.Handle.Fence(), h1.Fence(), h2.Fence())
+		}
+		if ans.Verdict != locking.TickDone {
+			s.t.Fatalf("%s: %v, want done (T is marked)", who, ans.Verdict)
+		}
+	}
+	check("locker C resending T while locker B holds the key")
+	s.mustRelease(b, h2, "locker B")
+	check("locker C resending T after locker B released the key")
+}
+
+// needEndLease fails a case that needs Backend.EndLease without it.
+func (s *suite) needEndLease() {
+	s.t.Helper()
+	if s.b.EndLease == nil {
+		s.t.Fatal("Backend.EndLease is required: this case checks that a resend extends its grant's lease")
+	}
 }
 
 // loseReply does what a lost reply to r's grant leaves behind on the

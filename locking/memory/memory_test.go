@@ -81,6 +81,25 @@ func (c *cluster) ForgetMark(t testing.TB, key string) {
 	root.ForgetMark(key)
 }
 
+// EndLease makes r's lock in the table of t's lockers end d from now.
+func (c *cluster) EndLease(t testing.TB, r locking.TickRequest, d time.Duration) {
+	c.mu.Lock()
+	root, ok := c.roots[t]
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("EndLease(%q): this test made no locker", r.Key)
+	}
+	root.EndLease(tickLockKey(r), d)
+}
+
+// tickLockKey is the key of r's lock in a memory table.
+func tickLockKey(r locking.TickRequest) string {
+	if r.PerTick {
+		return locking.TickLockKey(r.Key, r.Tick)
+	}
+	return r.Key
+}
+
 func TestConformance(t *testing.T) {
 	c := &cluster{clock: newFakeClock(), roots: map[testing.TB]*memory.Locker{}}
 	lockertest.Run(t, lockertest.Backend{
@@ -90,6 +109,7 @@ func TestConformance(t *testing.T) {
 		Advance:    c.clock.Advance,
 		Now:        c.clock.Now,
 		ForgetMark: c.ForgetMark,
+		EndLease:   c.EndLease,
 	})
 }
 
@@ -122,6 +142,15 @@ func TestConformanceRealClock(t *testing.T) {
 				t.Fatalf("ForgetMark(%q): this test made no locker", key)
 			}
 			root.ForgetMark(key)
+		},
+		EndLease: func(t testing.TB, r locking.TickRequest, d time.Duration) {
+			mu.Lock()
+			root, ok := roots[t]
+			mu.Unlock()
+			if !ok {
+				t.Fatalf("EndLease(%q): this test made no locker", r.Key)
+			}
+			root.EndLease(tickLockKey(r), d)
 		},
 	})
 }

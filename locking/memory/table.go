@@ -93,9 +93,11 @@ type entry struct {
 	owner   *Locker
 	expires time.Duration // on the table's elapsed clock
 	fence   int64
-	// token is the handle's token, so that a resent try-lock-tick carrying
-	// it is answered from this lock.
+	// token is the handle's token and tick the T of a try-lock-tick's grant
+	// (µs; 0 for TryLock), so that a resent try-lock-tick carrying both is
+	// answered from this lock.
 	token string
+	tick  int64
 }
 
 // newTable makes a table on the clock now; nil means the real clock.

@@ -10,8 +10,8 @@ import (
 
 // TryLockTick is try-lock-tick (locking.TickLocker): in one step under the
 // shard mutexes of the key (its mark and pause flag) and of the lock (the
-// key, or the tick's key with PerTick), it answers a resent call from its
-// own lock, else decides with locking.DecideTick on the table's clock. A
+// key, or the tick's key with PerTick), it answers a resent call (same
+// token, same T) from its own lock while that lock lives, else decides with locking.DecideTick on the table's clock. A
 // raised mark is then told to the table's watches (watch.go), after the
 // shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
@@ -49,10 +49,13 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	cur, held := ls.m[lockKey]
 	held = held && now < cur.expires
 
-	if held && r.Token != "" && cur.token == r.Token {
-		// A resent call: the first one took this lock and its answer was
-		// lost. It is granted again with the same acquisition, and the
-		// lease counts from now, as the caller believes.
+	if held && r.Token != "" && cur.token == r.Token && cur.tick == r.Tick.UnixMicro() {
+		// A resent call (its token and T): the first one took this lock and
+		// its answer was lost. It is granted again with the same
+		// acquisition, and the lease counts from now, as the caller
+		// believes. The token alone is not enough: a schedule lock is the
+		// same key for every T, and another T asked with a granted call's
+		// token must not be handed that call's lock.
 		cur.expires = expiry(now, r.TTL)
 		ls.m[lockKey] = cur
 		ans.Verdict, ans.Mark = locking.TickGranted, mark
@@ -97,7 +100,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	ms.fence = max(ms.fence, ls.fence)
 	fence := ms.nextFence(wall)
 	ls.fence = fence
-	ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token}
+	ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token, tick: r.Tick.UnixMicro()}
 	ls.sweepIfGrown(now)
 	ans.Verdict = locking.TickGranted
 	ans.Handle = locking.NewHandle(l, lockKey, token, fence, r.TTL, nil)

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,15 @@ func TestConformance(t *testing.T) {
 		// A session whose reply went missing is never used again: its
 		// end gives its locks back, the grants stay in the rows.
 		LoseReply: func(t testing.TB, lockKey string) { clusterOf(t).kill(lockKey) },
+		// Advisory locks have no TTL: what ends with a grant's lease is
+		// its resend record, the until of its tick_grants entry.
+		EndLease: func(t testing.TB, r locking.TickRequest, d time.Duration) {
+			c := clusterOf(t)
+			c.exec(`UPDATE bext_lock_fences SET tick_grants = jsonb_set(tick_grants, ARRAY[$3::text, '2'],
+				to_jsonb((extract(epoch FROM clock_timestamp()) * 1000000)::bigint + $4::bigint))
+				WHERE namespace = $1 AND key = $2 AND tick_grants -> $3::text IS NOT NULL`,
+				c.ns, r.Key, strconv.FormatInt(r.Tick.UnixMicro(), 10), d.Microseconds())
+		},
 	}
 	lockertest.Run(t, backend)
 	// The scheduler sends ticks that wait together through TryLockTicks

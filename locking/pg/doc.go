@@ -62,11 +62,11 @@
 //	    holder      text,
 //	    acquired_at timestamptz,
 //	    tick_mark   bigint,       -- µs since the epoch
-//	    tick_token  text,
+//	    tick_token  text,         -- read by nodes of earlier releases
 //	    paused      boolean     NOT NULL DEFAULT false,
 //	    pause_until timestamptz,
 //	    pause_note  text,
-//	    tick_grants jsonb,        -- per-tick grants a resend may come for
+//	    tick_grants jsonb,        -- grants a resend may come for
 //	    token_tick  bigint,       -- T (µs) of the grant tick_token is from
 //	    PRIMARY KEY (namespace, key)
 //	);
@@ -90,16 +90,18 @@
 // statement. That statement, and InitMarks and SetPause, commit with
 // synchronous_commit = on whatever the session says (set_config local to
 // their own transaction): a mark a run was granted on must survive a crash.
-// The row also keeps the granting call's token and T (token_tick), so a
-// call resent after a lost reply is answered granted with its own fence,
-// whatever later ticks were decided paused or missed meanwhile (once the
-// first call's session is gone; until then with an error wrapping
-// ErrUnavailable); a tick Release forgets the token. A per-tick lock (overlap = allow) is taken
-// under locking.TickLockKey, the mark staying the schedule's; since a
-// later tick of the schedule may be granted while an earlier one runs,
-// the row keeps each per-tick grant's tick, fence and token (tick_grants)
-// until its Release, or until no resend can come for it any more (see
-// tryLockTicksSQL), and a resend is recognised there.
+// The row also keeps each grant's T, fence, token and until (tick_grants),
+// so a call resent after a lost reply (same token, same T) is answered
+// granted with its own fence, whatever later ticks were decided paused or
+// missed meanwhile, and its until extended (once the first call's session
+// is gone; until then with an error wrapping locking.ErrResendHeld). A
+// resend is decided as any other request once its grant was released
+// (Release forgets it, on another session when the grant's own died), its
+// until passed, or, for a schedule lock, another acquisition of the key
+// drew a later fence. A per-tick lock (overlap = allow) is taken under
+// locking.TickLockKey, the mark staying the schedule's; a later tick of
+// the schedule may be granted while an earlier one runs, and each keeps
+// its own entry (see tryLockTicksSQL).
 //
 // A try-lock-tick that raised a mark (granted, paused, missed) tells it,
 // in the same transaction, with pg_notify on the cluster's channel (named

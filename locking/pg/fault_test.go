@@ -294,3 +294,83 @@ func TestPerTickBatchResentAfterLostReply(t *testing.T) {
 	}
 	p.Cut()
 }
+
+// TestTurn3LateReplyLosesGrantedTick: the Postgres twin of the Redis test.
+// A try-lock-tick whose reply comes after OpTimeout was granted on the
+// server (lock taken, mark raised, committed); the client gave its session
+// up. The caller drew the token itself and resends the same request with
+// it, as the scheduler does on an answer that is not definite, until it is
+// decided: granted with the first grant's fence, while node B, asking the
+// same T with its own token, is not granted.
+func TestTurn3LateReplyLosesGrantedTick(t *testing.T) {
+	c := newCluster(t)
+	p, u := c.proxied()
+	ctx := context.Background()
+	a := c.open(Options{URL: u, OpTimeout: 300 * time.Millisecond, Holder: "node-a"})
+	b := c.open(Options{Holder: "node-b"})
+	// A session made, and the table seen, before the delay: tries, as
+	// connecting within 300 ms can fail on a loaded machine.
+	for i := 0; ; i++ {
+		warm, err := a.TryLockTick(ctx, tickReq(fmt.Sprintf("warm-%d", i), c.dbNow()))
+		if err == nil && warm.Handle != nil {
+			if err := a.Release(ctx, warm.Handle); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if i == 20 {
+			t.Fatalf("A could not warm its session: %v, %v", warm.Verdict, err)
+		}
+	}
+	req := tickReq("late", c.dbNow())
+	req.MaxSkew = time.Minute
+	var err error
+	if req.Token, err = locking.NewToken(); err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(200 * time.Millisecond)
+	_, err = a.TryLockTick(ctx, req)
+	p.Delay(0)
+	if err == nil {
+		t.Skip("reply came in time")
+	}
+	// The server cannot tell us when the statement committed; we ask it.
+	var fence int64
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var tokTick *int64
+		err := c.admin.QueryRow(ctx, `SELECT fence, token_tick FROM bext_lock_fences WHERE namespace = $1 AND key = $2 AND tick_token = $3`,
+			c.ns, req.Key, req.Token).Scan(&fence, &tokTick)
+		if err == nil && tokTick != nil && *tokTick == req.Tick.UnixMicro() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the statement never committed on the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other := req
+	other.Token = "" // node B, same T, its own token
+	if ans, err := b.TryLockTick(ctx, other); err != nil || ans.Verdict == locking.TickGranted {
+		t.Fatalf("node B at the granted T = %v, %v; want done or contended", ans.Verdict, err)
+	}
+	// A resends the same request, same token, while the answer is not
+	// definite (resend_held: the server has not yet dropped the session of
+	// the first attempt; it does within MaxLease).
+	var again locking.TickAnswer
+	for deadline := time.Now().Add(a.MaxLease() + 5*time.Second); ; {
+		again, err = a.TryLockTick(ctx, req)
+		if !errors.Is(err, locking.ErrUnavailable) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || again.Verdict != locking.TickGranted {
+		t.Fatalf("granted on the server, yet A's resend with the same token is told %v, %v: it runs nowhere", again.Verdict, err)
+	}
+	if again.Handle.Fence() != fence {
+		t.Fatalf("A's resend granted with fence %d, want the first grant's %d", again.Handle.Fence(), fence)
+	}
+	if err := a.Release(ctx, again.Handle); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -56,20 +56,25 @@ FROM bext_lock_fences, jsonb_each(tick_grants) AS g(k, v) WHERE namespace = $1 A
 // (tick → fence, token) per per-tick grant that a resend may still come
 // for, so each is recognised whatever was granted after it. An entry goes
 // with its grant's release; a per-tick grant drops those older than keep
-// plus max(skew, window), which no resend comes for any more; schedule
-// locks never write the column. A resend of a per-tick grant whose first
-// session still holds the lock is an error, never done.
+// plus max(skew, window), which no resend comes for any more. A schedule
+// lock's grant has its entry too, gone with its release. A resend of a
+// per-tick grant whose first session still holds the lock is an error,
+// never done.
 func TestPerTickGrantsKeptWhileResendable(t *testing.T) {
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
 
-	plain := mustTick(t, a, tickReq("plain", c.dbNow()), locking.TickGranted, "a schedule lock")
-	if g := c.tickGrants("plain"); g != nil {
-		t.Errorf("a schedule lock's grant wrote tick_grants %v, want NULL", g)
+	pr := tickReq("plain", c.dbNow())
+	plain := mustTick(t, a, pr, locking.TickGranted, "a schedule lock")
+	if g, want := c.tickGrants("plain"), (grantEntry{plain.Handle.Fence(), plain.Handle.Token()}); len(g) != 1 || g[pr.Tick.UnixMicro()] != want {
+		t.Errorf("a schedule lock's grant wrote tick_grants %v, want its own entry %v at T", g, want)
 	}
 	if err := a.Release(ctx, plain.Handle); err != nil {
 		t.Fatal(err)
+	}
+	if g := c.tickGrants("plain"); g != nil {
+		t.Errorf("after its release, a schedule lock's tick_grants are %v, want NULL", g)
 	}
 
 	now := c.dbNow().Truncate(time.Millisecond)
@@ -98,8 +103,8 @@ func TestPerTickGrantsKeptWhileResendable(t *testing.T) {
 
 	// A resend of T1 from another node while a's session holds T1: the
 	// row recognises it, and says the lock is still held.
-	if ans, err := b.TryLockTick(ctx, reqs[0]); !errors.Is(err, locking.ErrUnavailable) {
-		t.Fatalf("T1 resent while its first session holds it = %v, %v; want ErrUnavailable", ans.Verdict, err)
+	if ans, err := b.TryLockTick(ctx, reqs[0]); !errors.Is(err, locking.ErrResendHeld) || !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("T1 resent while its first session holds it = %v, %v; want ErrResendHeld, which wraps ErrUnavailable (not definite: resend)", ans.Verdict, err)
 	}
 
 	// Entries no resend comes for any more: one older than keep plus the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,11 +100,14 @@ type lease struct {
 	fenceVal int64 // the fencing token of this acquisition
 
 	// Set for a try-lock-tick lease: the mark's row, the grant's token and
-	// T, so a resent call can be recognised and Release can forget the token.
-	tick   bool
-	rowKey string
-	token  string
-	tickUS int64
+	// T, so a resent call can be recognised and Release can forget the
+	// grant. grantOpen says the row may still record the grant: Release
+	// forgets it, on another session when its own died (forgetGrants).
+	tick      bool
+	grantOpen bool
+	rowKey    string
+	token     string
+	tickUS    int64
 }
 
 var (
@@ -424,22 +428,60 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if ls.done {
-		return l.doneErr(ls)
-	}
 	if err := ctx.Err(); err != nil {
 		// Not asked: the lock stays held and the session usable.
+		if ls.done {
+			return l.doneErr(ls)
+		}
 		return fmt.Errorf("pg: release %q: %w", ls.key, err)
+	}
+	if ls.done {
+		// Lost before (its session died, a renewal failed): the grant is
+		// given up all the same.
+		l.forgetGrants(ctx, []*lease{ls})
+		return l.doneErr(ls)
 	}
 	return l.unlock(ctx, ls)
 }
 
-// unlock gives ls's lock back (and forgets a tick grant's token); ls.mu
-// must be held and ls not done.
+// unlock gives ls's lock back and forgets a tick grant (forgetGrants when
+// its session could not); ls.mu must be held and ls not done.
 func (l *Locker) unlock(ctx context.Context, ls *lease) error {
 	var errs [1]error
 	l.unlockOn(ctx, ls.sess, []*lease{ls}, errs[:])
+	l.forgetGrants(ctx, []*lease{ls})
 	return errs[0]
+}
+
+// forgetGrants forgets, on any session, the grants of the tick leases
+// among leases whose rows may still record them (grantOpen): their own
+// session died, or did not hold the lock, before releaseTickSQL could.
+// A grant left recorded would answer a resend of its request by taking
+// the lock again, running a tick its holder gave up or ran. Best effort:
+// the release's answer is the lock's, and a grant not forgotten here ends
+// with its until (tryLockTicksSQL). Each lease's mu must be held.
+func (l *Locker) forgetGrants(ctx context.Context, leases []*lease) {
+	var open []*lease
+	for _, ls := range leases {
+		if ls.tick && ls.grantOpen {
+			open = append(open, ls)
+		}
+	}
+	if len(open) == 0 {
+		return
+	}
+	// One row at a time, each its own transaction, in key order: never a
+	// second row lock held while waiting for a batch's.
+	slices.SortFunc(open, func(a, b *lease) int { return cmp.Compare(a.rowKey, b.rowKey) })
+	_ = l.withTable(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, ls := range open {
+			if _, err := conn.Exec(ctx, forgetTickSQL, l.opts.Namespace, ls.rowKey, ls.token, ls.tickUS); err != nil {
+				return err
+			}
+			ls.grantOpen = false
+		}
+		return nil
+	})
 }
 
 // leaseOf checks h and the Locker's state and returns h's lease.

@@ -63,14 +63,19 @@ func (l *Locker) ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []e
 	group := make(map[*session]int)
 	for _, it := range items {
 		ls := it.ls
-		if ls.done {
-			errs[it.i] = l.doneErr(ls)
-			ls.mu.Unlock()
-			continue
-		}
 		if err := ctx.Err(); err != nil {
 			// Not asked: the lock stays held and the session usable.
 			errs[it.i] = fmt.Errorf("pg: release %q: %w", ls.key, err)
+			if ls.done {
+				errs[it.i] = l.doneErr(ls)
+			}
+			ls.mu.Unlock()
+			continue
+		}
+		if ls.done {
+			// Lost before: the grant is given up all the same (Release).
+			l.forgetGrants(ctx, []*lease{ls})
+			errs[it.i] = l.doneErr(ls)
 			ls.mu.Unlock()
 			continue
 		}
@@ -117,6 +122,7 @@ func (l *Locker) releaseGroup(ctx context.Context, items []releaseItem, errs []e
 		hi := min(lo+tickBatch, len(items))
 		l.unlockOn(ctx, s, leases[lo:hi], answers[lo:hi])
 	}
+	l.forgetGrants(ctx, leases)
 	for j, it := range items {
 		errs[it.i] = answers[j]
 		it.ls.mu.Unlock()
@@ -197,6 +203,8 @@ func (l *Locker) unlockOn(ctx context.Context, s *session, leases []*lease, errs
 		}
 		if !one {
 			errs[j] = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
+		} else {
+			ls.grantOpen = false // releaseTickSQL forgot it with the unlock
 		}
 		l.forget(ls)
 	}

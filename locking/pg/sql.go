@@ -155,58 +155,58 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	$1 namespace  $2 holder  $3 the channel raised marks are told on ('' for none)
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
-	//	$11 keep (microseconds; 0 for a schedule lock, see below)
+	//	$11 keep (microseconds, see below)  $12 per tick
 	//
-	// A resent call takes the lock again if it is free and answers with the
-	// fence its first call drew; resend_held when the lock is still held (by
-	// the first call's session, which the server has not dropped yet). A
-	// call is a resend when the row carries its token and T as token_tick
-	// (the T of the row's latest grant, which writes both), or, for a
-	// per-tick request, when the row's tick_grants holds T with its token.
-	// The mark is not that T: while a schedule lock's grant of T is held
-	// (its reply lost), a later tick may be decided paused or missed, which
-	// raises the mark without touching the lock or the token; read against
-	// the mark, T's resend was answered done, granted yet run nowhere
-	// (lockertest's Tick/ResentAfterPausedTick and ResentAfterMissedTick).
-	// Nor is the token alone enough: a caller that, against the contract,
-	// asks another tick with a granted call's token is decided as any
-	// other request (TestResendTokenReusedForAnotherTick).
+	// A resend (the token and T of a grant whose reply was lost) takes the
+	// lock again if it is free and answers with the fence its grant drew,
+	// extending the grant's lease; resend_held when the lock is still held
+	// (by the first call's session, which the server has not dropped yet):
+	// not definite, the caller resends. Every grant, of a schedule lock or a
+	// per-tick one, adds an entry to its row's tick_grants, which maps its T
+	// (µs, as text) to [fence, token, until]: a call is a resend when the
+	// entry of its T carries its token and until has not passed, and, for a
+	// schedule lock, the row's fence is still the entry's. Not the mark:
+	// while a schedule lock's grant of T is held (its reply lost), a later
+	// tick may be decided paused or missed, which raises the mark without
+	// touching the lock (lockertest's Tick/ResentAfterPausedTick and
+	// ResentAfterMissedTick). Not the row's one token: per-tick grants of
+	// T2 come while T1 runs (Tick/PerTickResentAfterLaterGrant). Not the
+	// token alone: another T asked with a granted call's token is decided as
+	// any other request (Tick/TokenReusedForAnotherTick). And a schedule
+	// lock's row fence moves with every later acquisition of the key (a
+	// later tick's grant, a plain TryLock by `lock run` or a manual run):
+	// then the grant's lease ended with its lock, and its resend is decided
+	// as any other request (done), never answered with a fence drawn for
+	// another acquisition, nor by taking the lock again below the last
+	// holder's fence (Tick/ResendAfterLaterLock).
 	//
-	// Nodes of the release before token_tick grant without writing it
-	// (leaving it NULL, or an earlier grant's T) and keep their rule, token
-	// and mark; releases are the same in both (releaseTickSQL forgets only
-	// the releasing grant's own token). So both can run on one table during
-	// a rolling upgrade: a call's token is its own (drawn by startTick, or
-	// the caller's for its own retries, which go to the same Locker), so a
-	// newer node never carries the token an older node's grant wrote, and a
-	// stale token_tick beside that token matches none of its requests; an
-	// older node reads the rows a newer one writes as it always did, mark
-	// and token being written as before. An older node's own resends are
-	// answered as before the fix, lost run included.
-	//
-	// Per-tick locks need tick_grants: T2 of the schedule may be granted
-	// while T1 runs, overwriting the row's token, token_tick and mark, and
-	// T1's resend was then answered done, granted yet run nowhere
-	// (lockertest's Tick/PerTickResentAfterLaterGrant). tick_grants maps
-	// each per-tick grant's T (µs, as text) to [fence, token, until]: a
-	// per-tick grant adds its entry, until being its own clock plus its
-	// own keep, and drops those whose until has passed; releaseTickSQL
-	// drops a grant's own. keep is max(TTL, MaxLease) (startTick): a
-	// resend comes while its caller counts on the lease, or, told
-	// resend_held, until the server dropped the first call's session. Each
+	// until is the grant's clock plus its own keep, max(TTL, MaxLease)
+	// (startTick): a resend comes while its caller counts on the lease, or,
+	// told resend_held, until the server dropped the first call's session.
+	// A granted resend extends it by its own keep from now, as a renewal
+	// extends a lease (Tick/ResendExtendsLease, PerTickResendExtendsEntry).
+	// A grant drops the entries whose until has passed; Release drops its
+	// own (releaseTickSQL, forgetTickSQL when its session had died). Each
 	// entry lasts by what its own request asked, not by what the request
-	// that prunes it asks: a later grant with a shorter TTL, skew or window
-	// (another node's configuration, a reload) dropped an earlier one a
-	// resend was still to come for (TestPerTickGrantKeptForItsOwnLease).
-	// An entry without until (written before it came) is dropped once its
-	// T lies more than the pruning request's keep + max(skew, window)
-	// before the clock. So the entries are the schedule's running ticks,
+	// that prunes it asks (TestPerTickGrantKeptForItsOwnLease). An entry
+	// without until (written before it came) lasts until its T lies more
+	// than the pruning or resending request's keep + max(skew, window)
+	// before the clock. So the entries are the schedule's running grants,
 	// and for that long those whose holder ended without a release.
-	// Schedule locks pass keep 0: their entries are never looked at nor
-	// added, so they are decided and stored as before the column came.
 	//
-	// The advisory lock is tried only once the row decided lock: it is
-	// never taken and given back.
+	// tick_token and token_tick (the row's latest grant's token and T) are
+	// still written and cleared as before: nodes of earlier releases
+	// recognise their own resends by them (or by the token alone, before
+	// token_tick), and a call's token is its own (drawn by startTick or by
+	// the caller for its own retries, which go to the same Locker), so a
+	// newer node never carries an older node's token, nor an older node a
+	// newer's: both can run on one table during a rolling upgrade, each
+	// answering its own resends by its own rule. An older node grants a
+	// schedule lock without an entry, leaving the newer nodes' entries of
+	// the row to their until.
+	//
+	// The advisory lock is tried only once the row decided lock or resend:
+	// it is never taken and given back.
 	// The fence is drawn only with a grant; the update of a granted row
 	// always happens (the row is locked), 'unwritten' would say it did not.
 	//
@@ -238,20 +238,21 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
   SELECT ts, (extract(epoch FROM ts) * 1000000)::bigint AS now_us, set_config('synchronous_commit', 'on', true) AS sc
   FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
-  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.ord, c.ts, c.now_us,
-    r.tick_mark AS mark, r.tick_token AS rtok, r.token_tick AS ttick, r.fence AS rfence, r.rid,
-    CASE WHEN q.keep > 0 THEN r.tick_grants -> q.tick::text END AS tg,
+  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.per, q.ord, c.ts, c.now_us,
+    r.tick_mark AS mark, r.fence AS rfence, r.rid,
+    r.tick_grants -> q.tick::text AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ord)
     LEFT JOIN LATERAL (
-      SELECT f.tick_mark, f.tick_token, f.token_tick, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
+      SELECT f.tick_mark, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
 d AS MATERIALIZED (
   SELECT e.*, CASE
-      WHEN e.rtok = e.tok AND e.ttick = e.tick THEN 'resend'
-      WHEN e.keep > 0 AND e.tg ->> 1 = e.tok THEN 'resend'
+      WHEN e.tg ->> 1 = e.tok
+        AND coalesce((e.tg ->> 2)::bigint, e.tick + e.keep + greatest(e.skew, e.win)) >= e.now_us
+        AND (e.per OR (e.tg ->> 0)::bigint = e.rfence) THEN 'resend'
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
@@ -263,20 +264,23 @@ i AS MATERIALIZED (
   FROM d, LATERAL (SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock(d.id) ELSE false END AS ok) AS l),
 u AS (
   UPDATE bext_lock_fences AS t SET
-    tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick ELSE i.eff END,
+    tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick WHEN i.intent = 'resend' THEN t.tick_mark ELSE i.eff END,
     fence = CASE WHEN i.intent = 'grant' THEN greatest(t.fence + 1, 1, i.now_us) ELSE t.fence END,
     tick_token = CASE WHEN i.intent = 'grant' THEN i.tok ELSE t.tick_token END,
     token_tick = CASE WHEN i.intent = 'grant' THEN i.tick ELSE t.token_tick END,
-    tick_grants = CASE WHEN i.intent = 'grant' AND i.keep > 0 THEN
+    tick_grants = CASE WHEN i.intent = 'grant' THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
           WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
         || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep))
+      WHEN i.intent = 'resend' THEN
+        jsonb_set(t.tick_grants, ARRAY[i.tick::text, '2'], to_jsonb(greatest(coalesce((i.tg ->> 2)::bigint, 0), i.now_us + i.keep)))
       ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
   FROM i
   WHERE t.ctid = i.rid
-    AND (i.intent IN ('grant', 'paused', 'missed') OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark)))
+    AND (i.intent IN ('grant', 'paused', 'missed') OR (i.intent = 'resend' AND i.ok)
+      OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark)))
   RETURNING t.key, t.tick_mark, t.fence),
 n AS MATERIALIZED (
   SELECT count(pg_notify($3::text, r.line)) AS told FROM (
@@ -289,17 +293,17 @@ SELECT i.ord, CASE
     WHEN i.v = 'ahead' THEN 'ahead'
     WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
     ELSE i.intent END,
-  CASE WHEN i.v <> 'resend' THEN u.fence WHEN i.keep > 0 AND i.tg ->> 1 = i.tok THEN (i.tg ->> 0)::bigint ELSE i.rfence END,
+  CASE WHEN i.v = 'resend' THEN (i.tg ->> 0)::bigint ELSE u.fence END,
   coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend') THEN i.mark ELSE i.eff END),
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`
 
-	// releaseTickSQL gives back a try-lock-tick lock and forgets the
-	// grant's token (the row's, and a per-tick grant's entry in
-	// tick_grants, which is left NULL once empty), so a late resend of the
-	// same request after the run is answered done, not granted again. One
-	// round trip.
+	// releaseTickSQL gives back a try-lock-tick lock and forgets its grant:
+	// the row's token (tick_token, for nodes of earlier releases) and the
+	// grant's tick_grants entry, left NULL once empty. A late resend of the
+	// same request after the run is then decided as any other request
+	// (done), not granted again. One round trip.
 	//
 	//	$1 lock id  $2 namespace  $3 key (the mark's row)  $4 token  $5 T (µs)
 	releaseTickSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
@@ -309,6 +313,18 @@ f AS (UPDATE bext_lock_fences SET
   WHERE namespace = $2::text AND key = $3::text AND (tick_token = $4::text OR tick_grants -> ($5::bigint)::text ->> 1 = $4::text) AND (SELECT ok FROM r)
   RETURNING 1)
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
+
+	// forgetTickSQL forgets a released grant as releaseTickSQL does, on any
+	// session, when its own session could not: it died (or the unlock
+	// found the lock gone) before the release. Released all the same, the
+	// grant must not answer a resend by taking its lock again: the caller
+	// gave the tick up, or ran it.
+	//
+	//	$1 namespace  $2 key (the mark's row)  $3 token  $4 T (µs)
+	forgetTickSQL = `UPDATE bext_lock_fences SET
+    tick_token = CASE WHEN tick_token = $3::text THEN NULL ELSE tick_token END,
+    tick_grants = CASE WHEN tick_grants -> ($4::bigint)::text ->> 1 = $3::text THEN nullif(tick_grants - ($4::bigint)::text, '{}'::jsonb) ELSE tick_grants END
+  WHERE namespace = $1::text AND key = $2::text AND (tick_token = $3::text OR tick_grants -> ($4::bigint)::text ->> 1 = $3::text)`
 
 	// initMarksSQL creates the mark of every key that has none at the
 	// database clock, durably; existing marks stay as they are. Its rows

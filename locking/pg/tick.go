@@ -15,11 +15,15 @@ import (
 // TryLockTick is try-lock-tick (locking.TickLocker) in one statement and
 // one round trip (sql.go, lockRowsSQL and tryLockTicksSQL): the advisory lock, the mark, the
 // fence and the pause flag, decided on the database clock. The mark, pause
-// and token live in the key's bext_lock_fences row. A lock this Locker
-// holds answers without asking (asking from its session would succeed by
-// re-entrancy): granted from that lock for a resent call of the request
-// holding it (same key, T and Token), done when it was granted for T or a
-// later tick, else contended.
+// and grants live in the key's bext_lock_fences row. A resend (same Token
+// and T) whose grant's lock is free (its session died with the lost reply)
+// takes it again; one whose lock the first attempt's session still holds
+// is answered with an error wrapping locking.ErrResendHeld. A lock this
+// Locker holds answers without asking (asking from its session would
+// succeed by re-entrancy): granted from that lock for a resent call of the
+// request holding it (same key, T and Token; its lease is the live
+// session's lock), done when it was granted for T or a later tick, else
+// contended.
 //
 // T is taken at microsecond precision.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
@@ -38,9 +42,8 @@ type tickCall struct {
 	token   string
 	lockKey string // the advisory lock's key: the schedule's, or the tick's
 	id      int64
-	// keep is, for a per-tick request, how long (µs) its grant stays
-	// recognisable to a resend once granted (tryLockTicksSQL); 0 for a
-	// schedule lock, whose grant the row's token records.
+	// keep is how long (µs) its grant stays recognisable to a resend once
+	// granted or resent (tryLockTicksSQL's until).
 	keep int64
 }
 
@@ -66,12 +69,10 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 		lockKey = locking.TickLockKey(req.Key, req.Tick)
 	}
 	c = tickCall{req: req, token: token, lockKey: lockKey, id: lockID(l.opts.Namespace, lockKey)}
-	if req.PerTick {
-		// A resend comes while the caller still counts on its lease (TTL),
-		// or later when it was told resend_held until the server dropped
-		// the first call's session (within MaxLease).
-		c.keep = max(req.TTL, l.MaxLease()).Microseconds()
-	}
+	// A resend comes while the caller still counts on its lease (TTL), or
+	// later when it was told resend_held until the server dropped the first
+	// call's session (within MaxLease).
+	c.keep = max(req.TTL, l.MaxLease()).Microseconds()
 	tickUS := req.Tick.UnixMicro()
 	resend := func(ls *lease) bool {
 		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key
@@ -153,7 +154,7 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 		}
 		ans.Verdict = locking.TickGranted
 		ls := &lease{id: c.id, key: c.lockKey, sess: s, fenceVal: *row.fence,
-			tick: true, rowKey: req.Key, token: c.token, tickUS: req.Tick.UnixMicro()}
+			tick: true, grantOpen: true, rowKey: req.Key, token: c.token, tickUS: req.Tick.UnixMicro()}
 		l.hold(ls)
 		return ls, ans, nil, false
 	case "done":
@@ -168,8 +169,9 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 		return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
 			Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}, false
 	case "resend_held":
+		// Not definite: the caller resends until decided.
 		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
-			locking.ErrUnavailable, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease()), false
+			locking.ErrResendHeld, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease()), false
 	default:
 		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, row.verdict), true
 	}

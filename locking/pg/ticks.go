@@ -156,19 +156,21 @@ func tickRounds(calls []tickCall) [][]int {
 type tickParams struct {
 	keys, tokens                              []string
 	ids, ticks, floors, skews, windows, keeps []int64
+	perTick                                   []bool
 }
 
 func newTickParams(calls []tickCall) tickParams {
 	n := len(calls)
 	a := tickParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
 		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n),
-		keeps: make([]int64, n)}
+		keeps: make([]int64, n), perTick: make([]bool, n)}
 	for i := range calls {
 		c := &calls[i]
 		r := &c.req
 		a.keys[i], a.tokens[i], a.ids[i] = r.Key, c.token, c.id
 		a.ticks[i], a.floors[i] = r.Tick.UnixMicro(), r.Floor.UnixMicro()
 		a.skews[i], a.windows[i], a.keeps[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds(), c.keep
+		a.perTick[i] = r.PerTick
 	}
 	return a
 }
@@ -180,7 +182,7 @@ func (l *Locker) tickStatements(a tickParams) *pgx.Batch {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
 	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps)
+		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps, a.perTick)
 	return b
 }
 

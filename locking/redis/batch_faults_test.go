@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -112,5 +113,53 @@ func TestTicksBatchErrorFailsOnlyItsRequest(t *testing.T) {
 	t.Logf("b: verdict %v err %v", answers[1].Verdict, errs[1])
 	if errs[0] != nil && mark == fmt.Sprint(now.UnixMicro()) {
 		t.Errorf("schedule a's tick was granted on the server (mark %s, lock %q) but answered %v because of schedule b's bad counter: lost", mark, lock, errs[0])
+	}
+}
+
+// TestTicksFailedStepRaisesNoMark: a request of a ticks.lua batch whose
+// step fails on the server after deciding to grant (its fence counter is
+// not an integer, so INCR refuses it) raises no mark and publishes
+// nothing: it is answered with an error, so a mark raised for it would
+// consume a tick that runs nowhere, and its published line would have
+// waiting nodes drop it too. Request a, another schedule in the same
+// batch, is granted and published: the batch's one message names a alone.
+func TestTicksFailedStepRaisesNoMark(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	prefix := testPrefix(t, admin)
+	l := openLocker(t, Options{URL: url, KeyPrefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := admin.Subscribe(ctx, l.tickChannel())
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	// b's counter is above the clock (so grant takes INCR) and not an integer.
+	if err := admin.Set(ctx, l.lockKey("b")+fenceSuffix, "99999999999999999999x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	reqs := []locking.TickRequest{
+		{Key: "b", Tick: now, TTL: time.Minute, MaxSkew: 5 * time.Second},
+		{Key: "a", Tick: now, TTL: time.Minute, MaxSkew: 5 * time.Second},
+	}
+	answers, errs := l.TryLockTicks(ctx, reqs)
+	if errs[0] == nil {
+		t.Fatalf("b, whose step failed on the server, = %v, want an error", answers[0].Verdict)
+	}
+	if errs[1] != nil || answers[1].Verdict != locking.TickGranted {
+		t.Fatalf("a = %v, %v; want granted", answers[1].Verdict, errs[1])
+	}
+	if mark, err := admin.Get(ctx, l.lockKey("b")+markSuffix).Result(); !errors.Is(err, goredis.Nil) {
+		t.Errorf("b's mark after its failed step = %q, %v; want none: the tick was answered with an error, and a raised mark consumes it", mark, err)
+	}
+	msg, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatalf("the batch's message: %v", err)
+	}
+	want := fmt.Sprintf("%d a", now.UnixMicro())
+	if msg.Payload != want {
+		t.Errorf("the batch published %q, want %q: b's failed step must publish nothing", msg.Payload, want)
 	}
 }

@@ -515,7 +515,7 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 	if code == takeContended {
 		return cluster.Taken{Request: &req, Contended: true}, nil
 	}
-	h, err := l.track(ctx, schedule, newHeld(lockKey), token, fence, ttl)
+	h, err := l.track(ctx, schedule, newHeld(lockKey), token, token, fence, ttl)
 	if err != nil {
 		return cluster.Taken{}, err
 	}

@@ -78,10 +78,12 @@
 // "}:tick:" and digits, which is how List tells locks apart.
 //
 // A lock's value is its random token, "#", the fence it drew, then "|" and
-// Options.Holder when set. Keeping the fence with the lock answers a
-// resent call (same token) with its own fence even when another lock of
-// the key (a later tick's) drew a higher one since. List shows the holder,
-// never the token.
+// Options.Holder when set; a try-lock-tick's token is followed by "@" and
+// its T in microseconds. Keeping the fence with the lock answers a resent
+// call (same token, same T) with its own fence even when another lock of
+// the key (a later tick's) drew a higher one since; keeping T with the
+// token makes another T asked with a granted call's token no resend. List
+// shows the holder, never the token.
 //
 // # Fences
 //

@@ -125,7 +125,7 @@ func TestLuaNumbersRoundTripExactly(t *testing.T) {
 	if m, _ := getInt(t, admin, l.lockKey("s")+markSuffix); m != tick.UnixMicro() {
 		t.Errorf("stored mark %d, want %d", m, tick.UnixMicro())
 	}
-	if v := storedValue(t, admin, l, "s"); v != l.storedValue(ans.Handle.Token(), ans.Handle.Fence()) {
+	if v := storedValue(t, admin, l, "s"); v != l.storedValue(tickTag(ans.Handle.Token(), tick), ans.Handle.Fence()) {
 		t.Errorf("stored value %q does not carry the fence %d exactly", v, ans.Handle.Fence())
 	}
 	if err := l.Release(ctx, ans.Handle); err != nil {

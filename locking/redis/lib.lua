@@ -7,10 +7,12 @@
 -- TIME's own strings, or made by Redis itself (INCR, DECRBY); values sent
 -- back are integers, which Redis converts exactly.
 --
--- A lock's stored value is token .. '#' .. fence .. holder, where holder is
--- '' or '|' followed by the holder's name: the fence it drew is kept with
--- the lock, so a resent call is answered with its own fence even when other
--- locks of the key (per-tick locks) drew later ones since.
+-- A lock's stored value is tag .. '#' .. fence .. holder, where holder is
+-- '' or '|' followed by the holder's name, and tag the token (TryLock) or,
+-- for a try-lock-tick, the token and T as token '@' T: the fence it drew is
+-- kept with the lock, so a resent call is answered with its own fence even
+-- when other locks of the key (per-tick locks) drew later ones since, and
+-- a resend is recognised by token and T.
 
 -- clock returns the server's time in microseconds, as a number and as its
 -- exact decimal string.
@@ -21,10 +23,10 @@ local function clock()
 end
 
 -- own_fence returns the fence of a lock whose stored value is v if v is
--- this token and holder's (the call is a resend of one whose reply was
+-- this tag and holder's (the call is a resend of one whose reply was
 -- lost), else nil.
-local function own_fence(v, token, holder)
-  local p = token .. '#'
+local function own_fence(v, tag, holder)
+  local p = tag .. '#'
   if string.sub(v, 1, #p) ~= p then
     return nil
   end

@@ -36,8 +36,9 @@ const (
 )
 
 // The stored value of a lock is token + fenceSep + fence, then holderSep +
-// Options.Holder when set. The token is hex and the fence decimal, so the
-// first holderSep always starts the holder.
+// Options.Holder when set; a try-lock-tick's token is followed by tickSep
+// and T (tickTag). The token is hex and the fence decimal, so the first
+// holderSep always starts the holder.
 const (
 	fenceSep  = "#"
 	holderSep = "|"
@@ -133,8 +134,9 @@ type heldLock struct {
 	op    deadlineCtx
 }
 
-// valueBuf holds a token, a fence and a holder name of up to 43 bytes.
-const valueBuf = tokenLen + len(fenceSep) + 20 + len(holderSep) + 43
+// valueBuf holds a token, a try-lock-tick's T, a fence and a holder name
+// of up to 43 bytes.
+const valueBuf = tokenLen + len(tickSep) + 20 + len(fenceSep) + 20 + len(holderSep) + 43
 
 // tokenLen is the length of the tokens TryLock draws: 16 random bytes in hex,
 // as locking.NewToken's.
@@ -264,7 +266,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	case fence < 0:
 		return nil, fmt.Errorf("locking/redis: try-lock %q: %w: fence %d", key, errReply, fence)
 	}
-	return l.track(ctx, key, st, token, fence, ttl)
+	return l.track(ctx, key, st, token, token, fence, ttl)
 }
 
 // newHeld is the state of a lock of lockKey about to be taken by a script
@@ -275,10 +277,12 @@ func newHeld(lockKey string) *heldLock {
 
 // track builds the handle of a lock just taken (st from the acquire) and
 // registers it for Close.
-func (l *Locker) track(ctx context.Context, key string, st *heldLock, token string, fence int64, ttl time.Duration) (*locking.Handle, error) {
+// The stored value starts with tag: the token, or a try-lock-tick's
+// token and T (tickTag).
+func (l *Locker) track(ctx context.Context, key string, st *heldLock, token, tag string, fence int64, ttl time.Duration) (*locking.Handle, error) {
 	// Built in buf when it fits (TryLock's token is already at its start:
 	// the first append copies it onto itself).
-	v := append(st.buf[:0], token...)
+	v := append(st.buf[:0], tag...)
 	v = append(v, fenceSep...)
 	v = strconv.AppendInt(v, fence, 10)
 	st.value = append(v, l.holderArg...)
@@ -297,8 +301,9 @@ func (l *Locker) track(ctx context.Context, key string, st *heldLock, token stri
 	return h, nil
 }
 
-// storedValue is the value the scripts store for a lock of token with fence
-// (see lib.lua); renew and release compare it exactly.
+// storedValue is the value the scripts store for a lock of token (a
+// try-lock-tick's: its tickTag) with fence (see lib.lua); renew and
+// release compare it exactly.
 func (l *Locker) storedValue(token string, fence int64) string {
 	var b [20]byte
 	return token + fenceSep + string(strconv.AppendInt(b[:0], fence, 10)) + l.holderArg

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,15 @@ func TestConformance(t *testing.T) {
 			mk := prefixFor(t) + "{" + key + "}" + markSuffix
 			if err := admin.Del(context.Background(), mk).Err(); err != nil {
 				t.Fatalf("forgetting the mark %s: %v", mk, err)
+			}
+		},
+		EndLease: func(t testing.TB, r locking.TickRequest, d time.Duration) {
+			lk := prefixFor(t) + "{" + r.Key + "}"
+			if r.PerTick {
+				lk += tickSuffix + strconv.FormatInt(r.Tick.UnixMicro(), 10)
+			}
+			if ok, err := admin.PExpire(context.Background(), lk, d).Result(); err != nil || !ok {
+				t.Fatalf("ending the lease of %s: PEXPIRE = %v, %v; want the lock's TTL set", lk, ok, err)
 			}
 		},
 	}

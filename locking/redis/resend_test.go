@@ -198,3 +198,66 @@ func TestResentTickAnsweredGranted(t *testing.T) {
 		}
 	})
 }
+
+// TestTurn3LateReplyLosesGrantedTick: a try-lock-tick whose reply comes
+// after OpTimeout was granted on the server (lock taken, mark raised and
+// published). The caller drew the token itself and resends the same
+// request with it: the resend is granted with the first grant's fence, so
+// the tick runs, while node B, asking the same T with its own token, is
+// not granted.
+func TestTurn3LateReplyLosesGrantedTick(t *testing.T) {
+	url := testenv.RedisURL(t)
+	admin := adminClient(t, url)
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testPrefix(t, admin)
+	ctx := context.Background()
+	proxy := faultproxy.Start(t, opt.Addr)
+	a := openLocker(t, Options{URL: fmt.Sprintf("redis://%s/%d", proxy.Addr(), opt.DB),
+		KeyPrefix: prefix, OpTimeout: 300 * time.Millisecond, Holder: "node-a"})
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := openLocker(t, Options{URL: url, KeyPrefix: prefix, Holder: "node-b"})
+	req := tickReq("late", time.Now())
+	req.MaxSkew = time.Minute
+	if req.Token, err = locking.NewToken(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Delay(200 * time.Millisecond)
+	_, err = a.TryLockTick(ctx, req)
+	proxy.Delay(0)
+	if err == nil {
+		t.Skip("reply came in time")
+	}
+	// The server cannot tell us when the script ran; we ask it.
+	var stored string
+	for deadline := time.Now().Add(5 * time.Second); stored == ""; {
+		if time.Now().After(deadline) {
+			t.Fatal("the script never ran on the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+		stored = storedValue(t, admin, a, "late")
+	}
+	fence, ok := valueFence(stored)
+	if !ok {
+		t.Fatalf("stored value %q carries no fence", stored)
+	}
+	other := req
+	other.Token = "" // node B, same T, its own token
+	if ans, err := b.TryLockTick(ctx, other); err != nil || ans.Verdict == locking.TickGranted {
+		t.Fatalf("node B at the granted T = %v, %v; want done or contended", ans.Verdict, err)
+	}
+	again, err := a.TryLockTick(ctx, req) // A resends the same request, same token
+	if err != nil || again.Verdict != locking.TickGranted {
+		t.Fatalf("granted on the server, yet A's resend with the same token is told %v, %v: it runs nowhere", again.Verdict, err)
+	}
+	if again.Handle.Fence() != fence {
+		t.Fatalf("A's resend granted with fence %d, want the first grant's %d", again.Handle.Fence(), fence)
+	}
+	if err := a.Release(ctx, again.Handle); err != nil {
+		t.Fatal(err)
+	}
+}

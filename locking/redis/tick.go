@@ -46,10 +46,13 @@ const initMarksBatch = 500
 // (prefix{key}:tick:<T in µs>); the fence counter, mark and pause flag are
 // the schedule's, all in the key's hash slot.
 //
-// A request carrying the Token of an earlier one whose reply was lost is
-// answered from the lock that call took: granted, with its fence. go-redis
-// resends a script by itself when the connection broke before the reply
-// (EOF), and the resend is answered the same way.
+// A request carrying the Token and T of an earlier one whose reply was
+// lost is answered from the lock that call took while it lives: granted,
+// with its fence, its TTL counted from now. The lock's value carries both
+// (tickCall.tag): the schedule's lock is one key for every T, and another
+// T asked with a granted call's token is decided as any other request.
+// go-redis resends a script by itself when the connection broke before the
+// reply (EOF), and the resend is answered the same way.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	c, err := l.prepareTick(req)
 	if err != nil {
@@ -74,6 +77,20 @@ func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 type tickCall struct {
 	req   locking.TickRequest
 	token string
+	// tag is what the lock's value starts with: token '@' T in µs
+	// (tickTag). The scripts find a resend's lock by it, so a resend is
+	// recognised by its token and T together.
+	tag string
+}
+
+// tickSep separates a try-lock-tick's token from its T in a lock's value.
+// T is digits, so the last tickSep of a tag starts it.
+const tickSep = "@"
+
+// tickTag is the tag of a try-lock-tick of token for tick (see tickCall).
+func tickTag(token string, tick time.Time) string {
+	var b [20]byte
+	return token + tickSep + string(strconv.AppendInt(b[:0], tick.UnixMicro(), 10))
 }
 
 // prepareTick validates req and draws its token.
@@ -90,7 +107,7 @@ func (l *Locker) prepareTick(req locking.TickRequest) (tickCall, error) {
 	} else if err := checkToken(req.Key, token); err != nil {
 		return tickCall{}, err
 	}
-	return tickCall{req: req, token: token}, nil
+	return tickCall{req: req, token: token, tag: tickTag(token, req.Tick)}, nil
 }
 
 // tickLockKey is the key of c's lock: the schedule's (prefix{key}) or,
@@ -116,7 +133,7 @@ func (l *Locker) tickArgs(c *tickCall) (keys []string, args []any) {
 	req := &c.req
 	base := l.lockKey(req.Key)
 	return []string{l.tickLockKey(c), base + fenceSuffix, base + markSuffix, base + pauseSuffix},
-		[]any{c.token, l.holderBox, l.ttlArg(req.TTL),
+		[]any{c.tag, l.holderBox, l.ttlArg(req.TTL),
 			strconv.FormatInt(req.Tick.UnixMicro(), 10), tickFloor(req),
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
 			strconv.FormatInt(req.Window.Microseconds(), 10),
@@ -150,7 +167,7 @@ func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, ma
 		if req.PerTick {
 			handleKey = locking.TickLockKey(req.Key, req.Tick)
 		}
-		h, err := l.track(ctx, handleKey, newHeld(l.tickLockKey(c)), c.token, fence, req.TTL)
+		h, err := l.track(ctx, handleKey, newHeld(l.tickLockKey(c)), c.token, c.tag, fence, req.TTL)
 		if err != nil {
 			return locking.TickAnswer{}, err
 		}
@@ -405,7 +422,7 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 				strconv.FormatInt(c.req.MaxSkew.Microseconds(), 10),
 				strconv.FormatInt(c.req.Window.Microseconds(), 10), per)
 		}
-		args = append(args, c.req.Key, c.token)
+		args = append(args, c.req.Key, c.tag)
 	}
 	args[count] = strconv.Itoa((len(args) - count - 7) / 2)
 	opCtx, cancel := l.opContext(ctx)

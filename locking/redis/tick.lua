@@ -2,7 +2,7 @@
 -- the server's clock (TIME); tickstep.lua holds the decision.
 -- KEYS[1] lock key (the schedule's, or the tick's), KEYS[2] fence counter,
 -- KEYS[3] tick mark, KEYS[4] pause flag; all in one hash slot.
--- ARGV[1] token, ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms,
+-- ARGV[1] tag (token '@' T), ARGV[2] '' or '|' .. holder, ARGV[3] ttl in ms,
 -- ARGV[4] T, ARGV[5] floor ('' for none), ARGV[6] max skew, ARGV[7]
 -- catch-up window; times and durations in microseconds, as decimal strings;
 -- ARGV[8] the channel raised marks are published on ('' for none), ARGV[9]
@@ -10,6 +10,7 @@
 -- Returns {verdict, fence, mark, now, ahead} (tick_step's, and now).
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3]})
-local v, fence, mark, ahead = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], now, now_s)
+local v, fence, mark, ahead, raise = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s)
+step_raise(KEYS[3], v, raise, ARGV[8], ARGV[4], ARGV[9])
 flush()
 return {v, fence, mark, now, ahead}

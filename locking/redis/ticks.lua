@@ -16,7 +16,8 @@
 -- published on ('' for none); ARGV[3] the key prefix; then runs, each:
 -- n, ttl in ms, T, floor ('' for none), max skew, window (µs, decimal
 -- strings as tick.lua's), per-tick ('1': the tick's lock, prefix{key}
--- :tick:T; '': the schedule's), followed by n pairs key, token.
+-- :tick:T; '': the schedule's), followed by n pairs key, tag (the
+-- request's token '@' T, as tick.lua's).
 -- Returns now, then 3 integers per request: verdict, fence (for verdict
 -- 6, ahead), mark; verdict 7: that request's step failed.
 local now, now_s = clock()
@@ -64,12 +65,17 @@ while i <= #ARGV do
     -- another type) must not abort the script after the requests before
     -- it raised their marks and took their locks. It fails that request
     -- alone (7).
-    local ok, v, fence, mark, ahead = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
-      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, channel, ARGV[a], now, now_s)
+    -- The step's mark is stored and told only once it returned: a failed
+    -- step raises no mark and publishes nothing (step_raise).
+    local ok, v, fence, mark, ahead, raise = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
+      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
     if not ok then
       v, fence, mark = 7, 0, 0
-    elseif v == 6 then
-      fence = ahead
+    else
+      step_raise(ks[k + 3], v, raise, channel, tick_s, ARGV[a])
+      if v == 6 then
+        fence = ahead
+      end
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
     o, k = o + 3, k + 4

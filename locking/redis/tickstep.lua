@@ -2,15 +2,15 @@
 -- the server's clock reading (now, now_s), shared by tick.lua (one request)
 -- and ticks.lua (a batch in one script). Prepended after lib.lua.
 -- lock, counter, mark, pause: the request's keys (lock key, fence counter,
--- tick mark, pause flag), all in one hash slot. token, holder ('' or '|' ..
--- holder), ttl in ms, T, floor ('' for none), max skew and catch-up window
--- in microseconds: decimal strings; channel: where a raised mark is
--- published as a 'T key' line ('' for nowhere; queued, see
--- flush), key the caller's key.
--- Returns verdict, fence, mark, ahead, all integers (microseconds):
--- verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6 ahead (T
--- is ahead by 'ahead'); fence is set when granted; mark is the mark after
--- the step (0: none).
+-- tick mark, pause flag), all in one hash slot. tag: the request's token
+-- and T as token '@' T (µs; built by the caller), what a lock's value
+-- starts with; holder ('' or '|' .. holder), ttl in ms, T, floor ('' for
+-- none), max skew and catch-up window in microseconds: decimal strings.
+-- Returns verdict, fence, mark, ahead, all integers (microseconds), and
+-- raise: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
+-- ahead (T is ahead by 'ahead'); fence is set when granted; mark is the
+-- mark after the step (0: none); raise is the mark's decimal to store (nil:
+-- unchanged), which the caller hands to step_raise.
 -- The values the steps read, kept for the whole script: the lock, mark and
 -- counter keys' values (false: no such key), fetched for many requests in
 -- one MGET (load), and whether pause flags exist, known for a whole batch
@@ -125,26 +125,28 @@ local function is_paused(pause, now)
   return (not u) or now < tonumber(u)
 end
 
-local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s, floor_s, skew_s, window_s, channel, key, now, now_s)
+local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
   -- No closure and no table is built per step: a burst runs thousands of
-  -- them in one script. A raised mark is queued for publishing as a
-  -- 'T key' line (locking.TickWatcher): a node waiting for its turn drops
-  -- T without asking.
+  -- them in one script.
 
-  -- A resent call (its first reply lost) finds its own lock: granted, with the
-  -- fence it drew, whatever the mark says now; the lease counts from now, as
-  -- the caller believes.
+  -- A resent call (its first reply lost) finds its own lock: granted, with
+  -- the fence it drew, whatever the mark says now; the lease counts from
+  -- now, as the caller believes. Its own: the lock's value starts with the
+  -- request's tag, its token and T, so a granted call's token asking for
+  -- another T (the schedule's lock is one key for every T) is decided as
+  -- any other request. A lock that ended, or another holder's, is not the
+  -- resend's: decided as any other request too (done: T is marked).
   local held = value(lock)
-  local fence = held and own_fence(held, token, holder)
+  local fence = held and own_fence(held, tag, holder)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
-    return 1, fence, tonumber(value(mark) or 0), 0
+    return 1, fence, tonumber(value(mark) or 0), 0, nil
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
   if tick - now > skew then
-    return 6, 0, 0, tick - now
+    return 6, 0, 0, tick - now, nil
   end
 
   -- The effective mark: the stored one, or the server's time minus max skew
@@ -166,40 +168,32 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
       eff, eff_s = fl, fl_s
     end
   end
-
   -- Done and contended keep the effective mark when the floor raised it. A
   -- missing mark that was only read (as now - skew) stays missing: stored,
   -- it would stop moving with the clock.
+  local keep_eff = nil
+  if eff_s ~= nil and eff_s ~= stored then
+    keep_eff = eff_s
+  end
+
   if tick <= eff then
-    if eff_s ~= nil and eff_s ~= stored then
-      set_value(mark, eff_s)
-    end
-    return 2, 0, eff, 0
+    return 2, 0, eff, 0, keep_eff
   end
 
   -- The pause flag is read here, inside the step: a pause set before this
   -- call always wins. A paused or missed tick is consumed (the mark moves to
   -- it), so neither a resume nor a late node runs it.
   if is_paused(pause, now) then
-    set_value(mark, tick_s)
-    queue_publish(channel, tick_s .. ' ' .. key)
-    return 4, 0, tick, 0
+    return 4, 0, tick, 0, tick_s
   end
   if now - tick > math.max(skew, window) then
-    set_value(mark, tick_s)
-    queue_publish(channel, tick_s .. ' ' .. key)
-    return 5, 0, tick, 0
+    return 5, 0, tick, 0, tick_s
   end
 
   if held then
-    if eff_s ~= nil and eff_s ~= stored then
-      set_value(mark, eff_s)
-    end
-    return 3, 0, eff, 0
+    return 3, 0, eff, 0, keep_eff
   end
 
-  set_value(mark, tick_s)
-  queue_publish(channel, tick_s .. ' ' .. key)
   local fence_s
   local c = value(counter)
   if counter_below(c, now) then
@@ -209,20 +203,37 @@ local function tick_step(lock, counter, mark, pause, token, holder, ttl, tick_s,
     -- counter has no expiry: a schedule's counter lives as long as its
     -- mark, which never expires either.
     fence, fence_s = now, now_s
+    redis.call('SET', lock, tag .. '#' .. fence_s .. holder, 'PX', ttl)
     set_value(counter, now_s)
-    redis.call('SET', lock, token .. '#' .. fence_s .. holder, 'PX', ttl)
   else
     if marks_written[counter] ~= nil then
       -- INCR must read the value queued for this counter by an earlier
       -- step of this script (per-tick locks of one schedule).
       redis.call('SET', counter, marks_written[counter])
     end
-    fence, fence_s = grant(lock, counter, c, token, holder, ttl, now, now_s)
+    fence, fence_s = grant(lock, counter, c, tag, holder, ttl, now, now_s)
     values[counter] = fence_s
     if marks_written[counter] ~= nil then
       marks_written[counter] = fence_s
     end
   end
-  values[lock] = token .. '#' .. fence_s .. holder
-  return 1, fence, tick, 0
+  values[lock] = tag .. '#' .. fence_s .. holder
+  return 1, fence, tick, 0, tick_s
+end
+
+-- step_raise does what a step decided for its mark, once the step
+-- returned: it stores raise (the mark's new decimal; nil: unchanged) and,
+-- for a tick granted, paused or missed, queues the 'T key' line telling
+-- it (locking.TickWatcher: a node waiting for its turn drops T without
+-- asking). Done here, not in the step: a step that fails after deciding
+-- (ticks.lua catches it and answers its request with an error) must raise
+-- no mark, which would consume a tick nobody was told it may run, and tell
+-- no node to drop it.
+local function step_raise(mark, v, raise, channel, tick_s, key)
+  if raise then
+    set_value(mark, raise)
+    if v == 1 or v == 4 or v == 5 then
+      queue_publish(channel, tick_s .. ' ' .. key)
+    end
+  end
 end
