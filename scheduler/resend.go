@@ -23,14 +23,18 @@ import (
 // the same request again, same token and same T: a backend that granted
 // it answers granted with the fence it drew (the lock contract's rule of
 // the resent call), one that never saw it decides it as new. It resends
-// until the backend decides, or until a grant could no longer be used: the
-// lease counted from the first attempt's send has run out, T has left its
-// catch-up window, or the shutdown grace has ended. Only then is the tick
-// skipped as backend_error, its grant unknown.
+// until the backend decides, or until a grant could no longer be found: the
+// backend lease counted from the first attempt's send has run out (a grant
+// extended by a resend that reached the backend is found by the next), T
+// left its catch-up window more than resendSettle ago, or the shutdown
+// grace has ended. Only then is the tick skipped as
+// backend_error, its grant unknown.
 //
 // A grant that comes late (after a resend, or after its request's context
 // ended) runs only while T is within its catch-up window and its lease
-// lives, renewed first so the run has a whole lease. Otherwise the lock
+// lives, renewed first so the run has a whole lease. Its lease counts from
+// the send of the attempt it answers: the backend granted or extended the
+// lock when that attempt reached it. Otherwise the lock
 // is given back and the run is recorded as not run, with the reason
 // (ResultNotRun): T was consumed, and history says where it went.
 
@@ -40,6 +44,11 @@ const (
 	// that a backend that is down gets two requests a second per tick.
 	resendFirst = 10 * time.Millisecond
 	resendMax   = 500 * time.Millisecond
+	// resendSettle is how long after T left its catch-up window a tick
+	// still resends (resending.until): a long lease would otherwise keep
+	// a tick resending twice a second for the whole lease through an
+	// outage, for a grant that could not run anyway.
+	resendSettle = time.Second
 )
 
 // errGrantUnknown is the error of a tick skipped while its try-lock-tick
@@ -53,11 +62,10 @@ var errLateGrant = errors.New("scheduler: granted too late to run")
 // again as it is, and the bounds of its resends.
 type resending struct {
 	req locking.TickRequest
-	// first is when the first attempt was sent, on the lease clock: a
-	// grant's lease counts from it, as the backend may have granted that
-	// attempt. until is where that lease ends (on the lease clock), and
-	// windowEnd where T leaves its catch-up window (on the scheduler's).
-	first, until, windowEnd time.Time
+	// until is when resending ends, on the lease clock: a grant of the
+	// first attempt, extended by no resend, has ended on the backend by
+	// then.
+	until time.Time
 	// ctx bounds the resends (the burst's context bounds the first
 	// attempt only): until the lease would end, on the real clock.
 	ctx    context.Context
@@ -93,9 +101,15 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		if req.Token == "" {
 			return false // the backend drew the token: a resend is a new request
 		}
-		r = &resending{req: req, first: sent, wait: resendFirst}
-		r.until = sent.Add(s.leaseLen(f.def.ttl))
-		r.windowEnd = f.tick.Add(max(f.window(s), s.opts.MaxClockSkew))
+		r = &resending{req: req, wait: resendFirst}
+		// A grant of the first attempt lasts on the backend for the whole
+		// backend lease, the margin included, and each resend that reached
+		// it extended it: until then a resend may still find it (one more
+		// wait covers a resend sent just before). Past T's catch-up window
+		// a found grant cannot run; a resend then only learns of it, to
+		// give its lock back and record it, for resendSettle.
+		inWindow := f.tick.Add(max(f.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
+		r.until = sent.Add(min(s.backendLease(f.def.ttl)+resendMax, max(inWindow, 0)+resendSettle))
 		left := r.until.Sub(s.leaseNow())
 		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, left)
 		f.resend = r
@@ -107,7 +121,10 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		// The outage, if it is one, begins now: logged, and probed.
 		s.backendDown(f.st, f.tick, *err, s.backend.skipped.Load())
 	}
-	if !s.leaseNow().Before(r.until) || s.clock.Now().After(r.windowEnd) || r.ctx.Err() != nil {
+	// T's catch-up window does not end the resends: a grant that comes
+	// past it is given back and recorded as not run (lateGrant), where
+	// giving up would leave it unknown, and T consumed with no word.
+	if !s.leaseNow().Before(r.until) || r.ctx.Err() != nil {
 		*err = fmt.Errorf("%w after %d resends: %w", errGrantUnknown, r.sends, *err)
 		return false
 	}

@@ -243,6 +243,47 @@ func TestGrantPastItsWindowIsReleasedAndRecorded(t *testing.T) {
 	}
 }
 
+// Replies lost for longer than the usable lease (the TTL less the safety
+// margin), though not the backend's: the backend still holds the first
+// attempt's grant, extended by each resend that reached it, so a resend
+// answered after the fault finds it and the tick runs, with a lease
+// counted from that resend. Counted from the first attempt (or resending
+// only for the usable lease), the grant was given back as too late and T
+// ran nowhere: TestLateRepliesRunEveryTickOnce in e2e.
+func TestGrantFoundPastTheUsableLeaseRuns(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(pathNames[batched], func(t *testing.T) {
+			t.Parallel()
+			clock := fakeclock.New(t0)
+			l, locker := newLossy(clock, batched)
+			jb := &countingJob{}
+			s := sched("s", everyMinute, hints.RequireGlobal, jb)
+			s.ExpectedRuntime = time.Second // TTL 2 s, usable lease 1 s
+			s.CatchupWindow = 10 * time.Second
+			h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+				SafetyMargin: time.Second, MaxClockSkew: 500 * time.Millisecond}, s).start()
+			l.losing(4)
+			l.mu.Lock()
+			l.onCall = func(call int) {
+				if call > 1 && call <= 5 { // each lost round trip takes 400 ms
+					clock.Advance(400 * time.Millisecond)
+				}
+			}
+			l.mu.Unlock()
+
+			clock.Advance(time.Minute)
+			h.rec.waitRuns(t, 1)
+			h.idle()
+			if got := jb.got(); len(got) != 1 || !got[0].Time.Equal(t0.Add(time.Minute)) {
+				t.Fatalf("ran %v, want the tick once: its grant was found 1.6 s after T, within the backend's 2 s lease", got)
+			}
+			if _, skips, _ := h.rec.snapshot(); len(skips) != 0 {
+				t.Errorf("skips %v, want none", skips)
+			}
+		})
+	}
+}
+
 // A try-lock-tick whose replies stay lost is resent only while a grant
 // could still run: once T left its catch-up window it is skipped as
 // backend_error, its grant unknown, and the outage is logged once, with

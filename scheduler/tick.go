@@ -200,9 +200,6 @@ func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
 // still can (lateGrant).
 func (s *Scheduler) tickAnswered(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) *releaseCall {
 	late := f.resend != nil
-	if late {
-		sent = f.resend.first // the backend may have granted the first attempt
-	}
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
 		// came (batch.go sendOne): the mark is raised for this grant, so
