@@ -29,6 +29,9 @@ type Manual struct {
 	Sent   time.Time
 	// Done, when set, is called once the run ended, with its result.
 	Done func(RunResult)
+	// Backfill marks a backfilled tick: Tick is one of the schedule's
+	// own ticks, run again.
+	Backfill bool
 }
 
 // Errors of RunManual.
