@@ -196,7 +196,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if st, ok := backend.Locker.(ops.Store); ok {
 		store = st
 	}
-	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID})
+	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration})
 
 	// Everything is built from the config's schedules: drop them, and give
 	// the memory that loading them took back to the system now, before
