@@ -350,27 +350,36 @@ func (a *Agent) poll(ctx context.Context) {
 			// A trigger's BEXT_TICK_TIME is when it was accepted (DESIGN.md).
 			tick = sent.UTC().Truncate(time.Millisecond)
 		}
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent,
-			Done: func(scheduler.RunResult) {
-				if !req.Backfill {
-					return
-				}
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := a.b.Done(dctx, req); err != nil {
-					a.log.Warn("marking a backfilled tick done failed: another node may run it again",
-						slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
-				}
-			}}
+		done := func() {
+			if !req.Backfill {
+				return
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.b.Done(dctx, req); err != nil {
+				a.log.Warn("marking a backfilled tick done failed: another node may run it again",
+					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
+			}
+		}
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent, Backfill: req.Backfill,
+			Done: func(scheduler.RunResult) { done() }}
 		kind := "trigger"
 		if req.Backfill {
 			kind = "backfill"
 		}
 		if err := a.run.RunManual(m); err != nil {
-			a.log.Warn("manual run refused", slog.String("schedule", id), slog.String("kind", kind), slog.Any("error", err))
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = a.b.Release(rctx, taken.Handle)
 			cancel()
+			if errors.Is(err, scheduler.ErrTickUndecided) {
+				// Its regular tick runs it: asked again once decided, it
+				// would run twice. Dropped from the queue.
+				a.log.Warn("backfilled tick dropped: its schedule has not decided it yet, its regular tick runs it",
+					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
+				done()
+				continue
+			}
+			a.log.Warn("manual run refused", slog.String("schedule", id), slog.String("kind", kind), slog.Any("error", err))
 			continue
 		}
 		a.log.Info("manual run accepted", slog.String("schedule", id), slog.String("kind", kind),
