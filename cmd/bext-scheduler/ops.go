@@ -377,7 +377,9 @@ RFC 3339) as the scheduler would have fired them: nodes run them one at a
 time cluster-wide, in order, each with its own BEXT_TICK_TIME, under the
 schedule's lock, without moving the tick mark (regular ticks go first).
 More than %d ticks are refused; so is a second backfill of a schedule while
-one is queued.
+one is queued, and a range holding a tick past the schedule's tick mark or
+now (exit 2, naming the latest tick a backfill may run): later ticks are
+still its regular ticks' to run.
 
 `+opsBackendHelp+`
 
