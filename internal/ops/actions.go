@@ -214,9 +214,9 @@ func lastTickAtOrBefore(spec scheduler.Spec, t time.Time) time.Time {
 	return time.Time{}
 }
 
-// lookBack bounds lastTickAtOrBefore: a cron spec fires at least once in
-// any eight years (29 February on a Monday is the rarest date it can
-// name, and comes back within 28).
+// lookBack bounds lastTickAtOrBefore: a cron spec that fires at all fires
+// within any eight years (29 February, the rarest date it can name, skips
+// only century years not divisible by 400); four times that is plenty.
 const lookBack = 32 * 365 * 24 * time.Hour
 
 func maxTime(a, b time.Time) time.Time {
