@@ -10,10 +10,10 @@ import (
 )
 
 // The interfaces of a lock backend beyond locking.Locker that the
-// instrumented Locker forwards. TickLocker and Pauser are part of every
-// backend of this repository, so the wrapper always has them (a wrapped
-// Locker without them answers errors.ErrUnsupported). LeaseBounder is a
-// real option (Postgres only): the wrapper has MaxLease exactly when the
+// instrumented Locker forwards. TickLocker, Pauser and MarkReader are part
+// of every backend of this repository, so the wrapper always has them (a
+// wrapped Locker without them answers errors.ErrUnsupported). LeaseBounder
+// is a real option (Postgres only): the wrapper has MaxLease exactly when the
 // backend does, so a type assertion on it answers as one on the backend.
 
 // leaser forwards locking.LeaseBounder.
@@ -93,6 +93,17 @@ func (l *instrumented) GetPause(ctx context.Context, key string) (locking.Pause,
 	p, err := pz.GetPause(ctx, key)
 	l.m.ready.record(err)
 	return p, err
+}
+
+// Mark forwards to the wrapped MarkReader.
+func (l *instrumented) Mark(ctx context.Context, key string) (time.Time, bool, error) {
+	mr, ok := l.next.(locking.MarkReader)
+	if !ok {
+		return time.Time{}, false, fmt.Errorf("metrics: %T has no tick marks to read: %w", l.next, errors.ErrUnsupported)
+	}
+	m, ok, err := mr.Mark(ctx, key)
+	l.m.ready.record(err)
+	return m, ok, err
 }
 
 // withOptional returns l, with MaxLease when its backend has one.

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -16,6 +17,11 @@ import (
 // tick mark moves. A regular tick that found the lock held by the manual
 // run (contended on every node) is caught up when the run ends, within its
 // catch-up window: a trigger never costs the schedule a tick.
+//
+// A backfilled tick runs only once the mark has passed it: a tick past
+// the mark is still its regular run's to claim, on time or late, and
+// running it as a backfill too would run it twice. The mark only moves
+// forward, so the two never both run one tick from one decision.
 
 // Manual is one manual run.
 type Manual struct {
@@ -29,18 +35,31 @@ type Manual struct {
 	Sent   time.Time
 	// Done, when set, is called once the run ended, with its result.
 	Done func(RunResult)
+	// Backfill marks a backfilled tick: Tick is one of the schedule's
+	// own ticks, run again.
+	Backfill bool
 }
 
 // Errors of RunManual.
 var (
 	ErrUnknownSchedule = errors.New("scheduler: no such schedule")
 	ErrStopped         = errors.New("scheduler: not running")
+	// ErrTickUndecided: a backfilled tick the schedule's mark has not
+	// passed yet; its regular run claims it. The request is to be
+	// dropped, not asked again.
+	ErrTickUndecided = errors.New("scheduler: backfilled tick not decided yet: its regular tick runs it")
 )
 
 // RunManual starts m on a worker and returns at once. It refuses a
-// schedule this node does not have and a scheduler that is not running;
-// the caller then releases the lock it took.
+// schedule this node does not have, a scheduler that is not running, and
+// a backfilled tick not decided yet (ErrTickUndecided; reading the mark
+// waits for the backend); the caller then releases the lock it took.
 func (s *Scheduler) RunManual(m Manual) error {
+	if m.Backfill {
+		if err := s.checkDecided(m); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	st := s.states[m.ID]
 	switch {
@@ -95,4 +114,29 @@ func (s *Scheduler) handleManual(f fired) {
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.wg.Done()
+}
+
+// checkDecided refuses m's tick when the schedule's mark has not passed
+// it (a missing mark counts as now minus MaxClockSkew, as try-lock-tick
+// counts it). A backend without marks to read has no regular tick to
+// race: nothing is refused.
+func (s *Scheduler) checkDecided(m Manual) error {
+	mr, ok := s.opts.Locker.(locking.MarkReader)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	mark, ok, err := mr.Mark(ctx, m.ID)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return nil
+	case err != nil:
+		return fmt.Errorf("scheduler: reading the tick mark of %q for a backfill: %w", m.ID, err)
+	}
+	if until := locking.DecidedUntil(mark, ok, s.clock.Now(), s.opts.MaxClockSkew); m.Tick.After(until) {
+		return fmt.Errorf("%w: %q tick %s, decided until %s", ErrTickUndecided, m.ID,
+			m.Tick.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -407,4 +408,43 @@ func TestClientRoundTrip(t *testing.T) {
 	if _, err := d.Status(ctx); !errors.Is(err, ops.ErrUnavailable) {
 		t.Errorf("dead node: %v", err)
 	}
+}
+
+// A backfill never reaches past the schedule's tick mark or now: a range
+// holding a later tick is refused with 400, naming the latest tick a
+// backfill may run; nothing is queued. Up to that tick it is accepted.
+func TestAPIBackfillPastTheMark(t *testing.T) {
+	opstest.ForEach(t, func(t *testing.T, st ops.Store) {
+		p := prefix(t)
+		a := startAPI(t, st, p, writeTok, "")
+		ctx := t.Context()
+		// The schedule's latest tick (every 5 minutes) is claimed, as a node
+		// running it would have: the mark is at it.
+		last := time.Now().UTC().Truncate(5 * time.Minute)
+		ans, err := st.(locking.TickLocker).TryLockTick(ctx, locking.TickRequest{Key: p + "job", Tick: last, TTL: time.Minute,
+			MaxSkew: time.Minute, Window: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ans.Handle != nil {
+			if err := st.(locking.Locker).Release(ctx, ans.Handle); err != nil {
+				t.Fatal(err)
+			}
+		}
+		job := url.PathEscape(p + "job")
+		body := fmt.Sprintf(`{"from": %q, "to": %q}`, last.Add(-10*time.Minute).Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		code, out := call(t, "POST", a.base+"/api/v1/schedules/"+job+"/backfill", writeTok, body)
+		if code != 400 || !strings.Contains(out, `"invalid"`) || !strings.Contains(out, last.Format(time.RFC3339)) {
+			t.Errorf("backfill up to an hour ahead: %d %s; want 400 naming the latest tick a backfill may run, %s", code, out, last.Format(time.RFC3339))
+		}
+		if q, err := st.Requests(ctx, p+"job"); err != nil || len(q) != 0 {
+			t.Errorf("a refused backfill queued %+v, %v", q, err)
+		}
+		body = fmt.Sprintf(`{"from": %q, "to": %q}`, last.Add(-10*time.Minute).Format(time.RFC3339), last.Format(time.RFC3339))
+		code, out = call(t, "POST", a.base+"/api/v1/schedules/"+job+"/backfill", writeTok, body)
+		var got ops.BackfillAnswer
+		if err := json.Unmarshal([]byte(out), &got); code != 202 || err != nil || len(got.Ticks) != 3 || !got.Ticks[2].Equal(last) {
+			t.Errorf("backfill up to the latest tick: %d %s; want 202 with 3 ticks", code, out)
+		}
+	})
 }

@@ -105,7 +105,7 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		closer()
 		return nil, nil, withCode(exitFailure, fmt.Errorf("the %s backend keeps no cluster state in this build", b.Name))
 	}
-	return ops.New(store, service.Schedules(cfg, logger), ops.Options{By: "cli " + whoAmI()}), closer, nil
+	return ops.New(store, service.Schedules(cfg, logger), ops.Options{By: "cli " + whoAmI(), MaxClockSkew: cfg.Locking.MaxClockSkew.Duration}), closer, nil
 }
 
 // whoAmI is user@host, recorded with the requests this CLI queues.
@@ -377,7 +377,9 @@ RFC 3339) as the scheduler would have fired them: nodes run them one at a
 time cluster-wide, in order, each with its own BEXT_TICK_TIME, under the
 schedule's lock, without moving the tick mark (regular ticks go first).
 More than %d ticks are refused; so is a second backfill of a schedule while
-one is queued.
+one is queued, and a range holding a tick past the schedule's tick mark or
+now (exit 2, naming the latest tick a backfill may run): later ticks are
+still its regular ticks' to run.
 
 `+opsBackendHelp+`
 

@@ -196,7 +196,7 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	if st, ok := backend.Locker.(ops.Store); ok {
 		store = st
 	}
-	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID})
+	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration})
 
 	// Everything is built from the config's schedules: drop them, and give
 	// the memory that loading them took back to the system now, before
@@ -278,7 +278,10 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	go func() { // owned by serve, which waits for it below
 		defer close(agentDone)
 		if ag != nil {
-			ag.Run(ctx) // flushes the history and leaves the node list when ctx ends
+			// Its duties end with ctx; the history only once the
+			// scheduler's runs have all ended (ran), so that runs ending
+			// during the shutdown grace are recorded before the node exits.
+			ag.Run(ctx, ran)
 		}
 	}()
 	runErr := sched.Run(ctx)

@@ -219,21 +219,34 @@ func (a *Agent) RunRecorded(r scheduler.RunRecord) {
 	}
 }
 
-// Run does the agent's duties until ctx ends, then flushes the runs
-// recorded so far and leaves the cluster, on a fresh context.
-func (a *Agent) Run(ctx context.Context) {
+// Run does the agent's duties until ctx ends: it announces the node,
+// picks up manual run requests and writes run records to the history.
+// The history outlives ctx: runs that end during the shutdown grace are
+// recorded after ctx ended, so Run keeps writing them until runsEnded is
+// closed (the scheduler's Run returned: no record comes after it; nil
+// means at ctx's end). It then flushes what is left and leaves the
+// cluster, each bounded by historyTimeout on a fresh context.
+func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
+	if runsEnded == nil {
+		runsEnded = ctx.Done()
+	}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); a.every(ctx, a.opts.AnnounceEvery, a.announce) }()
 	go func() { defer wg.Done(); a.every(ctx, a.opts.PollEvery, a.poll) }()
-	go func() { defer wg.Done(); a.recordLoop(ctx) }()
+	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
 	wg.Wait()
-	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
 	defer cancel()
 	if err := a.b.Leave(end, a.opts.NodeID); err != nil {
 		a.log.Debug("leaving the cluster's node list failed", slog.Any("error", err))
 	}
 }
+
+// historyTimeout bounds one write of run records (and the last one at
+// shutdown, and leaving the node list): a backend that does not answer
+// must not keep a stopping node from exiting.
+const historyTimeout = 5 * time.Second
 
 // every calls f at once, then every d, until ctx ends.
 func (a *Agent) every(ctx context.Context, d time.Duration, f func(context.Context)) {
@@ -337,27 +350,36 @@ func (a *Agent) poll(ctx context.Context) {
 			// A trigger's BEXT_TICK_TIME is when it was accepted (DESIGN.md).
 			tick = sent.UTC().Truncate(time.Millisecond)
 		}
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent,
-			Done: func(scheduler.RunResult) {
-				if !req.Backfill {
-					return
-				}
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := a.b.Done(dctx, req); err != nil {
-					a.log.Warn("marking a backfilled tick done failed: another node may run it again",
-						slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
-				}
-			}}
+		done := func() {
+			if !req.Backfill {
+				return
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := a.b.Done(dctx, req); err != nil {
+				a.log.Warn("marking a backfilled tick done failed: another node may run it again",
+					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
+			}
+		}
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent, Backfill: req.Backfill,
+			Done: func(scheduler.RunResult) { done() }}
 		kind := "trigger"
 		if req.Backfill {
 			kind = "backfill"
 		}
 		if err := a.run.RunManual(m); err != nil {
-			a.log.Warn("manual run refused", slog.String("schedule", id), slog.String("kind", kind), slog.Any("error", err))
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = a.b.Release(rctx, taken.Handle)
 			cancel()
+			if errors.Is(err, scheduler.ErrTickUndecided) {
+				// Its regular tick runs it: asked again once decided, it
+				// would run twice. Dropped from the queue.
+				a.log.Warn("backfilled tick dropped: its schedule has not decided it yet, its regular tick runs it",
+					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
+				done()
+				continue
+			}
+			a.log.Warn("manual run refused", slog.String("schedule", id), slog.String("kind", kind), slog.Any("error", err))
 			continue
 		}
 		a.log.Info("manual run accepted", slog.String("schedule", id), slog.String("kind", kind),
@@ -365,15 +387,19 @@ func (a *Agent) poll(ctx context.Context) {
 	}
 }
 
-// recordLoop batches run records into the history until ctx ends, then
-// flushes what is left.
-func (a *Agent) recordLoop(ctx context.Context) {
+// recordLoop batches run records into the history until runsEnded is
+// closed, then flushes what is left. ctx carries no cancellation (the
+// node's stop must not drop the records of runs still ending): each write
+// is bounded by historyTimeout instead.
+func (a *Agent) recordLoop(ctx context.Context, runsEnded <-chan struct{}) {
 	t := time.NewTicker(a.opts.FlushEvery)
 	defer t.Stop()
 	var batch []scheduler.RunRecord
-	flush := func(ctx context.Context) {
+	flush := func() {
 		if len(batch) > 0 {
-			a.flush(ctx, batch)
+			fctx, cancel := context.WithTimeout(ctx, historyTimeout)
+			a.flush(fctx, batch)
+			cancel()
 			batch = batch[:0]
 		}
 	}
@@ -382,19 +408,17 @@ func (a *Agent) recordLoop(ctx context.Context) {
 		case r := <-a.records:
 			batch = append(batch, r)
 			if len(batch) >= 256 {
-				flush(ctx)
+				flush()
 			}
 		case <-t.C:
-			flush(ctx)
-		case <-ctx.Done():
-			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
+			flush()
+		case <-runsEnded:
 			for {
 				select {
 				case r := <-a.records:
 					batch = append(batch, r)
 				default:
-					flush(end)
+					flush()
 					return
 				}
 			}

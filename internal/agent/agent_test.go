@@ -28,7 +28,7 @@ func TestPauseAfterFailures(t *testing.T) {
 		ag.SetSchedules([]agent.Schedule{{ID: "s", TTL: time.Minute, PauseAfterFailures: 3}}, nil, "h")
 		nodes = append(nodes, ag)
 		wg.Add(1)
-		go func() { defer wg.Done(); ag.Run(ctx) }()
+		go func() { defer wg.Done(); ag.Run(ctx, nil) }()
 	}
 	defer func() { cancel(); wg.Wait() }()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -88,5 +88,32 @@ func TestPauseAfterFailures(t *testing.T) {
 	defer mu.Unlock()
 	if len(told) != 1 {
 		t.Errorf("notifier told %v, want once", told)
+	}
+}
+
+// A run that ends after the node's stop began (during the shutdown grace)
+// still reaches the history once Run is told the runs have ended, and
+// counts for the failure streak.
+func TestRunsEndingAfterStopAreRecorded(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	ag := agent.New(mem.Peer("a"), noRunner{}, agent.Options{NodeID: "a", FlushEvery: time.Hour})
+	ag.SetSchedules([]agent.Schedule{{ID: "s", TTL: time.Minute, PauseAfterFailures: 1}}, nil, "h")
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); ag.Run(ctx, ended) }()
+	cancel() // the signal: the agent's duties stop, the running jobs go on
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ag.RunRecorded(scheduler.RunRecord{Schedule: "s", Tick: t0, Node: "a", Result: scheduler.ResultFailure,
+		Start: t0, Attempts: 1, RunID: "late-run", Err: errors.New("exit status 1")})
+	close(ended) // the scheduler's Run returned
+	<-done
+	runs, err := mem.Runs(context.Background(), "s", 10)
+	if err != nil || len(runs) != 1 || runs[0].RunID != "late-run" {
+		t.Fatalf("history after the stop: %+v, %v; want the run that ended during the grace", runs, err)
+	}
+	if p, err := mem.GetPause(context.Background(), "s"); err != nil || !p.Paused {
+		t.Errorf("pause after its failure: %+v, %v; want paused (pause_after_failures = 1)", p, err)
 	}
 }

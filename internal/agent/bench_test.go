@@ -55,7 +55,7 @@ func BenchmarkTickHistory(b *testing.B) {
 			ag := agent.New(ab, noRunner{}, agent.Options{NodeID: "bench"})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { defer close(done); ag.Run(ctx) }()
+			go func() { defer close(done); ag.Run(ctx, nil) }()
 			defer func() { cancel(); <-done }()
 			observers := map[bool]scheduler.Observer{false: m, true: scheduler.Observers(m, ag.Observer())}
 			keys := map[bool]string{false: "off", true: "on"}

@@ -254,7 +254,7 @@ func spreadFiveNodes(t *testing.T, maxTries, maxTrips float64, open func(id stri
 		}
 		scheds5 = append(scheds5, s)
 		wg.Add(1)
-		go func() { defer wg.Done(); ag.Run(ctx) }()
+		go func() { defer wg.Done(); ag.Run(ctx, nil) }()
 	}
 	// Every agent knows the five nodes before the schedulers start: a
 	// state to poll, nothing tells it.

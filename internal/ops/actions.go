@@ -135,18 +135,27 @@ func pauseAnswer(id string, p locking.Pause) PauseAnswer {
 // Backfill queues each tick of schedule id from from to to (both
 // included), in order, as backfill requests: nodes run them one at a
 // time, each with its own tick time. More than MaxBackfillTicks ticks, or
-// none, is refused; so is a second backfill while one is queued (ErrBusy).
+// none, is refused; so is a second backfill while one is queued (ErrBusy),
+// and a range that reaches past the ticks already decided (ErrInvalid,
+// naming the latest tick a backfill may run): a later tick is its regular
+// tick's to claim, and running it as a backfill too would run it twice.
 func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (BackfillAnswer, error) {
 	d, err := s.lookup(id)
 	if err != nil {
 		return BackfillAnswer{}, err
 	}
-	ticks, err := backfillTicks(d.id, d.spec, from, to)
-	if err != nil {
+	if err := checkRange(d.id, d.spec, from, to); err != nil {
 		return BackfillAnswer{}, err
 	}
 	if s.store == nil {
 		return BackfillAnswer{}, ErrNoBackend
+	}
+	if err := s.checkDecided(ctx, d, from, to); err != nil {
+		return BackfillAnswer{}, err
+	}
+	ticks, err := backfillTicks(d.id, d.spec, from, to)
+	if err != nil {
+		return BackfillAnswer{}, err
 	}
 	now := s.now()
 	reqs := make([]cluster.Request, len(ticks))
@@ -162,6 +171,61 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 	return BackfillAnswer{Schedule: id, Ticks: ticks}, nil
 }
 
+// checkDecided refuses a range of d that holds a tick past its tick mark
+// (or past now): a backfill never reaches past them, so it never runs a
+// tick its regular run may still claim. A missing mark counts as now
+// minus max_clock_skew, as try-lock-tick counts it.
+func (s *Service) checkDecided(ctx context.Context, d def, from, to time.Time) error {
+	mark, ok, err := s.store.Mark(ctx, d.id)
+	if err != nil {
+		return backendErr("reading the schedule's tick mark", err)
+	}
+	bound := locking.DecidedUntil(mark, ok, s.now(), s.maxSkew)
+	first := d.spec.Next(maxTime(from.Add(-time.Nanosecond), bound))
+	if first.IsZero() || first.After(to) {
+		return nil
+	}
+	latest := lastTickAtOrBefore(d.spec, bound)
+	if latest.IsZero() {
+		return fmt.Errorf("%w: --to %s reaches past the ticks of %q decided so far (its tick mark, never past now, is at %s), and none of them can be backfilled",
+			ErrInvalid, to.UTC().Format(time.RFC3339), d.id, bound.UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("%w: --to %s reaches past the ticks of %q decided so far: the latest tick a backfill may run is %s (later ones, from %s, are still its regular ticks' to run)",
+		ErrInvalid, to.UTC().Format(time.RFC3339), d.id, latest.UTC().Format(time.RFC3339), first.UTC().Format(time.RFC3339))
+}
+
+// lastTickAtOrBefore is spec's latest tick at or before t, zero when none
+// within lookBack. A Spec only runs forward: it looks back from t over a
+// span that doubles until it holds a tick, then steps forward to the last.
+func lastTickAtOrBefore(spec scheduler.Spec, t time.Time) time.Time {
+	for span := time.Second; span <= lookBack; span *= 2 {
+		tk := spec.Next(t.Add(-span - time.Nanosecond))
+		if tk.IsZero() || tk.After(t) {
+			continue
+		}
+		for {
+			next := spec.Next(tk)
+			if next.IsZero() || next.After(t) {
+				return tk
+			}
+			tk = next
+		}
+	}
+	return time.Time{}
+}
+
+// lookBack bounds lastTickAtOrBefore: a cron spec that fires at all fires
+// within any eight years (29 February, the rarest date it can name, skips
+// only century years not divisible by 400); four times that is plenty.
+const lookBack = 32 * 365 * 24 * time.Hour
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // BackfillTicks lists the ticks of d from from to to, both included, as
 // the scheduler fires them (spread included), in UTC.
 func BackfillTicks(d scheduler.Schedule, from, to time.Time) ([]time.Time, error) {
@@ -171,14 +235,8 @@ func BackfillTicks(d scheduler.Schedule, from, to time.Time) ([]time.Time, error
 // backfillTicks is BackfillTicks of schedule id firing at spec (nil: its
 // cron is invalid).
 func backfillTicks(id string, spec scheduler.Spec, from, to time.Time) ([]time.Time, error) {
-	switch {
-	case from.IsZero() || to.IsZero():
-		return nil, fmt.Errorf("%w: backfill needs both --from and --to", ErrInvalid)
-	case to.Before(from):
-		return nil, fmt.Errorf("%w: --to %s is before --from %s", ErrInvalid, to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
-	}
-	if spec == nil {
-		return nil, fmt.Errorf("%w: schedule %q has no valid cron", ErrInvalid, id)
+	if err := checkRange(id, spec, from, to); err != nil {
+		return nil, err
 	}
 	var ticks []time.Time
 	for t := spec.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = spec.Next(t) {
@@ -191,6 +249,19 @@ func backfillTicks(id string, spec scheduler.Spec, from, to time.Time) ([]time.T
 		return nil, fmt.Errorf("%w: no tick of %q between %s and %s", ErrInvalid, id, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	return ticks, nil
+}
+
+// checkRange checks a backfill's range and that schedule id fires.
+func checkRange(id string, spec scheduler.Spec, from, to time.Time) error {
+	switch {
+	case from.IsZero() || to.IsZero():
+		return fmt.Errorf("%w: backfill needs both --from and --to", ErrInvalid)
+	case to.Before(from):
+		return fmt.Errorf("%w: --to %s is before --from %s", ErrInvalid, to.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
+	case spec == nil:
+		return fmt.Errorf("%w: schedule %q has no valid cron", ErrInvalid, id)
+	}
+	return nil
 }
 
 // newID is a random request id (it becomes the run's id).

@@ -32,6 +32,7 @@ import (
 type Store interface {
 	cluster.Store
 	locking.Pauser
+	locking.MarkReader
 }
 
 // Operator is what the CLI asks of the cluster: Service answers from the
@@ -152,15 +153,19 @@ type Options struct {
 	// Poll is how often Trigger asks whether a node accepted; default
 	// 100ms.
 	Poll time.Duration
+	// MaxClockSkew is [locking] max_clock_skew: a backfill of a schedule
+	// without a tick mark stops this far before now. Default 1s.
+	MaxClockSkew time.Duration
 }
 
 // Service answers operators from the backend itself. It is safe for
 // concurrent use; SetSchedules swaps the schedules on a config reload.
 type Service struct {
-	store Store // nil: no backend configured
-	now   func() time.Time
-	by    string
-	poll  time.Duration
+	store   Store // nil: no backend configured
+	now     func() time.Time
+	by      string
+	poll    time.Duration
+	maxSkew time.Duration
 
 	mu   sync.RWMutex
 	defs []def   // config order
@@ -188,7 +193,10 @@ type shape struct {
 // New returns a Service over store (nil when the config names no backend)
 // for the config's schedules (see SetSchedules).
 func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
-	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll}
+	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll, maxSkew: o.MaxClockSkew}
+	if s.maxSkew <= 0 {
+		s.maxSkew = time.Second
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -37,6 +37,7 @@ var tickCases = []testCase{
 	{"Tick/MissingMark", caseTickMissingMark},
 	{"Tick/FloorRaisesForgottenMark", caseTickFloor},
 	{"Tick/InitMarks", caseTickInitMarks},
+	{"Mark/Read", caseMarkRead},
 	{"Tick/PerTick", caseTickPerTick},
 	{"Tick/ResentCall", caseTickResent},
 	{"Tick/PerTickResentAfterLaterGrant", caseTickPerTickResent},
