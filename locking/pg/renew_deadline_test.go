@@ -94,3 +94,68 @@ func TestTurn3RenewQueuesBehindUnrelatedTick(t *testing.T) {
 		t.Errorf("A's Release = %v", err)
 	}
 }
+
+// TestRenewGoesBeforeQueuedTicks: a renewal waiting for its session's slot
+// is served before the statements queued ahead of it. Here a tick batch
+// queued first would, once sent, wait on its row (an operator holds it):
+// in line behind it, the renewal would miss its deadline.
+func TestRenewGoesBeforeQueuedTicks(t *testing.T) {
+	c := newCluster(t)
+	l := c.open(Options{MaxSessions: 1})
+	ctx := context.Background()
+	if err := l.InitMarks(ctx, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	now := c.dbNow()
+	ha := mustLock(t, l, "a")
+	s := h2lease(t, l, ha).sess
+	tx, err := c.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM bext_lock_fences WHERE namespace = $1 AND key = 'b' FOR UPDATE`, c.ns); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			ok := cond()
+			l.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+		}
+	}
+
+	if err := l.use(ctx, s); err != nil { // the statement in flight
+		t.Fatal(err)
+	}
+	ticked := make(chan error, 1)
+	go func() {
+		_, err := l.TryLockTick(ctx, tickReq("b", now))
+		ticked <- err
+	}()
+	waitFor("the tick batch queues for the session", func() bool { return s.busy == 2 })
+	renewed := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		renewed <- l.Renew(rctx, ha)
+	}()
+	waitFor("the renewal queues for the session", func() bool { return len(s.urgent) == 1 })
+	l.release(s)
+	if err := <-renewed; err != nil {
+		t.Errorf("Renew queued behind a tick batch = %v; want it served first, within its deadline", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ticked; err != nil {
+		t.Errorf("the tick batch, once the row was free = %v", err)
+	}
+}
