@@ -95,7 +95,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
 		rows := make([]tickRow, n)
-		br := s.conn.SendBatch(ctx, l.tickStatements(params))
+		br := s.conn.SendBatch(ctx, l.tickStatements(params, l.lockTimeoutOn(s)))
 		err = readTickRows(br, rows)
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -155,8 +155,25 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 // answered by the server (SQLSTATE 55P03), and the session lives on; the
 // batch gives the slot up and asks again while OpTimeout leaves room, and
 // then fails with ErrUnavailable (not decided: the caller may resend).
+// Only on a session that holds locks (lockTimeoutOn): asking again puts
+// the batch at the back of the row's queue.
 func lockTimeout(opTimeout time.Duration) time.Duration {
 	return min(max(opTimeout/10, 250*time.Millisecond), opTimeout/2)
+}
+
+// lockTimeoutOn is the lock_timeout setting of a tick batch on s, whose
+// slot the caller holds: lockTimeout while s holds locks, whose renewals
+// must not wait behind the batch; none (0) on a session that holds none,
+// where the batch keeps its place in the row's queue (another node's
+// batches) for as long as OpTimeout allows, as before.
+func (l *Locker) lockTimeoutOn(s *session) string {
+	l.mu.Lock()
+	held := len(s.leases) > 0
+	l.mu.Unlock()
+	if held {
+		return l.lockTimeoutSetting
+	}
+	return "0"
 }
 
 // isLockTimeout tells a statement that waited lock_timeout on a lock.
@@ -221,11 +238,11 @@ func newTickParams(calls []tickCall) tickParams {
 }
 
 // tickStatements is a try-lock-tick's round trip for the requests of a:
-// the batch's lock_timeout, lockRowsSQL, then tryLockTicksSQL (warm sends
-// it with none, to prepare them on a session).
-func (l *Locker) tickStatements(a tickParams) *pgx.Batch {
+// the batch's lock_timeout (lockTimeoutOn), lockRowsSQL, then
+// tryLockTicksSQL (warm sends it with none, to prepare them on a session).
+func (l *Locker) tickStatements(a tickParams, lockTimeout string) *pgx.Batch {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
-	b.Queue(lockTimeoutSQL, l.lockTimeoutSetting)
+	b.Queue(lockTimeoutSQL, lockTimeout)
 	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
 	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
 		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps)
