@@ -14,10 +14,12 @@ import (
 // Redis and memory; on Postgres, which drops a silent peer's session and
 // its locks after the server's dead-peer time, the shorter of the two),
 // minus the safety margin. The job and each retry start only before the
-// deadline, and the run's watch cancels the job when it passes, whether or
-// not a renewal has answered: a node frozen past its lease (SIGSTOP, GC, a
-// VM pause) cancels its job the moment it runs again, without first
-// waiting for the backend.
+// deadline, and the run's watch keeps a timer at the deadline that cancels
+// the job when it passes, whether or not a renewal has answered: a
+// renewal hung on a stalled link does not keep the job running past its
+// lease (the backend may hand the lock to another node from then on), and
+// a node frozen past its lease (SIGSTOP, GC, a VM pause) cancels its job
+// the moment it runs again, without first waiting for the backend.
 //
 // The deadline is read on leaseClock, which counts time the host spent
 // suspended (CLOCK_BOOTTIME), so a laptop lid or a VM suspend cannot make
@@ -70,20 +72,29 @@ func (s *Scheduler) leaseLen(ttl time.Duration) time.Duration {
 
 // renewLease renews l, bounded by what is left of it: a renewal that has
 // not answered by the deadline has failed. On success the deadline moves
-// to the renewal's send time plus the lease.
+// to the renewal's send time plus the lease. The run's watch renews
+// through renewCtx and moves the deadline itself, so that its lease timer
+// can fire while the renewal is in flight.
 func (s *Scheduler) renewLease(l *lease) error {
 	sent := s.leaseNow()
 	left := l.until.Sub(sent)
 	if left <= 0 {
 		return fmt.Errorf("%w: lease ran out %v ago", errLeaseExpired, -left)
 	}
-	ctx, cancel := context.WithTimeout(s.jobCtx, min(left, l.every))
+	ctx, cancel := s.renewCtx(l, left)
 	defer cancel()
 	if err := s.opts.Locker.Renew(ctx, l.h); err != nil {
 		return err
 	}
 	l.until = sent.Add(l.len)
 	return nil
+}
+
+// renewCtx is the context of a renewal of l sent with left of it to go:
+// its answer is worth nothing past the lease deadline, nor past the next
+// renewal.
+func (s *Scheduler) renewCtx(l *lease, left time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.jobCtx, min(left, l.every))
 }
 
 // expired reports whether l's deadline has passed.

@@ -183,6 +183,7 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	w.overrunAt = start.Add(def.ExpectedRuntime)
 	if l != nil {
 		w.renewAt = start.Add(l.every)
+		w.leaseAt = start.Add(l.until.Sub(leaseAt))
 	}
 	if def.Timeout > 0 && !realTime {
 		w.timeoutAt = start.Add(def.Timeout)
@@ -287,9 +288,15 @@ func (r *runSet) cancelAll() {
 
 // watch keeps an eye on one run while its job runs on the tick's
 // goroutine: one timer of the injected clock, armed to whichever of the
-// renewal, the overrun and the timeout comes first, calls fire on a
-// goroutine of its own. A job that ends before the first of them (most
-// do) costs one timer armed and stopped, and no extra goroutine.
+// renewal, the lease deadline, the overrun and the timeout comes first,
+// calls fire on a goroutine of its own. A job that ends before the first
+// of them (most do) costs one timer armed and stopped, and no extra
+// goroutine.
+//
+// A renewal runs outside mu, with the timer armed to what comes next: the
+// lease deadline fires while a renewal hangs (a stalled link, a backend
+// slow to give up), cancels the job and the renewal's context, and the
+// job never outlives its lease.
 type watch struct {
 	s      *Scheduler
 	f      fired
@@ -300,18 +307,28 @@ type watch struct {
 	list       *runList
 	next, prev *watch
 
-	mu    sync.Mutex // held by fire throughout, renewal included
+	mu    sync.Mutex // held by fire, except during a renewal
 	timer Timer
 
-	// renewAt, timeoutAt, overrunAt: when each is due; zero once done.
-	renewAt, timeoutAt, overrunAt time.Time
+	// renewAt, timeoutAt, overrunAt, leaseAt: when each is due, on the
+	// scheduler's clock; zero once done. leaseAt is l.until moved to that
+	// clock, checked again on the lease clock when it fires.
+	renewAt, timeoutAt, overrunAt, leaseAt time.Time
+
+	// renewing: a renewal is in flight (outside mu); cancelRenew ends its
+	// context. lost: the lease is over (deadline passed or renewal
+	// failed) and the job cancelled; nothing more is renewed.
+	renewing    bool
+	cancelRenew context.CancelFunc
+	lost        bool
 
 	pending bool // the timer is armed, or fired and fire has not yet run
 	ended   bool // the job returned: fire does nothing any more
 	// endWait is made by stop when a fire is on its way, which closes it
-	// once it has seen ended.
-	endWait chan struct{}
-	overrun bool
+	// once it has seen ended; renewWait likewise when a renewal is in
+	// flight, closed by its fire once the renewal returned.
+	endWait, renewWait chan struct{}
+	overrun            bool
 }
 
 // newWatch returns an unused watch. Watches are kept for reuse, timer
@@ -327,7 +344,7 @@ func (s *Scheduler) newWatch() *watch {
 // start arms the timer. fire cannot run before start returns.
 func (w *watch) start(now time.Time) {
 	w.mu.Lock()
-	d := earliest(w.renewAt, w.timeoutAt, w.overrunAt).Sub(now)
+	d := earliest(w.renewAt, w.timeoutAt, w.overrunAt, w.leaseAt).Sub(now)
 	if w.timer == nil {
 		w.timer = w.s.clock.AfterFunc(d, w.fire)
 	} else {
@@ -338,30 +355,38 @@ func (w *watch) start(now time.Time) {
 }
 
 // stop ends the watch once the job returned and reports whether an overrun
-// was noticed. It waits for a fire in progress or on its way, so no
-// renewal runs after it returns, no goroutine of the watch outlives the
-// tick, and the watch can be reused.
+// was noticed. It waits for a fire in progress or on its way and for a
+// renewal in flight (bounded by its context), so no renewal runs after it
+// returns, no goroutine of the watch outlives the tick, and the watch can
+// be reused.
 func (w *watch) stop() (overrun bool) {
 	w.mu.Lock()
 	w.ended = true
-	var wait chan struct{}
+	var wait, renewal chan struct{}
 	if w.pending && !w.timer.Stop() {
 		wait = make(chan struct{})
 		w.endWait = wait
+	}
+	if w.renewing {
+		renewal = make(chan struct{})
+		w.renewWait = renewal
 	}
 	overrun = w.overrun
 	w.mu.Unlock()
 	if wait != nil {
 		<-wait
 	}
+	if renewal != nil {
+		<-renewal
+	}
 	// Reset for the next run; only s and timer are kept.
 	*w = watch{s: w.s, timer: w.timer}
 	return overrun
 }
 
-// fire does what is due: cancels the job at its timeout, logs an overrun,
-// renews the lock (cancelling the job if that fails), and re-arms the
-// timer to what comes next.
+// fire does what is due: cancels the job at its timeout or at its lease
+// deadline, logs an overrun, renews the lock (cancelling the job if that
+// fails), and re-arms the timer to what comes next.
 func (w *watch) fire() {
 	w.mu.Lock()
 	w.pending = false
@@ -374,12 +399,26 @@ func (w *watch) fire() {
 		}
 		return
 	}
-	defer w.mu.Unlock()
 	s, def := w.s, w.f.def
 	now := s.clock.Now()
+	var leaseDue bool
+	var left time.Duration // of the lease, on the lease clock
+	if w.l != nil && !w.lost {
+		// Read on the lease clock, which counts a suspend the scheduler's
+		// clock may not: the timer only says when to look.
+		left = w.l.until.Sub(s.leaseNow())
+		if leaseDue = left <= 0; leaseDue {
+			w.lost = true
+			w.renewAt, w.leaseAt = time.Time{}, time.Time{}
+		} else {
+			w.leaseAt = now.Add(left)
+		}
+	}
 	renewDue := due(w.renewAt, now)
 	if renewDue {
 		w.renewAt = now.Add(w.l.every)
+		// One renewal at a time: one still in flight keeps its period.
+		renewDue = !w.renewing
 	}
 	timeoutDue, overrunDue := due(w.timeoutAt, now), due(w.overrunAt, now)
 	if timeoutDue {
@@ -388,9 +427,10 @@ func (w *watch) fire() {
 	if overrunDue {
 		w.overrunAt = time.Time{}
 	}
-	// Re-armed before renewing: the period runs start to start, and a
-	// test that saw the renewal knows the next one is armed.
-	if next := earliest(w.renewAt, w.timeoutAt, w.overrunAt); !next.IsZero() {
+	// Re-armed before renewing: the period runs start to start, a test
+	// that saw the renewal knows the next one is armed, and the lease
+	// deadline fires even while the renewal hangs.
+	if next := earliest(w.renewAt, w.timeoutAt, w.overrunAt, w.leaseAt); !next.IsZero() {
 		w.timer.Reset(next.Sub(now))
 		w.pending = true
 	}
@@ -403,17 +443,60 @@ func (w *watch) fire() {
 			slog.String("schedule", def.ID), slog.String("tick", w.f.tick.Format(time.RFC3339)),
 			slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", w.fence))
 	}
-	if renewDue {
-		if err := s.renewLease(w.l); err != nil {
-			// Never renew again nor re-acquire: another node may hold
-			// the lock now, so the job must stop at once.
-			s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", def.ID),
-				slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
-				slog.Any("error", err))
-			w.cancel(fmt.Errorf("%w: %w", errLockLost, err))
-			w.renewAt = time.Time{}
+	if leaseDue {
+		// Never renew again nor re-acquire: the backend may give the lock
+		// to another node from now on, so the job must stop at once.
+		s.log.Error("lease deadline passed with no renewal answered: cancelling the job", slog.String("schedule", def.ID),
+			slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
+			slog.Duration("lease", w.l.len), slog.Duration("over_by", -left))
+		w.cancel(fmt.Errorf("%w: %w", errLockLost, errLeaseExpired))
+		if w.cancelRenew != nil {
+			w.cancelRenew()
 		}
 	}
+	if !renewDue {
+		w.mu.Unlock()
+		return
+	}
+	w.renew(left)
+}
+
+// renew renews w's lease, with left of it to go; w.mu is held on entry
+// and released on return, and not held while the backend is asked.
+func (w *watch) renew(left time.Duration) {
+	s, l := w.s, w.l
+	sent := s.leaseNow()
+	ctx, cancel := s.renewCtx(l, left)
+	w.renewing, w.cancelRenew = true, cancel
+	w.mu.Unlock()
+	err := s.opts.Locker.Renew(ctx, l.h)
+	cancel()
+	w.mu.Lock()
+	w.renewing, w.cancelRenew = false, nil
+	if w.ended {
+		// Unlocked before stop hears of it: stop then resets w for reuse.
+		ch := w.renewWait
+		w.mu.Unlock()
+		close(ch)
+		return
+	}
+	defer w.mu.Unlock()
+	if w.lost {
+		return // the lease deadline passed meanwhile: the job is cancelled
+	}
+	if err != nil {
+		// Never renew again nor re-acquire: another node may hold
+		// the lock now, so the job must stop at once.
+		s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", w.f.def.ID),
+			slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
+			slog.Any("error", err))
+		w.cancel(fmt.Errorf("%w: %w", errLockLost, err))
+		w.lost = true
+		w.renewAt, w.leaseAt = time.Time{}, time.Time{}
+		return
+	}
+	l.until = sent.Add(l.len)
+	w.leaseAt = s.clock.Now().Add(l.until.Sub(s.leaseNow()))
 }
 
 // due reports whether deadline is set and reached at now.

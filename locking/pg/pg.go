@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,10 @@ type Locker struct {
 	opts  Options
 	cfg   *pgx.ConnConfig
 	times sessionTimes
+	// lockTimeout bounds a tick batch's wait on a row (ticks.go);
+	// lockTimeoutSetting is it as lock_timeout's value.
+	lockTimeout        time.Duration
+	lockTimeoutSetting string
 
 	mu        sync.Mutex
 	closed    bool
@@ -159,6 +164,8 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	}
 	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{})}
 	l.times = configureSessions(cfg, opts.OpTimeout)
+	l.lockTimeout = lockTimeout(opts.OpTimeout)
+	l.lockTimeoutSetting = strconv.FormatInt(l.lockTimeout.Milliseconds(), 10)
 	l.abort, l.abortFunc = context.WithCancel(context.Background())
 	context.AfterFunc(l.abort, l.abortSessions)
 	return l, nil
@@ -347,10 +354,14 @@ func lostErr(op, key string, err error) error {
 
 // Renew proves the handle's session is alive and still holds its lock. It
 // does not extend anything (advisory locks have no TTL). Renewals of the
-// locks of one session that come at once share one statement (renewOn).
-// Any failure ends the lock: the error wraps locking.ErrLockLost, and also
+// locks of one session that come at once share one statement (renewOn),
+// which goes before any other statement waiting for the session. A
+// failure ends the lock: the error wraps locking.ErrLockLost, and also
 // locking.ErrUnavailable when Postgres did not answer; a session that
 // failed to answer is closed, and every other lock on it is lost with it.
+// Renew returns by ctx's deadline: when the session has not answered by
+// then, the error wraps locking.ErrUnavailable alone (the statement goes
+// on, bounded by OpTimeout, and its failure would still end the session).
 func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -376,13 +387,27 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 	if err := l.deadErr("renew", ls); err != nil {
 		return err
 	}
-	ctx, cancel := l.stmtCtx(ctx)
-	defer cancel()
 	s := ls.sess
-	r := l.renewOn(ctx, s)
+	r := l.renewOn(s)
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		// The round goes on without this caller and ends s if it fails;
+		// the lock may still be held, but the caller must act as if lost.
+		return fmt.Errorf("%w: pg: renew %q: session %d did not answer by the caller's deadline: %w",
+			locking.ErrUnavailable, ls.key, s.pid, context.Cause(ctx))
+	}
 	if r.err != nil {
 		if err := l.deadErr("renew", ls); err != nil {
 			return err
+		}
+		if r.unsent {
+			// Never sent (no slot within OpTimeout, or Close): the
+			// session is not in doubt, and keeps its locks.
+			if errors.Is(r.err, locking.ErrClosed) {
+				return locking.ErrClosed
+			}
+			return fmt.Errorf("pg: renew %q: %w", ls.key, r.err)
 		}
 		// No answer in time: the session is in doubt.
 		l.kill(s, r.err)
@@ -404,7 +429,9 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 
 // stillHeld answers a TryLock for a key this Locker holds: true (contended)
 // unless the holding session is found dead or without the lock, in which
-// case the lease is ended. A lease busy in another call counts as held.
+// case the lease is ended. A lease busy in another call, or whose session
+// did not answer in time (check ends it only when in doubt), counts as
+// held.
 func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 	if !ls.mu.TryLock() {
 		return true
@@ -413,7 +440,7 @@ func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 	if ls.done {
 		return false
 	}
-	return l.check(ctx, ls) == nil
+	return l.check(ctx, ls) == nil || !ls.done
 }
 
 // Release unlocks on the lock's session, in one round trip; the session
@@ -578,7 +605,9 @@ func (l *Locker) Close(ctx context.Context) error {
 			}
 			closeConn(l, ctx, s.conn)
 			l.killOwned(s, locking.ErrClosed)
-			<-s.sem
+			l.mu.Lock()
+			s.handOffLocked() // a waiter, told the session is dead, gives up
+			l.mu.Unlock()
 		})
 	}
 	wg.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,10 @@ import (
 // that took it (renew and release go there), and sessions are taken for
 // a statement, never pinned by a lock, so MaxSessions bounds connections,
 // not locks held. A pgx.Conn is not safe for concurrent use: sem lets one
-// statement at a time on it, the others queue.
+// statement at a time on it, the others queue; renewals go first (urgent),
+// so the proof that a session still holds its locks never waits behind
+// other schedules' statements, only behind the one in flight (a tick
+// batch waiting on a row gives the slot up every lockTimeout: ticks.go).
 type session struct {
 	conn *pgx.Conn
 	pid  uint32
@@ -28,6 +32,7 @@ type session struct {
 
 	// Under Locker.mu.
 	busy   int              // calls holding or waiting for sem
+	urgent []chan struct{}  // renewals waiting for sem, in order: served first (handOffLocked)
 	leases map[int64]*lease // the locks this session holds
 	dead   bool             // killed: its locks are gone, never re-taken
 	cause  error            // why it was killed
@@ -110,7 +115,7 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 		}
 		best.busy++
 		l.mu.Unlock()
-		if err := l.enter(ctx, best); err != nil {
+		if err := l.enter(ctx, best, false); err != nil {
 			if errors.Is(err, errSessionDead) {
 				continue // try another
 			}
@@ -121,23 +126,20 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 }
 
 // enter waits for s's statement slot; s.busy was raised by the caller and
-// is lowered again on failure. It fails when ctx ends first, or when s was
-// killed (errSessionDead).
-func (l *Locker) enter(ctx context.Context, s *session) error {
+// is lowered again on failure. An urgent caller (a renewal) is served
+// before every other waiter. It fails when ctx (or the caller's context
+// it carries: waitCtx) ends first, or when s was killed (errSessionDead).
+func (l *Locker) enter(ctx context.Context, s *session, urgent bool) error {
 	select {
 	case s.sem <- struct{}{}:
 	default:
 		// Busy: wait, under a timer only now.
-		wctx, cancel := l.waitCtx(ctx)
-		select {
-		case s.sem <- struct{}{}:
-			cancel()
-		case <-wctx.Done():
-			cancel()
-			l.mu.Lock()
-			s.busy--
-			l.mu.Unlock()
-			return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, wctx.Err())
+		wait := l.waitSlot
+		if urgent {
+			wait = l.waitUrgent
+		}
+		if err := wait(ctx, s); err != nil {
+			return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, err)
 		}
 	}
 	l.mu.Lock()
@@ -151,8 +153,67 @@ func (l *Locker) enter(ctx context.Context, s *session) error {
 	return nil
 }
 
+// waitSlot waits in line for s's slot.
+func (l *Locker) waitSlot(ctx context.Context, s *session) error {
+	wctx, cancel := l.waitCtx(ctx)
+	defer cancel()
+	select {
+	case s.sem <- struct{}{}:
+		return nil
+	case <-wctx.Done():
+		l.mu.Lock()
+		s.busy--
+		l.mu.Unlock()
+		return wctx.Err()
+	}
+}
+
+// waitUrgent waits for s's slot ahead of every waitSlot: its holder hands
+// it over (handOffLocked) instead of freeing it.
+func (l *Locker) waitUrgent(ctx context.Context, s *session) error {
+	turn := make(chan struct{})
+	l.mu.Lock()
+	select {
+	case s.sem <- struct{}{}: // freed meanwhile
+		l.mu.Unlock()
+		return nil
+	default:
+	}
+	s.urgent = append(s.urgent, turn)
+	l.mu.Unlock()
+	wctx, cancel := l.waitCtx(ctx)
+	defer cancel()
+	select {
+	case <-turn:
+		return nil
+	case s.sem <- struct{}{}:
+		// Freed by a holder that did not hand it over (a test's): taken
+		// in line with the others.
+		l.mu.Lock()
+		if i := slices.Index(s.urgent, turn); i >= 0 {
+			s.urgent = slices.Delete(s.urgent, i, i+1)
+		}
+		l.mu.Unlock()
+		return nil
+	case <-wctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := slices.Index(s.urgent, turn); i >= 0 {
+		s.urgent = slices.Delete(s.urgent, i, i+1)
+	} else {
+		// Handed the slot as the wait ended: pass it on.
+		s.handOffLocked()
+	}
+	s.busy--
+	return wctx.Err()
+}
+
 // use enters s for a statement on one of its locks.
-func (l *Locker) use(ctx context.Context, s *session) error {
+func (l *Locker) use(ctx context.Context, s *session) error { return l.useAs(ctx, s, false) }
+
+// useAs is use; urgent (a renewal) goes before every other waiter.
+func (l *Locker) useAs(ctx context.Context, s *session, urgent bool) error {
 	l.mu.Lock()
 	if s.dead {
 		l.mu.Unlock()
@@ -160,15 +221,27 @@ func (l *Locker) use(ctx context.Context, s *session) error {
 	}
 	s.busy++
 	l.mu.Unlock()
-	return l.enter(ctx, s)
+	return l.enter(ctx, s, urgent)
 }
 
 // release gives s's statement slot back.
 func (l *Locker) release(s *session) {
-	<-s.sem
 	l.mu.Lock()
+	s.handOffLocked()
 	s.busy--
 	l.mu.Unlock()
+}
+
+// handOffLocked gives up s's slot, held by the caller, to the first urgent
+// waiter if there is one, else frees it for the others; Locker.mu is held
+// (an urgent waiter registers under it only while the slot is taken).
+func (s *session) handOffLocked() {
+	if len(s.urgent) > 0 {
+		close(s.urgent[0])
+		s.urgent = slices.Delete(s.urgent, 0, 1)
+		return
+	}
+	<-s.sem
 }
 
 // kill ends s for good: it is forgotten, its socket closed (which makes
@@ -363,14 +436,19 @@ func (l *Locker) withSession(ctx context.Context, fn func(context.Context, *pgx.
 // still reports the end (past the deadline, or Close's), as a cancelled
 // context would, so callers' checks and pgx's timeout errors read as
 // before.
+//
+// The waits honour the caller's own end as well (its deadline, its
+// cancellation): before the statement is sent, giving up leaves nothing
+// in doubt.
 func (l *Locker) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return stmtContext{Context: context.WithoutCancel(ctx), deadline: time.Now().Add(l.opts.OpTimeout), abort: l.abort},
+	return stmtContext{Context: context.WithoutCancel(ctx), caller: ctx, deadline: time.Now().Add(l.opts.OpTimeout), abort: l.abort},
 		func() {}
 }
 
 // stmtContext is stmtCtx's context: a deadline that no channel announces.
 type stmtContext struct {
-	context.Context // values only
+	context.Context                 // values only
+	caller          context.Context // ends the waits for a session (waitCtx)
 	deadline        time.Time
 	abort           context.Context
 }
@@ -397,9 +475,14 @@ func (c stmtContext) Err() error {
 }
 
 // waitCtx is ctx with a channel that ends at ctx's deadline or at Close's,
-// for waits (see stmtCtx).
+// and, for a stmtCtx, when its caller's context ends: for waits (see
+// stmtCtx).
 func (l *Locker) waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	parent := context.WithoutCancel(ctx)
+	if sc, ok := ctx.(stmtContext); ok && sc.caller != nil {
+		parent = sc.caller
+	}
+	wctx, cancel := context.WithCancel(parent)
 	if dl, ok := ctx.Deadline(); ok {
 		wctx, cancel = context.WithDeadline(wctx, dl)
 	}
@@ -458,41 +541,63 @@ type renewRound struct {
 	pid    uint32
 	held   map[int64]struct{} // the lock ids the backend holds; nil: not read (trust the bookkeeping)
 	err    error
+	unsent bool // err came before the statement was sent: s is not in doubt
 }
 
 // renewAudit is how long a session's renew rounds trust its bookkeeping
 // before one reads pg_locks again (see renewRound).
 const renewAudit = 30 * time.Second
 
-// renewOn returns the answer of a renew round of s sent after this call
-// began: it joins the round not yet sent, or starts one and sends it once
-// it gets s's slot. A failed statement kills s (its locks are in doubt).
-func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
+// renewOn returns a renew round of s sent after this call began: it
+// joins the round not yet sent, or starts one. A round's statement goes
+// out on a goroutine of its own, ahead of every other waiter for s's slot
+// (urgent), bounded by OpTimeout and by Close, never by a caller's
+// context: callers stop waiting for it at their own deadline (check),
+// while the round still ends s if its statement fails (its locks are in
+// doubt), or leaves s alone if it never got the slot.
+func (l *Locker) renewOn(s *session) *renewRound {
 	s.rmu.Lock()
-	r := s.round
-	lead := r == nil
-	if lead {
-		r = &renewRound{done: make(chan struct{})}
-		s.round = r
-	}
-	if !lead {
+	if r := s.round; r != nil {
 		r.joined++
-	}
-	s.rmu.Unlock()
-	if !lead {
-		<-r.done // the leader's wait and statement are bounded by OpTimeout
+		s.rmu.Unlock()
 		return r
 	}
+	r := &renewRound{done: make(chan struct{})}
+	s.round = r
+	s.rmu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		s.rmu.Lock()
+		if s.round == r {
+			s.round = nil
+		}
+		s.rmu.Unlock()
+		r.err, r.unsent = locking.ErrClosed, true
+		close(r.done)
+		return r
+	}
+	l.ops.Add(1) // Close waits for the round
+	l.mu.Unlock()
+	go l.sendRound(s, r)
+	return r
+}
+
+// sendRound sends round r on s once it has s's slot, and answers it.
+func (l *Locker) sendRound(s *session, r *renewRound) {
+	defer l.ops.Done()
 	defer close(r.done)
-	err := l.use(ctx, s)
+	ctx, cancel := l.stmtCtx(context.Background())
+	defer cancel()
+	err := l.useAs(ctx, s, true)
 	// Calls from now on need a statement sent after them: a new round.
 	s.rmu.Lock()
 	s.round = nil
 	audit := time.Since(s.audited) >= renewAudit
 	s.rmu.Unlock()
 	if err != nil {
-		r.err = err
-		return r
+		r.err, r.unsent = err, true
+		return
 	}
 	s.rounds.Add(1)
 	var ids []int64
@@ -505,7 +610,7 @@ func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
 		r.err = err
 		l.killOwned(s, err)
 		l.release(s)
-		return r
+		return
 	}
 	if audit {
 		// Before the slot is given back: the next round, which may take
@@ -517,11 +622,10 @@ func (l *Locker) renewOn(ctx context.Context, s *session) *renewRound {
 	}
 	l.release(s)
 	if !audit {
-		return r
+		return
 	}
 	r.held = make(map[int64]struct{}, len(ids))
 	for _, id := range ids {
 		r.held[id] = struct{}{}
 	}
-	return r
 }

@@ -362,6 +362,10 @@ WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() AND objsubid 
 
 	releaseSQL = `SELECT pg_advisory_unlock($1::bigint)`
 
+	// lockTimeoutSQL sets lock_timeout for the rest of a tick batch's
+	// transaction (ticks.go, lockTimeout).
+	lockTimeoutSQL = `SELECT set_config('lock_timeout', $1::text, true)`
+
 	// giveBackAllSQL unlocks each of the ids once (TryLockTicks).
 	giveBackAllSQL = `SELECT count(*) FILTER (WHERE pg_advisory_unlock(id)) FROM unnest($1::bigint[]) AS id`
 

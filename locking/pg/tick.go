@@ -259,7 +259,7 @@ func (l *Locker) warm(ctx context.Context) {
 			return
 		}
 		l.bound(ctx, s) // the statements below get warm's own deadline
-		if err := s.conn.SendBatch(ctx, l.tickStatements(newTickParams(nil))).Close(); err != nil {
+		if err := s.conn.SendBatch(ctx, l.tickStatements(newTickParams(nil), l.lockTimeoutSetting)).Close(); err != nil {
 			l.killOwned(s, err)
 			l.release(s)
 			return

@@ -2,9 +2,12 @@ package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -92,7 +95,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
 		rows := make([]tickRow, n)
-		br := s.conn.SendBatch(ctx, l.tickStatements(params))
+		br := s.conn.SendBatch(ctx, l.tickStatements(params, l.lockTimeoutOn(s)))
 		err = readTickRows(br, rows)
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -100,7 +103,15 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		if err != nil {
 			// Rolled back, but the statements before the failure may have
 			// taken their locks (session locks outlive a rollback).
-			if l.failedBatch(ctx, s, calls, err) && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+			killed := l.failedBatch(ctx, s, calls, err)
+			if killed && !fresh && attempt == 0 && isConnError(err) && ctx.Err() == nil {
+				continue
+			}
+			if !killed && isLockTimeout(err) && l.waitLeft(ctx) > 2*l.lockTimeout {
+				// Waited lockTimeout on a row: nothing was decided, the
+				// slot went to the session's renewals, and the batch asks
+				// again, as long as OpTimeout leaves room for a whole wait.
+				attempt--
 				continue
 			}
 			return fail(func(c *tickCall) error { return queryErr("try-lock-tick", c.req.Key, err) })
@@ -128,6 +139,59 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 		}
 		return leases, answers, errs
 	}
+}
+
+// lockTimeout bounds one wait of a tick batch on a row (another node's
+// batch, an operator's transaction): a tenth of OpTimeout (500 ms by
+// default, half the default renewal period), at least 250 ms (far above
+// one batch's wait behind another's commit), at most half of OpTimeout.
+//
+// The session's statement slot is held while a statement waits, and the
+// renewals of every lock on that session, which go before any statement
+// queued for it (pool.go), still wait for the one in flight: unbounded,
+// a batch stuck on one schedule's row held up the renewals of the other
+// schedules' locks past their deadline, and its OpTimeout broke the
+// connection and so ended those locks. Bounded, the statement fails alone,
+// answered by the server (SQLSTATE 55P03), and the session lives on; the
+// batch gives the slot up and asks again while OpTimeout leaves room, and
+// then fails with ErrUnavailable (not decided: the caller may resend).
+// Only on a session that holds locks (lockTimeoutOn): asking again puts
+// the batch at the back of the row's queue.
+func lockTimeout(opTimeout time.Duration) time.Duration {
+	return min(max(opTimeout/10, 250*time.Millisecond), opTimeout/2)
+}
+
+// lockTimeoutOn is the lock_timeout setting of a tick batch on s, whose
+// slot the caller holds: lockTimeout while s holds locks, whose renewals
+// must not wait behind the batch; none (0) on a session that holds none,
+// where the batch keeps its place in the row's queue (another node's
+// batches) for as long as OpTimeout allows, as before.
+func (l *Locker) lockTimeoutOn(s *session) string {
+	l.mu.Lock()
+	held := len(s.leases) > 0
+	l.mu.Unlock()
+	if held {
+		return l.lockTimeoutSetting
+	}
+	return "0"
+}
+
+// isLockTimeout tells a statement that waited lock_timeout on a lock.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// waitLeft is how long the call of ctx (a stmtCtx) may still wait: until
+// the sooner of its OpTimeout bound and its caller's deadline.
+func (l *Locker) waitLeft(ctx context.Context) time.Duration {
+	dl, _ := ctx.Deadline()
+	if sc, ok := ctx.(stmtContext); ok && sc.caller != nil {
+		if cdl, ok := sc.caller.Deadline(); ok && cdl.Before(dl) {
+			dl = cdl
+		}
+	}
+	return time.Until(dl)
 }
 
 // tickRounds splits calls into rounds in which no row key comes twice
@@ -176,19 +240,24 @@ func newTickParams(calls []tickCall) tickParams {
 }
 
 // tickStatements is a try-lock-tick's round trip for the requests of a:
-// lockRowsSQL, then tryLockTicksSQL (warm sends it with none, to prepare
-// both on a session).
-func (l *Locker) tickStatements(a tickParams) *pgx.Batch {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+// the batch's lock_timeout (lockTimeoutOn), lockRowsSQL, then
+// tryLockTicksSQL (warm sends it with none, to prepare them on a session).
+func (l *Locker) tickStatements(a tickParams, lockTimeout string) *pgx.Batch {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+	b.Queue(lockTimeoutSQL, lockTimeout)
 	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
 	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
 		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps, a.perTick)
 	return b
 }
 
-// readTickRows reads lockRowsSQL's result, then tryLockTicksSQL's rows
-// into rows (by the request's place). Every request must be answered once.
+// readTickRows reads the results of the lock_timeout and of lockRowsSQL,
+// then tryLockTicksSQL's rows into rows (by the request's place). Every
+// request must be answered once.
 func readTickRows(br pgx.BatchResults, rows []tickRow) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
