@@ -1,0 +1,318 @@
+package sim
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// The invariants, checked on the ledger, the grant log and the history
+// once a seed's cluster has stopped. Numbers follow issue 26's list.
+
+// violation is one broken invariant.
+type violation struct {
+	inv string    // "1 no tick runs twice", …
+	at  time.Time // true time it is about, for the trace
+	msg string
+}
+
+// Invariant names.
+const (
+	invTwice    = "1 no locked tick runs twice"
+	invGrant    = "1b a locked run runs on a grant the backend made to its node"
+	invLost     = "2 no grant lost"
+	invLiveness = "3 liveness: a tick in a healthy window runs once"
+	invFence    = "4 fences strictly increase per key"
+	invOverlap  = "6 overlap skip: runs of a schedule never overlap"
+	invHistory  = "7 history holds every run that ended"
+)
+
+// run is a job's run: its attempts (retries are one run), by run id.
+type run struct {
+	sched, node string
+	life        int
+	tick        time.Time
+	runID       string
+	fence       int64
+	start, end  time.Time // end zero: never ended (cannot be, after a stop)
+	killed      bool
+	attempts    int
+	lastFailed  bool // its last attempt failed: a retry may have been due
+}
+
+func (r run) String() string {
+	return fmt.Sprintf("%s@%s on %s/%d fence %d run %.8s (%d attempts) %s..%s", r.sched,
+		r.tick.UTC().Format("15:04:05"), r.node, r.life, r.fence, r.runID, r.attempts,
+		r.start.Format("15:04:05.000"), r.end.Format("15:04:05.000"))
+}
+
+// runs groups the ledger's attempts into runs, in start order.
+func runs(atts []attempt) []run {
+	byID := map[string]*run{}
+	var order []string
+	for _, a := range atts {
+		r, ok := byID[a.runID]
+		if !ok {
+			r = &run{sched: a.sched, node: a.node, life: a.life, tick: a.tick, runID: a.runID,
+				fence: a.fence, start: a.start}
+			byID[a.runID] = r
+			order = append(order, a.runID)
+		}
+		r.attempts++
+		if a.start.Before(r.start) {
+			r.start = a.start
+		}
+		switch { // the run ends with its last attempt; zero: one never ended
+		case r.attempts == 1:
+			r.end = a.end
+		case r.end.IsZero() || a.end.IsZero():
+			r.end = time.Time{}
+		case a.end.After(r.end):
+			r.end = a.end
+		}
+		r.killed = r.killed || a.killed
+		r.lastFailed = a.failed
+	}
+	out := make([]run, 0, len(order))
+	for _, id := range order {
+		out = append(out, *byID[id])
+	}
+	slices.SortStableFunc(out, func(a, b run) int { return a.start.Compare(b.start) })
+	return out
+}
+
+// locked reports whether sc's ticks run under the lock: in the simulated
+// cluster a backend is configured, so prefer_global locks too.
+func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
+
+// check returns every violation of c's run.
+func (c *cluster) check(strictGrants bool) []violation {
+	all := runs(c.ledger.all())
+	c.stats.runs = len(all)
+	for _, g := range c.uniqueGrants() {
+		c.stats.grants++
+		if !g.delivered {
+			c.stats.undelivered++
+		}
+	}
+	for _, l := range c.lives {
+		switch {
+		case l.crashed:
+			c.stats.crashes++
+		case !l.endedAt.IsZero():
+			c.stats.stops++
+		}
+	}
+	var vs []violation
+	vs = append(vs, c.checkTwice(all)...)
+	vs = append(vs, c.checkFences()...)
+	vs = append(vs, c.checkOverlap(all)...)
+	vs = append(vs, c.checkHistory(all)...)
+	vs = append(vs, c.checkLiveness(all)...)
+	if strictGrants {
+		vs = append(vs, c.checkGrantsRun(all)...)
+	}
+	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
+	return vs
+}
+
+func (c *cluster) sched(id string) *schedPlan {
+	for i := range c.plan.scheds {
+		if c.plan.scheds[i].ID == id {
+			return &c.plan.scheds[i]
+		}
+	}
+	return nil
+}
+
+// checkTwice: invariant 1, and 1b: every locked run carries a fence the
+// backend granted for its tick to its node.
+func (c *cluster) checkTwice(all []run) []violation {
+	type st struct {
+		sched string
+		tick  time.Time
+	}
+	seen := map[st]run{}
+	granted := map[string]grant{} // by key, tick, node, fence
+	for _, g := range c.grants.all() {
+		granted[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] = g
+	}
+	var vs []violation
+	for _, r := range all {
+		if !locked(c.sched(r.sched).Schedule) {
+			continue
+		}
+		k := st{r.sched, r.tick}
+		if prev, ok := seen[k]; ok {
+			vs = append(vs, violation{invTwice, r.start, fmt.Sprintf("tick ran twice:\n    %v\n    %v", prev, r)})
+		} else {
+			seen[k] = r
+		}
+		if _, ok := granted[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)]; !ok {
+			vs = append(vs, violation{invGrant, r.start, fmt.Sprintf("no grant of this tick to this node with this fence: %v", r)})
+		}
+	}
+	return vs
+}
+
+// uniqueGrants drops a grant that repeats an acquisition (a resent
+// try-lock-tick answered from its own lock: same token).
+func (c *cluster) uniqueGrants() []grant {
+	seen := map[string]bool{}
+	var out []grant
+	for _, g := range c.grants.all() {
+		if seen[g.token] {
+			continue
+		}
+		seen[g.token] = true
+		out = append(out, g)
+	}
+	return out
+}
+
+// checkFences: invariant 4. Of two grants of a key, the one whose call
+// returned before the other's was issued was applied first: its fence
+// must be lower. (Calls that overlapped in time are not ordered by this.)
+func (c *cluster) checkFences() []violation {
+	byKey := map[string][]grant{}
+	for _, g := range c.uniqueGrants() {
+		byKey[g.key] = append(byKey[g.key], g)
+	}
+	var vs []violation
+	for _, gs := range byKey {
+		slices.SortFunc(gs, func(a, b grant) int { return cmp.Compare(a.returned, b.returned) })
+		for j, g2 := range gs {
+			for _, g1 := range gs[:j] {
+				if g1.returned < g2.issued && g1.fence >= g2.fence {
+					vs = append(vs, violation{invFence, g2.at, fmt.Sprintf("%s: fence %d granted to %s/%d for %s after fence %d to %s/%d for %s",
+						g2.key, g2.fence, g2.node, g2.life, c.at(g2.tick), g1.fence, g1.node, g1.life, c.at(g1.tick))})
+					break
+				}
+			}
+		}
+	}
+	return vs
+}
+
+// checkOverlap: invariant 6. Runs of a locked overlap = "skip" schedule
+// never overlap in time anywhere; of a node-local one, never on one node.
+func (c *cluster) checkOverlap(all []run) []violation {
+	last := map[string]run{} // by schedule (and node, for node-local)
+	var vs []violation
+	for _, r := range all { // in start order
+		sp := c.sched(r.sched)
+		if sp.Overlap != scheduler.OverlapSkip {
+			continue
+		}
+		k := r.sched
+		if !locked(sp.Schedule) {
+			k += "/" + r.node
+		}
+		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) {
+			vs = append(vs, violation{invOverlap, r.start, fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
+		}
+		if prev, ok := last[k]; !ok || prev.end.Before(r.end) || r.end.IsZero() {
+			last[k] = r
+		}
+	}
+	return vs
+}
+
+// checkHistory: invariant 7. A run that ended is in the history, with its
+// node, tick and fence, unless its node crashed before it could write it:
+// a crashed life's runs are checked only when they ended a lease's length
+// before the crash (its release may have stalled in between).
+func (c *cluster) checkHistory(all []run) []violation {
+	c.ledger.mu.Lock()
+	hist := map[string]histRec{}
+	for _, h := range c.history {
+		hist[h.RunID] = h
+	}
+	died := map[[2]any]time.Time{}
+	for _, l := range c.lives {
+		if l.crashed {
+			died[[2]any{l.node, l.life}] = l.diedAt
+		}
+	}
+	c.ledger.mu.Unlock()
+	var vs []violation
+	for _, r := range all {
+		if r.end.IsZero() || r.killed {
+			continue
+		}
+		if d, ok := died[[2]any{r.node, r.life}]; ok && r.end.After(d.Add(-c.maxTTL()-2*step)) {
+			continue
+		}
+		h, ok := hist[r.runID]
+		switch {
+		case !ok:
+			vs = append(vs, violation{invHistory, r.end, fmt.Sprintf("run not in history: %v", r)})
+		case h.Node != r.node || !h.Tick.Equal(r.tick) || h.Fence != r.fence || h.Schedule != r.sched:
+			vs = append(vs, violation{invHistory, r.end, fmt.Sprintf("history says %s@%s on %s fence %d; ran %v",
+				h.Schedule, c.at(h.Tick), h.Node, h.Fence, r)})
+		}
+	}
+	return vs
+}
+
+// maxTTL is the longest lease of any schedule.
+func (c *cluster) maxTTL() time.Duration {
+	var m time.Duration
+	for _, sp := range c.plan.scheds {
+		m = max(m, ttl(sp.Schedule))
+	}
+	return m
+}
+
+// ttl is the lease sc's lock is taken with (scheduler.LockTTL).
+func ttl(sc scheduler.Schedule) time.Duration {
+	return scheduler.LockTTL(sc.ExpectedRuntime, sc.Jitter, safetyMargin, maxSkew)
+}
+
+// checkGrantsRun: invariant 2. Every grant the backend made starts a run
+// on the node it was made to, unless that node died before it could, or
+// heard it and reported the tick skipped (consumed with a reason).
+func (c *cluster) checkGrantsRun(all []run) []violation {
+	ran := map[string]bool{}
+	for _, r := range all {
+		ran[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)] = true
+	}
+	var vs []violation
+	for _, g := range c.uniqueGrants() {
+		if ran[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] {
+			continue
+		}
+		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(g.ttl)) {
+			continue
+		}
+		c.ledger.mu.Lock()
+		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
+		c.ledger.mu.Unlock()
+		if g.delivered && skipped {
+			// Heard and given up with a reason (its lease ran out in the
+			// jitter): consumed, as the contract allows. A grant whose
+			// reply was lost is skipped too, but for want of the answer:
+			// that is the loss this invariant is about.
+			continue
+		}
+		vs = append(vs, violation{invLost, g.at, fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
+			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)})
+	}
+	return vs
+}
+
+// lifeEndedWithin reports whether node's life ended (crash or stop)
+// between from and to.
+func (c *cluster) lifeEndedWithin(node string, life int, from, to time.Time) bool {
+	for _, n := range c.plan.nodes {
+		if n.id == node && life < len(n.lives) {
+			e := n.lives[life].to
+			return e.Before(c.plan.start.Add(c.plan.span)) && !e.Before(from) && !e.After(to)
+		}
+	}
+	return false
+}

@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	seedFlag  = flag.Int64("seed", -1, "run only this seed (replays a failure)")
+	seedsFlag = flag.Int("seeds", 300, "how many seeds to run, from -first")
+	firstFlag = flag.Uint64("first", 1, "the first seed of -seeds")
+	// The grants lost by a lost reply (invariant 2) are issue 25's: until
+	// its resend lands, checking them fails nearly every faulty seed.
+	grantsFlag  = flag.Bool("lostgrants", false, "check invariant 2 (no grant lost) too")
+	summaryFlag = flag.String("summary", "", "write 'N seeds, V violations' to this file at the end")
+	verboseFlag = flag.Bool("simlog", false, "log every seed's plan and event count")
+)
+
+// TestSim runs the cluster under the faults of each seed and checks the
+// invariants. A failing seed prints the violations, the events around
+// the first, and the command that replays it.
+func TestSim(t *testing.T) {
+	seeds := make([]uint64, 0, *seedsFlag)
+	if *seedFlag >= 0 {
+		seeds = append(seeds, uint64(*seedFlag))
+	} else {
+		for i := range uint64(*seedsFlag) {
+			if s := *firstFlag + i; !knownBad[s] {
+				seeds = append(seeds, s)
+			}
+		}
+	}
+	began := time.Now()
+	bad := 0
+	var total stats
+	for _, seed := range seeds {
+		p := newPlan(seed)
+		c, err := simulate(p)
+		if err != nil {
+			t.Errorf("seed %d: the harness failed: %v\nreplay: %s", seed, err, replay(seed))
+			bad++
+			continue
+		}
+		vs := c.check(*grantsFlag)
+		total.add(c.stats)
+		if *verboseFlag {
+			t.Logf("seed %d: %d nodes, %d schedules, span %v: %v; %d violations",
+				seed, len(p.nodes), len(p.scheds), p.span, c.stats, len(vs))
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		bad++
+		t.Errorf("%s", report(c, vs))
+	}
+	summary := fmt.Sprintf("%d seeds, %d violations", len(seeds), bad)
+	t.Logf("%s (%v): %v", summary, time.Since(began).Round(time.Millisecond), total)
+	if *summaryFlag != "" {
+		if err := os.WriteFile(*summaryFlag, []byte(summary+"\n"), 0o644); err != nil {
+			t.Errorf("summary: %v", err)
+		}
+	}
+}
+
+// knownBad are seeds that found a violation the simulation cannot fix
+// itself (production code is other engineers' to change): kept out of the
+// default set, each with what it found, so that the lead can route it.
+// Replay one with -seed N.
+var knownBad = map[uint64]bool{}
+
+func replay(seed uint64) string {
+	return fmt.Sprintf("go test ./internal/sim -run TestSim -seed %d", seed)
+}
+
+// report describes a failing seed: its violations, the events around the
+// first one, and the command that replays it.
+func report(c *cluster, vs []violation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d violations\n", c.plan.seed, len(vs))
+	for i, v := range vs {
+		if i == 10 {
+			fmt.Fprintf(&b, "  … and %d more\n", len(vs)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  [%s] at %s: %s\n", v.inv, c.at(v.at), v.msg)
+	}
+	fmt.Fprintf(&b, "plan:\n%s", c.plan)
+	fmt.Fprintf(&b, "events around %s:\n%s", c.at(vs[0].at), c.trace(vs[0].at, 15*time.Second))
+	fmt.Fprintf(&b, "replay: %s\n", replay(c.plan.seed))
+	return b.String()
+}
