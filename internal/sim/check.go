@@ -18,7 +18,31 @@ type violation struct {
 	inv string    // "1 no tick runs twice", …
 	at  time.Time // true time it is about, for the trace
 	msg string
+	// known names the hole in the code under test this violation is
+	// one of, when it is known and routed (see knownHoles); "" when new.
+	known string
 }
+
+// Known holes: violations the simulation found in the scheduler whose
+// fixes are other engineers' (issue 25). TestSim reports them without
+// failing unless -strict, so that the suite stays green while they are
+// open and a new kind of violation still fails it.
+const (
+	// A try-lock-tick whose reply was lost is not resent: the backend
+	// granted the tick and raised its mark, the node skipped it as
+	// backend_error, and it runs nowhere (the resend of the lock
+	// contract, "a resent call is answered from its own lock").
+	holeNoResend = "no resend after a lost reply"
+	// The renewal period restarts with each attempt (the run watch's
+	// first renewal comes a period after the attempt starts) and with
+	// each retry backoff (hold's own timer), so a chain of attempts and
+	// backoffs each shorter than a period renews nothing for longer than
+	// the lease; the next attempt starts just before the deadline, and no
+	// timer cancels it at the deadline: the renewal that notices comes up
+	// to a period later. When the period is longer than the safety
+	// margin, the job outlives the lock on the backend too.
+	holeRetryLease = "a retry runs past the lease (renewal period restarts per attempt)"
+)
 
 // Invariant names.
 const (
@@ -27,6 +51,7 @@ const (
 	invLost     = "2 no grant lost"
 	invLiveness = "3 liveness: a tick in a healthy window runs once"
 	invFence    = "4 fences strictly increase per key"
+	invLease    = "5 no job runs past its lease deadline"
 	invOverlap  = "6 overlap skip: runs of a schedule never overlap"
 	invHistory  = "7 history holds every run that ended"
 )
@@ -90,7 +115,7 @@ func runs(atts []attempt) []run {
 func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
 
 // check returns every violation of c's run.
-func (c *cluster) check(strictGrants bool) []violation {
+func (c *cluster) check() []violation {
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
 	for _, g := range c.uniqueGrants() {
@@ -111,11 +136,10 @@ func (c *cluster) check(strictGrants bool) []violation {
 	vs = append(vs, c.checkTwice(all)...)
 	vs = append(vs, c.checkFences()...)
 	vs = append(vs, c.checkOverlap(all)...)
+	vs = append(vs, c.checkLeases()...)
 	vs = append(vs, c.checkHistory(all)...)
 	vs = append(vs, c.checkLiveness(all)...)
-	if strictGrants {
-		vs = append(vs, c.checkGrantsRun(all)...)
-	}
+	vs = append(vs, c.checkGrantsRun(all)...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
@@ -148,12 +172,12 @@ func (c *cluster) checkTwice(all []run) []violation {
 		}
 		k := st{r.sched, r.tick}
 		if prev, ok := seen[k]; ok {
-			vs = append(vs, violation{invTwice, r.start, fmt.Sprintf("tick ran twice:\n    %v\n    %v", prev, r)})
+			vs = append(vs, violation{inv: invTwice, at: r.start, msg: fmt.Sprintf("tick ran twice:\n    %v\n    %v", prev, r)})
 		} else {
 			seen[k] = r
 		}
 		if _, ok := granted[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)]; !ok {
-			vs = append(vs, violation{invGrant, r.start, fmt.Sprintf("no grant of this tick to this node with this fence: %v", r)})
+			vs = append(vs, violation{inv: invGrant, at: r.start, msg: fmt.Sprintf("no grant of this tick to this node with this fence: %v", r)})
 		}
 	}
 	return vs
@@ -188,7 +212,7 @@ func (c *cluster) checkFences() []violation {
 		for j, g2 := range gs {
 			for _, g1 := range gs[:j] {
 				if g1.returned < g2.issued && g1.fence >= g2.fence {
-					vs = append(vs, violation{invFence, g2.at, fmt.Sprintf("%s: fence %d granted to %s/%d for %s after fence %d to %s/%d for %s",
+					vs = append(vs, violation{inv: invFence, at: g2.at, msg: fmt.Sprintf("%s: fence %d granted to %s/%d for %s after fence %d to %s/%d for %s",
 						g2.key, g2.fence, g2.node, g2.life, c.at(g2.tick), g1.fence, g1.node, g1.life, c.at(g1.tick))})
 					break
 				}
@@ -213,7 +237,7 @@ func (c *cluster) checkOverlap(all []run) []violation {
 			k += "/" + r.node
 		}
 		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) {
-			vs = append(vs, violation{invOverlap, r.start, fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
+			vs = append(vs, violation{inv: invOverlap, at: r.start, msg: fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
 		}
 		if prev, ok := last[k]; !ok || prev.end.Before(r.end) || r.end.IsZero() {
 			last[k] = r
@@ -250,9 +274,9 @@ func (c *cluster) checkHistory(all []run) []violation {
 		h, ok := hist[r.runID]
 		switch {
 		case !ok:
-			vs = append(vs, violation{invHistory, r.end, fmt.Sprintf("run not in history: %v", r)})
+			vs = append(vs, violation{inv: invHistory, at: r.end, msg: fmt.Sprintf("run not in history: %v", r)})
 		case h.Node != r.node || !h.Tick.Equal(r.tick) || h.Fence != r.fence || h.Schedule != r.sched:
-			vs = append(vs, violation{invHistory, r.end, fmt.Sprintf("history says %s@%s on %s fence %d; ran %v",
+			vs = append(vs, violation{inv: invHistory, at: r.end, msg: fmt.Sprintf("history says %s@%s on %s fence %d; ran %v",
 				h.Schedule, c.at(h.Tick), h.Node, h.Fence, r)})
 		}
 	}
@@ -291,16 +315,24 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
+		recorded := slices.ContainsFunc(c.history, func(h histRec) bool {
+			return h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick)
+		})
 		c.ledger.mu.Unlock()
-		if g.delivered && skipped {
+		if g.delivered && (skipped || recorded) {
 			// Heard and given up with a reason (its lease ran out in the
-			// jitter): consumed, as the contract allows. A grant whose
-			// reply was lost is skipped too, but for want of the answer:
-			// that is the loss this invariant is about.
+			// jitter, or before the answer came): consumed, as the
+			// contract allows. A grant whose reply was lost is skipped
+			// too, but for want of the answer: that is the loss this
+			// invariant is about.
 			continue
 		}
-		vs = append(vs, violation{invLost, g.at, fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
-			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)})
+		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
+			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)}
+		if !g.delivered {
+			v.known = holeNoResend
+		}
+		vs = append(vs, v)
 	}
 	return vs
 }
@@ -315,4 +347,50 @@ func (c *cluster) lifeEndedWithin(node string, life int, from, to time.Time) boo
 		}
 	}
 	return false
+}
+
+// leaseLen is the part of a lock's TTL its holder may trust (scheduler's
+// lease.go: the TTL less the safety margin, at least a quarter of it).
+func leaseLen(ttl time.Duration) time.Duration {
+	if n := ttl - safetyMargin; n >= ttl/4 {
+		return n
+	}
+	return ttl / 4
+}
+
+// checkLeases: invariant 5. A locked attempt starts before its lease
+// deadline (the last acquisition or renewal whose answer the node heard,
+// as sent, plus leaseLen) and ends by it, give or take the kill grace of
+// the simulation: one step, since a job that was cancelled on time tells
+// the ledger at the next point the clock stops at.
+func (c *cluster) checkLeases() []violation {
+	tokens := map[string]grant{}
+	for _, g := range c.uniqueGrants() {
+		tokens[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.life, g.fence)] = g
+	}
+	var vs []violation
+	for _, a := range c.ledger.all() {
+		if a.fence == 0 || a.killed || a.end.IsZero() {
+			continue
+		}
+		g, ok := tokens[fmt.Sprint(a.sched, a.tick.UnixNano(), a.node, a.life, a.fence)]
+		if !ok {
+			continue // invariant 1b's to report
+		}
+		n := leaseLen(g.ttl)
+		if last, ok := c.leases.lastBefore(g.token, a.start); !ok || !a.start.Before(last.Add(n+step)) {
+			vs = append(vs, violation{inv: invLease, at: a.start, msg: fmt.Sprintf("attempt started past its lease (last heard send %s, lease %v): %v",
+				c.at(last), n, &a)})
+			continue
+		}
+		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n + step)) {
+			v := violation{inv: invLease, at: a.end, msg: fmt.Sprintf("attempt ran past its lease deadline %s (last heard send %s, lease %v): %v",
+				c.at(last.Add(n)), c.at(last), n, &a)}
+			if a.attempt > 1 {
+				v.known = holeRetryLease
+			}
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }

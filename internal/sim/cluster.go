@@ -24,6 +24,7 @@ type cluster struct {
 	clock  *fakeclock.Clock
 	mem    *memory.Locker
 	grants grantLog
+	leases leaseLog
 	// seq orders calls against the backend (link.go): a grant whose call
 	// returned before another was issued was applied before it.
 	seq    atomic.Uint64

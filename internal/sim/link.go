@@ -178,6 +178,7 @@ func tickID(r locking.TickRequest) string {
 // grant the backend applied goes to the cluster's grant log, delivered or
 // not.
 func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, tickID(r))
 	if err != nil {
 		return locking.TickAnswer{}, err
@@ -192,16 +193,19 @@ func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.
 		// backend applied it) but no one is left to hear the answer.
 		f = loseReply
 	}
-	l.logGrant(r, ans, err, issued, f == pass)
+	l.logGrant(r, ans, err, issued, sent, f == pass)
 	if f == loseReply {
 		return locking.TickAnswer{}, l.refusal(ctx, f)
 	}
 	return ans, err
 }
 
-func (l *link) logGrant(r locking.TickRequest, ans locking.TickAnswer, err error, issued uint64, delivered bool) {
+func (l *link) logGrant(r locking.TickRequest, ans locking.TickAnswer, err error, issued uint64, sent time.Time, delivered bool) {
 	if err != nil || ans.Verdict != locking.TickGranted || ans.Handle == nil {
 		return
+	}
+	if delivered {
+		l.c.leases.heard(ans.Handle.Token(), sent)
 	}
 	l.c.grants.add(grant{node: l.node, life: l.life, key: r.Key, tick: r.Tick, perTick: r.PerTick,
 		fence: ans.Handle.Fence(), token: ans.Handle.Token(), ttl: r.TTL, at: l.c.clock.Now(),
@@ -213,6 +217,7 @@ func (l *link) logGrant(r locking.TickRequest, ans locking.TickAnswer, err error
 // TryLockTicks is one round trip for the batch: its fate is the fate of
 // every request in it, as when a connection drops.
 func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	sent := l.c.clock.Now()
 	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	fail := func(err error) ([]locking.TickAnswer, []error) {
 		for i := range errs {
@@ -234,7 +239,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	}
 	for i, r := range reqs {
 		if i < len(got) && i < len(gotErrs) {
-			l.logGrant(r, got[i], gotErrs[i], issued, f == pass)
+			l.logGrant(r, got[i], gotErrs[i], issued, sent, f == pass)
 		}
 	}
 	if f == loseReply {
@@ -261,6 +266,7 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 
 // Renew extends the lock; a lost reply extended it all the same.
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
+	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
 		return err
@@ -272,6 +278,10 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}
+	if err == nil {
+		l.c.leases.heard(h.Token(), sent)
+	}
+	l.c.event(l.c.clock.Now(), "%s/%d renewed %s fence %d sent %s: %v", l.node, l.life, h.Key(), h.Fence(), l.c.at(sent), err)
 	return err
 }
 
@@ -365,4 +375,34 @@ func (g *grantLog) all() []grant {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]grant(nil), g.gs...)
+}
+
+// leaseLog keeps, per acquisition (token), the send times of the calls
+// that took or extended its lock and whose success the node heard: the
+// node's lease runs from the last of them (DESIGN step 6).
+type leaseLog struct {
+	mu    sync.Mutex
+	sends map[string][]time.Time
+}
+
+func (g *leaseLog) heard(token string, sent time.Time) {
+	g.mu.Lock()
+	if g.sends == nil {
+		g.sends = map[string][]time.Time{}
+	}
+	g.sends[token] = append(g.sends[token], sent)
+	g.mu.Unlock()
+}
+
+// lastBefore is the last send time heard of token at or before t (ok
+// false when none).
+func (g *leaseLog) lastBefore(token string, t time.Time) (last time.Time, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.sends[token] {
+		if !s.After(t) && (!ok || s.After(last)) {
+			last, ok = s, true
+		}
+	}
+	return last, ok
 }

@@ -12,7 +12,7 @@ import (
 // loss. The healthy window is conservative, so that a tick it keeps is one
 // the contract says must run; it is a starting point to tighten, not the
 // contract's last word. A tick T of schedule S is checked when, over
-// [T - (S's TTL + 2 steps), T + S's jitter + 2 steps]:
+// [T - (the longest TTL + 2 steps), T + S's jitter + 2 steps]:
 //
 //   - no node's link had a fault window (a lost reply leaves a lock
 //     held until its TTL, a stall makes a decision late);
@@ -57,7 +57,7 @@ func (c *cluster) checkLiveness(all []run) []violation {
 						near = append(near, "\n    "+r.String())
 					}
 				}
-				vs = append(vs, violation{invLiveness, t, fmt.Sprintf("%s@%s never ran, in a healthy window; runs of %s near it:%s",
+				vs = append(vs, violation{inv: invLiveness, at: t, msg: fmt.Sprintf("%s@%s never ran, in a healthy window; runs of %s near it:%s",
 					sp.ID, c.at(t), sp.ID, strings.Join(near, ""))})
 			}
 		}
@@ -67,7 +67,11 @@ func (c *cluster) checkLiveness(all []run) []violation {
 
 // healthy reports whether tick t of sp lies in a healthy window.
 func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
-	from, to := t.Add(-ttl(sp.Schedule)-2*step), t.Add(sp.Jitter+2*step)
+	// A call of any schedule whose reply was lost keeps its caller
+	// waiting until its deadline, up to the longest TTL, and meanwhile
+	// its node holds back the releases of its ended runs (the pool's
+	// later, up to maxDefer of real time: here, any number of steps).
+	from, to := t.Add(-c.maxTTL()-2*step), t.Add(sp.Jitter+2*step)
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {

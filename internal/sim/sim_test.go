@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +15,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var (
-	seedFlag  = flag.Int64("seed", -1, "run only this seed (replays a failure)")
-	seedsFlag = flag.Int("seeds", 300, "how many seeds to run, from -first")
-	firstFlag = flag.Uint64("first", 1, "the first seed of -seeds")
-	// The grants lost by a lost reply (invariant 2) are issue 25's: until
-	// its resend lands, checking them fails nearly every faulty seed.
-	grantsFlag  = flag.Bool("lostgrants", false, "check invariant 2 (no grant lost) too")
+	seedFlag    = flag.Int64("seed", -1, "run only this seed (replays a failure)")
+	seedsFlag   = flag.Int("seeds", 300, "how many seeds to run, from -first")
+	firstFlag   = flag.Uint64("first", 1, "the first seed of -seeds")
+	strictFlag  = flag.Bool("strict", false, "fail on the known holes too (check.go), not only on new violations")
 	summaryFlag = flag.String("summary", "", "write 'N seeds, V violations' to this file at the end")
 	verboseFlag = flag.Bool("simlog", false, "log every seed's plan and event count")
 )
@@ -41,6 +40,7 @@ func TestSim(t *testing.T) {
 	began := time.Now()
 	bad := 0
 	var total stats
+	knownSeeds := map[string][]uint64{} // by hole, the seeds that hit it
 	for _, seed := range seeds {
 		p := newPlan(seed)
 		c, err := simulate(p)
@@ -49,17 +49,34 @@ func TestSim(t *testing.T) {
 			bad++
 			continue
 		}
-		vs := c.check(*grantsFlag)
+		vs := c.check()
 		total.add(c.stats)
-		if *verboseFlag {
-			t.Logf("seed %d: %d nodes, %d schedules, span %v: %v; %d violations",
-				seed, len(p.nodes), len(p.scheds), p.span, c.stats, len(vs))
+		var fresh, known []violation
+		for _, v := range vs {
+			if v.known != "" && !*strictFlag {
+				known = append(known, v)
+			} else {
+				fresh = append(fresh, v)
+			}
 		}
-		if len(vs) == 0 {
+		if *verboseFlag {
+			t.Logf("seed %d: %d nodes, %d schedules, span %v: %v; %d violations, %d of known holes",
+				seed, len(p.nodes), len(p.scheds), p.span, c.stats, len(fresh), len(known))
+		}
+		for _, v := range known {
+			knownSeeds[v.known] = append(knownSeeds[v.known], seed)
+		}
+		if len(fresh) == 0 {
 			continue
 		}
 		bad++
-		t.Errorf("%s", report(c, vs))
+		t.Errorf("%s", report(c, fresh))
+	}
+	for hole, ss := range knownSeeds {
+		slices.Sort(ss)
+		ss = slices.Compact(ss)
+		t.Logf("known hole %q (not failing the test; -strict fails on it): %d seeds, e.g. %s",
+			hole, len(ss), replay(ss[0]))
 	}
 	summary := fmt.Sprintf("%d seeds, %d violations", len(seeds), bad)
 	t.Logf("%s (%v): %v", summary, time.Since(began).Round(time.Millisecond), total)
@@ -74,6 +91,8 @@ func TestSim(t *testing.T) {
 // itself (production code is other engineers' to change): kept out of the
 // default set, each with what it found, so that the lead can route it.
 // Replay one with -seed N.
+// (The violations found so far are of known holes, reported rather than
+// excluded: check.go's holeNoResend and holeRetryLease.)
 var knownBad = map[uint64]bool{}
 
 func replay(seed uint64) string {
