@@ -249,7 +249,11 @@ func (c *cluster) checkOverlap(all []run) []violation {
 // checkHistory: invariant 7. A run that ended is in the history, with its
 // node, tick and fence, unless its node crashed before it could write it:
 // a crashed life's runs are checked only when they ended a lease's length
-// before the crash (its release may have stalled in between).
+// before the crash and its link had no trouble in between. (The record
+// is written after the release, which a fault can hold up until its
+// deadline; and while a call of the node waits, the pool holds back the
+// ends of runs, release and record, by maxDefer of real time: any number
+// of steps of the fake clock.)
 func (c *cluster) checkHistory(all []run) []violation {
 	c.ledger.mu.Lock()
 	hist := map[string]histRec{}
@@ -268,7 +272,7 @@ func (c *cluster) checkHistory(all []run) []violation {
 		if r.end.IsZero() || r.killed {
 			continue
 		}
-		if d, ok := died[[2]any{r.node, r.life}]; ok && r.end.After(d.Add(-c.maxTTL()-2*step)) {
+		if d, ok := died[[2]any{r.node, r.life}]; ok && (r.end.After(d.Add(-c.maxTTL()-2*step)) || c.faulty(r.node, r.end, d)) {
 			continue
 		}
 		h, ok := hist[r.runID]
@@ -281,6 +285,22 @@ func (c *cluster) checkHistory(all []run) []violation {
 		}
 	}
 	return vs
+}
+
+// faulty reports whether node's link had a fault window overlapping
+// [from, to].
+func (c *cluster) faulty(node string, from, to time.Time) bool {
+	for _, n := range c.plan.nodes {
+		if n.id != node {
+			continue
+		}
+		for _, w := range n.faults {
+			if w.from.Before(to) && w.to.After(from) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maxTTL is the longest lease of any schedule.

@@ -12,7 +12,7 @@ import (
 // loss. The healthy window is conservative, so that a tick it keeps is one
 // the contract says must run; it is a starting point to tighten, not the
 // contract's last word. A tick T of schedule S is checked when, over
-// [T - (the longest TTL + 2 steps), T + S's jitter + 2 steps]:
+// [T - (the longest TTL or releaseWait + 2 steps), T + S's jitter + 2 steps]:
 //
 //   - no node's link had a fault window (a lost reply leaves a lock
 //     held until its TTL, a stall makes a decision late);
@@ -68,10 +68,11 @@ func (c *cluster) checkLiveness(all []run) []violation {
 // healthy reports whether tick t of sp lies in a healthy window.
 func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	// A call of any schedule whose reply was lost keeps its caller
-	// waiting until its deadline, up to the longest TTL, and meanwhile
+	// waiting until its deadline, up to the longest TTL (a try-lock-tick)
+	// or releaseWait (a release), and meanwhile
 	// its node holds back the releases of its ended runs (the pool's
 	// later, up to maxDefer of real time: here, any number of steps).
-	from, to := t.Add(-c.maxTTL()-2*step), t.Add(sp.Jitter+2*step)
+	from, to := t.Add(-max(c.maxTTL(), releaseWait)-2*step), t.Add(sp.Jitter+2*step)
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {
@@ -124,3 +125,8 @@ func lockEnd(sp *schedPlan, r run) time.Time {
 	backoff := sp.RetryBackoff << (r.attempts - 1)
 	return r.end.Add(max(backoff, ttl(sp.Schedule)))
 }
+
+// releaseWait is the longest a release waits for its answer: the
+// scheduler's release context (loop.go: releaseTimeout plus the second it
+// is reused for).
+const releaseWait = 6 * time.Second
