@@ -53,6 +53,7 @@ const (
 	invFence    = "4 fences strictly increase per key"
 	invLease    = "5 no job runs past its lease deadline"
 	invOverlap  = "6 overlap skip: runs of a schedule never overlap"
+	invPaused   = "6b a paused schedule starts no run after pause returned"
 	invHistory  = "7 history holds every run that ended"
 )
 
@@ -137,6 +138,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkFences()...)
 	vs = append(vs, c.checkOverlap(all)...)
 	vs = append(vs, c.checkLeases()...)
+	vs = append(vs, c.checkPaused(all)...)
 	vs = append(vs, c.checkHistory(all)...)
 	vs = append(vs, c.checkLiveness(all)...)
 	vs = append(vs, c.checkGrantsRun(all)...)
@@ -413,4 +415,46 @@ func (c *cluster) checkLeases() []violation {
 		}
 	}
 	return vs
+}
+
+// checkPaused: invariant 6b. While a schedule is paused, the backend
+// grants none of its ticks (the pause is read inside try-lock-tick), and
+// no node starts a node-local run of it (it reads the flag at the tick).
+// A locked run may still start after the pause, on a grant made before.
+func (c *cluster) checkPaused(all []run) []violation {
+	var vs []violation
+	for _, w := range c.plan.pauses {
+		for _, g := range c.uniqueGrants() {
+			if g.key == w.sched && g.at.After(w.from) && g.at.Before(w.to) {
+				vs = append(vs, violation{inv: invPaused, at: g.at, msg: fmt.Sprintf("%s@%s granted to %s/%d while paused (%s..%s)",
+					g.key, c.at(g.tick), g.node, g.life, c.at(w.from), c.at(w.to))})
+			}
+		}
+		if locked(c.sched(w.sched).Schedule) {
+			continue
+		}
+		for _, r := range all {
+			// A pause's own end time is read on the node's clock: it
+			// ends that much earlier on a node whose clock runs ahead.
+			to := w.to
+			if off := c.offset(r.node, r.life); w.until && off > 0 {
+				to = to.Add(-off)
+			}
+			if r.sched == w.sched && r.start.After(w.from) && r.start.Before(to) {
+				vs = append(vs, violation{inv: invPaused, at: r.start, msg: fmt.Sprintf("node-local run started while paused (%s..%s): %v",
+					c.at(w.from), c.at(w.to), r)})
+			}
+		}
+	}
+	return vs
+}
+
+// offset is the clock offset of node's life.
+func (c *cluster) offset(node string, life int) time.Duration {
+	for _, n := range c.plan.nodes {
+		if n.id == node && life < len(n.lives) {
+			return n.lives[life].offset
+		}
+	}
+	return 0
 }

@@ -132,3 +132,10 @@ func TestCheckFindsRunPastItsLease(t *testing.T) {
 		t.Fatalf("no %q in %+v", invLease, vs)
 	}
 }
+
+func TestCheckFindsGrantWhilePaused(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.plan.pauses = []pauseWindow{{sched: "s0", from: t0.Add(9 * time.Second), to: t0.Add(15 * time.Second)}}
+	wantOnly(t, c.check(), invPaused)
+}

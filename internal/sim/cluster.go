@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 	"github.com/bext-dev/bext-scheduler/scheduler/fakeclock"
@@ -122,6 +123,7 @@ func simulate(p *plan) (*cluster, error) {
 				next[i]++
 			}
 		}
+		c.operate(now)
 		if !now.Before(end) {
 			break
 		}
@@ -136,6 +138,13 @@ func simulate(p *plan) (*cluster, error) {
 			}
 			if k := next[i]; k < len(n.lives) && n.lives[k].from.After(now) {
 				d = min(d, n.lives[k].from.Sub(now))
+			}
+		}
+		for _, w := range p.pauses {
+			for _, at := range []time.Time{w.from, w.to} {
+				if at.After(now) {
+					d = min(d, at.Sub(now))
+				}
 			}
 		}
 		if err := c.advance(d); err != nil {
@@ -265,4 +274,30 @@ func (c *cluster) trace(t time.Time, window time.Duration) string {
 		fmt.Fprintf(&b, "  %s %s\n", c.at(e.at), e.what)
 	}
 	return b.String()
+}
+
+// operate carries out the operators' actions due at now: a pause is set
+// (with its end time when it ends by itself), or lifted by a resume. Each
+// returns before the clock moves on, so "after pause returned" is after
+// now.
+func (c *cluster) operate(now time.Time) {
+	ctx := context.Background()
+	for _, w := range c.plan.pauses {
+		var err error
+		switch {
+		case w.from.Equal(now):
+			pz := locking.Pause{Paused: true, Note: "sim"}
+			if w.until {
+				pz.Until = w.to
+			}
+			err = c.mem.SetPause(ctx, w.sched, pz)
+			c.event(now, "operator pauses %s (until %v)", w.sched, w.until)
+		case w.to.Equal(now) && !w.until:
+			err = c.mem.SetPause(ctx, w.sched, locking.Pause{})
+			c.event(now, "operator resumes %s", w.sched)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("sim: the memory backend refused a pause: %v", err)) // cannot happen: no faults there
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 //     lives a TTL; a start runs the catch-up);
 //   - no node life running then had its clock beyond max_clock_skew;
 //   - at least one node was running;
+//   - S was not paused around T (paused ticks are consumed);
 //   - under overlap = "skip", no earlier run of S was still going a step
 //     before T, or holding its lock for a retry (lockEnd): its lock, or
 //     its jitter's, keeps T from running, rightly;
@@ -73,6 +74,13 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	// its node holds back the releases of its ended runs (the pool's
 	// later, up to maxDefer of real time: here, any number of steps).
 	from, to := t.Add(-max(c.maxTTL(), releaseWait)-2*step), t.Add(sp.Jitter+2*step)
+	for _, w := range c.plan.pauses {
+		// Paused ticks are consumed, never run; the one at the resume
+		// may be either side of it.
+		if w.sched == sp.ID && t.After(w.from.Add(-step)) && t.Before(w.to.Add(sp.period+step)) {
+			return false
+		}
+	}
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {

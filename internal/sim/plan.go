@@ -31,6 +31,8 @@ type plan struct {
 	span   time.Duration // how long the cluster runs before it is stopped
 	scheds []schedPlan
 	nodes  []nodePlan
+	// pauses are operators' pauses of schedules, at most one each.
+	pauses []pauseWindow
 	// hashKey makes the per-call decisions (link.go) a function of the
 	// seed and the call's identity.
 	hashKey uint64
@@ -116,7 +118,33 @@ func newPlan(seed uint64) *plan {
 	for i := range 3 + r.IntN(3) {
 		p.nodes = append(p.nodes, p.drawNode(r, i, calm))
 	}
+	if !calm {
+		// A stream of its own, so that the rest of a seed's plan stays
+		// what it was before pauses were drawn.
+		p.drawPauses(rand.New(rand.NewPCG(seed, 0x9a05e)))
+	}
 	return p
+}
+
+// pauseWindow is an operator's pause of a schedule: set at from, lifted
+// at to, by a resume or by the pause's own end time (until).
+type pauseWindow struct {
+	sched    string
+	from, to time.Time
+	until    bool // the pause ends by itself (Pause.Until); else a resume
+}
+
+// drawPauses pauses a quarter of the schedules once each.
+func (p *plan) drawPauses(r *rand.Rand) {
+	for _, sp := range p.scheds {
+		if r.IntN(4) != 0 {
+			continue
+		}
+		from := p.start.Add(time.Duration(10+r.Int64N(int64(p.span/time.Second)-40))*time.Second +
+			time.Duration(r.IntN(1000))*time.Millisecond)
+		p.pauses = append(p.pauses, pauseWindow{sched: sp.ID, from: from,
+			to: from.Add(time.Duration(5+r.IntN(35)) * time.Second), until: r.IntN(2) == 0})
+	}
 }
 
 func drawSchedule(r *rand.Rand, i int) schedPlan {
@@ -248,6 +276,9 @@ func (p *plan) String() string {
 			fmt.Fprintf(&b, " %s +%v..+%v", w.kind, w.from.Sub(p.start), w.to.Sub(p.start))
 		}
 		b.WriteString("\n")
+	}
+	for _, w := range p.pauses {
+		fmt.Fprintf(&b, "  pause %s +%v..+%v (until: %v)\n", w.sched, w.from.Sub(p.start), w.to.Sub(p.start), w.until)
 	}
 	return b.String()
 }
