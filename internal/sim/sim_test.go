@@ -42,35 +42,41 @@ func TestSim(t *testing.T) {
 	var total stats
 	knownSeeds := map[string][]uint64{} // by hole, the seeds that hit it
 	for _, seed := range seeds {
-		p := newPlan(seed)
-		c, err := simulate(p)
-		if err != nil {
-			t.Errorf("seed %d: the harness failed: %v\nreplay: %s", seed, err, replay(seed))
+		// One subtest per seed: a data race the detector reports while
+		// a seed runs fails that seed's subtest, naming the seed.
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			p := newPlan(seed)
+			c, err := simulate(p)
+			if err != nil {
+				t.Fatalf("the harness failed: %v\nreplay: %s", err, replay(seed))
+			}
+			vs := c.check()
+			total.add(c.stats)
+			var fresh, known []violation
+			for _, v := range vs {
+				if v.known != "" && !*strictFlag {
+					known = append(known, v)
+				} else {
+					fresh = append(fresh, v)
+				}
+			}
+			if *verboseFlag {
+				t.Logf("%d nodes, %d schedules, span %v: %v; %d violations, %d of known holes",
+					len(p.nodes), len(p.scheds), p.span, c.stats, len(fresh), len(known))
+			}
+			for _, v := range known {
+				knownSeeds[v.known] = append(knownSeeds[v.known], seed)
+			}
+			if len(fresh) > 0 {
+				t.Errorf("%s", report(c, fresh))
+			}
+		})
+		if !ok {
 			bad++
-			continue
-		}
-		vs := c.check()
-		total.add(c.stats)
-		var fresh, known []violation
-		for _, v := range vs {
-			if v.known != "" && !*strictFlag {
-				known = append(known, v)
-			} else {
-				fresh = append(fresh, v)
+			if *seedFlag < 0 {
+				t.Logf("seed %d failed; replay: %s", seed, replay(seed))
 			}
 		}
-		if *verboseFlag {
-			t.Logf("seed %d: %d nodes, %d schedules, span %v: %v; %d violations, %d of known holes",
-				seed, len(p.nodes), len(p.scheds), p.span, c.stats, len(fresh), len(known))
-		}
-		for _, v := range known {
-			knownSeeds[v.known] = append(knownSeeds[v.known], seed)
-		}
-		if len(fresh) == 0 {
-			continue
-		}
-		bad++
-		t.Errorf("%s", report(c, fresh))
 	}
 	var lines []string
 	for hole, ss := range knownSeeds {
@@ -82,6 +88,8 @@ func TestSim(t *testing.T) {
 		lines = append(lines, line)
 	}
 	slices.Sort(lines)
+	// A seed that failed (violations, a data race, a harness failure)
+	// counts once.
 	summary := fmt.Sprintf("%d seeds, %d violations", len(seeds), bad)
 	t.Logf("%s (%v): %v", summary, time.Since(began).Round(time.Millisecond), total)
 	if *summaryFlag != "" {
