@@ -108,7 +108,7 @@ func newPlan(seed uint64) *plan {
 	p := &plan{
 		seed:    seed,
 		start:   time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC),
-		span:    time.Duration(90+r.IntN(91)) * time.Second,
+		span:    time.Duration(75+r.IntN(76)) * time.Second,
 		hashKey: r.Uint64(),
 	}
 	for i := range 2 + r.IntN(4) {
