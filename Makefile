@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 20m
 BENCH_COUNT ?= 5
 FLEET_N ?= 100000
 
-.PHONY: help build test test-services bench lint fuzz run-example cluster-test demo clean
+.PHONY: help build test test-services bench lint fuzz run-example cluster-test demo sim clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,14 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	@# The cluster scenarios time every-second schedules: alone, not beside
 	@# the other packages' test binaries on a 2-core machine.
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -parallel 1 ./e2e/...
+
+SEEDS ?= 3000
+SIM_FIRST ?= 1
+SIM_FLAGS ?=
+sim: ## the cluster simulation (internal/sim) over SEEDS seeds from SIM_FIRST, with -race (SIM_FLAGS=-strict: the known holes fail too); the last line says how many failed
+	@sum=$$(mktemp); \
+	$(GO) test -race -count=1 -timeout 0 -run '^TestSim$$' ./internal/sim -seeds $(SEEDS) -first $(SIM_FIRST) $(SIM_FLAGS) -summary $$sum; rc=$$?; \
+	if [ -s $$sum ]; then cat $$sum; else echo "$(SEEDS) seeds, ? violations (the run did not finish)"; fi; rm -f $$sum; exit $$rc
 
 bench: test-services build ## the benchmarks (several counts; feed to benchstat), then the built node holding FLEET_N schedules against robfig/cron
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./...

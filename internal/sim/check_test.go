@@ -1,0 +1,141 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// The checks themselves, on ledgers made by hand: each invariant's check
+// must find the violation it is about, and nothing in a clean ledger, or
+// a green TestSim would prove nothing.
+
+var t0 = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+// handMade is a cluster that never ran: one node alive throughout, one
+// every-2s require_global schedule, and whatever the test adds.
+func handMade(overlap scheduler.Overlap) *cluster {
+	sp := schedPlan{period: 2 * time.Second, Schedule: scheduler.Schedule{ID: "s0", CronExpr: "*/2 * * * * *",
+		Hint: hints.RequireGlobal, Overlap: overlap, ExpectedRuntime: time.Second}}
+	p := &plan{start: t0, span: 30 * time.Second, scheds: []schedPlan{sp},
+		nodes: []nodePlan{{id: "node-0", lives: []life{{from: t0, to: t0.Add(30 * time.Second)}}}}}
+	c := &cluster{plan: p, skips: map[skipKey]scheduler.SkipReason{}}
+	c.lives = []*lifeState{{node: "node-0", startedAt: t0}}
+	return c
+}
+
+// ran records a clean run of tick (seconds from t0) lasting d, with its
+// grant, its lease and its history record.
+func (c *cluster) ran(tick int, d time.Duration, fence int64) {
+	tk := t0.Add(time.Duration(tick) * time.Second)
+	id := fmt.Sprintf("run-%d-%d", tick, fence)
+	seq := c.seq.Add(2)
+	tok := fmt.Sprint("token-", fence)
+	c.grants.add(grant{node: "node-0", key: "s0", tick: tk, fence: fence, token: tok, ttl: 8 * time.Second,
+		at: tk, issued: seq - 1, returned: seq, delivered: true})
+	c.leases.heard(tok, tk)
+	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: tk, node: "node-0", runID: id,
+		attempt: 1, fence: fence, start: tk, end: tk.Add(d)})
+	c.history = append(c.history, histRec{RunRecord: scheduler.RunRecord{Schedule: "s0", Tick: tk,
+		Node: "node-0", Fence: fence, RunID: id}})
+}
+
+// everyTick runs every tick of the span but skip.
+func (c *cluster) everyTick(skip int) {
+	for tick := 2; tick < 30; tick += 2 {
+		if tick != skip {
+			c.ran(tick, time.Second, int64(tick))
+		}
+	}
+}
+
+func wantOnly(t *testing.T, vs []violation, inv string) {
+	t.Helper()
+	if len(vs) == 0 {
+		t.Fatalf("no violation found, want %q", inv)
+	}
+	for _, v := range vs {
+		if v.inv != inv {
+			t.Errorf("found %q (%s), want only %q", v.inv, v.msg, inv)
+		}
+	}
+}
+
+func TestCheckCleanLedger(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations in a clean ledger: %+v", vs)
+	}
+	if c.stats.checkedTicks == 0 {
+		t.Fatal("no tick checked for liveness")
+	}
+}
+
+func TestCheckFindsTickRunTwice(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	c.ran(10, time.Second, 100) // tick 10 again, on a grant of its own
+	wantOnly(t, c.check(), invTwice)
+}
+
+func TestCheckFindsLostTick(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(14)
+	wantOnly(t, c.check(), invLiveness)
+}
+
+func TestCheckFindsFenceGoingBack(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.ledger.atts[5].fence = 3 // tick 12 ran with a fence below tick 10's
+	c.history[5].Fence = 3
+	c.grants.gs[5].fence = 3
+	wantOnly(t, c.check(), invFence)
+}
+
+func TestCheckFindsOverlap(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.ledger.atts[3].end = c.ledger.atts[3].start.Add(3 * time.Second) // tick 8 runs into tick 10's run
+	wantOnly(t, c.check(), invOverlap)
+}
+
+func TestCheckFindsRunMissingFromHistory(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.history = c.history[1:]
+	wantOnly(t, c.check(), invHistory)
+}
+
+func TestCheckFindsGrantThatRanNowhere(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	seq := c.seq.Add(2)
+	c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(31 * time.Second), fence: 40, token: "t40",
+		ttl: 8 * time.Second, at: t0.Add(29 * time.Second), issued: seq - 1, returned: seq, delivered: true})
+	wantOnly(t, c.check(), invLost)
+}
+
+func TestCheckFindsRunPastItsLease(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.ran(2, 20*time.Second, 2) // a lease of 6s, never renewed
+	vs := c.check()
+	found := false
+	for _, v := range vs {
+		found = found || v.inv == invLease
+	}
+	if !found {
+		t.Fatalf("no %q in %+v", invLease, vs)
+	}
+}
+
+func TestCheckFindsGrantWhilePaused(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.plan.pauses = []pauseWindow{{sched: "s0", from: t0.Add(9 * time.Second), to: t0.Add(15 * time.Second)}}
+	wantOnly(t, c.check(), invPaused)
+}

@@ -1,0 +1,131 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	seedFlag    = flag.Int64("seed", -1, "run only this seed (replays a failure)")
+	seedsFlag   = flag.Int("seeds", 300, "how many seeds to run, from -first")
+	firstFlag   = flag.Uint64("first", 1, "the first seed of -seeds")
+	strictFlag  = flag.Bool("strict", false, "fail on the known holes too (check.go), not only on new violations")
+	summaryFlag = flag.String("summary", "", "write 'N seeds, V violations' to this file at the end")
+	verboseFlag = flag.Bool("simlog", false, "log every seed's plan and event count")
+)
+
+// TestSim runs the cluster under the faults of each seed and checks the
+// invariants. A failing seed prints the violations, the events around
+// the first, and the command that replays it.
+func TestSim(t *testing.T) {
+	seeds := make([]uint64, 0, *seedsFlag)
+	if *seedFlag >= 0 {
+		seeds = append(seeds, uint64(*seedFlag))
+	} else {
+		for i := range uint64(*seedsFlag) {
+			if s := *firstFlag + i; !knownBad[s] {
+				seeds = append(seeds, s)
+			}
+		}
+	}
+	began := time.Now()
+	bad := 0
+	var total stats
+	knownSeeds := map[string][]uint64{} // by hole, the seeds that hit it
+	for _, seed := range seeds {
+		// One subtest per seed: a data race the detector reports while
+		// a seed runs fails that seed's subtest, naming the seed.
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			p := newPlan(seed)
+			c, err := simulate(p)
+			if err != nil {
+				t.Fatalf("the harness failed: %v\nreplay: %s", err, replay(seed))
+			}
+			vs := c.check()
+			total.add(c.stats)
+			var fresh, known []violation
+			for _, v := range vs {
+				if v.known != "" && !*strictFlag {
+					known = append(known, v)
+				} else {
+					fresh = append(fresh, v)
+				}
+			}
+			if *verboseFlag {
+				t.Logf("%d nodes, %d schedules, span %v: %v; %d violations, %d of known holes",
+					len(p.nodes), len(p.scheds), p.span, c.stats, len(fresh), len(known))
+			}
+			for _, v := range known {
+				knownSeeds[v.known] = append(knownSeeds[v.known], seed)
+			}
+			if len(fresh) > 0 {
+				t.Errorf("%s", report(c, fresh))
+			}
+		})
+		if !ok {
+			bad++
+			if *seedFlag < 0 {
+				t.Logf("seed %d failed; replay: %s", seed, replay(seed))
+			}
+		}
+	}
+	var lines []string
+	for hole, ss := range knownSeeds {
+		slices.Sort(ss)
+		ss = slices.Compact(ss)
+		line := fmt.Sprintf("known hole %q (not failing the test; -strict fails on it): %d seeds, e.g. %s -strict",
+			hole, len(ss), replay(ss[0]))
+		t.Log(line)
+		lines = append(lines, line)
+	}
+	slices.Sort(lines)
+	// A seed that failed (violations, a data race, a harness failure)
+	// counts once.
+	summary := fmt.Sprintf("%d seeds, %d violations", len(seeds), bad)
+	t.Logf("%s (%v): %v", summary, time.Since(began).Round(time.Millisecond), total)
+	if *summaryFlag != "" {
+		lines = append(lines, summary) // the last line, as make sim promises
+		if err := os.WriteFile(*summaryFlag, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("summary: %v", err)
+		}
+	}
+}
+
+// knownBad are seeds that found a violation the simulation cannot fix
+// itself (production code is other engineers' to change): kept out of the
+// default set, each with what it found, so that the lead can route it.
+// Replay one with -seed N.
+// (The violations found so far are of known holes, reported rather than
+// excluded: check.go's holeNoResend and holeLatePhaseRenewal.)
+var knownBad = map[uint64]bool{}
+
+func replay(seed uint64) string {
+	return fmt.Sprintf("go test ./internal/sim -run TestSim -seed %d", seed)
+}
+
+// report describes a failing seed: its violations, the events around the
+// first one, and the command that replays it.
+func report(c *cluster, vs []violation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d violations\n", c.plan.seed, len(vs))
+	for i, v := range vs {
+		if i == 10 {
+			fmt.Fprintf(&b, "  … and %d more\n", len(vs)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  [%s] at %s: %s\n", v.inv, c.at(v.at), v.msg)
+	}
+	fmt.Fprintf(&b, "plan:\n%s", c.plan)
+	fmt.Fprintf(&b, "events around %s:\n%s", c.at(vs[0].at), c.trace(vs[0].at, 15*time.Second))
+	fmt.Fprintf(&b, "replay: %s\n", replay(c.plan.seed))
+	return b.String()
+}
