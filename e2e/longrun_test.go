@@ -27,6 +27,7 @@ const (
 	faultPauseSched  = "pause sched"     // SIGSTOP of a node's scheduler only
 	faultOutage      = "backend down"    // the backend stopped for everyone
 	faultStall       = "stall link"      // one node's link to the backend blackholed
+	faultLateReplies = "late replies"    // one node's replies delayed past its op_timeout
 	faultRestart     = "restart"         // SIGTERM, start again
 	faultDataLoss    = "redis data loss" // the holder's host paused mid-run, FLUSHALL, resumed before its lease ends
 	longJobSleep     = 300 * time.Millisecond
@@ -37,7 +38,7 @@ const (
 	longHolderChance = 0.7 // how often a node fault hits the lock holder
 )
 
-var longFaults = []string{faultNone, faultKill, faultPauseHost, faultPauseSched, faultOutage, faultStall, faultRestart}
+var longFaults = []string{faultNone, faultKill, faultPauseHost, faultPauseSched, faultOutage, faultStall, faultLateReplies, faultRestart}
 
 // episode is one fault and its recovery: the ticks in [from, to).
 type episode struct {
@@ -160,6 +161,17 @@ func injectFault(t *testing.T, c *Cluster, fault string, rng *rand.Rand) episode
 		n.Proxy.Blackhole()
 		hold(rng)
 		n.Proxy.Heal()
+	case faultLateReplies:
+		// Its requests reach the backend on time and are decided; their
+		// answers come after op_timeout (Backend.Section's: 500ms on
+		// Redis, 1s on Postgres), so every grant must be found by a resend.
+		late := 700 * time.Millisecond
+		if c.Backend.Kind == "pg" {
+			late = 1400 * time.Millisecond
+		}
+		n.Proxy.DelayReplies(late)
+		hold(rng)
+		n.Proxy.DelayReplies(0)
 	case faultRestart:
 		n.Stop()
 		hold(rng)
