@@ -9,11 +9,20 @@ import (
 // runs of consecutive ticks may overlap (overlap = "allow", per-tick locks),
 // so a grant whose reply came late can still run, and a node whose reply
 // is late keeps no lock that makes the next ticks contended.
+//
+// The lease is long enough (3s usable, renewed every second) for a run of
+// the ledger job (under a second here) to need no renewal: a renewal that
+// meets the fault is not answered, and its run is cancelled (lock_lost)
+// by design. This scenario is about the try-lock-tick's answer.
 func lateReplySpec(kind string) Spec {
-	s := Spec{Nodes: 3, Overlap: "allow", CatchupWindow: 10 * time.Second, MaxClockSkew: time.Second}
+	s := Spec{Nodes: 3, Overlap: "allow", CatchupWindow: 10 * time.Second, MaxClockSkew: time.Second,
+		ExpectedRuntime: 3 * time.Second}
 	s.OpTimeout = 300 * time.Millisecond
 	if kind == "pg" {
-		s.OpTimeout = 500 * time.Millisecond
+		// A Postgres lease is bounded by the dead-peer time, which
+		// follows op_timeout (2×): at 500ms it left the 4s TTL a lease
+		// of 0.25s.
+		s.OpTimeout = 2 * time.Second
 	}
 	return s
 }

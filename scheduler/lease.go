@@ -50,18 +50,12 @@ func (s *Scheduler) newTickLease(h *locking.Handle, sent time.Time) *lease {
 	return &c.tag.lease
 }
 
-// backendLease is how long the backend keeps a lock taken with ttl
-// without a renewal: the TTL, or the backend's bound (LeaseBounder).
-func (s *Scheduler) backendLease(ttl time.Duration) time.Duration {
-	if s.maxLease > 0 && s.maxLease < ttl {
-		return s.maxLease
-	}
-	return ttl
-}
-
 // leaseLen is the usable lease of a lock taken with ttl.
 func (s *Scheduler) leaseLen(ttl time.Duration) time.Duration {
-	full := s.backendLease(ttl)
+	full := ttl
+	if s.maxLease > 0 && s.maxLease < full {
+		full = s.maxLease
+	}
 	if n := full - s.opts.SafetyMargin; n >= full/4 {
 		return n
 	}

@@ -24,8 +24,9 @@ import (
 // it answers granted with the fence it drew (the lock contract's rule of
 // the resent call), one that never saw it decides it as new. It resends
 // until the backend decides, or until a grant could no longer be found: the
-// backend lease counted from the first attempt's send has run out (a grant
-// extended by a resend that reached the backend is found by the next), T
+// TTL counted from the first attempt's send has run out twice over (a
+// grant extended by a resend that reached the backend is found by the
+// next), T
 // left its catch-up window more than resendSettle ago, or the shutdown
 // grace has ended. Only then is the tick skipped as
 // backend_error, its grant unknown.
@@ -102,14 +103,17 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 			return false // the backend drew the token: a resend is a new request
 		}
 		r = &resending{req: req, wait: resendFirst}
-		// A grant of the first attempt lasts on the backend for the whole
-		// backend lease, the margin included, and each resend that reached
-		// it extended it: until then a resend may still find it (one more
-		// wait covers a resend sent just before). Past T's catch-up window
+		// A grant of the first attempt is found by a resend for its TTL
+		// (Postgres: or its MaxLease, if longer: its record outlives a
+		// session that died), the margin included, and each resend that
+		// reached the backend extended it. Resends go on for twice that:
+		// a link whose replies come late may keep them all from reaching
+		// the backend for a while (Postgres keeps a grant's record that
+		// long, for them: locking/pg's keep). Past T's catch-up window
 		// a found grant cannot run; a resend then only learns of it, to
 		// give its lock back and record it, for resendSettle.
 		inWindow := f.tick.Add(max(f.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
-		r.until = sent.Add(min(s.backendLease(f.def.ttl)+resendMax, max(inWindow, 0)+resendSettle))
+		r.until = sent.Add(min(2*max(f.def.ttl, s.maxLease), max(inWindow, 0)+resendSettle))
 		left := r.until.Sub(s.leaseNow())
 		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, left)
 		f.resend = r

@@ -180,7 +180,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// another acquisition, nor by taking the lock again below the last
 	// holder's fence (Tick/ResendAfterLaterLock).
 	//
-	// until is the grant's clock plus its own keep, max(TTL, MaxLease)
+	// until is the grant's clock plus its own keep, twice max(TTL, MaxLease)
 	// (startTick): a resend comes while its caller counts on the lease, or,
 	// told resend_held, until the server dropped the first call's session.
 	// A granted resend extends it by its own keep from now, as a renewal

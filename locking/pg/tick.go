@@ -71,8 +71,12 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 	c = tickCall{req: req, token: token, lockKey: lockKey, id: lockID(l.opts.Namespace, lockKey)}
 	// A resend comes while the caller still counts on its lease (TTL), or
 	// later when it was told resend_held until the server dropped the first
-	// call's session (within MaxLease).
-	c.keep = max(req.TTL, l.MaxLease()).Microseconds()
+	// call's session (within MaxLease); and for as long again, for a
+	// resend that could not reach the server meanwhile: the first call's
+	// statement timed out, its session was ended, and a new one cannot be
+	// set up over a link whose replies come late (the scheduler resends for
+	// as long: scheduler/resend.go).
+	c.keep = 2 * max(req.TTL, l.MaxLease()).Microseconds()
 	tickUS := req.Tick.UnixMicro()
 	resend := func(ls *lease) bool {
 		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key
