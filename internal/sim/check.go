@@ -23,25 +23,21 @@ type violation struct {
 	known string
 }
 
-// Known holes: violations the simulation found in the scheduler whose
-// fixes are other engineers' (issue 25). TestSim reports them without
-// failing unless -strict, so that the suite stays green while they are
-// open and a new kind of violation still fails it.
+// Known holes: violations the simulation finds in the scheduler that are
+// not fixed yet. TestSim reports them without failing unless -strict, so
+// that the suite stays green while they are open and a new kind of
+// violation still fails it. Once one stops appearing, delete it: it then
+// fails again if it comes back.
 const (
-	// A try-lock-tick whose reply was lost is not resent: the backend
-	// granted the tick and raised its mark, the node skipped it as
-	// backend_error, and it runs nowhere (the resend of the lock
-	// contract, "a resent call is answered from its own lock").
-	holeNoResend = "no resend after a lost reply"
-	// The run's renewals restart their period with each phase of the
-	// run (the jitter wait, each attempt's watch, each retry backoff's
-	// hold), so a chain of phases each shorter than a period renews
-	// nothing for longer than the lease (sooner when the grant's answer
-	// came late: the lease counts from the send), and no timer cancels the
-	// job at the lease deadline itself: the renewal that notices comes up
-	// to a period later. When the period is longer than the safety margin,
-	// the job outlives the lock on the backend too.
-	holeLatePhaseRenewal = "a job runs past its lease deadline (renewals restart with each phase of a run; no timer at the deadline)"
+	// A try-lock-tick whose reply was lost is resent with its token until
+	// the backend decides, but the simulated link makes a lost reply cost
+	// the caller its whole deadline (the tick's TTL), so the resend
+	// reaches the memory backend after the grant's lock expired. Memory
+	// and Redis keep no record of a grant past its lock (Postgres keeps
+	// one for twice its lease), so the resend is answered done: the tick
+	// was granted and is neither run nor recorded. The fix is a grant
+	// record on every backend that outlives the lock (issue 26's note).
+	holeNoResend = "a lost reply's resend comes after its grant's lock expired"
 )
 
 // Invariant names.
@@ -408,11 +404,6 @@ func (c *cluster) checkLeases() []violation {
 		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n + step)) {
 			v := violation{inv: invLease, at: a.end, msg: fmt.Sprintf("attempt ran past its lease deadline %s (last heard send %s, lease %v): %v",
 				c.at(last.Add(n)), c.at(last), n, &a)}
-			if !a.end.After(last.Add(n + n/3 + step)) {
-				// Within a renewal period past the deadline: the renewal
-				// that notices came late (see holeLatePhaseRenewal).
-				v.known = holeLatePhaseRenewal
-			}
 			vs = append(vs, v)
 		}
 	}

@@ -105,7 +105,7 @@ func TestSim(t *testing.T) {
 // default set, each with what it found, so that the lead can route it.
 // Replay one with -seed N.
 // (The violations found so far are of known holes, reported rather than
-// excluded: check.go's holeNoResend and holeLatePhaseRenewal.)
+// excluded: check.go's holeNoResend.)
 var knownBad = map[uint64]bool{}
 
 func replay(seed uint64) string {
