@@ -220,7 +220,11 @@ func TestTryLockTicksRepeatedKeys(t *testing.T) {
 	}
 	perTick := func(r *locking.TickRequest) { r.PerTick = true }
 	token := func(r *locking.TickRequest) { r.Token = "0123456789abcdef0123456789abcdef" }
-	floor := func(r *locking.TickRequest) { r.Floor = t0.Add(-time.Second) }
+	// The floor at t0: above now - testSkew (a missing mark's value) for
+	// the whole test while it lasts under testSkew, so both runs keep it
+	// as the mark. At t0 - 1s, a run that began a second after t0 (a
+	// loaded machine) kept now - testSkew instead, and the runs differed.
+	floor := func(r *locking.TickRequest) { r.Floor = t0 }
 	reqs := []locking.TickRequest{
 		req("a", t0, nil),                             // granted
 		req("a", t0, nil),                             // done: the mark the first raised
