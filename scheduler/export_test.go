@@ -46,6 +46,13 @@ func (s *Scheduler) WaitProbeArmed(ctx context.Context) error {
 	return s.waitUntil(ctx, func() bool { return s.backend.probeArmed })
 }
 
+// WaitProbeArmedOrRecovered is WaitProbeArmed, or the outage already over:
+// a probe under way when the backend came back finds it back, and no
+// probe is armed after it.
+func (s *Scheduler) WaitProbeArmedOrRecovered(ctx context.Context) error {
+	return s.waitUntil(ctx, func() bool { return s.backend.probeArmed || !s.backend.down.Load() })
+}
+
 // WakeIn is how long from now, by the scheduler's clock, the parked loop
 // is due to wake on its own (the heap's head, or the bound on its sleep).
 func (s *Scheduler) WakeIn() time.Duration {
