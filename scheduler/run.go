@@ -379,8 +379,19 @@ func (w *watch) stop() (overrun bool) {
 	if renewal != nil {
 		<-renewal
 	}
-	// Reset for the next run; only s and timer are kept.
-	*w = watch{s: w.s, timer: w.timer}
+	// Reset for the next run under mu, field by field: only s, timer and
+	// mu itself are kept. A firing whose goroutine started before Stop
+	// stopped a later arming may still be locking mu (the simulation's
+	// race detector caught the whole-struct reset writing mu under it,
+	// seed 1215); it then finds a watch with nothing due, or the next
+	// run's, and only re-arms the timer to what that run has due.
+	w.mu.Lock()
+	w.f, w.l, w.fence, w.cancel = fired{}, nil, 0, nil
+	w.list, w.next, w.prev = nil, nil, nil
+	w.renewAt, w.timeoutAt, w.overrunAt, w.leaseAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	w.renewing, w.cancelRenew, w.lost = false, nil, false
+	w.pending, w.ended, w.endWait, w.renewWait, w.overrun = false, false, nil, nil, false
+	w.mu.Unlock()
 	return overrun
 }
 
