@@ -64,6 +64,7 @@ type run struct {
 	killed      bool
 	attempts    int
 	lastFailed  bool // its last attempt failed: a retry may have been due
+	manual      bool // a trigger's or backfill's run (keyed by its run id)
 }
 
 func (r run) String() string {
@@ -77,12 +78,15 @@ func runs(atts []attempt) []run {
 	byID := map[string]*run{}
 	var order []string
 	for _, a := range atts {
-		r, ok := byID[a.runID]
+		// A run id is the run's on one node life: a manual request's id
+		// taken by two nodes (a violation) is two runs.
+		id := fmt.Sprint(a.runID, "/", a.node, "/", a.life)
+		r, ok := byID[id]
 		if !ok {
 			r = &run{sched: a.sched, node: a.node, life: a.life, tick: a.tick, runID: a.runID,
-				fence: a.fence, start: a.start}
-			byID[a.runID] = r
-			order = append(order, a.runID)
+				fence: a.fence, start: a.start, manual: a.manual}
+			byID[id] = r
+			order = append(order, id)
 		}
 		r.attempts++
 		if a.start.Before(r.start) {
@@ -115,6 +119,9 @@ func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
 func (c *cluster) check() []violation {
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
+	c.opsMu.Lock()
+	c.stats.ops = c.opStats
+	c.opsMu.Unlock()
 	for _, g := range c.uniqueGrants() {
 		c.stats.grants++
 		if !g.delivered {
@@ -138,6 +145,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkHistory(all)...)
 	vs = append(vs, c.checkLiveness(all)...)
 	vs = append(vs, c.checkGrantsRun(all)...)
+	vs = append(vs, c.checkManual()...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
@@ -169,7 +177,12 @@ func (c *cluster) checkTwice(all []run) []violation {
 			continue
 		}
 		k := st{r.sched, r.tick}
-		if prev, ok := seen[k]; ok {
+		if prev, ok := seen[k]; r.manual {
+			// A manual run is not a scheduled tick's: a trigger's tick is
+			// any time, a backfill's runs a decided tick again. Each runs
+			// once by its run id (checkManual), and a backfill never
+			// races its tick's regular run (checkManual).
+		} else if ok {
 			vs = append(vs, violation{inv: invTwice, at: r.start, msg: fmt.Sprintf("tick ran twice:\n    %v\n    %v", prev, r)})
 		} else {
 			seen[k] = r
@@ -255,8 +268,8 @@ func (c *cluster) checkOverlap(all []run) []violation {
 func (c *cluster) checkHistory(all []run) []violation {
 	c.ledger.mu.Lock()
 	hist := map[string]histRec{}
-	for _, h := range c.history {
-		hist[h.RunID] = h
+	for _, h := range c.history { // by run id and the life that wrote it, as runs keys them
+		hist[fmt.Sprint(h.RunID, "/", h.Node, "/", h.life)] = h
 	}
 	died := map[[2]any]time.Time{}
 	for _, l := range c.lives {
@@ -273,7 +286,7 @@ func (c *cluster) checkHistory(all []run) []violation {
 		if d, ok := died[[2]any{r.node, r.life}]; ok && (r.end.After(d.Add(-c.maxTTL()-2*step)) || c.faulty(r.node, r.end, d)) {
 			continue
 		}
-		h, ok := hist[r.runID]
+		h, ok := hist[fmt.Sprint(r.runID, "/", r.node, "/", r.life)]
 		switch {
 		case !ok:
 			vs = append(vs, violation{inv: invHistory, at: r.end, msg: fmt.Sprintf("run not in history: %v", r)})
@@ -328,6 +341,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		if ran[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] {
 			continue
 		}
+		if g.manual && (c.refusedTake(g.token) || (!g.delivered && g.backfill)) {
+			// Refused by the scheduler and released; or a backfill's take
+			// whose reply was lost: the request stays queued until Done,
+			// and the next poll takes it once the lock expired.
+			continue
+		}
 		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(g.ttl)) {
 			continue
 		}
@@ -347,7 +366,10 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
 			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)}
-		if !g.delivered {
+		switch {
+		case g.manual && !g.delivered:
+			v.known = holeTakeLost
+		case !g.delivered:
 			v.known = holeNoResend
 		}
 		vs = append(vs, v)
@@ -418,7 +440,9 @@ func (c *cluster) checkPaused(all []run) []violation {
 	var vs []violation
 	for _, w := range c.plan.pauses {
 		for _, g := range c.uniqueGrants() {
-			if g.key == w.sched && g.at.After(w.from) && g.at.Before(w.to) {
+			// A manual run's take does not read the pause flag: an
+			// operator's trigger runs a paused schedule.
+			if !g.manual && g.key == w.sched && g.at.After(w.from) && g.at.Before(w.to) {
 				vs = append(vs, violation{inv: invPaused, at: g.at, msg: fmt.Sprintf("%s@%s granted to %s/%d while paused (%s..%s)",
 					g.key, c.at(g.tick), g.node, g.life, c.at(w.from), c.at(w.to))})
 			}

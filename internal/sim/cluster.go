@@ -41,12 +41,15 @@ type cluster struct {
 	evMu   sync.Mutex
 	events []event
 	q      quiescer
+
+	opsState // the operators' actions (cluster_ops.go)
 }
 
 // stats count what a seed exercised, so a run can tell how much its
 // invariants saw (a liveness check that checked no tick proves nothing).
 type stats struct {
 	runs, grants, undelivered, checkedTicks, crashes, stops int
+	ops                                                     opStats
 }
 
 func (s *stats) add(o stats) {
@@ -56,11 +59,12 @@ func (s *stats) add(o stats) {
 	s.checkedTicks += o.checkedTicks
 	s.crashes += o.crashes
 	s.stops += o.stops
+	s.ops.add(o.ops)
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops",
-		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops)
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops; %v",
+		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.ops)
 }
 
 // event is one line of the trace printed around a violation.
@@ -87,6 +91,9 @@ type lifeState struct {
 	// startedAt and endedAt are when it was started and stopped or
 	// crashed (zero: it ran to the end of the run), in true time.
 	startedAt, endedAt time.Time
+	// scheds is the schedule set it runs (the harness's: a reload
+	// replaces it).
+	scheds []scheduler.Schedule
 }
 
 func (c *cluster) event(at time.Time, format string, a ...any) {
@@ -147,6 +154,7 @@ func simulate(p *plan) (*cluster, error) {
 				}
 			}
 		}
+		d = c.untilNextOp(now, d)
 		if err := c.advance(d); err != nil {
 			return c, err
 		}
@@ -195,6 +203,9 @@ func closed(ch chan struct{}) bool {
 }
 
 func (c *cluster) allDone() bool {
+	if c.polling.Load() > 0 {
+		return false
+	}
 	for _, l := range c.lives {
 		if !closed(l.done) {
 			return false
@@ -221,6 +232,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	for i := range c.plan.scheds {
 		sp := &c.plan.scheds[i]
 		sc := sp.Schedule
+		sc.CronExpr, _ = c.plan.timing(sp.ID, c.clock.Now()) // a reload's, once done
 		sc.Job = &job{c: c, sp: sp, lf: l}
 		scheds = append(scheds, sc)
 	}
@@ -237,7 +249,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	if err != nil {
 		panic(fmt.Sprintf("sim: the plan's schedules are invalid: %v", err)) // a bug of plan.go
 	}
-	l.s = s
+	l.s, l.scheds = s, scheds
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	go func() {
@@ -311,4 +323,5 @@ func (c *cluster) operate(now time.Time) {
 			panic(fmt.Sprintf("sim: the memory backend refused a pause: %v", err)) // cannot happen: no faults there
 		}
 	}
+	c.operateOps(now)
 }

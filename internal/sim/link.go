@@ -357,6 +357,9 @@ type grant struct {
 	returned uint64    // cluster.seq after it returned
 	// delivered: the node heard the grant (the reply was not lost).
 	delivered bool
+	// manual: a take of a manual run's request (tick is the run's);
+	// backfill: of a backfill's.
+	manual, backfill bool
 }
 
 // grantLog is the backend's log of grants, kept by the links.

@@ -1,0 +1,108 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// The checks of the operators' actions (check_ops.go), on ledgers made by
+// hand.
+
+// ranManual records a manual run (request id) of tick (milliseconds from
+// t0) on node, with its take's grant, its lease and its history record.
+func (c *cluster) ranManual(node, id string, tickMs int, fence int64, backfill bool) {
+	tk := t0.Add(time.Duration(tickMs) * time.Millisecond)
+	seq := c.seq.Add(2)
+	tok := "manual-" + id + "-" + node
+	c.grants.add(grant{node: node, key: "s0", tick: tk, fence: fence, token: tok, ttl: 8 * time.Second,
+		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill})
+	c.leases.heard(tok, tk)
+	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: tk, node: node, runID: id,
+		attempt: 1, fence: fence, manual: true, start: tk, end: tk.Add(100 * time.Millisecond)})
+	c.history = append(c.history, histRec{RunRecord: scheduler.RunRecord{Schedule: "s0", Tick: tk,
+		Node: node, Fence: fence, RunID: id, Manual: true}})
+}
+
+func TestCheckManualRunIsNotItsTicksRun(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	// A trigger accepted on the second of tick 10, and a backfill of tick
+	// 6 (decided long before): neither runs a tick twice.
+	c.ranManual("node-0", "trigger-0", 10_000, 200, false)
+	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
+		seq: c.markRead["node-0/s0"], at: t0.Add(12 * time.Second)})
+	c.ranManual("node-0", "backfill-0", 6_000, 201, true)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations: %+v", vs)
+	}
+}
+
+func TestCheckFindsManualRequestRunTwice(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	c.ranManual("node-0", "trigger-0", 10_500, 200, false)
+	c.ranManual("node-1", "trigger-0", 11_500, 201, false)
+	wantOnly(t, c.check(), invTwice)
+}
+
+func TestCheckFindsBackfillRacingItsTick(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(20)
+	// The backfill of tick 20 was accepted on a mark read before tick 20's
+	// regular grant: the tick was not decided, and runs twice.
+	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(20 * time.Second),
+		seq: c.markRead["node-0/s0"], at: t0.Add(19 * time.Second)})
+	c.ranManual("node-0", "backfill-0", 20_000, 200, true)
+	c.ran(20, time.Second, 300)
+	wantOnly(t, c.check(), invBackfill)
+}
+
+func TestCheckFindsLostTriggerTake(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	seq := c.seq.Add(2)
+	c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(15500 * time.Millisecond), fence: 300, token: "lost",
+		ttl: 8 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, manual: true})
+	vs := c.check()
+	wantOnly(t, vs, invLost)
+	if vs[0].known != holeTakeLost {
+		t.Fatalf("a lost trigger take is reported as %q, want the known hole %q", vs[0].known, holeTakeLost)
+	}
+	// Refused by the scheduler (and released): no run is owed.
+	c.refused = map[string]bool{"lost": true}
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations once the take was refused: %+v", vs)
+	}
+}
+
+func TestCheckLivenessFollowsReload(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	for tick := 2; tick <= 12; tick += 2 { // the old spec's ticks, until the reload
+		c.ran(tick, time.Second, int64(tick))
+	}
+	c.plan.ops = []opAction{{kind: opReload, sched: "s0", at: t0.Add(14 * time.Second), cron: "*/3 * * * * *", period: 3 * time.Second}}
+	vs := c.check()
+	// The new spec's tick 24 (past the reload's margin) never ran; the
+	// old spec's 16..26 are not owed.
+	wantOnly(t, vs, invLiveness)
+	if len(vs) != 1 || !vs[0].at.Equal(t0.Add(24*time.Second)) {
+		t.Fatalf("violations %+v, want one, of tick +24s", vs)
+	}
+	c.ran(24, time.Second, 24)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations with the new spec's tick run: %+v", vs)
+	}
+}
+
+func TestCheckLivenessExcusesTickHeldByManualRun(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(14)
+	c.ranManual("node-0", "trigger-0", 13_500, 100, false)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("a tick whose lock a trigger held is owed: %+v", vs)
+	}
+}
