@@ -119,6 +119,7 @@ func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
 func (c *cluster) check() []violation {
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
+	c.stats.dups = int(c.dupsApplied.Load())
 	c.opsMu.Lock()
 	c.stats.ops = c.opStats
 	c.opsMu.Unlock()
@@ -367,6 +368,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
 			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)}
 		switch {
+		case g.dup && !g.origHeard:
+			v.known = holeDupResend
+		case g.dup:
+			// The copy granted what its original was answered otherwise
+			// (contended, refused) to a node that moved on.
+			v.known = holeDupGrant
 		case g.manual && !g.delivered:
 			v.known = holeTakeLost
 		case !g.delivered:

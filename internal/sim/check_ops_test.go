@@ -106,3 +106,21 @@ func TestCheckLivenessExcusesTickHeldByManualRun(t *testing.T) {
 		t.Fatalf("a tick whose lock a trigger held is owed: %+v", vs)
 	}
 }
+
+func TestCheckRoutesDuplicatedGrants(t *testing.T) {
+	for _, tc := range []struct {
+		heard bool
+		hole  string
+	}{{true, holeDupGrant}, {false, holeDupResend}} {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(29 * time.Second), fence: 300, token: "copy",
+			ttl: 8 * time.Second, at: t0.Add(29 * time.Second), issued: seq - 1, returned: seq, dup: true, origHeard: tc.heard})
+		vs := c.check()
+		wantOnly(t, vs, invLost)
+		if vs[0].known != tc.hole {
+			t.Errorf("a copy's grant (original heard %v) is routed to %q, want %q", tc.heard, vs[0].known, tc.hole)
+		}
+	}
+}

@@ -43,6 +43,7 @@ type cluster struct {
 	q      quiescer
 
 	opsState // the operators' actions (cluster_ops.go)
+	dupState // duplicated calls (link_dup.go)
 }
 
 // stats count what a seed exercised, so a run can tell how much its
@@ -50,6 +51,7 @@ type cluster struct {
 type stats struct {
 	runs, grants, undelivered, checkedTicks, crashes, stops int
 	ops                                                     opStats
+	dups                                                    int // copies of duplicated calls applied
 }
 
 func (s *stats) add(o stats) {
@@ -60,11 +62,12 @@ func (s *stats) add(o stats) {
 	s.crashes += o.crashes
 	s.stops += o.stops
 	s.ops.add(o.ops)
+	s.dups += o.dups
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops; %v",
-		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.ops)
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops, %d duplicated calls; %v",
+		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.dups, s.ops)
 }
 
 // event is one line of the trace printed around a violation.
@@ -203,7 +206,7 @@ func closed(ch chan struct{}) bool {
 }
 
 func (c *cluster) allDone() bool {
-	if c.polling.Load() > 0 {
+	if c.polling.Load() > 0 || c.dupsInFlight.Load() > 0 {
 		return false
 	}
 	for _, l := range c.lives {

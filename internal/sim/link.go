@@ -193,6 +193,7 @@ func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.
 		// backend applied it) but no one is left to hear the answer.
 		f = loseReply
 	}
+	l.dupLater(tickID(r), l.dupTick([]locking.TickRequest{r}, f == pass))
 	l.logGrant(r, ans, err, issued, sent, f == pass)
 	if f == loseReply {
 		return locking.TickAnswer{}, l.refusal(ctx, f)
@@ -237,6 +238,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	if l.cut.Load() {
 		f = loseReply
 	}
+	l.dupLater("batch of "+tickID(reqs[0]), l.dupTick(reqs, f == pass))
 	for i, r := range reqs {
 		if i < len(got) && i < len(gotErrs) {
 			l.logGrant(r, got[i], gotErrs[i], issued, sent, f == pass)
@@ -275,6 +277,7 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
+	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), l.dupRenew(h))
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}
@@ -295,6 +298,7 @@ func (l *link) Release(ctx context.Context, h *locking.Handle) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.Release(ctx, h)
+	l.dupLater(fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()), l.dupRelease(h))
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}
@@ -318,6 +322,7 @@ func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 		return fail(l.refusal(ctx, f))
 	}
 	got := l.mem.ReleaseAll(ctx, hs)
+	l.dupLater(fmt.Sprintf("release batch %s fence %d", hs[0].Key(), hs[0].Fence()), l.dupRelease(hs...))
 	if f == loseReply || l.cut.Load() {
 		return fail(l.refusal(ctx, loseReply))
 	}
@@ -360,6 +365,9 @@ type grant struct {
 	// manual: a take of a manual run's request (tick is the run's);
 	// backfill: of a backfill's.
 	manual, backfill bool
+	// dup: made by a duplicated call's copy (link_dup.go), heard by no
+	// one; origHeard: the node heard the original call's answer.
+	dup, origHeard bool
 }
 
 // grantLog is the backend's log of grants, kept by the links.

@@ -89,6 +89,8 @@ func (k faultKind) String() string {
 		return "flaky"
 	case stall:
 		return "stall"
+	case dup:
+		return "dup"
 	}
 	return fmt.Sprintf("fault(%d)", uint8(k))
 }
@@ -125,6 +127,7 @@ func newPlan(seed uint64) *plan {
 		// what it was before pauses were drawn.
 		p.drawPauses(rand.New(rand.NewPCG(seed, 0x9a05e)))
 		p.drawOps(rand.New(rand.NewPCG(seed, 0x0e7a7e)))
+		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
 	}
 	return p
 }
