@@ -120,6 +120,7 @@ func (c *cluster) check() []violation {
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
 	c.stats.dups = int(c.dupsApplied.Load())
+	c.stats.freezes = c.freezeStats
 	c.opsMu.Lock()
 	c.stats.ops = c.opStats
 	c.opsMu.Unlock()
@@ -248,7 +249,7 @@ func (c *cluster) checkOverlap(all []run) []violation {
 		if !locked(sp.Schedule) {
 			k += "/" + r.node
 		}
-		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) {
+		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) && !c.frozenOver(prev, r.start) {
 			vs = append(vs, violation{inv: invOverlap, at: r.start, msg: fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
 		}
 		if prev, ok := last[k]; !ok || prev.end.Before(r.end) || r.end.IsZero() {
@@ -430,7 +431,7 @@ func (c *cluster) checkLeases() []violation {
 				c.at(last), n, &a)})
 			continue
 		}
-		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n + step)) {
+		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n+step)) && !c.frozenPast(a, last.Add(n)) {
 			v := violation{inv: invLease, at: a.end, msg: fmt.Sprintf("attempt ran past its lease deadline %s (last heard send %s, lease %v): %v",
 				c.at(last.Add(n)), c.at(last), n, &a)}
 			vs = append(vs, v)

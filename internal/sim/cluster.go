@@ -44,6 +44,8 @@ type cluster struct {
 
 	opsState // the operators' actions (cluster_ops.go)
 	dupState // duplicated calls (link_dup.go)
+	// freezeStats counts the freezes carried out (freeze.go).
+	freezeStats int
 }
 
 // stats count what a seed exercised, so a run can tell how much its
@@ -52,6 +54,7 @@ type stats struct {
 	runs, grants, undelivered, checkedTicks, crashes, stops int
 	ops                                                     opStats
 	dups                                                    int // copies of duplicated calls applied
+	freezes                                                 int
 }
 
 func (s *stats) add(o stats) {
@@ -63,11 +66,12 @@ func (s *stats) add(o stats) {
 	s.stops += o.stops
 	s.ops.add(o.ops)
 	s.dups += o.dups
+	s.freezes += o.freezes
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops, %d duplicated calls; %v",
-		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.dups, s.ops)
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops, %d duplicated calls, %d freezes; %v",
+		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.dups, s.freezes, s.ops)
 }
 
 // event is one line of the trace printed around a violation.
@@ -97,6 +101,8 @@ type lifeState struct {
 	// scheds is the schedule set it runs (the harness's: a reload
 	// replaces it).
 	scheds []scheduler.Schedule
+	// frz freezes it (freeze.go); nil when its plan has no freeze.
+	frz *freezer
 }
 
 func (c *cluster) event(at time.Time, format string, a ...any) {
@@ -231,6 +237,12 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	l := &lifeState{node: n.id, life: k, plan: lp, done: make(chan struct{}), killed: make(chan struct{}),
 		startedAt: c.clock.Now()}
 	l.link = newLink(c, n.id, k, n.faults)
+	var clock scheduler.Clock = scheduler.OffsetClock(c.clock, lp.offset)
+	if _, ok := c.frozenWithin(n.id, k, c.plan.start, c.plan.start.Add(c.plan.span)); ok {
+		l.frz = &freezer{}
+		l.link.frz = l.frz
+		clock = freezeClock{c.clock, lp.offset, l.frz}
+	}
 	var scheds []scheduler.Schedule
 	for i := range c.plan.scheds {
 		sp := &c.plan.scheds[i]
@@ -246,7 +258,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	s, err := scheduler.New(scheduler.Options{
 		NodeID: n.id, Locker: l.link, Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
-		Clock: scheduler.OffsetClock(c.clock, lp.offset), Observer: &observer{c: c, lf: l},
+		Clock: clock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
 	}, scheds)
 	if err != nil {

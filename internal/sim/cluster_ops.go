@@ -70,6 +70,7 @@ func (s opStats) String() string {
 
 // untilNextOp shortens d so that the clock stops at the next action.
 func (c *cluster) untilNextOp(now time.Time, d time.Duration) time.Duration {
+	d = c.untilNextFreeze(now, d)
 	for _, op := range c.plan.ops {
 		if op.at.After(now) {
 			d = min(d, op.at.Sub(now))
@@ -80,6 +81,7 @@ func (c *cluster) untilNextOp(now time.Time, d time.Duration) time.Duration {
 
 // operateOps carries out the actions due at now.
 func (c *cluster) operateOps(now time.Time) {
+	c.operateFreezes(now)
 	for _, op := range c.plan.ops {
 		if !op.at.Equal(now) {
 			continue

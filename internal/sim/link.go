@@ -37,6 +37,9 @@ type link struct {
 
 	mu    sync.Mutex
 	calls map[string]int // per call identity, how many were made: part of its draw
+
+	// frz is the life's freezer (freeze.go), nil when it never freezes.
+	frz *freezer
 }
 
 var (
@@ -178,6 +181,7 @@ func tickID(r locking.TickRequest) string {
 // grant the backend applied goes to the cluster's grant log, delivered or
 // not.
 func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, tickID(r))
 	if err != nil {
@@ -218,6 +222,7 @@ func (l *link) logGrant(r locking.TickRequest, ans locking.TickAnswer, err error
 // TryLockTicks is one round trip for the batch: its fate is the fate of
 // every request in it, as when a connection drops.
 func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	fail := func(err error) ([]locking.TickAnswer, []error) {
@@ -252,6 +257,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 
 // InitMarks creates absent marks; a lost reply still created them.
 func (l *link) InitMarks(ctx context.Context, keys []string) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	f, err := l.decide(ctx, "init-marks")
 	if err != nil {
 		return err
@@ -268,6 +274,7 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 
 // Renew extends the lock; a lost reply extended it all the same.
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
@@ -290,6 +297,7 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 
 // Release gives the lock back; a lost reply gave it back all the same.
 func (l *link) Release(ctx context.Context, h *locking.Handle) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	f, err := l.decide(ctx, fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
 		return err
@@ -307,6 +315,7 @@ func (l *link) Release(ctx context.Context, h *locking.Handle) error {
 
 // ReleaseAll is one round trip for the batch.
 func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	errs := make([]error, len(hs))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -333,6 +342,7 @@ func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 // pauses anything in this cut of the simulation, and a node-local tick
 // reads the flag only to learn that it is not paused.
 func (l *link) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	if l.cut.Load() {
 		return locking.Pause{}, errCut
 	}
@@ -341,6 +351,7 @@ func (l *link) GetPause(ctx context.Context, key string) (locking.Pause, error) 
 
 // SetPause: see GetPause.
 func (l *link) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	if l.cut.Load() {
 		return errCut
 	}

@@ -20,6 +20,7 @@ var _ locking.MarkReader = (*link)(nil)
 // it, see holeTakeLost). A lock it took goes to the grant log, marked
 // manual, with tick as the run's tick.
 func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time) (store.Taken, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, "take-request "+schedule)
 	if err != nil {
@@ -58,6 +59,7 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 // number after the last read returned (cluster.seq): a backfill accepted
 // on that read must see no regular grant of its tick issued after it.
 func (l *link) Mark(ctx context.Context, key string) (time.Time, bool, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	f, err := l.decide(ctx, "mark "+key)
 	if err != nil {
 		return time.Time{}, false, err

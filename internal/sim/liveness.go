@@ -102,6 +102,13 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	if c.nearReload(sp.ID, t) || c.manualHeld(sp.ID, t.Add(-2*step), t.Add(sp.period+sp.Jitter+2*step), all) {
 		return false
 	}
+	for _, f := range c.plan.freezes {
+		// A frozen node is not healthy, and a lock it holds is held
+		// until the freeze ends (its renewals stop) or its TTL runs out.
+		if f.from.Before(to) && f.to.After(from) {
+			return false
+		}
+	}
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {

@@ -35,6 +35,8 @@ type plan struct {
 	pauses []pauseWindow
 	// ops are the other operators' actions (plan_ops.go), in draw order.
 	ops []opAction
+	// freezes are lives frozen for a while (freeze.go).
+	freezes []freezeWindow
 	// hashKey makes the per-call decisions (link.go) a function of the
 	// seed and the call's identity.
 	hashKey uint64
@@ -128,6 +130,7 @@ func newPlan(seed uint64) *plan {
 		p.drawPauses(rand.New(rand.NewPCG(seed, 0x9a05e)))
 		p.drawOps(rand.New(rand.NewPCG(seed, 0x0e7a7e)))
 		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
+		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
 	}
 	return p
 }
@@ -287,5 +290,6 @@ func (p *plan) String() string {
 		fmt.Fprintf(&b, "  pause %s +%v..+%v (until: %v)\n", w.sched, w.from.Sub(p.start), w.to.Sub(p.start), w.until)
 	}
 	b.WriteString(p.opsString())
+	b.WriteString(p.freezesString())
 	return b.String()
 }
