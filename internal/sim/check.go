@@ -431,7 +431,7 @@ func (c *cluster) checkLeases() []violation {
 				c.at(last), n, &a)})
 			continue
 		}
-		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n+step)) && !c.frozenPast(a, last.Add(n)) {
+		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n+c.endLag(a.sched))) && !c.frozenPast(a, last.Add(n)) {
 			v := violation{inv: invLease, at: a.end, msg: fmt.Sprintf("attempt ran past its lease deadline %s (last heard send %s, lease %v): %v",
 				c.at(last.Add(n)), c.at(last), n, &a)}
 			vs = append(vs, v)

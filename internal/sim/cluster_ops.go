@@ -134,7 +134,12 @@ func (c *cluster) enqueue(op opAction, now time.Time) {
 	}
 	req := store.Request{ID: op.id, Schedule: op.sched, Tick: now, Backfill: op.kind == opBackfill, By: "sim", At: now}
 	if req.Backfill {
-		req.Tick = op.tick
+		// The drawn tick is of the spec without the schedule's spread,
+		// drawn later (workload.go): the spread's tick at or after it.
+		sp := c.sched(op.sched)
+		cron, _ := c.plan.timing(op.sched, op.tick)
+		req.Tick = sp.spec(cron).Next(op.tick.Add(-time.Nanosecond))
+		op.tick = req.Tick
 	}
 	if err := c.mem.Enqueue(context.Background(), []store.Request{req}); err != nil {
 		panic(fmt.Sprintf("sim: the memory backend refused a request: %v", err)) // no faults there

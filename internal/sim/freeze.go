@@ -74,7 +74,7 @@ func (c *cluster) frozenPast(a attempt, deadline time.Time) bool {
 	// The deadline's timer fires at the grid point after it: a freeze
 	// starting within a step after it holds the cancel back too.
 	f, ok := c.frozenWithin(a.node, a.life, deadline, deadline.Add(step))
-	return ok && !a.end.After(f.to.Add(step))
+	return ok && !a.end.After(f.to.Add(c.endLag(a.sched)))
 }
 
 // frozenOver reports whether run prev, still running at t by the ledger,
@@ -84,7 +84,17 @@ func (c *cluster) frozenPast(a attempt, deadline time.Time) bool {
 // resumed node could cancel), and was stopped as soon as it could be.
 func (c *cluster) frozenOver(prev run, t time.Time) bool {
 	f, ok := c.frozenWithin(prev.node, prev.life, prev.start, t.Add(time.Nanosecond))
-	return ok && !prev.end.IsZero() && !prev.end.After(f.to.Add(step))
+	return ok && !prev.end.IsZero() && !prev.end.After(f.to.Add(c.endLag(prev.sched)))
+}
+
+// endLag is how long after it is cancelled a job of sched may still be
+// seen running: a step (it tells the ledger at the next point the clock
+// stops at), and the kill grace when it ignores SIGTERM.
+func (c *cluster) endLag(sched string) time.Duration {
+	if c.sched(sched).ignoreTerm {
+		return step + killGrace
+	}
+	return step
 }
 
 // freezer is one life's frozen state.

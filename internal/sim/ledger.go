@@ -95,6 +95,7 @@ func (j *job) Run(ctx context.Context, t scheduler.Tick) error {
 		}
 	case <-ctx.Done():
 		err = context.Cause(ctx)
+		j.outlastTerm()
 	case <-j.lf.killed:
 		err = errCut
 	}

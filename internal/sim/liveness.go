@@ -46,10 +46,7 @@ func (c *cluster) checkLiveness(all []run) []violation {
 		// A reload changes which ticks exist: each tick is one of the
 		// spec in force at it (segments).
 		for _, seg := range c.segments(sp) {
-			spec, err := scheduler.ParseSpec(seg.cron, time.UTC)
-			if err != nil {
-				panic(fmt.Sprintf("sim: plan's spec %q: %v", seg.cron, err))
-			}
+			spec := sp.spec(seg.cron) // its zone and spread too
 			in := *sp
 			in.CronExpr, in.period = seg.cron, seg.period
 			vs = append(vs, c.checkSegment(&in, spec, later(seg.from, c.plan.start.Add(step)), seg.to, count, all)...)

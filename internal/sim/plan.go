@@ -50,6 +50,9 @@ type schedPlan struct {
 	failRate float64
 	// maxRun bounds a job's duration; some draws pass the lease.
 	maxRun time.Duration
+	// ignoreTerm: the job goes on for killGrace after its context ends
+	// (workload.go).
+	ignoreTerm bool
 }
 
 // nodePlan is one node id over the whole run: its incarnations, each a
@@ -117,6 +120,7 @@ func newPlan(seed uint64) *plan {
 		span:    time.Duration(75+r.IntN(76)) * time.Second,
 		hashKey: r.Uint64(),
 	}
+	dst := p.drawDSTStart(rand.New(rand.NewPCG(seed, 0xd57d57)))
 	for i := range 2 + r.IntN(4) {
 		p.scheds = append(p.scheds, drawSchedule(r, i))
 	}
@@ -132,6 +136,7 @@ func newPlan(seed uint64) *plan {
 		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
 		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
 	}
+	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
 	return p
 }
 
@@ -269,8 +274,8 @@ func (p *plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  span %v\n", p.span)
 	for _, s := range p.scheds {
-		fmt.Fprintf(&b, "  %s %q %s overlap %s expected %v jitter %v retries %d fail %.1f max run %v\n",
-			s.ID, s.CronExpr, s.Hint, s.Overlap, s.ExpectedRuntime, s.Jitter, s.Retries, s.failRate, s.maxRun)
+		fmt.Fprintf(&b, "  %s %q %s overlap %s expected %v jitter %v retries %d fail %.1f max run %v%s\n",
+			s.ID, s.CronExpr, s.Hint, s.Overlap, s.ExpectedRuntime, s.Jitter, s.Retries, s.failRate, s.maxRun, s.workloadString())
 	}
 	for _, n := range p.nodes {
 		fmt.Fprintf(&b, "  %s:", n.id)
