@@ -148,6 +148,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkLiveness(all)...)
 	vs = append(vs, c.checkGrantsRun(all)...)
 	vs = append(vs, c.checkManual()...)
+	vs = append(vs, c.checkTicks(all)...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }

@@ -124,3 +124,51 @@ func TestCheckRoutesDuplicatedGrants(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckFindsRunOfNoTick(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.ledger.atts[4].tick = c.ledger.atts[4].tick.Add(time.Second) // tick 10 ran as 11: no tick of */2
+	c.history[4].Tick = c.ledger.atts[4].tick
+	c.grants.gs[4].tick = c.ledger.atts[4].tick
+	vs := c.check()
+	found := false
+	for _, v := range vs {
+		found = found || v.inv == invSpec
+	}
+	if !found {
+		t.Fatalf("no %q in %+v", invSpec, vs)
+	}
+}
+
+func TestCheckTicksFollowZoneAndSpread(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	sp := &c.plan.scheds[0]
+	sp.CronExpr, sp.Location, sp.period = "*/10 * 1,3 * * *", dstZone, 10*time.Second
+	// 2026-11-01 01:59:50 EDT, then 01:00:00 EST: hour 1 repeated, which
+	// the spec fires in once, at its first occurrence.
+	first := time.Date(2026, 11, 1, 5, 59, 50, 0, time.UTC)
+	c.ledger.atts = []*attempt{{sched: "s0", tick: first, node: "node-0", runID: "a", attempt: 1, start: first, end: first}}
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 0 {
+		t.Fatalf("01:59:50 EDT is a tick: %+v", vs)
+	}
+	again := first.Add(10 * time.Second) // 01:00:00 EST
+	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: again, node: "node-0", runID: "b", attempt: 1, start: again, end: again})
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 1 {
+		t.Fatalf("01:00:00 EST, the repeated hour, ran: want one violation, got %+v", vs)
+	}
+	// With a spread of 9s, s0's ticks move by its offset.
+	sp.Location, sp.CronExpr, sp.Spread = nil, "*/10 * * * * *", 9*time.Second
+	off := scheduler.SpreadOffset("s0", sp.Spread)
+	tk := t0.Add(10*time.Second + off)
+	c.ledger.atts = []*attempt{{sched: "s0", tick: tk, node: "node-0", runID: "c", attempt: 1, start: tk, end: tk}}
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 0 {
+		t.Fatalf("+10s plus the offset %v is a tick: %+v", off, vs)
+	}
+	if off != 0 {
+		c.ledger.atts[0].tick = t0.Add(10 * time.Second)
+		if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 1 {
+			t.Fatalf("+10s without the offset %v ran: want one violation, got %+v", off, vs)
+		}
+	}
+}

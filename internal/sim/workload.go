@@ -127,3 +127,30 @@ func (j *job) outlastTerm() {
 	case <-j.lf.killed:
 	}
 }
+
+const invSpec = "1d a scheduled run's tick is one of its schedule's ticks"
+
+// checkTicks: invariant 1d. A run that is not manual runs a tick of its
+// schedule's spec (in its zone, with its spread): of the plan's or, once
+// reloaded, of either (a tick due at the reload may be the old spec's,
+// caught up late). A DST change must neither invent a tick (the hour
+// skipped in spring) nor repeat one (the hour repeated in autumn fires
+// once, at its first occurrence, the spec's choice).
+func (c *cluster) checkTicks(all []run) []violation {
+	var vs []violation
+	for _, r := range all {
+		if r.manual {
+			continue
+		}
+		sp := c.sched(r.sched)
+		ok := false
+		for _, seg := range c.segments(sp) {
+			ok = ok || sp.spec(seg.cron).Next(r.tick.Add(-time.Nanosecond)).Equal(r.tick)
+		}
+		if !ok {
+			vs = append(vs, violation{inv: invSpec, at: r.start, msg: fmt.Sprintf("%s is no tick of %q%s: %v",
+				c.at(r.tick), sp.CronExpr, sp.workloadString(), r)})
+		}
+	}
+	return vs
+}
