@@ -121,6 +121,7 @@ func (c *cluster) check() []violation {
 	c.stats.runs = len(all)
 	c.stats.dups = int(c.dupsApplied.Load())
 	c.stats.freezes = c.freezeStats
+	c.countStops(all)
 	c.opsMu.Lock()
 	c.stats.ops = c.opStats
 	c.opsMu.Unlock()

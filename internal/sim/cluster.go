@@ -55,6 +55,7 @@ type stats struct {
 	ops                                                     opStats
 	dups                                                    int // copies of duplicated calls applied
 	freezes                                                 int
+	stopsAt                                                 stopStats // stops.go
 }
 
 func (s *stats) add(o stats) {
@@ -67,11 +68,13 @@ func (s *stats) add(o stats) {
 	s.ops.add(o.ops)
 	s.dups += o.dups
 	s.freezes += o.freezes
+	s.stopsAt.add(o.stopsAt)
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops, %d duplicated calls, %d freezes; %v",
-		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.dups, s.freezes, s.ops)
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops (%d in a jitter, %d in a run, %d in a retry's backoff), %d duplicated calls, %d freezes; %v",
+		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.stopsAt.inJitter, s.stopsAt.inRun, s.stopsAt.inRetry,
+		s.dups, s.freezes, s.ops)
 }
 
 // event is one line of the trace printed around a violation.

@@ -137,6 +137,7 @@ func newPlan(seed uint64) *plan {
 		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
 	}
 	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
+	p.drawStopPoints(rand.New(rand.NewPCG(seed, 0x5709)))
 	return p
 }
 
