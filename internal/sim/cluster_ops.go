@@ -33,8 +33,8 @@ type opsState struct {
 	refused map[string]bool
 	// backfills is opsMu's: the backfills the scheduler accepted.
 	backfills []acceptedBackfill
-	// polling counts the polls under way: the run has not ended before
-	// they have.
+	// polling counts the polls under way, and the reloads a frozen life
+	// is yet to handle: the run has not ended before they have.
 	polling atomic.Int64
 	// opStats counts the actions carried out (opsMu's).
 	opStats opStats
@@ -109,14 +109,30 @@ func (c *cluster) reload(op opAction, now time.Time) {
 				set[i].CronExpr = op.cron
 			}
 		}
-		if err := l.s.Reload(set); err != nil {
-			panic(fmt.Sprintf("sim: reload of %s refused: %v", op.sched, err)) // a bug of plan_ops.go
-		}
 		l.scheds = set
+		if l.frz.frozen() {
+			// A frozen process handles its SIGHUP on resume; and its
+			// goroutines may hold what Reload waits for until then, which
+			// the harness, waiting, would never bring.
+			c.polling.Add(1)
+			go func() {
+				defer c.polling.Add(-1)
+				l.frz.wait()
+				c.mustReload(l, op, set)
+			}()
+			continue
+		}
+		c.mustReload(l, op, set)
 	}
 	c.opsMu.Lock()
 	c.opStats.reloads++
 	c.opsMu.Unlock()
+}
+
+func (c *cluster) mustReload(l *lifeState, op opAction, set []scheduler.Schedule) {
+	if err := l.s.Reload(set); err != nil {
+		panic(fmt.Sprintf("sim: reload of %s refused: %v", op.sched, err)) // a bug of plan_ops.go
+	}
 }
 
 // enqueue queues op's request and starts the poll of the life op picks

@@ -7,10 +7,16 @@
 // sharing one memory backend (its decision is locking.DecideTick, the
 // reference the Redis and Postgres backends follow). Each node reaches the
 // backend through a link (link.go) that loses replies before or after the
-// backend applied the call, fails calls and stalls, as the seed says. Nodes
-// crash, restart and stop gracefully; their clocks disagree, some beyond
-// max_clock_skew. The jobs write every attempt to the ledger (ledger.go),
-// and check.go holds the invariants the ledger must satisfy.
+// backend applied the call, fails calls and stalls, and applies some calls
+// twice (link_dup.go), as the seed says. Nodes crash, restart, stop
+// gracefully and freeze (freeze.go: a GC pause, SIGSTOP); their clocks
+// disagree, some beyond max_clock_skew. Operators pause and resume
+// schedules, reload one with another timing, trigger a run and backfill a
+// tick (plan_ops.go, cluster_ops.go). Some schedules have a spread, one
+// runs in a zone through a DST change, some jobs ignore SIGTERM
+// (workload.go). The jobs write every attempt to the ledger (ledger.go),
+// and check.go (with check_ops.go) holds the invariants the ledger must
+// satisfy.
 //
 // One seed decides the plan (plan.go): schedules, nodes, offsets and every
 // fault window. Decisions made per call are hashed from the seed and the

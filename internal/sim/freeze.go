@@ -120,6 +120,17 @@ func (f *freezer) resume() {
 	f.mu.Unlock()
 }
 
+// frozen reports whether the life is frozen now (false for nil: a life
+// that never freezes).
+func (f *freezer) frozen() bool {
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.thaw != nil
+}
+
 // wait returns once the life is not frozen (at once when it is not).
 func (f *freezer) wait() {
 	if f == nil {
