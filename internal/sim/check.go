@@ -117,6 +117,11 @@ func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
 
 // check returns every violation of c's run.
 func (c *cluster) check() []violation {
+	// The checks ask for the unique grants per tick and per grant: made
+	// once per check (a hand-made ledger may change between two).
+	c.ugCache = nil
+	c.ugCache = c.uniqueGrants()
+	defer func() { c.ugCache = nil }()
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
 	c.stats.dups = int(c.dupsApplied.Load())
@@ -201,6 +206,9 @@ func (c *cluster) checkTwice(all []run) []violation {
 // uniqueGrants drops a grant that repeats an acquisition (a resent
 // try-lock-tick answered from its own lock: same token).
 func (c *cluster) uniqueGrants() []grant {
+	if c.ugCache != nil {
+		return c.ugCache
+	}
 	seen := map[string]bool{}
 	var out []grant
 	for _, g := range c.grants.all() {

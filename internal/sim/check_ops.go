@@ -69,6 +69,9 @@ func (c *cluster) checkManual() []violation {
 	return vs
 }
 
+// ugCache is set while check runs: uniqueGrants' answer.
+type checkCache struct{ ugCache []grant }
+
 // refusedTake reports whether the scheduler refused the manual run its
 // take (by token) was for.
 func (c *cluster) refusedTake(token string) bool {

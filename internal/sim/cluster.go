@@ -42,8 +42,9 @@ type cluster struct {
 	events []event
 	q      quiescer
 
-	opsState // the operators' actions (cluster_ops.go)
-	dupState // duplicated calls (link_dup.go)
+	opsState   // the operators' actions (cluster_ops.go)
+	dupState   // duplicated calls (link_dup.go)
+	checkCache // check.go: the unique grants, while check runs
 	// freezeStats counts the freezes carried out (freeze.go).
 	freezeStats int
 }
