@@ -140,7 +140,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("resends", r.sends), slog.Any("error", *err))
 	}
 	g := *f
-	time.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
+	s.opts.NetClock.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
 	return true
 }
 
