@@ -124,6 +124,7 @@ func simulate(p *plan) (*cluster, error) {
 			}
 		}
 		c.operate(now)
+		c.loseState(now)
 		if !now.Before(end) {
 			break
 		}
@@ -146,6 +147,9 @@ func simulate(p *plan) (*cluster, error) {
 					d = min(d, at.Sub(now))
 				}
 			}
+		}
+		if at := p.nextLoss(now); !at.IsZero() {
+			d = min(d, at.Sub(now))
 		}
 		if err := c.advance(d); err != nil {
 			return c, err
