@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -30,7 +29,7 @@ type link struct {
 	c      *cluster
 	node   string
 	life   int
-	mem    *memory.Locker
+	mem    nodeLocker
 	faults []faultWindow
 	cut    atomic.Bool
 	dead   chan struct{} // closed when cut: stalled calls give up
@@ -56,7 +55,7 @@ var (
 )
 
 func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
-	return &link{c: c, node: node, life: life, mem: c.mem.Peer(node), faults: faults,
+	return &link{c: c, node: node, life: life, mem: c.mem.peer(node, life), faults: faults,
 		dead: make(chan struct{}), calls: map[string]int{}}
 }
 
@@ -64,6 +63,9 @@ func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
 func (l *link) kill() {
 	if l.cut.CompareAndSwap(false, true) {
 		close(l.dead)
+		if c, ok := l.mem.(crasher); ok {
+			c.crash()
+		}
 	}
 }
 
@@ -133,6 +135,8 @@ func (l *link) decide(ctx context.Context, id string) (fate, error) {
 // the call begins, as time on the fake clock: a call stalled past it ends
 // with DeadlineExceeded when the caller meant it to, on the clock its
 // lease is counted on.
+// In real time (realtime.go) the two clocks are one, and a stall
+// really waits.
 func (l *link) wait(ctx context.Context, until time.Time) error {
 	now := l.c.clock.Now()
 	d := until.Sub(now)
