@@ -418,7 +418,13 @@ func newPGBackend(ctx context.Context, url, ns string) (*realBackend, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			// The timeout argument waits for each backend to be gone.
-			if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = $1`, app); err != nil {
+			var gone bool
+			err := conn.QueryRow(ctx, `SELECT coalesce(bool_and(pg_terminate_backend(pid, 10000)), true)
+				FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&gone)
+			if err == nil && !gone {
+				err = errors.New("a session outlived pg_terminate_backend's 10s")
+			}
+			if err != nil {
 				b.fail(fmt.Errorf("sim: ending the sessions of crashed %s/%d: %w", node, life, err))
 			}
 		}}, nil
