@@ -195,15 +195,26 @@ func (b *realBackend) close() error {
 }
 
 // SetPause is the operator's: it notes when a pause returned (and which
-// calls came after) and when a resume was sent, which is what the
+// calls came after) and when a resume was first sent, which is what the
 // invariant 6b is about; on the fake clock those are the plan's times.
+// Unlike the memory backend, a real one may fail (a connection that took
+// too long on a loaded machine): the operator tries again, as one would,
+// for up to pauseTries. A resume that failed may have been applied all
+// the same, so its first send ends the window the check holds to.
 func (b *realBackend) SetPause(ctx context.Context, key string, p locking.Pause) error {
 	if !p.Paused {
 		b.mu.Lock()
 		b.resumed[key] = time.Now()
 		b.mu.Unlock()
 	}
-	err := b.admin.SetPause(ctx, key, p)
+	var err error
+	for deadline, wait := time.Now().Add(pauseTries), 100*time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if err = b.admin.SetPause(ctx, key, p); err == nil || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		t := time.NewTimer(wait) // the backend cannot tell when it would answer
+		<-t.C
+	}
 	if p.Paused {
 		m := pauseMark{at: time.Now(), seq: b.seq()}
 		b.mu.Lock()
@@ -216,6 +227,9 @@ func (b *realBackend) SetPause(ctx context.Context, key string, p locking.Pause)
 func (b *realBackend) GetPause(ctx context.Context, key string) (locking.Pause, error) {
 	return b.admin.GetPause(ctx, key)
 }
+
+// pauseTries is how long the operator keeps trying a pause or resume.
+const pauseTries = 20 * time.Second
 
 // failedNode is the client of a life that could not have one.
 type failedNode struct{ err error }
@@ -314,6 +328,13 @@ func newRedisBackend(url, prefix string) (*realBackend, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Connected at once: an unreachable server fails the seed here.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.GetPause(ctx, "sim"); err != nil {
+		_ = admin.Close(ctx)
+		return nil, fmt.Errorf("sim: the operator's Redis client: %w", err)
+	}
 	b.admin = admin
 	b.open = func(node string, life int) (realNode, error) {
 		l, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: fmt.Sprintf("%s/%d", node, life)})
@@ -397,6 +418,12 @@ func newPGBackend(ctx context.Context, url, ns string) (*realBackend, error) {
 	admin, err := pg.Open(ctx, pg.Options{URL: withApp(ns + "_operator"), Namespace: ns, MaxSessions: 1, Holder: "operator"})
 	if err != nil {
 		return nil, err
+	}
+	// Connected at once (and the table made): an unreachable server fails
+	// the seed here.
+	if _, err := admin.GetPause(ctx, "sim"); err != nil {
+		_ = admin.Close(ctx)
+		return nil, fmt.Errorf("sim: the operator's Postgres Locker: %w", err)
 	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
