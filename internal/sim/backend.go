@@ -39,6 +39,11 @@ type backend interface {
 // crashed holder's lock for its TTL, and their clients need no telling.
 type crasher interface{ crash() }
 
+// A dropper is a node client whose connections a lost call ends, beyond
+// what the link does: the caller gave up on a call that never answered
+// (realtime.go, Postgres with pgDropOnLoss).
+type dropper interface{ dropped() }
+
 // memBackend is the memory backend: every node life a Peer of one table.
 type memBackend struct{ *memory.Locker }
 

@@ -171,6 +171,9 @@ func (l *link) refusal(ctx context.Context, f fate) error {
 			return err
 		}
 	}
+	if d, ok := l.mem.(dropper); ok {
+		d.dropped()
+	}
 	return errLost
 }
 

@@ -191,7 +191,10 @@ func (b *realBackend) close() error {
 	b.mu.Lock()
 	errs = append(errs, b.errs...)
 	b.mu.Unlock()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sim: %s: %w", b.name, err)
+	}
+	return nil
 }
 
 // SetPause is the operator's: it notes when a pause returned (and which
@@ -406,7 +409,8 @@ func (n *redisNode) finish() {
 const pgSessions = 2
 
 // newPGBackend opens the operator's Locker and connection in namespace ns.
-func newPGBackend(ctx context.Context, url, ns string) (*realBackend, error) {
+// dropOnLoss: a lost call ends its node life's sessions (pgNode.dropped).
+func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool) (*realBackend, error) {
 	b := newRealBackend("postgres")
 	withApp := func(app string) string {
 		sep := "?"
@@ -454,7 +458,7 @@ func newPGBackend(ctx context.Context, url, ns string) (*realBackend, error) {
 			if err != nil {
 				b.fail(fmt.Errorf("sim: ending the sessions of crashed %s/%d: %w", node, life, err))
 			}
-		}}, nil
+		}, drop: dropOnLoss}, nil
 	}
 	b.cleanup = func(ctx context.Context) error {
 		cmu.Lock()
@@ -474,12 +478,27 @@ func newPGBackend(ctx context.Context, url, ns string) (*realBackend, error) {
 type pgNode struct {
 	*pg.Locker
 	kill func()
+	drop bool // a lost call ends the sessions (dropped)
 }
 
 // crash ends the life's sessions on the server: what the death of its
 // process does to them. A session the Locker opens after (a call that was
 // under way) holds nothing of before, and ends with finish.
 func (n *pgNode) crash() { n.kill() }
+
+// dropped ends the life's sessions once the caller gave up on a lost
+// call, when the backend drops on loss (newPGBackend): a Postgres client
+// closes a session whose statement did not answer in time, and its
+// advisory locks end with it. Without it a lost reply leaves its grant's
+// lock held by a live session until the life ends (advisory locks have no
+// TTL), which production cannot reach; with it, every session of the life
+// ends, not only the one that lost the call (the link does not know which
+// one that was), as when the node's connections all broke.
+func (n *pgNode) dropped() {
+	if n.drop {
+		n.kill()
+	}
+}
 
 // outlives is false: nothing of a Postgres client outlives its process.
 func (n *pgNode) outlives() bool { return false }
