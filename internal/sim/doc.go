@@ -28,11 +28,10 @@
 // a Locker of its own (a fresh Redis key prefix, a fresh Postgres
 // namespace per seed) behind the same fault link, whose stalls then
 // really wait; a crash on Postgres ends the life's sessions on the
-// server, as the death of its process does, and on even seeds (-pgdrop)
-// so does a lost call once its caller gave up on it, as a client closing
-// a session that did not answer does (else the grant of a lost reply
-// holds its advisory lock, which has no TTL, until the life ends). The
-// harness waits real time
+// server, as the death of its process does; with -pgdrop so does a lost
+// call once its caller gave up on it, as a client closing a session that
+// did not answer does (else the grant of a lost reply holds its advisory
+// lock, which has no TTL, until the life ends). The harness waits real time
 // between its events instead of stepping and quiescing, and the ledger's
 // true time is the real clock. Fewer seeds run (-realseeds, 6 each, side
 // by side), fewer ticks fall in a healthy window for invariant 3, and a

@@ -171,7 +171,7 @@ func (l *link) refusal(ctx context.Context, f fate) error {
 			return err
 		}
 	}
-	if d, ok := l.mem.(dropper); ok {
+	if d, ok := l.mem.(dropper); ok && d.drops() {
 		d.dropped()
 	}
 	return errLost
@@ -279,11 +279,11 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return err
 	}
 	if f == loseFirst || f == failCall {
-		return l.refusal(ctx, f)
+		return l.renewRefusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
 	if f == loseReply || l.cut.Load() {
-		return l.refusal(ctx, loseReply)
+		return l.renewRefusal(ctx, loseReply)
 	}
 	if err == nil {
 		l.c.leases.heard(h.Token(), sent)

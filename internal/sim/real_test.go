@@ -28,7 +28,7 @@ var (
 	realSeedsFlag    = flag.Int("realseeds", 6, "TestSimRedis, TestSimPostgres: how many seeds to run, from -first (-seed N: only N)")
 	realSpanFlag     = flag.Duration("realspan", 40*time.Second, "TestSimRedis, TestSimPostgres: the span a seed's plan is compressed into")
 	realParallelFlag = flag.Int("realparallel", 6, "TestSimRedis: seeds run at once (TestSimPostgres: at most -pgparallel)")
-	pgDropFlag       = flag.String("pgdrop", "even", "TestSimPostgres: the seeds (all, even, none) where a lost call ends its node life's sessions (realtime.go: pgNode.dropped)")
+	pgDropFlag       = flag.String("pgdrop", "none", "TestSimPostgres: the seeds (all, even, none) where a lost call ends its node life's sessions (realtime.go: pgNode.dropped)")
 	pgParallelFlag   = flag.Int("pgparallel", 3, "TestSimPostgres: seeds run at once (each holds up to a dozen connections)")
 )
 

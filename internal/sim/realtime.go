@@ -494,11 +494,9 @@ func (n *pgNode) crash() { n.kill() }
 // TTL), which production cannot reach; with it, every session of the life
 // ends, not only the one that lost the call (the link does not know which
 // one that was), as when the node's connections all broke.
-func (n *pgNode) dropped() {
-	if n.drop {
-		n.kill()
-	}
-}
+func (n *pgNode) dropped() { n.kill() }
+
+func (n *pgNode) drops() bool { return n.drop }
 
 // outlives is false: nothing of a Postgres client outlives its process.
 func (n *pgNode) outlives() bool { return false }
