@@ -13,9 +13,11 @@ import (
 )
 
 // A link is one node life's way to the backend, and the fault layer: it
-// wraps the node's memory Peer and, in the plan's fault windows, loses
-// calls before the backend sees them, loses replies after the backend
-// applied them, fails calls, or holds every call until the window ends.
+// wraps the node's client of the backend (a memory Peer; in real time a
+// Redis or Postgres Locker of its own) and, in the plan's fault windows,
+// loses calls before the backend sees them, loses replies after the
+// backend applied them, fails calls, or holds every call until the window
+// ends.
 // A crashed life's link is cut: every later call fails, so a dead process
 // releases nothing and a stalled call of it never lands.
 //
