@@ -24,6 +24,9 @@ test-services: ## make sure the test Redis and Postgres answer (starts them if n
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
+	@# The simulation bites: each planted mutation (internal/mutation) is
+	@# caught by its invariant within the default seeds.
+	$(GO) test -tags simmut -race -count=1 -run TestMutations ./internal/sim
 	@# The cluster scenarios time every-second schedules: alone, not beside
 	@# the other packages' test binaries on a 2-core machine.
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -parallel 1 ./e2e/...
@@ -51,8 +54,10 @@ fuzz: ## fuzz the config loader for a minute
 run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
 
-cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, and the full rolling deploy (several minutes)
+SIMREAL_FLAGS ?=
+cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, the full rolling deploy, and the simulation's workload in real time on Redis and Postgres (SIMREAL_FLAGS=-realseeds 12; several minutes)
 	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun|TestRollingDeployFull' ./e2e/
+	$(GO) test -race -tags e2elong -count=1 -timeout 20m -v -run '^TestSim(Redis|Postgres|RealSplitBrain)$$' ./internal/sim $(SIMREAL_FLAGS)
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo

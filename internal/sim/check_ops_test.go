@@ -172,3 +172,29 @@ func TestCheckTicksFollowZoneAndSpread(t *testing.T) {
 		}
 	}
 }
+
+// Runs that overlap across a loss of the locks are excused when the one
+// granted after the loss has the higher fence, whichever started first.
+func TestCheckOverlapAcrossLossFollowsGrantOrder(t *testing.T) {
+	for _, tc := range []struct {
+		fence int64 // of the run granted after the loss
+		want  bool  // an overlap is reported
+	}{{100, false}, {5, true}} {
+		c := handMade(scheduler.OverlapSkip)
+		c.plan.losses = []stateLoss{{kind: lossRestart, at: t0.Add(10500 * time.Millisecond)}}
+		// Tick 10, granted at +10 (fence 10), waits out a jitter: runs +12..+14.
+		c.ran(10, 2*time.Second, 10)
+		c.ledger.atts[0].start = t0.Add(12 * time.Second)
+		c.ledger.atts[0].end = t0.Add(14 * time.Second)
+		// A trigger taken at +11, after the restart: runs +11..+13.
+		c.ranManual("node-0", "trigger-0", 11_000, tc.fence, false)
+		c.ledger.atts[1].end = t0.Add(13 * time.Second)
+		found := false
+		for _, v := range c.checkOverlap(runs(c.ledger.all())) {
+			found = found || v.inv == invOverlap
+		}
+		if found != tc.want {
+			t.Errorf("later grant's fence %d: overlap reported %v, want %v", tc.fence, found, tc.want)
+		}
+	}
+}

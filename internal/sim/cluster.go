@@ -22,8 +22,8 @@ import (
 
 type cluster struct {
 	plan   *plan
-	clock  *fakeclock.Clock
-	mem    *memory.Locker
+	clock  scheduler.Clock // the fake clock (fake), or the real one (realtime.go)
+	mem    backend         // memory, or Redis or Postgres in real time (backend.go)
 	grants grantLog
 	leases leaseLog
 	// seq orders calls against the backend (link.go): a grant whose call
@@ -47,6 +47,11 @@ type cluster struct {
 	checkCache // check.go: the unique grants, while check runs
 	// freezeStats counts the freezes carried out (freeze.go).
 	freezeStats int
+	// fake is clock when it is the fake one; nil in real time, where
+	// nominal is the plan's time the harness's loop has reached: the time
+	// it waited for, a little before time.Now() when it acts (now).
+	fake    *fakeclock.Clock
+	nominal time.Time
 }
 
 // stats count what a seed exercised, so a run can tell how much its
@@ -124,13 +129,20 @@ func (c *cluster) at(t time.Time) string {
 // harness failure (a node that never stopped, a cluster never quiescent),
 // not a violation.
 func simulate(p *plan) (*cluster, error) {
-	c := &cluster{plan: p, clock: fakeclock.New(p.start), skips: map[skipKey]scheduler.SkipReason{}}
-	c.mem = memory.New(memory.WithClock(c.clock.Now))
+	fake := fakeclock.New(p.start)
+	c := &cluster{plan: p, clock: fake, fake: fake, skips: map[skipKey]scheduler.SkipReason{}}
+	c.mem = memBackend{memory.New(memory.WithClock(fake.Now))}
+	return c.simulate()
+}
+
+// simulate carries out c's plan on c's clock and backend.
+func (c *cluster) simulate() (*cluster, error) {
+	p := c.plan
 	next := make([]int, len(p.nodes)) // per node, the next life to start
 	cur := make([]*lifeState, len(p.nodes))
 	end := p.start.Add(p.span)
 	for {
-		now := c.clock.Now()
+		now := c.now()
 		for i, n := range p.nodes {
 			if l := cur[i]; l != nil && !l.stopped && !l.plan.to.After(now) && l.plan.to.Before(end) {
 				c.endLife(l)
@@ -144,6 +156,7 @@ func simulate(p *plan) (*cluster, error) {
 			}
 		}
 		c.operate(now)
+		c.loseState(now)
 		if !now.Before(end) {
 			break
 		}
@@ -167,6 +180,9 @@ func simulate(p *plan) (*cluster, error) {
 				}
 			}
 		}
+		if at := p.nextLoss(now); !at.IsZero() {
+			d = min(d, at.Sub(now))
+		}
 		d = c.untilNextOp(now, d)
 		if err := c.advance(d); err != nil {
 			return c, err
@@ -189,21 +205,7 @@ func simulate(p *plan) (*cluster, error) {
 			return c, err
 		}
 	}
-	// A node may still wait on the real clock, which no fake step moves: a
-	// try-lock-tick's resend waits up to half a second of real time
-	// (scheduler/resend.go) before its last send, and a quiet world is
-	// not a finished one then. Give those waits real time, with the fake
-	// clock still stepping, before calling the nodes stuck.
-	for deadline := time.Now().Add(10 * time.Second); !c.allDone() && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond) // the scheduler's real-clock waits cannot be told about
-		if err := c.advance(step); err != nil {
-			return c, err
-		}
-	}
-	if !c.allDone() {
-		return c, fmt.Errorf("sim: nodes still running %v (and 10s of real time) after the end", 4*shutdownGrace)
-	}
-	return c, nil
+	return c, fmt.Errorf("sim: nodes still running %v after the end", 4*shutdownGrace)
 }
 
 func closed(ch chan struct{}) bool {
@@ -229,7 +231,10 @@ func (c *cluster) allDone() bool {
 
 // advance moves the clock by d and waits until the cluster is quiescent.
 func (c *cluster) advance(d time.Duration) error {
-	c.clock.Advance(d)
+	if c.fake == nil {
+		return c.wait(d) // real time (realtime.go)
+	}
+	c.fake.Advance(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return c.q.wait(ctx)
@@ -242,10 +247,12 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 		startedAt: c.clock.Now()}
 	l.link = newLink(c, n.id, k, n.faults)
 	var clock scheduler.Clock = scheduler.OffsetClock(c.clock, lp.offset)
+	netClock := c.clock
 	if _, ok := c.frozenWithin(n.id, k, c.plan.start, c.plan.start.Add(c.plan.span)); ok {
 		l.frz = &freezer{}
 		l.link.frz = l.frz
 		clock = freezeClock{c.clock, lp.offset, l.frz}
+		netClock = freezeClock{c.clock, 0, l.frz} // its resends wait with it
 	}
 	var scheds []scheduler.Schedule
 	for i := range c.plan.scheds {
@@ -260,9 +267,9 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	var rmu sync.Mutex
 	rr := rand.New(rand.NewPCG(c.plan.seed, uint64(len(c.lives))))
 	s, err := scheduler.New(scheduler.Options{
-		NodeID: n.id, Locker: l.link, Backend: hints.Distributed,
+		NodeID: n.id, Locker: l.link.locker(), Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
-		Clock: clock, Observer: &observer{c: c, lf: l},
+		Clock: clock, NetClock: netClock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
 	}, scheds)
 	if err != nil {

@@ -157,13 +157,30 @@ func (c *cluster) enqueue(op opAction, now time.Time) {
 		req.Tick = sp.spec(cron).Next(op.tick.Add(-time.Nanosecond))
 		op.tick = req.Tick
 	}
-	if err := c.mem.Enqueue(context.Background(), []store.Request{req}); err != nil {
+	rs, ok := c.mem.(requestStore)
+	if !ok {
+		c.event(now, "operator's %s of %s: the backend keeps no requests, not asked", op.kind, op.sched)
+		return
+	}
+	if err := rs.Enqueue(context.Background(), []store.Request{req}); err != nil {
 		panic(fmt.Sprintf("sim: the memory backend refused a request: %v", err)) // no faults there
 	}
 	l := running[int(op.pick*float64(len(running)))]
 	c.event(now, "operator asks %s of %s (request %s), %s/%d's poll takes it", op.kind, op.sched, op.id, l.node, l.life)
 	c.polling.Add(1)
 	go c.poll(l, op, req)
+}
+
+// requestStore is the operator's side of manual run requests (the
+// cluster state's queue), which the memory backend keeps.
+type requestStore interface {
+	Enqueue(ctx context.Context, reqs []store.Request) error
+	Done(ctx context.Context, req store.Request) error
+}
+
+// requestTaker is a node's side of them (the agent's poll).
+type requestTaker interface {
+	TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (store.Taken, error)
 }
 
 // pollTries bounds the polls of one request (one a second).
@@ -208,7 +225,7 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		}
 		done := func() {
 			if req.Backfill {
-				if err := c.mem.Done(context.Background(), req); err != nil {
+				if err := c.mem.(requestStore).Done(context.Background(), req); err != nil {
 					panic(fmt.Sprintf("sim: the memory backend refused Done: %v", err))
 				}
 			}

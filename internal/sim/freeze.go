@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/scheduler"
-	"github.com/bext-dev/bext-scheduler/scheduler/fakeclock"
 )
 
 // Frozen nodes (issue 26): a node life stops dead for a while (a long GC
@@ -147,7 +146,7 @@ func (f *freezer) wait() {
 // freezeClock is a life's clock: the fake clock plus the life's offset,
 // whose timers hold what they fire while the life is frozen.
 type freezeClock struct {
-	c      *fakeclock.Clock
+	c      scheduler.Clock
 	offset time.Duration
 	f      *freezer
 }

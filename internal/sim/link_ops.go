@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	store "github.com/bext-dev/bext-scheduler/cluster"
@@ -22,6 +24,10 @@ var _ locking.MarkReader = (*link)(nil)
 func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time) (store.Taken, error) {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
+	tr, ok := l.mem.(requestTaker)
+	if !ok {
+		return store.Taken{}, fmt.Errorf("sim: the backend takes no requests: %w", errors.ErrUnsupported)
+	}
 	f, err := l.decide(ctx, "take-request "+schedule)
 	if err != nil {
 		return store.Taken{}, err
@@ -30,7 +36,7 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 		return store.Taken{}, l.refusal(ctx, f)
 	}
 	issued := l.c.seq.Add(1)
-	tk, err := l.mem.TakeRequest(ctx, schedule, l.node, ttl)
+	tk, err := tr.TakeRequest(ctx, schedule, l.node, ttl)
 	if l.cut.Load() {
 		f = loseReply
 	}
@@ -60,6 +66,11 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 // on that read must see no regular grant of its tick issued after it.
 func (l *link) Mark(ctx context.Context, key string) (time.Time, bool, error) {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
+	mr, ok := l.mem.(locking.MarkReader)
+	if !ok {
+		// The scheduler then refuses no backfill (manual.go).
+		return time.Time{}, false, fmt.Errorf("sim: the backend reads no marks: %w", errors.ErrUnsupported)
+	}
 	f, err := l.decide(ctx, "mark "+key)
 	if err != nil {
 		return time.Time{}, false, err
@@ -67,7 +78,7 @@ func (l *link) Mark(ctx context.Context, key string) (time.Time, bool, error) {
 	if f != pass {
 		return time.Time{}, false, l.refusal(ctx, f)
 	}
-	m, ok, err := l.mem.Mark(ctx, key)
+	m, ok, err := mr.Mark(ctx, key)
 	l.c.opsMu.Lock()
 	if l.c.markRead == nil {
 		l.c.markRead = map[string]uint64{}

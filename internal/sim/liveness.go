@@ -21,6 +21,8 @@ import (
 //   - no node life running then had its clock beyond max_clock_skew;
 //   - at least one node was running;
 //   - S was not paused around T (paused ticks are consumed);
+//   - the backend lost no state in it, and S's mark was not left missing
+//     by an earlier loss (loss.go, lossNear);
 //   - under overlap = "skip", no earlier run of S was still going a step
 //     before T, or holding its lock for a retry (lockEnd): its lock, or
 //     its jitter's, keeps T from running, rightly;
@@ -105,6 +107,9 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		if f.from.Before(to) && f.to.After(from) {
 			return false
 		}
+	}
+	if c.lossNear(sp, t, from, to) {
+		return false
 	}
 	running := 0
 	for _, n := range c.plan.nodes {

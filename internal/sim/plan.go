@@ -37,6 +37,8 @@ type plan struct {
 	ops []opAction
 	// freezes are lives frozen for a while (freeze.go).
 	freezes []freezeWindow
+	// losses are the backend's losses of state (loss.go), in time order.
+	losses []stateLoss
 	// hashKey makes the per-call decisions (link.go) a function of the
 	// seed and the call's identity.
 	hashKey uint64
@@ -135,6 +137,7 @@ func newPlan(seed uint64) *plan {
 		p.drawOps(rand.New(rand.NewPCG(seed, 0x0e7a7e)))
 		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
 		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
+		p.drawLosses(rand.New(rand.NewPCG(seed, 0x105e)))
 	}
 	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
 	p.drawStopPoints(rand.New(rand.NewPCG(seed, 0x5709)))
@@ -297,5 +300,8 @@ func (p *plan) String() string {
 	}
 	b.WriteString(p.opsString())
 	b.WriteString(p.freezesString())
+	for _, w := range p.losses {
+		fmt.Fprintf(&b, "  backend loses state at +%v: %v\n", w.at.Sub(p.start), w)
+	}
 	return b.String()
 }
