@@ -31,6 +31,12 @@ import (
 // grace has ended. Only then is the tick skipped as
 // backend_error, its grant unknown.
 //
+// A resend that reaches the backend after its grant's lease ended (a lost
+// reply can cost the caller its whole op_timeout, the TTL or more) is
+// answered from the grant's record, which every backend keeps as long as
+// the resends go on (locking.GrantKeep): granted again with its fence when
+// nothing came between, a late grant then; else expired (grantExpired).
+//
 // A grant that comes late (after a resend, or after its request's context
 // ended) runs only while T is within its catch-up window and its lease
 // lives, renewed first so the run has a whole lease. Its lease counts from
@@ -180,4 +186,25 @@ func (s *Scheduler) lateGrant(f fired, l *lease) bool {
 	s.finish(f, runOutcome{skip: why})
 	s.wg.Done()
 	return false
+}
+
+// grantExpired finishes tick f whose resend was answered expired: the
+// backend granted the first attempt (fence), but its lease ended before
+// the resend reached it and the grant could not be taken again (the key
+// was acquired or paused, or a later tick decided, since). T is consumed
+// and runs nowhere: skipped as backend_error, as a grant that came too late
+// to run is (lateGrant), and recorded as not run with the grant's fence.
+func (s *Scheduler) grantExpired(f fired, fence int64) {
+	why := SkipBackendError
+	cause := fmt.Errorf("%w: its lease ran out before a resend of its try-lock-tick reached the backend (answered expired)", errLateGrant)
+	s.log.Warn("tick granted but its lease ended before the answer came: not run", slog.String("schedule", f.def.ID),
+		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", fence),
+		slog.String("outcome", string(why)), slog.Any("error", cause))
+	s.reportSkip(f, why, fence)
+	if s.runObs != nil {
+		s.runObs.RunRecorded(RunRecord{Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+			Start: s.clock.Now(), Fence: fence, Err: cause, RunID: f.runID()})
+	}
+	s.finish(f, runOutcome{skip: why})
+	s.wg.Done()
 }
