@@ -99,3 +99,67 @@ func TestResendPastItsGrantsTTLIsNotSilentlyDone(t *testing.T) {
 		}
 	}
 }
+
+// slowLoss is a memory backend whose first try-lock-tick's reply is lost
+// after costing its caller cost on the clock (a lost reply waits out the
+// whole op_timeout): the backend decided it at once.
+type slowLoss struct {
+	*lossy
+	clock *fakeclock.Clock
+	cost  time.Duration
+}
+
+func (l slowLoss) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	lose := l.call([]locking.TickRequest{req})
+	ans, err := l.mem.TryLockTick(context.Background(), req)
+	if lose {
+		l.clock.Advance(l.cost)
+		return locking.TickAnswer{}, errReplyLost
+	}
+	return ans, err
+}
+
+// A lost reply that cost its caller more than T's catch-up window: the
+// resends would end with the window (and a second), which had passed
+// before the first could go. One resend goes all the same, while the
+// backend keeps the grant's record: it finds the grant, too late to run,
+// which is given back and recorded as not run with its fence (skipped as
+// missed). Given up at once, T was granted and lost with no word.
+func TestLostReplyPastTheWindowIsResentOnce(t *testing.T) {
+	t.Parallel()
+	clock := fakeclock.New(t0)
+	l, _ := newLossy(clock, false)
+	locker := slowLoss{lossy: l, clock: clock, cost: 4 * time.Second}
+	jb := &countingJob{}
+	s := sched("s", everyMinute, hints.RequireGlobal, jb)
+	s.ExpectedRuntime = 10 * time.Second
+	s.CatchupWindow = 2 * time.Second
+	hist := &history{recorder: newRecorder()}
+	h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+		Observer: hist, MaxClockSkew: 500 * time.Millisecond}, s)
+	h.rec = hist.recorder
+	h.start()
+	l.losing(1)
+
+	clock.Advance(time.Minute)
+	h.rec.waitSkips(t, 1)
+	h.idle()
+	tick := t0.Add(time.Minute)
+	if got := jb.got(); len(got) != 0 {
+		t.Errorf("ran %v, want no run: its grant was found past its window", got)
+	}
+	if calls, _ := l.sent(); calls != 2 {
+		t.Errorf("%d try-lock-ticks, want 2: the lost one and one resend", calls)
+	}
+	_, skips, _ := h.rec.snapshot()
+	if len(skips) != 1 || !skips[0].tick.Equal(tick) || skips[0].reason != scheduler.SkipMissed {
+		t.Errorf("skips %v, want %v skipped as missed", skips, tick)
+	}
+	recs := hist.records()
+	if len(recs) != 1 || recs[0].Result != scheduler.RunResult("not_run") || !recs[0].Tick.Equal(tick) || recs[0].Fence <= 0 {
+		t.Fatalf("run records %+v, want one: the grant, not run, with its fence", recs)
+	}
+	if who := h.heldBy("s"); who != "" {
+		t.Errorf("lock held by %q: a grant that cannot run must be given back", who)
+	}
+}

@@ -119,9 +119,18 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		// a found grant cannot run; a resend then only learns of it, to
 		// give its lock back and record it, for resendSettle.
 		inWindow := f.tick.Add(max(f.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
-		r.until = sent.Add(min(2*max(f.def.ttl, s.maxLease), max(inWindow, 0)+resendSettle))
-		left := r.until.Sub(s.leaseNow())
-		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, left)
+		keep := locking.GrantKeep(f.def.ttl, s.maxLease)
+		r.until = sent.Add(min(keep, max(inWindow, 0)+resendSettle))
+		// One resend goes at least, while the backend keeps the grant's
+		// record (locking.GrantKeep): the first attempt's lost reply may
+		// have cost more than T's window (its whole op_timeout), and a
+		// grant learnt of is recorded (not run, with its fence), where
+		// one given up on is T consumed with no word.
+		end := r.until
+		if !s.leaseNow().Before(end) {
+			end = sent.Add(keep)
+		}
+		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, end.Sub(s.leaseNow()))
 		f.resend = r
 		// The first attempt is answered: the burst's context and the
 		// handoff's count are done with (lockAnswer and
@@ -134,7 +143,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	// T's catch-up window does not end the resends: a grant that comes
 	// past it is given back and recorded as not run (lateGrant), where
 	// giving up would leave it unknown, and T consumed with no word.
-	if !s.leaseNow().Before(r.until) || r.ctx.Err() != nil {
+	if (r.sends > 0 && !s.leaseNow().Before(r.until)) || r.ctx.Err() != nil {
 		*err = fmt.Errorf("%w after %d resends: %w", errGrantUnknown, r.sends, *err)
 		return false
 	}
