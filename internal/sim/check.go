@@ -333,9 +333,13 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
-		recorded := slices.ContainsFunc(c.history, func(h histRec) bool {
-			return h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick)
-		})
+		recorded, recordedFence := false, false
+		for _, h := range c.history {
+			if h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick) {
+				recorded = true
+				recordedFence = recordedFence || h.Fence == g.fence
+			}
+		}
 		c.ledger.mu.Unlock()
 		if g.delivered && (skipped || recorded) {
 			// Heard and given up with a reason (its lease ran out in the
@@ -343,6 +347,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// contract allows. A grant whose reply was lost is skipped
 			// too, but for want of the answer: that is the loss this
 			// invariant is about.
+			continue
+		}
+		if recordedFence {
+			// Its reply lost, but a resend learnt of it from the backend's
+			// grant record (granted again too late to run, or expired) and
+			// the node recorded it as not run with its fence.
 			continue
 		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
