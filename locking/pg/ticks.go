@@ -218,7 +218,7 @@ func tickRounds(calls []tickCall) [][]int {
 
 // tickParams are tryLockTicksSQL's per-request arrays.
 type tickParams struct {
-	keys, tokens                              []string
+	keys, tokens                                    []string
 	ids, ticks, floors, skews, windows, keeps, ttls []int64
 	perTick                                         []bool
 }
