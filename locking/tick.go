@@ -241,15 +241,16 @@ func GrantKeep(ttl, maxLease time.Duration) time.Duration {
 
 // DecideLapsedResend is the decision on a resend (same Token and T) of a
 // grant the backend still records (GrantKeep) but whose lease ended
-// without a Release, and whose lock key no later acquisition took since
-// (the backend checks that: a record dropped by the next acquisition, or
-// the key's fence still the grant's). mark is the stored mark (ok false
-// when missing), paused the key's pause flag, taken whether the lock is
-// held by anyone or was acquired by anyone since the grant. It returns TickGranted when the lock may be taken again
-// with the grant's fence: the lock is free, the key is not paused and,
-// for a schedule lock, the mark is still T (no later tick of the key was
-// decided since: running T now would come after a later tick's decision).
-// A per-tick lock (PerTick) does not ask the mark: later ticks of the key
+// without a Release. mark is the stored mark (ok false when missing),
+// paused the key's pause flag, taken whether the lock is held by anyone
+// or was acquired by anyone since the grant (a fence drawn for the lock
+// key since the grant's: memory keeps the key's last one, Redis reads the
+// key's fence counter, Postgres the row's fence). It returns TickGranted
+// when the lock may be taken again with the grant's fence: the lock is
+// free and was not acquired since, the key is not paused and, for a
+// schedule lock, the mark is still T (no later tick of the key was decided
+// since: running T now would come after a later tick's decision). A
+// per-tick lock (PerTick) does not ask the mark: later ticks of the key
 // are decided while T runs. Otherwise TickExpired: nothing changes, and
 // the caller records T as not run. A paused key is TickExpired too, not
 // TickPaused: T was granted before the pause, and its record (not run,
