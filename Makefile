@@ -24,6 +24,9 @@ test-services: ## make sure the test Redis and Postgres answer (starts them if n
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
+	@# The simulation bites: each planted mutation (internal/mutation) is
+	@# caught by its invariant within the default seeds.
+	$(GO) test -tags simmut -race -count=1 -run TestMutations ./internal/sim
 	@# The cluster scenarios time every-second schedules: alone, not beside
 	@# the other packages' test binaries on a 2-core machine.
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -parallel 1 ./e2e/...

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 )
 
 // TickLocker is the scheduler's part of the lock contract: try-lock-tick
@@ -209,6 +211,9 @@ func DecideTick(r TickRequest, now time.Time, mark time.Time, ok, paused, held b
 	eff := mark
 	if !ok {
 		eff = now.Add(-r.MaxSkew)
+	}
+	if mutation.On(mutation.IgnoreMark) { // mutation (simmut tag only): no mark counts, not even a missing one's
+		eff = time.Time{}
 	}
 	if fl := minTime(r.Floor, now); fl.After(eff) {
 		eff = fl

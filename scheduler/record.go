@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 )
 
 // Step 8's record of a run, for the cluster's history (DESIGN.md
@@ -66,6 +68,9 @@ func (s *Scheduler) recordRun(f fired, runID string, manual bool, out runOutcome
 		f.st.lastSuccess.raise(f.tick)
 	}
 	if s.runObs == nil {
+		return
+	}
+	if mutation.On(mutation.NoHistory) && out.result != ResultSuccess { // mutation (simmut tag only): only successes recorded
 		return
 	}
 	r := RunRecord{

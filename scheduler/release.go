@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -101,6 +102,9 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 // release with overlap = "skip": releasedLocked); and a tick is owed to
 // the shutdown's wait until its release has been answered.
 func (s *Scheduler) releaseAfterRun(c *releaseCall) {
+	if mutation.On(mutation.ReleaseDeferred) { // mutation (simmut tag only): the release waits past the next tick
+		s.mutantHoldRelease(c.tag.f)
+	}
 	if s.rel == nil {
 		s.release(c.tag.f.def.ID, c.req, "after the run")
 		s.mu.Lock()

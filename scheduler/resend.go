@@ -9,6 +9,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -100,6 +101,9 @@ func indefinite(err error) bool {
 // asks (turnAsk). It reports false when f goes on with this answer: a
 // decided one, or one it gives up on, whose err then says so.
 func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAnswer, err *error, sent time.Time) bool {
+	if mutation.On(mutation.NoResend) { // mutation (simmut tag only): an undecided tick is given up at once
+		return false
+	}
 	if !indefinite(*err) || ans.Handle != nil {
 		return false
 	}
@@ -155,7 +159,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("resends", r.sends), slog.Any("error", *err))
 	}
 	g := *f
-	time.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
+	s.opts.NetClock.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
 	return true
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 )
 
 // Causes of a job context's cancellation, told apart by context.Cause.
@@ -184,6 +186,9 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	if l != nil {
 		w.renewAt = start.Add(l.every)
 		w.leaseAt = start.Add(l.until.Sub(leaseAt))
+		if mutation.On(mutation.NoLeaseTimer) { // mutation (simmut tag only): no timer at the lease deadline (see fire)
+			w.leaseAt = time.Time{}
+		}
 	}
 	if def.Timeout > 0 && !realTime {
 		w.timeoutAt = start.Add(def.Timeout)
@@ -424,6 +429,9 @@ func (w *watch) fire() {
 		} else {
 			w.leaseAt = now.Add(left)
 		}
+	}
+	if mutation.On(mutation.NoLeaseTimer) { // mutation (simmut tag only): no timer at the lease deadline (see attempt)
+		w.leaseAt = time.Time{}
 	}
 	renewDue := due(w.renewAt, now)
 	if renewDue {

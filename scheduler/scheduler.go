@@ -99,6 +99,13 @@ type Options struct {
 	// Watcher tells a waiting node that its tick was decided elsewhere;
 	// default: Locker, when it is a locking.TickWatcher.
 	Watcher locking.TickWatcher
+	// NetClock times the waits between resends of an undecided
+	// try-lock-tick (resend.go): they wait for the network, not for the
+	// schedule, so they keep to the machine's clock (the default,
+	// RealClock) also when Clock is a test's. A simulation whose whole
+	// cluster runs on one fake clock (internal/sim) sets it to that clock
+	// so that a seed's resends come when the seed says.
+	NetClock Clock
 }
 
 // Defaults of Options and Schedule.
@@ -418,6 +425,9 @@ func withDefaults(o Options) (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = RealClock()
+	}
+	if o.NetClock == nil {
+		o.NetClock = RealClock()
 	}
 	if o.Observer == nil {
 		o.Observer = NopObserver{}

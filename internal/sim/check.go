@@ -68,6 +68,7 @@ type run struct {
 	killed      bool
 	attempts    int
 	lastFailed  bool // its last attempt failed: a retry may have been due
+	refused     bool // the fenced store refused a write of one of its attempts
 }
 
 func (r run) String() string {
@@ -102,6 +103,7 @@ func runs(atts []attempt) []run {
 		}
 		r.killed = r.killed || a.killed
 		r.lastFailed = a.failed
+		r.refused = r.refused || a.refused
 	}
 	out := make([]run, 0, len(order))
 	for _, id := range order {
@@ -162,7 +164,7 @@ func (c *cluster) checkTwice(all []run) []violation {
 		sched string
 		tick  time.Time
 	}
-	seen := map[st]run{}
+	seen := map[st][]run{}
 	granted := map[string]grant{} // by key, tick, node, fence
 	for _, g := range c.grants.all() {
 		granted[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] = g
@@ -173,16 +175,58 @@ func (c *cluster) checkTwice(all []run) []violation {
 			continue
 		}
 		k := st{r.sched, r.tick}
-		if prev, ok := seen[k]; ok {
-			vs = append(vs, violation{inv: invTwice, at: r.start, msg: fmt.Sprintf("tick ran twice:\n    %v\n    %v", prev, r)})
-		} else {
-			seen[k] = r
+		for _, prev := range seen[k] {
+			if v, ok := c.twice(prev, r, granted); ok {
+				vs = append(vs, v)
+				break
+			}
 		}
+		seen[k] = append(seen[k], r)
 		if _, ok := granted[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)]; !ok {
 			vs = append(vs, violation{inv: invGrant, at: r.start, msg: fmt.Sprintf("no grant of this tick to this node with this fence: %v", r)})
 		}
 	}
 	return vs
+}
+
+// twice reports the violation of invariant 1 that runs a and b of one
+// locked tick (a started first) make, if any.
+//
+// Invariant 1, in full: a locked tick runs at most once, unless the
+// backend lost state between the grants of two of its runs, which physics
+// forbids to guard against (a store that restarted without its data no
+// longer knows the tick was claimed). The tick's mark must have been
+// forgotten or set back in between (loss.go: a restart, lost marks, a
+// rewind); lost locks or fence counters alone do not excuse it. Then the
+// tick may run again, under a fencing token so that the job can refuse
+// stale writes: the later grant's fence must be strictly above the
+// earlier's. The ledger keeps what a fenced resource would (ledger.go,
+// fencedStore): each job writes with its fence at its end, and the store
+// refuses a write whose fence is below the latest it accepted; so with
+// fences in grant order the earlier holder's writes are refused once the
+// later one wrote (a write of either may also be refused for a later
+// tick's, legitimately). Where no state was lost the
+// invariant stays strict: one run per tick.
+func (c *cluster) twice(a, b run, granted map[string]grant) (violation, bool) {
+	ga, okA := granted[fmt.Sprint(a.sched, a.tick.UnixNano(), a.node, a.fence)]
+	gb, okB := granted[fmt.Sprint(b.sched, b.tick.UnixNano(), b.node, b.fence)]
+	msg := fmt.Sprintf("tick ran twice:\n    %v (write refused by the fenced store: %v)\n    %v (refused: %v)", a, a.refused, b, b.refused)
+	if !okA || !okB || ga.token == gb.token {
+		// Not two grants (1b reports a run without one), or the same
+		// grant run twice: no loss of state excuses that.
+		return violation{inv: invTwice, at: b.start, msg: msg}, true
+	}
+	if gb.at.Before(ga.at) {
+		ga, gb = gb, ga
+	}
+	if !c.plan.lostMarks(a.sched, ga.at, gb.at) {
+		return violation{inv: invTwice, at: b.start, msg: msg}, true
+	}
+	if gb.fence <= ga.fence {
+		return violation{inv: invTwice, at: b.start, msg: fmt.Sprintf("%s\n    across a loss of the backend's state, but the later grant's fence %d is not above the earlier's %d: a fenced resource refuses the current holder",
+			msg, gb.fence, ga.fence)}, true
+	}
+	return violation{}, false
 }
 
 // uniqueGrants drops a grant that repeats an acquisition (a resent
@@ -238,7 +282,7 @@ func (c *cluster) checkOverlap(all []run) []violation {
 		if !locked(sp.Schedule) {
 			k += "/" + r.node
 		}
-		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) {
+		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) && !c.overlapAfterLoss(prev, r) {
 			vs = append(vs, violation{inv: invOverlap, at: r.start, msg: fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
 		}
 		if prev, ok := last[k]; !ok || prev.end.Before(r.end) || r.end.IsZero() {
@@ -333,6 +377,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			continue
 		}
 		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(g.ttl)) {
+			continue
+		}
+		if !g.delivered && c.plan.lostLocks(g.at, g.at.Add(2*g.ttl)) {
+			// The backend lost the grant with its lock before the resend
+			// that would have found it (loss.go): the resend is decided
+			// anew, as the store can no longer tell it was granted.
 			continue
 		}
 		c.ledger.mu.Lock()

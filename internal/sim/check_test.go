@@ -139,3 +139,88 @@ func TestCheckFindsGrantWhilePaused(t *testing.T) {
 	c.plan.pauses = []pauseWindow{{sched: "s0", from: t0.Add(9 * time.Second), to: t0.Add(15 * time.Second)}}
 	wantOnly(t, c.check(), invPaused)
 }
+
+// rerun runs tick 10 again, on a grant of its own made at 12s with fence.
+func (c *cluster) rerun(fence int64) {
+	c.ran(10, time.Second, fence)
+	c.grants.gs[len(c.grants.gs)-1].at = t0.Add(12 * time.Second)
+}
+
+// A tick may run again across a loss of its mark, under a higher fence
+// only; a loss of locks or fence counters alone excuses nothing.
+func TestCheckTickTwiceAcrossLostState(t *testing.T) {
+	has := func(vs []violation, inv string) bool {
+		for _, v := range vs {
+			if v.inv == inv {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name  string
+		loss  stateLoss
+		fence int64
+		twice bool
+	}{
+		{"mark set back, higher fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 100, false},
+		{"restart, higher fence", stateLoss{kind: lossRestart, at: t0.Add(11 * time.Second)}, 100, false},
+		{"mark set back, lower fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 5, true},
+		{"another key's mark forgotten", stateLoss{kind: lossMarks, at: t0.Add(11 * time.Second), keys: []string{"s9"}}, 100, true},
+		{"fence counters only", stateLoss{kind: lossFences, at: t0.Add(11 * time.Second)}, 100, true},
+		{"mark lost after the second grant", stateLoss{kind: lossMarks, at: t0.Add(12 * time.Second)}, 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.everyTick(-1)
+			c.plan.losses = []stateLoss{tc.loss}
+			c.rerun(tc.fence)
+			if got := has(c.check(), invTwice); got != tc.twice {
+				t.Errorf("violation of %q: %v, want %v", invTwice, got, tc.twice)
+			}
+		})
+	}
+}
+
+// Runs of an overlap = "skip" schedule may overlap across lost locks
+// (with the later fence higher), and only then.
+func TestCheckOverlapAcrossLostLocks(t *testing.T) {
+	for _, tc := range []struct {
+		kind    lossKind
+		overlap bool
+	}{{lossRestart, false}, {lossMarks, true}, {lossFences, true}} {
+		t.Run(tc.kind.String(), func(t *testing.T) {
+			c := handMade(scheduler.OverlapSkip)
+			c.everyTick(-1)
+			c.plan.losses = []stateLoss{{kind: tc.kind, at: t0.Add(9 * time.Second)}}
+			c.ledger.atts[3].end = c.ledger.atts[3].start.Add(3 * time.Second) // tick 8 runs into tick 10's run
+			found := false
+			for _, v := range c.check() {
+				found = found || v.inv == invOverlap
+			}
+			if found != tc.overlap {
+				t.Errorf("violation of %q: %v, want %v", invOverlap, found, tc.overlap)
+			}
+		})
+	}
+}
+
+// A lost tick is still found after a loss of state once a grant brought
+// the mark back, and not in the loss's own window.
+func TestCheckLivenessAroundLostState(t *testing.T) {
+	for _, tc := range []struct {
+		at   int // the loss of every mark, seconds from t0
+		lost bool
+	}{{3, true}, {13, false}} {
+		c := handMade(scheduler.OverlapSkip)
+		c.everyTick(14)
+		c.plan.losses = []stateLoss{{kind: lossMarks, at: t0.Add(time.Duration(tc.at)*time.Second + time.Millisecond)}}
+		found := false
+		for _, v := range c.check() {
+			found = found || v.inv == invLiveness
+		}
+		if found != tc.lost {
+			t.Errorf("marks lost at %ds: violation of %q: %v, want %v", tc.at, invLiveness, found, tc.lost)
+		}
+	}
+}

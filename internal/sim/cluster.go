@@ -124,6 +124,7 @@ func simulate(p *plan) (*cluster, error) {
 			}
 		}
 		c.operate(now)
+		c.loseState(now)
 		if !now.Before(end) {
 			break
 		}
@@ -147,6 +148,9 @@ func simulate(p *plan) (*cluster, error) {
 				}
 			}
 		}
+		if at := p.nextLoss(now); !at.IsZero() {
+			d = min(d, at.Sub(now))
+		}
 		if err := c.advance(d); err != nil {
 			return c, err
 		}
@@ -168,21 +172,7 @@ func simulate(p *plan) (*cluster, error) {
 			return c, err
 		}
 	}
-	// A node may still wait on the real clock, which no fake step moves: a
-	// try-lock-tick's resend waits up to half a second of real time
-	// (scheduler/resend.go) before its last send, and a quiet world is
-	// not a finished one then. Give those waits real time, with the fake
-	// clock still stepping, before calling the nodes stuck.
-	for deadline := time.Now().Add(10 * time.Second); !c.allDone() && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond) // the scheduler's real-clock waits cannot be told about
-		if err := c.advance(step); err != nil {
-			return c, err
-		}
-	}
-	if !c.allDone() {
-		return c, fmt.Errorf("sim: nodes still running %v (and 10s of real time) after the end", 4*shutdownGrace)
-	}
-	return c, nil
+	return c, fmt.Errorf("sim: nodes still running %v after the end", 4*shutdownGrace)
 }
 
 func closed(ch chan struct{}) bool {
@@ -231,7 +221,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	s, err := scheduler.New(scheduler.Options{
 		NodeID: n.id, Locker: l.link, Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
-		Clock: scheduler.OffsetClock(c.clock, lp.offset), Observer: &observer{c: c, lf: l},
+		Clock: scheduler.OffsetClock(c.clock, lp.offset), NetClock: c.clock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
 	}, scheds)
 	if err != nil {

@@ -30,6 +30,9 @@ type attempt struct {
 	// killed: the node crashed while it ran; end is the crash.
 	killed bool
 	failed bool // the job returned an error
+	// refused: the fenced store refused the attempt's write (its fence
+	// was below the latest the store had accepted for its schedule).
+	refused bool
 }
 
 func (a *attempt) String() string {
@@ -48,6 +51,29 @@ func (a *attempt) String() string {
 type ledger struct {
 	mu   sync.Mutex
 	atts []*attempt
+	// fenced is the fenced resource the jobs write to (fencedStore).
+	fenced fencedStore
+}
+
+// fencedStore is what a job's fencing token protects: a resource that
+// remembers, per schedule, the highest fence it accepted a write with and
+// refuses a write with a lower one (a stale holder's). Each locked attempt
+// writes to it once, at its end; a job can thus check its fence against
+// the latest fence the resource saw. Guarded by ledger.mu.
+type fencedStore struct {
+	latest map[string]int64
+}
+
+// write reports whether the store accepts a write of sched with fence.
+func (f *fencedStore) write(sched string, fence int64) bool {
+	if f.latest == nil {
+		f.latest = map[string]int64{}
+	}
+	if fence < f.latest[sched] {
+		return false
+	}
+	f.latest[sched] = fence
+	return true
 }
 
 func (l *ledger) all() []attempt {
@@ -103,6 +129,9 @@ func (j *job) Run(ctx context.Context, t scheduler.Tick) error {
 		a.end, a.killed = j.lf.diedAt, true
 	} else {
 		a.end = c.clock.Now()
+		if a.fence != 0 {
+			a.refused = !c.ledger.fenced.write(a.sched, a.fence)
+		}
 	}
 	a.failed = err != nil
 	c.ledger.mu.Unlock()

@@ -21,6 +21,8 @@ import (
 //   - no node life running then had its clock beyond max_clock_skew;
 //   - at least one node was running;
 //   - S was not paused around T (paused ticks are consumed);
+//   - the backend lost no state in it, and S's mark was not left missing
+//     by an earlier loss (loss.go, lossNear);
 //   - under overlap = "skip", no earlier run of S was still going a step
 //     before T, or holding its lock for a retry (lockEnd): its lock, or
 //     its jitter's, keeps T from running, rightly;
@@ -80,6 +82,9 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		if w.sched == sp.ID && t.After(w.from.Add(-step)) && t.Before(w.to.Add(sp.period+step)) {
 			return false
 		}
+	}
+	if c.lossNear(sp, t, from, to) {
+		return false
 	}
 	running := 0
 	for _, n := range c.plan.nodes {

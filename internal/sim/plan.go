@@ -33,6 +33,8 @@ type plan struct {
 	nodes  []nodePlan
 	// pauses are operators' pauses of schedules, at most one each.
 	pauses []pauseWindow
+	// losses are the backend's losses of state (loss.go), in time order.
+	losses []stateLoss
 	// hashKey makes the per-call decisions (link.go) a function of the
 	// seed and the call's identity.
 	hashKey uint64
@@ -122,6 +124,7 @@ func newPlan(seed uint64) *plan {
 		// A stream of its own, so that the rest of a seed's plan stays
 		// what it was before pauses were drawn.
 		p.drawPauses(rand.New(rand.NewPCG(seed, 0x9a05e)))
+		p.drawLosses(rand.New(rand.NewPCG(seed, 0x105e)))
 	}
 	return p
 }
@@ -279,6 +282,9 @@ func (p *plan) String() string {
 	}
 	for _, w := range p.pauses {
 		fmt.Fprintf(&b, "  pause %s +%v..+%v (until: %v)\n", w.sched, w.from.Sub(p.start), w.to.Sub(p.start), w.until)
+	}
+	for _, w := range p.losses {
+		fmt.Fprintf(&b, "  backend loses state at +%v: %v\n", w.at.Sub(p.start), w)
 	}
 	return b.String()
 }

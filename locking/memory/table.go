@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -275,6 +276,9 @@ func unlockShards(sa, sb *shard) {
 // issued them on, as long as the clock was not stepped back. Call with
 // s.mu held.
 func (s *shard) nextFence(now time.Time) int64 {
+	if mutation.On(mutation.NoFenceFloor) { // mutation (simmut tag only): the counter alone, no clock floor
+		now = time.Time{}
+	}
 	s.fence = max(s.fence+1, now.UnixMicro())
 	return s.fence
 }

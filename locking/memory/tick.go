@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/mutation"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -92,7 +93,11 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		}
 	}
 
-	v, newMark, ahead := locking.DecideTick(r, wall, mark, hasMark, ms.pauses[r.Key].Active(wall), held)
+	paused := ms.pauses[r.Key].Active(wall)
+	if mutation.On(mutation.PauseOutsideStep) { // mutation (simmut tag only): the flag as read at the previous call
+		paused = mutation.Stale(r.Key, paused)
+	}
+	v, newMark, ahead := locking.DecideTick(r, wall, mark, hasMark, paused, held)
 	if ahead != 0 {
 		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick: %w",
 			&locking.AheadError{Key: r.Key, Tick: r.Tick, Offset: ahead, MaxSkew: r.MaxSkew})
