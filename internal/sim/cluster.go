@@ -22,8 +22,8 @@ import (
 
 type cluster struct {
 	plan   *plan
-	clock  *fakeclock.Clock
-	mem    *memory.Locker
+	clock  scheduler.Clock // the fake clock (fake), or the real one (realtime.go)
+	mem    backend         // memory, or Redis or Postgres in real time (backend.go)
 	grants grantLog
 	leases leaseLog
 	// seq orders calls against the backend (link.go): a grant whose call
@@ -41,6 +41,12 @@ type cluster struct {
 	evMu   sync.Mutex
 	events []event
 	q      quiescer
+
+	// fake is clock when it is the fake one; nil in real time, where
+	// nominal is the plan's time the harness's loop has reached: the time
+	// it waited for, a little before time.Now() when it acts (now).
+	fake    *fakeclock.Clock
+	nominal time.Time
 }
 
 // stats count what a seed exercised, so a run can tell how much its
@@ -104,13 +110,20 @@ func (c *cluster) at(t time.Time) string {
 // harness failure (a node that never stopped, a cluster never quiescent),
 // not a violation.
 func simulate(p *plan) (*cluster, error) {
-	c := &cluster{plan: p, clock: fakeclock.New(p.start), skips: map[skipKey]scheduler.SkipReason{}}
-	c.mem = memory.New(memory.WithClock(c.clock.Now))
+	fake := fakeclock.New(p.start)
+	c := &cluster{plan: p, clock: fake, fake: fake, skips: map[skipKey]scheduler.SkipReason{}}
+	c.mem = memBackend{memory.New(memory.WithClock(fake.Now))}
+	return c.simulate()
+}
+
+// simulate carries out c's plan on c's clock and backend.
+func (c *cluster) simulate() (*cluster, error) {
+	p := c.plan
 	next := make([]int, len(p.nodes)) // per node, the next life to start
 	cur := make([]*lifeState, len(p.nodes))
 	end := p.start.Add(p.span)
 	for {
-		now := c.clock.Now()
+		now := c.now()
 		for i, n := range p.nodes {
 			if l := cur[i]; l != nil && !l.stopped && !l.plan.to.After(now) && l.plan.to.Before(end) {
 				c.endLife(l)
@@ -195,7 +208,10 @@ func (c *cluster) allDone() bool {
 
 // advance moves the clock by d and waits until the cluster is quiescent.
 func (c *cluster) advance(d time.Duration) error {
-	c.clock.Advance(d)
+	if c.fake == nil {
+		return c.wait(d) // real time (realtime.go)
+	}
+	c.fake.Advance(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return c.q.wait(ctx)
@@ -219,7 +235,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	var rmu sync.Mutex
 	rr := rand.New(rand.NewPCG(c.plan.seed, uint64(len(c.lives))))
 	s, err := scheduler.New(scheduler.Options{
-		NodeID: n.id, Locker: l.link, Backend: hints.Distributed,
+		NodeID: n.id, Locker: l.link.locker(), Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
 		Clock: scheduler.OffsetClock(c.clock, lp.offset), NetClock: c.clock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },

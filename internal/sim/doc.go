@@ -27,6 +27,24 @@
 // overlap and liveness checks make room for it (check.go, loss.go); where
 // none was, they stay strict.
 //
+// The same workload runs in real time against the real Redis and
+// Postgres (realtime.go; TestSimRedis and TestSimPostgres, built with
+// -tags e2elong and run by make cluster-test), so that their Lua and SQL
+// face the same invariants: a seed's plan, compressed into a shorter span
+// (-realspan, 40s), is carried out on the real clock, each node life with
+// a Locker of its own (a fresh Redis key prefix, a fresh Postgres
+// namespace per seed) behind the same fault link, whose stalls then
+// really wait; a crash on Postgres ends the life's sessions on the
+// server, as the death of its process does; with -pgdrop so does a lost
+// call once its caller gave up on it, as a client closing a session that
+// did not answer does (else the grant of a lost reply holds its advisory
+// lock, which has no TTL, until the life ends). The harness waits real time
+// between its events instead of stepping and quiescing, and the ledger's
+// true time is the real clock. Fewer seeds run (-realseeds, 6 each, side
+// by side), fewer ticks fall in a healthy window for invariant 3, and a
+// run cannot be replayed exactly: -seed N runs N's plan again, not its
+// interleaving.
+//
 // TestSim runs 300 seeds (-seeds, -first), or one (-seed N, to replay a
 // failure); violations of holes already known and routed are reported
 // without failing the test unless -strict (check.go). Nothing here is

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // A link is one node life's way to the backend, and the fault layer: it
-// wraps the node's memory Peer and, in the plan's fault windows, loses
-// calls before the backend sees them, loses replies after the backend
-// applied them, fails calls, or holds every call until the window ends.
+// wraps the node's client of the backend (a memory Peer; in real time a
+// Redis or Postgres Locker of its own) and, in the plan's fault windows,
+// loses calls before the backend sees them, loses replies after the
+// backend applied them, fails calls, or holds every call until the window
+// ends.
 // A crashed life's link is cut: every later call fails, so a dead process
 // releases nothing and a stalled call of it never lands.
 //
@@ -30,7 +31,7 @@ type link struct {
 	c      *cluster
 	node   string
 	life   int
-	mem    *memory.Locker
+	mem    nodeLocker
 	faults []faultWindow
 	cut    atomic.Bool
 	dead   chan struct{} // closed when cut: stalled calls give up
@@ -56,7 +57,7 @@ var (
 )
 
 func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
-	return &link{c: c, node: node, life: life, mem: c.mem.Peer(node), faults: faults,
+	return &link{c: c, node: node, life: life, mem: c.mem.peer(node, life), faults: faults,
 		dead: make(chan struct{}), calls: map[string]int{}}
 }
 
@@ -64,6 +65,9 @@ func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
 func (l *link) kill() {
 	if l.cut.CompareAndSwap(false, true) {
 		close(l.dead)
+		if c, ok := l.mem.(crasher); ok {
+			c.crash()
+		}
 	}
 }
 
@@ -133,6 +137,8 @@ func (l *link) decide(ctx context.Context, id string) (fate, error) {
 // the call begins, as time on the fake clock: a call stalled past it ends
 // with DeadlineExceeded when the caller meant it to, on the clock its
 // lease is counted on.
+// In real time (realtime.go) the two clocks are one, and a stall
+// really waits.
 func (l *link) wait(ctx context.Context, until time.Time) error {
 	now := l.c.clock.Now()
 	d := until.Sub(now)
@@ -166,6 +172,9 @@ func (l *link) refusal(ctx context.Context, f fate) error {
 		if err := l.wait(ctx, l.c.clock.Now().Add(time.Hour)); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
+	}
+	if d, ok := l.mem.(dropper); ok && d.drops() {
+		d.dropped()
 	}
 	return errLost
 }
@@ -272,11 +281,11 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return err
 	}
 	if f == loseFirst || f == failCall {
-		return l.refusal(ctx, f)
+		return l.renewRefusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
 	if f == loseReply || l.cut.Load() {
-		return l.refusal(ctx, loseReply)
+		return l.renewRefusal(ctx, loseReply)
 	}
 	if err == nil {
 		l.c.leases.heard(h.Token(), sent)

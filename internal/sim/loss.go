@@ -103,23 +103,28 @@ func (p *plan) drawLosses(r *rand.Rand) {
 	slices.SortFunc(p.losses, func(a, b stateLoss) int { return a.at.Compare(b.at) })
 }
 
-// loseState carries out the losses due at now.
+// loseState carries out the losses due at now (only the memory backend
+// has any: realPlan drops them).
 func (c *cluster) loseState(now time.Time) {
 	for _, w := range c.plan.losses {
 		if !w.at.Equal(now) {
 			continue
 		}
+		m, ok := c.mem.(stateLoser)
+		if !ok {
+			panic(fmt.Sprintf("sim: a state loss planned on a backend that cannot lose state (%T)", c.mem))
+		}
 		switch w.kind {
 		case lossRestart:
-			c.mem.DropLocks()
-			c.mem.ForgetMarks()
-			c.mem.ForgetFences()
+			m.DropLocks()
+			m.ForgetMarks()
+			m.ForgetFences()
 		case lossMarks:
-			c.mem.ForgetMarks(w.keys...)
+			m.ForgetMarks(w.keys...)
 		case lossRewind:
-			c.mem.RewindMarks(w.back, w.keys...)
+			m.RewindMarks(w.back, w.keys...)
 		case lossFences:
-			c.mem.ForgetFences()
+			m.ForgetFences()
 		}
 		c.event(now, "backend loses state: %v", w)
 	}
