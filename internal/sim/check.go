@@ -30,14 +30,18 @@ type violation struct {
 // fails again if it comes back.
 const (
 	// A try-lock-tick whose reply was lost is resent with its token until
-	// the backend decides, but the simulated link makes a lost reply cost
-	// the caller its whole deadline (the tick's TTL), so the resend
-	// reaches the memory backend after the grant's lock expired. Memory
-	// and Redis keep no record of a grant past its lock (Postgres keeps
-	// one for twice its lease), so the resend is answered done: the tick
-	// was granted and is neither run nor recorded. The fix is a grant
-	// record on every backend that outlives the lock (issue 26's note).
-	holeNoResend = "a lost reply's resend comes after its grant's lock expired"
+	// the backend decides. Every backend now keeps a grant's record for
+	// locking.GrantKeep (twice the TTL here) and answers a resend that
+	// comes after the grant's lock expired from it: granted again, or
+	// expired, and the node records the tick (not run, with the fence) if
+	// it cannot run it. What is left: a node that heard no answer for the
+	// record's whole keep. The simulated link makes a lost call cost the
+	// caller its whole deadline (the TTL for a first attempt), so one more
+	// lost resend uses up the keep; the node stopped (end of the run, a
+	// graceful stop) with its resend undecided; or the resend's wait, on
+	// the real clock (time.AfterFunc in scheduler/resend.go), let the fake
+	// clock run past the keep before it was sent (answered done then).
+	holeNoResend = "a lost reply's resends go unanswered for as long as the backend keeps its grant's record"
 )
 
 // Invariant names.
@@ -416,9 +420,13 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
-		recorded := slices.ContainsFunc(c.history, func(h histRec) bool {
-			return h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick)
-		})
+		recorded, recordedFence := false, false
+		for _, h := range c.history {
+			if h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick) {
+				recorded = true
+				recordedFence = recordedFence || h.Fence == g.fence
+			}
+		}
 		c.ledger.mu.Unlock()
 		if g.delivered && (skipped || recorded) {
 			// Heard and given up with a reason (its lease ran out in the
@@ -426,6 +434,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// contract allows. A grant whose reply was lost is skipped
 			// too, but for want of the answer: that is the loss this
 			// invariant is about.
+			continue
+		}
+		if recordedFence {
+			// Its reply lost, but a resend learnt of it from the backend's
+			// grant record (granted again too late to run, or expired) and
+			// the node recorded it as not run with its fence.
 			continue
 		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",

@@ -329,6 +329,7 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 	token := hex.EncodeToString(tok[:])
 	fence := s.nextFence(wall)
 	s.m[schedule] = entry{owner: l, expires: expiry(now, ttl), fence: fence, token: token}
+	s.acquired(schedule, fence)
 	s.sweepIfGrown(now)
 	if !head.Backfill {
 		s.popHead(schedule)
