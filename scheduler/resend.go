@@ -59,9 +59,9 @@ const (
 	resendSettle = time.Second
 )
 
-// errGrantUnknown is the error of a tick skipped while its try-lock-tick
+// ErrGrantUnknown is the error of a tick skipped while its try-lock-tick
 // was still undecided: the backend may have granted it.
-var errGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
+var ErrGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
 
 // errLateGrant is the error recorded for a grant that came too late to run.
 var errLateGrant = errors.New("scheduler: granted too late to run")
@@ -148,7 +148,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	// past it is given back and recorded as not run (lateGrant), where
 	// giving up would leave it unknown, and T consumed with no word.
 	if (r.sends > 0 && !s.leaseNow().Before(r.until)) || r.ctx.Err() != nil {
-		*err = fmt.Errorf("%w after %d resends: %w", errGrantUnknown, r.sends, *err)
+		*err = fmt.Errorf("%w after %d resends: %w", ErrGrantUnknown, r.sends, *err)
 		return false
 	}
 	r.sends++
