@@ -60,7 +60,9 @@ const (
 )
 
 // ErrGrantUnknown is the error of a tick skipped while its try-lock-tick
-// was still undecided: the backend may have granted it.
+// was still undecided: the backend may have granted it (its mark raised,
+// so no node runs it). Such a tick is in history as not run with this
+// error (RunRecord.Err): a grant nobody heard of is still accounted for.
 var ErrGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
 
 // errLateGrant is the error recorded for a grant that came too late to run.
@@ -102,6 +104,14 @@ func indefinite(err error) bool {
 // decided one, or one it gives up on, whose err then says so.
 func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAnswer, err *error, sent time.Time) bool {
 	if mutation.On(mutation.NoResend) { // mutation (simmut tag only): an undecided tick is given up at once
+		return false
+	}
+	if ans.Handle == nil && req.Token != "" && errors.Is(*err, context.Canceled) {
+		// The scheduler itself ended the call (the shutdown grace ran
+		// out): the backend may have applied it all the same, and no
+		// resend will tell. Given up as undecided, so that history
+		// accounts for the tick (lockAnswer).
+		*err = fmt.Errorf("%w: the call was cancelled before its answer came: %w", ErrGrantUnknown, *err)
 		return false
 	}
 	if !indefinite(*err) || ans.Handle != nil {

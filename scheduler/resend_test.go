@@ -1,8 +1,8 @@
 package scheduler_test
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"

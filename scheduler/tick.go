@@ -356,6 +356,13 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 				slog.Duration("offset", ahead.Offset), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
 			return nil, SkipBackendError
 		}
+		if errors.Is(err, ErrGrantUnknown) && s.runObs != nil {
+			// The backend may have granted T, and then no node runs it:
+			// history says so, where the tick would otherwise be consumed
+			// with no word (a skip is a counter, not a record).
+			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+				Start: s.clock.Now(), Err: err, RunID: f.runID()})
+		}
 		s.backendFailed(st, f.tick, err)
 		return nil, SkipBackendError
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -420,11 +421,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
-		recorded, recordedFence := false, false
+		recorded, recordedFence, recordedUnknown := false, false, false
 		for _, h := range c.history {
 			if h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick) {
 				recorded = true
 				recordedFence = recordedFence || h.Fence == g.fence
+				recordedUnknown = recordedUnknown || errors.Is(h.Err, scheduler.ErrGrantUnknown)
 			}
 		}
 		c.ledger.mu.Unlock()
@@ -436,10 +438,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// invariant is about.
 			continue
 		}
-		if recordedFence {
+		if recordedFence || (!g.delivered && recordedUnknown) {
 			// Its reply lost, but a resend learnt of it from the backend's
 			// grant record (granted again too late to run, or expired) and
-			// the node recorded it as not run with its fence.
+			// the node recorded it as not run with its fence; or no resend
+			// was answered before the resends ended, and the node recorded
+			// the tick as not run, its grant unknown.
 			continue
 		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
