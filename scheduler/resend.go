@@ -72,6 +72,10 @@ var errLateGrant = errors.New("scheduler: granted too late to run")
 // again as it is, and the bounds of its resends.
 type resending struct {
 	req locking.TickRequest
+	// first is when the first attempt was sent (lease clock): the
+	// backend keeps a grant's record GrantKeep from its grant, which
+	// came after it.
+	first time.Time
 	// until is when resending ends, on the lease clock: a grant of the
 	// first attempt, extended by no resend, has ended on the backend by
 	// then.
@@ -122,7 +126,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		if req.Token == "" {
 			return false // the backend drew the token: a resend is a new request
 		}
-		r = &resending{req: req, wait: resendFirst}
+		r = &resending{req: req, first: sent, wait: resendFirst}
 		// A grant of the first attempt is found by a resend for its TTL
 		// (Postgres: or its MaxLease, if longer: its record outlives a
 		// session that died), the margin included, and each resend that
@@ -230,4 +234,17 @@ func (s *Scheduler) grantExpired(f fired, fence int64) {
 	}
 	s.finish(f, runOutcome{skip: why})
 	s.wg.Done()
+}
+
+// pastKeep reports whether a resend of f answered done or contended may
+// have been decided by a backend that no longer kept the record of a grant
+// of an earlier attempt: it came GrantKeep or more after the first send
+// (a resend delayed on its way). Such an answer proves nothing: the grant
+// may be what raised the mark, or hold the lock.
+func (s *Scheduler) pastKeep(f fired, v locking.TickVerdict) bool {
+	r := f.resend
+	if r == nil || (v != locking.TickDone && v != locking.TickContended) {
+		return false
+	}
+	return !s.leaseNow().Before(r.first.Add(locking.GrantKeep(f.def.ttl, s.maxLease)))
 }
