@@ -31,17 +31,14 @@ type violation struct {
 // fails again if it comes back.
 const (
 	// A try-lock-tick whose reply was lost is resent with its token until
-	// the backend decides. Every backend now keeps a grant's record for
-	// locking.GrantKeep (twice the TTL here) and answers a resend that
-	// comes after the grant's lock expired from it: granted again, or
-	// expired, and the node records the tick (not run, with the fence) if
-	// it cannot run it. What is left: a node that heard no answer for the
-	// record's whole keep. The simulated link makes a lost call cost the
-	// caller its whole deadline (the TTL for a first attempt), so one more
-	// lost resend uses up the keep; the node stopped (end of the run, a
-	// graceful stop) with its resend undecided; or the resend's wait, on
-	// the real clock (time.AfterFunc in scheduler/resend.go), let the fake
-	// clock run past the keep before it was sent (answered done then).
+	// the backend decides. Every backend keeps a grant's record for
+	// locking.GrantKeep and answers a resend that comes after the grant's
+	// lock expired from it (granted again, or expired: recorded not run
+	// with the fence); a tick given up undecided (resends unanswered, or
+	// cancelled by the end of the grace) and a resend answered after the
+	// keep are recorded not run, grant unknown (scheduler.ErrGrantUnknown).
+	// That took this hole from 85 seeds in 300 to 1 in 900 (seed 637, which
+	// did not fail again in three replays): not yet explained, so kept.
 	holeNoResend = "a lost reply's resends go unanswered for as long as the backend keeps its grant's record"
 )
 
