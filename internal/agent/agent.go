@@ -336,7 +336,7 @@ func (a *Agent) poll(ctx context.Context) {
 			continue
 		}
 		sent := a.opts.Now()
-		taken, err := a.b.TakeRequest(ctx, id, a.opts.NodeID, sc.TTL)
+		taken, err := a.b.TakeRequest(ctx, cluster.TakeReq{Schedule: id, Node: a.opts.NodeID, TTL: sc.TTL})
 		if err != nil {
 			a.log.Warn("taking a manual run request failed", slog.String("schedule", id), slog.Any("error", err))
 			continue
