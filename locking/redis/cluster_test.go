@@ -630,3 +630,54 @@ func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
 		t.Errorf("the refused call stored %+v for a", reqs)
 	}
 }
+
+// TestTakeResentAfterExpiry: a resent take whose lock expired (deleted
+// here, as expiry does) takes the lock again for its trigger; once
+// another holds the lock, a resend gives the trigger back to its queue and
+// to the index of queued schedules (which the first take emptied), so a
+// polling node finds it.
+func TestTakeResentAfterExpiry(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1")}); err != nil {
+		t.Fatal(err)
+	}
+	take := cluster.TakeReq{Schedule: "s", Node: "n1", TTL: time.Minute, Token: "tok"}
+	tk, err := f.l.TakeRequest(ctx, take)
+	if err != nil || tk.Handle == nil || tk.Request.ID != "t1" {
+		t.Fatalf("TakeRequest = %+v, %v; want t1", tk, err)
+	}
+	if ttl := f.admin.PTTL(ctx, f.l.lockKey("s")+takenSuffix+"tok").Val(); ttl <= time.Minute || ttl > 2*time.Minute {
+		t.Errorf("the take's record expires in %v, want 2×TTL", ttl)
+	}
+	if q, _ := f.l.Queued(ctx); len(q) != 0 {
+		t.Fatalf("Queued = %v after the only trigger was taken", q)
+	}
+	if err := f.admin.Del(ctx, f.l.lockKey("s")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk2, err := f.l.TakeRequest(ctx, take)
+	if err != nil || tk2.Handle == nil || tk2.Request.ID != "t1" || tk2.Handle.Fence() <= tk.Handle.Fence() {
+		t.Fatalf("resend after the lock expired = %+v, %v; want t1 under a new fence above %d", tk2, err, tk.Handle.Fence())
+	}
+	if err := f.admin.Del(ctx, f.l.lockKey("s")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := f.another(t, "other")
+	h := mustLock(t, other, "s", time.Minute)
+	tk3, err := f.l.TakeRequest(ctx, take)
+	if err != nil || !tk3.Contended || tk3.Handle != nil || tk3.Request == nil || tk3.Request.ID != "t1" {
+		t.Fatalf("resend while another holds the lock = %+v, %v; want contended on t1", tk3, err)
+	}
+	if q, _ := f.l.Queued(ctx); len(q) != 1 || q[0] != "s" {
+		t.Errorf("Queued = %v after t1 went back to its queue, want [s]", q)
+	}
+	if err := other.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	tk4, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n2", TTL: time.Minute, Token: "tok2"})
+	if err != nil || tk4.Handle == nil || tk4.Request.ID != "t1" {
+		t.Fatalf("a fresh take once free = %+v, %v; want t1", tk4, err)
+	}
+	_ = other.Release(ctx, tk4.Handle)
+}
