@@ -520,15 +520,10 @@ func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken,
 		asked bool
 	)
 	if r.Token != "" {
-		ls, taken, asked, err = l.takeResend(ctx, id, r, keep)
+		ls, taken, asked, err = l.takeResend(ctx, id, r, tok, keep)
 	}
 	if !asked && err == nil {
 		ls, taken, err = l.takeRequest(ctx, id, schedule, r.Node, r.Token, keep)
-	}
-	if ls != nil {
-		ls.token = tok
-		req := *taken.Request
-		ls.req = &req
 	}
 	ls, serr := l.settle(ctx, id, ls)
 	if ls == nil {
@@ -543,7 +538,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken,
 
 // takeResend runs takeResendSQL for take r on a shared session. asked is
 // false when the token has no record: a fresh take decides.
-func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, keep int64) (ls *lease, tk store.Taken, asked bool, err error) {
+func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok string, keep int64) (ls *lease, tk store.Taken, asked bool, err error) {
 	schedule := r.Schedule
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
@@ -596,7 +591,7 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, keep
 		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: took a resent take's request again with fence %v, %d records, %d acceptances, synchronous_commit %q: %v",
 			locking.ErrUnavailable, schedule, fence, up, acc, syncCommit, jerr)
 	case v == "retake":
-		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence}
+		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence, token: tok, req: &req}
 		l.hold(ls)
 		l.release(s)
 		return ls, store.Taken{Request: &req}, true, nil
@@ -688,7 +683,8 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 			return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
 				locking.ErrUnavailable, schedule, fence, accepted, syncCommit, jerr)
 		}
-		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence}
+		// Its token and request answer a resend of this take (TakeRequest).
+		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence, token: token, req: &req}
 		l.hold(ls)
 		l.release(s)
 		return ls, store.Taken{Request: &req}, nil
