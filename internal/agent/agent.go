@@ -397,7 +397,7 @@ func (a *Agent) poll(ctx context.Context) {
 // same token: the backend answers it from its record of the first
 // (cluster.Store.TakeRequest). Resends wait resendFirst, doubling up to
 // resendMax, for as long as a lock the first attempt took may live: its
-// TTL from the first send. Past it the backend no longer answers for the
+// TTL from the first send (Postgres: or MaxLease, if longer). Past it the backend no longer answers for the
 // lock (a trigger whose lock ended goes back to its queue once another
 // takes the lock, or is taken again by a later resend of ours), and the
 // take is given up: logged, as before resends.
@@ -417,10 +417,19 @@ func (a *Agent) take(ctx context.Context, id string, ttl time.Duration) (tk clus
 	}
 	req := cluster.TakeReq{Schedule: id, Node: a.opts.NodeID, TTL: ttl, Token: token}
 	first := time.Now()
+	// A lock the first attempt took lives its TTL, or on Postgres until
+	// the server drops the session of a lost reply (within MaxLease: the
+	// resends are answered ErrResendHeld meanwhile, then take the trigger
+	// again).
+	window := ttl
+	if lb, ok := a.b.(locking.LeaseBounder); ok {
+		window = max(window, lb.MaxLease())
+	}
+	end := first.Add(window)
 	// The poll's context bounds the first attempt only: a resend past it
 	// still finds a trigger the first took. The agent's stop (a
 	// cancellation, not the poll's deadline) ends the resends.
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), first.Add(ttl))
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
 		if errors.Is(context.Cause(ctx), context.Canceled) {
@@ -439,7 +448,7 @@ func (a *Agent) take(ctx context.Context, id string, ttl time.Duration) (tk clus
 		if sends == 0 {
 			actx = rctx
 		}
-		d := min(wait, time.Until(first.Add(ttl)))
+		d := min(wait, time.Until(end))
 		if d <= 0 || rctx.Err() != nil {
 			return tk, answered, fmt.Errorf("agent: take of %q undecided after %d resends: %w", id, sends, err)
 		}
