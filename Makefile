@@ -54,8 +54,10 @@ fuzz: ## fuzz the config loader for a minute
 run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
 
-cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, and the full rolling deploy (several minutes)
+SIMREAL_FLAGS ?=
+cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, the full rolling deploy, and the simulation's workload in real time on Redis and Postgres (SIMREAL_FLAGS=-realseeds 12; several minutes)
 	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun|TestRollingDeployFull' ./e2e/
+	$(GO) test -race -tags e2elong -count=1 -timeout 20m -v -run '^TestSim(Redis|Postgres|RealSplitBrain)$$' ./internal/sim $(SIMREAL_FLAGS)
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo

@@ -24,10 +24,25 @@ import (
 //     acquisition, never another's), its lease extended as a renewal
 //     would (TTL from now). A request with a granted call's Token but
 //     another T is no resend: it is decided as any other request. So is a
-//     resend once its grant was released or its lease ended (done: T is
-//     marked). A backend that cannot tell yet answers an error wrapping
-//     ErrResendHeld (Postgres: the first attempt's session still holds the
-//     lock), which is not definite: the caller resends until decided;
+//     resend once its grant was released by its holder (Release, even one
+//     that found the lock lapsed: done, T being marked): the holder ran T
+//     or gave it up. A backend that cannot tell yet answers an error
+//     wrapping ErrResendHeld (Postgres: the first attempt's session still
+//     holds the lock), which is not definite: the caller resends until
+//     decided;
+//   - the request is a resend of a grant whose lease ended (its TTL ran
+//     out from the grant or its last extension, with no Release): every
+//     backend keeps a record of each granted request that carried a Token
+//     (key, Token, T, fence) for GrantKeep after its grant or last
+//     extension, the time its caller goes on resending (a lost reply may
+//     cost it longer than the TTL). Answered as DecideLapsedResend says:
+//     TickGranted with the grant's own fence (the same acquisition
+//     continued: the lock is taken again, TTL from now) when no later
+//     acquisition of its lock key came since, the lock is free, the key
+//     is not paused and (schedule lock) the mark is still T; otherwise
+//     TickExpired with the grant's fence (TickAnswer.Fence), and nothing
+//     changes. Without the record a resend that came too late was
+//     answered done: T granted, run nowhere and recorded nowhere;
 //   - T lies more than MaxSkew ahead of the backend's clock: an error
 //     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
 //     changes;
@@ -96,6 +111,12 @@ const (
 	TickContended                        // the lock is held by another run
 	TickPaused                           // the key is paused; T is consumed
 	TickMissed                           // T is later than the catch-up window; T is consumed
+	// TickExpired answers a resend whose grant's lease ended before it
+	// reached the backend, and that cannot be granted again (the lock was
+	// taken since, a later tick was decided, the key is paused). Definite:
+	// T was granted to this request and is consumed; the caller records it
+	// as not run, with the grant's fence (TickAnswer.Fence).
+	TickExpired
 )
 
 func (v TickVerdict) String() string {
@@ -110,6 +131,8 @@ func (v TickVerdict) String() string {
 		return "paused"
 	case TickMissed:
 		return "missed"
+	case TickExpired:
+		return "expired"
 	}
 	return fmt.Sprintf("TickVerdict(%d)", uint8(v))
 }
@@ -125,6 +148,9 @@ type TickAnswer struct {
 	// Now is the backend's clock when it decided; callers measure their
 	// clock offset against it.
 	Now time.Time
+	// Fence is set with TickExpired: the fence the expired grant drew, for
+	// the caller's record of the tick it did not run.
+	Fence int64
 }
 
 // ErrTickAhead is wrapped by the error of a try-lock-tick whose T lies more
@@ -205,6 +231,43 @@ func DecideTick(r TickRequest, now time.Time, mark time.Time, ok, paused, held b
 		return TickContended, eff, 0
 	}
 	return 0, r.Tick, 0
+}
+
+// GrantKeep is how long a backend keeps the record of a granted
+// try-lock-tick request after its grant or its last extension by a resend:
+// twice the longer of its TTL and the backend's MaxLease (0 for backends
+// whose locks last their TTL). A caller whose answer was not definite
+// resends for that long (scheduler/resend.go), so a resend delayed past
+// the grant's lease (a lost reply costs the caller its whole deadline)
+// still finds the grant.
+func GrantKeep(ttl, maxLease time.Duration) time.Duration {
+	return 2 * max(ttl, maxLease)
+}
+
+// DecideLapsedResend is the decision on a resend (same Token and T) of a
+// grant the backend still records (GrantKeep) but whose lease ended
+// without a Release. mark is the stored mark (ok false when missing),
+// paused the key's pause flag, taken whether the lock is held by anyone
+// or was acquired by anyone since the grant (a fence drawn for the lock
+// key since the grant's: memory keeps the key's last one, Redis reads the
+// key's fence counter, Postgres the row's fence). It returns TickGranted
+// when the lock may be taken again with the grant's fence: the lock is
+// free and was not acquired since, the key is not paused and, for a
+// schedule lock, the mark is still T (no later tick of the key was decided
+// since: running T now would come after a later tick's decision). A
+// per-tick lock (PerTick) does not ask the mark: later ticks of the key
+// are decided while T runs. Otherwise TickExpired: nothing changes, and
+// the caller records T as not run. A paused key is TickExpired too, not
+// TickPaused: T was granted before the pause, and its record (not run,
+// with its fence) says where it went.
+func DecideLapsedResend(r TickRequest, mark time.Time, ok, paused, taken bool) TickVerdict {
+	switch {
+	case taken, paused:
+		return TickExpired
+	case !r.PerTick && (!ok || mark.UnixMicro() != r.Tick.UnixMicro()):
+		return TickExpired
+	}
+	return TickGranted
 }
 
 func minTime(a, b time.Time) time.Time {

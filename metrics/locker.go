@@ -33,6 +33,9 @@ const (
 	resultDone   = "done"
 	resultPaused = "paused"
 	resultMissed = "missed"
+	// resultExpired: a resend whose grant's lease ended before it reached
+	// the backend (locking.TickExpired); the tick is recorded as not run.
+	resultExpired = "expired"
 )
 
 // lister is implemented by backends that can list the locks they hold.
@@ -68,7 +71,7 @@ func InstrumentLocker(l locking.Locker, backend string, m *Metrics) locking.Back
 	// not absent), and resolved once so an operation costs no label lookup.
 	tryLock := []string{resultAcquired, resultContended, resultError}
 	if _, ok := l.(locking.TickLocker); ok {
-		tryLock = append(tryLock, resultDone, resultPaused, resultMissed)
+		tryLock = append(tryLock, resultDone, resultPaused, resultMissed, resultExpired)
 	}
 	for op, results := range map[string][]string{
 		opTryLock: tryLock,

@@ -26,7 +26,8 @@ func (c leaser) MaxLease() time.Duration {
 
 // TryLockTick forwards and counts the verdict under op try_lock: granted
 // as acquired (the handle is then counted as held), contended as
-// contended, done, paused and missed as themselves, any error as error.
+// contended, done, paused, missed and expired as themselves, any error as
+// error.
 func (l *instrumented) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	tl, ok := l.next.(locking.TickLocker)
 	if !ok {
@@ -50,6 +51,8 @@ func (l *instrumented) TryLockTick(ctx context.Context, r locking.TickRequest) (
 			result = resultPaused
 		case locking.TickMissed:
 			result = resultMissed
+		case locking.TickExpired:
+			result = resultExpired
 		}
 	}
 	answered := err

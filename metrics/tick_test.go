@@ -122,13 +122,13 @@ func TestInstrumentLockerTickSeriesOnlyForTickLockers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n == 3+3+6
+		return n == 3+3+7
 	}
 	if !has(memory.New()) {
-		t.Error("memory's try_lock done/paused/missed series are missing")
+		t.Error("memory's try_lock done/paused/missed/expired series are missing")
 	}
 	if has(bare{memory.New()}) {
-		t.Error("a backend without try-lock-tick has try_lock done/paused/missed series")
+		t.Error("a backend without try-lock-tick has try_lock done/paused/missed/expired series")
 	}
 }
 

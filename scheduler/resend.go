@@ -32,6 +32,12 @@ import (
 // grace has ended. Only then is the tick skipped as
 // backend_error, its grant unknown.
 //
+// A resend that reaches the backend after its grant's lease ended (a lost
+// reply can cost the caller its whole op_timeout, the TTL or more) is
+// answered from the grant's record, which every backend keeps as long as
+// the resends go on (locking.GrantKeep): granted again with its fence when
+// nothing came between, a late grant then; else expired (grantExpired).
+//
 // A grant that comes late (after a resend, or after its request's context
 // ended) runs only while T is within its catch-up window and its lease
 // lives, renewed first so the run has a whole lease. Its lease counts from
@@ -53,9 +59,9 @@ const (
 	resendSettle = time.Second
 )
 
-// errGrantUnknown is the error of a tick skipped while its try-lock-tick
+// ErrGrantUnknown is the error of a tick skipped while its try-lock-tick
 // was still undecided: the backend may have granted it.
-var errGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
+var ErrGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
 
 // errLateGrant is the error recorded for a grant that came too late to run.
 var errLateGrant = errors.New("scheduler: granted too late to run")
@@ -117,9 +123,18 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		// a found grant cannot run; a resend then only learns of it, to
 		// give its lock back and record it, for resendSettle.
 		inWindow := f.tick.Add(max(f.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
-		r.until = sent.Add(min(2*max(f.def.ttl, s.maxLease), max(inWindow, 0)+resendSettle))
-		left := r.until.Sub(s.leaseNow())
-		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, left)
+		keep := locking.GrantKeep(f.def.ttl, s.maxLease)
+		r.until = sent.Add(min(keep, max(inWindow, 0)+resendSettle))
+		// One resend goes at least, while the backend keeps the grant's
+		// record (locking.GrantKeep): the first attempt's lost reply may
+		// have cost more than T's window (its whole op_timeout), and a
+		// grant learnt of is recorded (not run, with its fence), where
+		// one given up on is T consumed with no word.
+		end := r.until
+		if !s.leaseNow().Before(end) {
+			end = sent.Add(keep)
+		}
+		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, end.Sub(s.leaseNow()))
 		f.resend = r
 		// The first attempt is answered: the burst's context and the
 		// handoff's count are done with (lockAnswer and
@@ -132,8 +147,8 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	// T's catch-up window does not end the resends: a grant that comes
 	// past it is given back and recorded as not run (lateGrant), where
 	// giving up would leave it unknown, and T consumed with no word.
-	if !s.leaseNow().Before(r.until) || r.ctx.Err() != nil {
-		*err = fmt.Errorf("%w after %d resends: %w", errGrantUnknown, r.sends, *err)
+	if (r.sends > 0 && !s.leaseNow().Before(r.until)) || r.ctx.Err() != nil {
+		*err = fmt.Errorf("%w after %d resends: %w", ErrGrantUnknown, r.sends, *err)
 		return false
 	}
 	r.sends++
@@ -184,4 +199,25 @@ func (s *Scheduler) lateGrant(f fired, l *lease) bool {
 	s.finish(f, runOutcome{skip: why})
 	s.wg.Done()
 	return false
+}
+
+// grantExpired finishes tick f whose resend was answered expired: the
+// backend granted the first attempt (fence), but its lease ended before
+// the resend reached it and the grant could not be taken again (the key
+// was acquired or paused, or a later tick decided, since). T is consumed
+// and runs nowhere: skipped as backend_error, as a grant that came too late
+// to run is (lateGrant), and recorded as not run with the grant's fence.
+func (s *Scheduler) grantExpired(f fired, fence int64) {
+	why := SkipBackendError
+	cause := fmt.Errorf("%w: its lease ran out before a resend of its try-lock-tick reached the backend (answered expired)", errLateGrant)
+	s.log.Warn("tick granted but its lease ended before the answer came: not run", slog.String("schedule", f.def.ID),
+		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", fence),
+		slog.String("outcome", string(why)), slog.Any("error", cause))
+	s.reportSkip(f, why, fence)
+	if s.runObs != nil {
+		s.runObs.RunRecorded(RunRecord{Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+			Start: s.clock.Now(), Fence: fence, Err: cause, RunID: f.runID()})
+	}
+	s.finish(f, runOutcome{skip: why})
+	s.wg.Done()
 }

@@ -210,6 +210,10 @@ func (s *Scheduler) tickAnswered(f fired, ans locking.TickAnswer, err error, sen
 	if l != nil && late && !s.lateGrant(f, l) {
 		return nil
 	}
+	if err == nil && ans.Verdict == locking.TickExpired {
+		s.grantExpired(f, ans.Fence)
+		return nil
+	}
 	return s.locked(f, l, why)
 }
 
@@ -379,6 +383,8 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 		return nil, SkipPaused
 	case locking.TickMissed:
 		return nil, SkipMissed
+	case locking.TickExpired:
+		return nil, SkipBackendError // recorded by grantExpired
 	}
 	s.log.Error("try-lock-tick answered an unknown verdict: tick not run", slog.String("schedule", def.ID),
 		slog.String("verdict", ans.Verdict.String()))

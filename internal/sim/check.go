@@ -30,14 +30,18 @@ type violation struct {
 // fails again if it comes back.
 const (
 	// A try-lock-tick whose reply was lost is resent with its token until
-	// the backend decides, but the simulated link makes a lost reply cost
-	// the caller its whole deadline (the tick's TTL), so the resend
-	// reaches the memory backend after the grant's lock expired. Memory
-	// and Redis keep no record of a grant past its lock (Postgres keeps
-	// one for twice its lease), so the resend is answered done: the tick
-	// was granted and is neither run nor recorded. The fix is a grant
-	// record on every backend that outlives the lock (issue 26's note).
-	holeNoResend = "a lost reply's resend comes after its grant's lock expired"
+	// the backend decides. Every backend now keeps a grant's record for
+	// locking.GrantKeep (twice the TTL here) and answers a resend that
+	// comes after the grant's lock expired from it: granted again, or
+	// expired, and the node records the tick (not run, with the fence) if
+	// it cannot run it. What is left: a node that heard no answer for the
+	// record's whole keep. The simulated link makes a lost call cost the
+	// caller its whole deadline (the TTL for a first attempt), so one more
+	// lost resend uses up the keep; the node stopped (end of the run, a
+	// graceful stop) with its resend undecided; or the resend's wait, on
+	// the real clock (time.AfterFunc in scheduler/resend.go), let the fake
+	// clock run past the keep before it was sent (answered done then).
+	holeNoResend = "a lost reply's resends go unanswered for as long as the backend keeps its grant's record"
 )
 
 // Invariant names.
@@ -64,6 +68,7 @@ type run struct {
 	killed      bool
 	attempts    int
 	lastFailed  bool // its last attempt failed: a retry may have been due
+	manual      bool // a trigger's or backfill's run (keyed by its run id)
 	refused     bool // the fenced store refused a write of one of its attempts
 }
 
@@ -78,12 +83,15 @@ func runs(atts []attempt) []run {
 	byID := map[string]*run{}
 	var order []string
 	for _, a := range atts {
-		r, ok := byID[a.runID]
+		// A run id is the run's on one node life: a manual request's id
+		// taken by two nodes (a violation) is two runs.
+		id := fmt.Sprint(a.runID, "/", a.node, "/", a.life)
+		r, ok := byID[id]
 		if !ok {
 			r = &run{sched: a.sched, node: a.node, life: a.life, tick: a.tick, runID: a.runID,
-				fence: a.fence, start: a.start}
-			byID[a.runID] = r
-			order = append(order, a.runID)
+				fence: a.fence, start: a.start, manual: a.manual}
+			byID[id] = r
+			order = append(order, id)
 		}
 		r.attempts++
 		if a.start.Before(r.start) {
@@ -115,8 +123,19 @@ func locked(sc scheduler.Schedule) bool { return sc.Hint != hints.NodeLocal }
 
 // check returns every violation of c's run.
 func (c *cluster) check() []violation {
+	// The checks ask for the unique grants per tick and per grant: made
+	// once per check (a hand-made ledger may change between two).
+	c.ugCache = nil
+	c.ugCache = c.uniqueGrants()
+	defer func() { c.ugCache = nil }()
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
+	c.stats.dups = int(c.dupsApplied.Load())
+	c.stats.freezes = c.freezeStats
+	c.countStops(all)
+	c.opsMu.Lock()
+	c.stats.ops = c.opStats
+	c.opsMu.Unlock()
 	for _, g := range c.uniqueGrants() {
 		c.stats.grants++
 		if !g.delivered {
@@ -140,6 +159,8 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkHistory(all)...)
 	vs = append(vs, c.checkLiveness(all)...)
 	vs = append(vs, c.checkGrantsRun(all)...)
+	vs = append(vs, c.checkManual()...)
+	vs = append(vs, c.checkTicks(all)...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
@@ -171,13 +192,20 @@ func (c *cluster) checkTwice(all []run) []violation {
 			continue
 		}
 		k := st{r.sched, r.tick}
-		for _, prev := range seen[k] {
-			if v, ok := c.twice(prev, r, granted); ok {
-				vs = append(vs, v)
-				break
+		if r.manual {
+			// A manual run is not a scheduled tick's: a trigger's tick is
+			// any time, a backfill's runs a decided tick again. Each runs
+			// once by its run id (checkManual), and a backfill never
+			// races its tick's regular run (checkManual).
+		} else {
+			for _, prev := range seen[k] {
+				if v, ok := c.twice(prev, r, granted); ok {
+					vs = append(vs, v)
+					break
+				}
 			}
+			seen[k] = append(seen[k], r)
 		}
-		seen[k] = append(seen[k], r)
 		if _, ok := granted[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)]; !ok {
 			vs = append(vs, violation{inv: invGrant, at: r.start, msg: fmt.Sprintf("no grant of this tick to this node with this fence: %v", r)})
 		}
@@ -228,6 +256,9 @@ func (c *cluster) twice(a, b run, granted map[string]grant) (violation, bool) {
 // uniqueGrants drops a grant that repeats an acquisition (a resent
 // try-lock-tick answered from its own lock: same token).
 func (c *cluster) uniqueGrants() []grant {
+	if c.ugCache != nil {
+		return c.ugCache
+	}
 	seen := map[string]bool{}
 	var out []grant
 	for _, g := range c.grants.all() {
@@ -278,7 +309,7 @@ func (c *cluster) checkOverlap(all []run) []violation {
 		if !locked(sp.Schedule) {
 			k += "/" + r.node
 		}
-		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) && !c.overlapAfterLoss(prev, r) {
+		if prev, ok := last[k]; ok && (prev.end.IsZero() || prev.end.After(r.start)) && !c.frozenOver(prev, r.start) && !c.overlapAfterLoss(prev, r) {
 			vs = append(vs, violation{inv: invOverlap, at: r.start, msg: fmt.Sprintf("runs overlap:\n    %v\n    %v", prev, r)})
 		}
 		if prev, ok := last[k]; !ok || prev.end.Before(r.end) || r.end.IsZero() {
@@ -299,8 +330,8 @@ func (c *cluster) checkOverlap(all []run) []violation {
 func (c *cluster) checkHistory(all []run) []violation {
 	c.ledger.mu.Lock()
 	hist := map[string]histRec{}
-	for _, h := range c.history {
-		hist[h.RunID] = h
+	for _, h := range c.history { // by run id and the life that wrote it, as runs keys them
+		hist[fmt.Sprint(h.RunID, "/", h.Node, "/", h.life)] = h
 	}
 	died := map[[2]any]time.Time{}
 	for _, l := range c.lives {
@@ -317,7 +348,7 @@ func (c *cluster) checkHistory(all []run) []violation {
 		if d, ok := died[[2]any{r.node, r.life}]; ok && (r.end.After(d.Add(-c.maxTTL()-2*step)) || c.faulty(r.node, r.end, d)) {
 			continue
 		}
-		h, ok := hist[r.runID]
+		h, ok := hist[fmt.Sprint(r.runID, "/", r.node, "/", r.life)]
 		switch {
 		case !ok:
 			vs = append(vs, violation{inv: invHistory, at: r.end, msg: fmt.Sprintf("run not in history: %v", r)})
@@ -372,6 +403,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		if ran[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] {
 			continue
 		}
+		if g.manual && (c.refusedTake(g.token) || (!g.delivered && g.backfill)) {
+			// Refused by the scheduler and released; or a backfill's take
+			// whose reply was lost: the request stays queued until Done,
+			// and the next poll takes it once the lock expired.
+			continue
+		}
 		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(g.ttl)) {
 			continue
 		}
@@ -383,9 +420,13 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
-		recorded := slices.ContainsFunc(c.history, func(h histRec) bool {
-			return h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick)
-		})
+		recorded, recordedFence := false, false
+		for _, h := range c.history {
+			if h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick) {
+				recorded = true
+				recordedFence = recordedFence || h.Fence == g.fence
+			}
+		}
 		c.ledger.mu.Unlock()
 		if g.delivered && (skipped || recorded) {
 			// Heard and given up with a reason (its lease ran out in the
@@ -395,9 +436,24 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// invariant is about.
 			continue
 		}
+		if recordedFence {
+			// Its reply lost, but a resend learnt of it from the backend's
+			// grant record (granted again too late to run, or expired) and
+			// the node recorded it as not run with its fence.
+			continue
+		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
 			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)}
-		if !g.delivered {
+		switch {
+		case g.dup && !g.origHeard:
+			v.known = holeDupResend
+		case g.dup:
+			// The copy granted what its original was answered otherwise
+			// (contended, refused) to a node that moved on.
+			v.known = holeDupGrant
+		case g.manual && !g.delivered:
+			v.known = holeTakeLost
+		case !g.delivered:
 			v.known = holeNoResend
 		}
 		vs = append(vs, v)
@@ -451,7 +507,7 @@ func (c *cluster) checkLeases() []violation {
 				c.at(last), n, &a)})
 			continue
 		}
-		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n + step)) {
+		if last, _ := c.leases.lastBefore(g.token, a.end); a.end.After(last.Add(n+c.endLag(a.sched))) && !c.frozenPast(a, last.Add(n)) {
 			v := violation{inv: invLease, at: a.end, msg: fmt.Sprintf("attempt ran past its lease deadline %s (last heard send %s, lease %v): %v",
 				c.at(last.Add(n)), c.at(last), n, &a)}
 			vs = append(vs, v)
@@ -468,7 +524,9 @@ func (c *cluster) checkPaused(all []run) []violation {
 	var vs []violation
 	for _, w := range c.plan.pauses {
 		for _, g := range c.uniqueGrants() {
-			if g.key == w.sched && g.at.After(w.from) && g.at.Before(w.to) {
+			// A manual run's take does not read the pause flag: an
+			// operator's trigger runs a paused schedule.
+			if !g.manual && g.key == w.sched && g.at.After(w.from) && g.at.Before(w.to) {
 				vs = append(vs, violation{inv: invPaused, at: g.at, msg: fmt.Sprintf("%s@%s granted to %s/%d while paused (%s..%s)",
 					g.key, c.at(g.tick), g.node, g.life, c.at(w.from), c.at(w.to))})
 			}

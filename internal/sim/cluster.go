@@ -22,8 +22,8 @@ import (
 
 type cluster struct {
 	plan   *plan
-	clock  *fakeclock.Clock
-	mem    *memory.Locker
+	clock  scheduler.Clock // the fake clock (fake), or the real one (realtime.go)
+	mem    backend         // memory, or Redis or Postgres in real time (backend.go)
 	grants grantLog
 	leases leaseLog
 	// seq orders calls against the backend (link.go): a grant whose call
@@ -41,12 +41,27 @@ type cluster struct {
 	evMu   sync.Mutex
 	events []event
 	q      quiescer
+
+	opsState   // the operators' actions (cluster_ops.go)
+	dupState   // duplicated calls (link_dup.go)
+	checkCache // check.go: the unique grants, while check runs
+	// freezeStats counts the freezes carried out (freeze.go).
+	freezeStats int
+	// fake is clock when it is the fake one; nil in real time, where
+	// nominal is the plan's time the harness's loop has reached: the time
+	// it waited for, a little before time.Now() when it acts (now).
+	fake    *fakeclock.Clock
+	nominal time.Time
 }
 
 // stats count what a seed exercised, so a run can tell how much its
 // invariants saw (a liveness check that checked no tick proves nothing).
 type stats struct {
 	runs, grants, undelivered, checkedTicks, crashes, stops int
+	ops                                                     opStats
+	dups                                                    int // copies of duplicated calls applied
+	freezes                                                 int
+	stopsAt                                                 stopStats // stops.go
 }
 
 func (s *stats) add(o stats) {
@@ -56,11 +71,16 @@ func (s *stats) add(o stats) {
 	s.checkedTicks += o.checkedTicks
 	s.crashes += o.crashes
 	s.stops += o.stops
+	s.ops.add(o.ops)
+	s.dups += o.dups
+	s.freezes += o.freezes
+	s.stopsAt.add(o.stopsAt)
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops",
-		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops)
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops (%d in a jitter, %d in a run, %d in a retry's backoff), %d duplicated calls, %d freezes; %v",
+		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.stopsAt.inJitter, s.stopsAt.inRun, s.stopsAt.inRetry,
+		s.dups, s.freezes, s.ops)
 }
 
 // event is one line of the trace printed around a violation.
@@ -87,6 +107,11 @@ type lifeState struct {
 	// startedAt and endedAt are when it was started and stopped or
 	// crashed (zero: it ran to the end of the run), in true time.
 	startedAt, endedAt time.Time
+	// scheds is the schedule set it runs (the harness's: a reload
+	// replaces it).
+	scheds []scheduler.Schedule
+	// frz freezes it (freeze.go); nil when its plan has no freeze.
+	frz *freezer
 }
 
 func (c *cluster) event(at time.Time, format string, a ...any) {
@@ -104,13 +129,20 @@ func (c *cluster) at(t time.Time) string {
 // harness failure (a node that never stopped, a cluster never quiescent),
 // not a violation.
 func simulate(p *plan) (*cluster, error) {
-	c := &cluster{plan: p, clock: fakeclock.New(p.start), skips: map[skipKey]scheduler.SkipReason{}}
-	c.mem = memory.New(memory.WithClock(c.clock.Now))
+	fake := fakeclock.New(p.start)
+	c := &cluster{plan: p, clock: fake, fake: fake, skips: map[skipKey]scheduler.SkipReason{}}
+	c.mem = memBackend{memory.New(memory.WithClock(fake.Now))}
+	return c.simulate()
+}
+
+// simulate carries out c's plan on c's clock and backend.
+func (c *cluster) simulate() (*cluster, error) {
+	p := c.plan
 	next := make([]int, len(p.nodes)) // per node, the next life to start
 	cur := make([]*lifeState, len(p.nodes))
 	end := p.start.Add(p.span)
 	for {
-		now := c.clock.Now()
+		now := c.now()
 		for i, n := range p.nodes {
 			if l := cur[i]; l != nil && !l.stopped && !l.plan.to.After(now) && l.plan.to.Before(end) {
 				c.endLife(l)
@@ -151,6 +183,7 @@ func simulate(p *plan) (*cluster, error) {
 		if at := p.nextLoss(now); !at.IsZero() {
 			d = min(d, at.Sub(now))
 		}
+		d = c.untilNextOp(now, d)
 		if err := c.advance(d); err != nil {
 			return c, err
 		}
@@ -185,6 +218,9 @@ func closed(ch chan struct{}) bool {
 }
 
 func (c *cluster) allDone() bool {
+	if c.polling.Load() > 0 || c.dupsInFlight.Load() > 0 {
+		return false
+	}
 	for _, l := range c.lives {
 		if !closed(l.done) {
 			return false
@@ -195,7 +231,10 @@ func (c *cluster) allDone() bool {
 
 // advance moves the clock by d and waits until the cluster is quiescent.
 func (c *cluster) advance(d time.Duration) error {
-	c.clock.Advance(d)
+	if c.fake == nil {
+		return c.wait(d) // real time (realtime.go)
+	}
+	c.fake.Advance(d)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return c.q.wait(ctx)
@@ -207,10 +246,19 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	l := &lifeState{node: n.id, life: k, plan: lp, done: make(chan struct{}), killed: make(chan struct{}),
 		startedAt: c.clock.Now()}
 	l.link = newLink(c, n.id, k, n.faults)
+	var clock scheduler.Clock = scheduler.OffsetClock(c.clock, lp.offset)
+	netClock := c.clock
+	if _, ok := c.frozenWithin(n.id, k, c.plan.start, c.plan.start.Add(c.plan.span)); ok {
+		l.frz = &freezer{}
+		l.link.frz = l.frz
+		clock = freezeClock{c.clock, lp.offset, l.frz}
+		netClock = freezeClock{c.clock, 0, l.frz} // its resends wait with it
+	}
 	var scheds []scheduler.Schedule
 	for i := range c.plan.scheds {
 		sp := &c.plan.scheds[i]
 		sc := sp.Schedule
+		sc.CronExpr, _ = c.plan.timing(sp.ID, c.clock.Now()) // a reload's, once done
 		sc.Job = &job{c: c, sp: sp, lf: l}
 		scheds = append(scheds, sc)
 	}
@@ -219,15 +267,15 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	var rmu sync.Mutex
 	rr := rand.New(rand.NewPCG(c.plan.seed, uint64(len(c.lives))))
 	s, err := scheduler.New(scheduler.Options{
-		NodeID: n.id, Locker: l.link, Backend: hints.Distributed,
+		NodeID: n.id, Locker: l.link.locker(), Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
-		Clock: scheduler.OffsetClock(c.clock, lp.offset), NetClock: c.clock, Observer: &observer{c: c, lf: l},
+		Clock: clock, NetClock: netClock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
 	}, scheds)
 	if err != nil {
 		panic(fmt.Sprintf("sim: the plan's schedules are invalid: %v", err)) // a bug of plan.go
 	}
-	l.s = s
+	l.s, l.scheds = s, scheds
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	go func() {
@@ -301,4 +349,5 @@ func (c *cluster) operate(now time.Time) {
 			panic(fmt.Sprintf("sim: the memory backend refused a pause: %v", err)) // cannot happen: no faults there
 		}
 	}
+	c.operateOps(now)
 }

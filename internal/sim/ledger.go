@@ -111,7 +111,7 @@ func (j *job) Run(ctx context.Context, t scheduler.Tick) error {
 	key := []any{"job", t.ScheduleID, t.Time.UnixNano(), t.NodeID, t.Attempt}
 	d := time.Duration(c.plan.draw(key...) * float64(j.sp.maxRun))
 	fail := c.plan.chance(j.sp.failRate, append(key, "fail")...)
-	timer := c.clock.NewTimer(d)
+	timer := j.lf.clock(c).NewTimer(d) // a frozen process's job stops with it
 	defer timer.Stop()
 	var err error
 	select {
@@ -121,6 +121,7 @@ func (j *job) Run(ctx context.Context, t scheduler.Tick) error {
 		}
 	case <-ctx.Done():
 		err = context.Cause(ctx)
+		j.outlastTerm()
 	case <-j.lf.killed:
 		err = errCut
 	}

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // A link is one node life's way to the backend, and the fault layer: it
-// wraps the node's memory Peer and, in the plan's fault windows, loses
-// calls before the backend sees them, loses replies after the backend
-// applied them, fails calls, or holds every call until the window ends.
+// wraps the node's client of the backend (a memory Peer; in real time a
+// Redis or Postgres Locker of its own) and, in the plan's fault windows,
+// loses calls before the backend sees them, loses replies after the
+// backend applied them, fails calls, or holds every call until the window
+// ends.
 // A crashed life's link is cut: every later call fails, so a dead process
 // releases nothing and a stalled call of it never lands.
 //
@@ -30,13 +31,16 @@ type link struct {
 	c      *cluster
 	node   string
 	life   int
-	mem    *memory.Locker
+	mem    nodeLocker
 	faults []faultWindow
 	cut    atomic.Bool
 	dead   chan struct{} // closed when cut: stalled calls give up
 
 	mu    sync.Mutex
 	calls map[string]int // per call identity, how many were made: part of its draw
+
+	// frz is the life's freezer (freeze.go), nil when it never freezes.
+	frz *freezer
 }
 
 var (
@@ -56,7 +60,7 @@ var (
 )
 
 func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
-	return &link{c: c, node: node, life: life, mem: c.mem.Peer(node), faults: faults,
+	return &link{c: c, node: node, life: life, mem: c.mem.peer(node, life), faults: faults,
 		dead: make(chan struct{}), calls: map[string]int{}}
 }
 
@@ -64,6 +68,9 @@ func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
 func (l *link) kill() {
 	if l.cut.CompareAndSwap(false, true) {
 		close(l.dead)
+		if c, ok := l.mem.(crasher); ok {
+			c.crash()
+		}
 	}
 }
 
@@ -133,6 +140,8 @@ func (l *link) decide(ctx context.Context, id string) (fate, error) {
 // the call begins, as time on the fake clock: a call stalled past it ends
 // with DeadlineExceeded when the caller meant it to, on the clock its
 // lease is counted on.
+// In real time (realtime.go) the two clocks are one, and a stall
+// really waits.
 func (l *link) wait(ctx context.Context, until time.Time) error {
 	now := l.c.clock.Now()
 	d := until.Sub(now)
@@ -167,6 +176,9 @@ func (l *link) refusal(ctx context.Context, f fate) error {
 			return err
 		}
 	}
+	if d, ok := l.mem.(dropper); ok && d.drops() {
+		d.dropped()
+	}
 	return errLost
 }
 
@@ -178,6 +190,7 @@ func tickID(r locking.TickRequest) string {
 // grant the backend applied goes to the cluster's grant log, delivered or
 // not.
 func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, tickID(r))
 	if err != nil {
@@ -193,6 +206,7 @@ func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.
 		// backend applied it) but no one is left to hear the answer.
 		f = loseReply
 	}
+	l.dupLater(tickID(r), l.dupTick([]locking.TickRequest{r}, f == pass))
 	l.logGrant(r, ans, err, issued, sent, f == pass)
 	if f == loseReply {
 		return locking.TickAnswer{}, l.refusal(ctx, f)
@@ -217,6 +231,7 @@ func (l *link) logGrant(r locking.TickRequest, ans locking.TickAnswer, err error
 // TryLockTicks is one round trip for the batch: its fate is the fate of
 // every request in it, as when a connection drops.
 func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 	fail := func(err error) ([]locking.TickAnswer, []error) {
@@ -237,6 +252,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	if l.cut.Load() {
 		f = loseReply
 	}
+	l.dupLater("batch of "+tickID(reqs[0]), l.dupTick(reqs, f == pass))
 	for i, r := range reqs {
 		if i < len(got) && i < len(gotErrs) {
 			l.logGrant(r, got[i], gotErrs[i], issued, sent, f == pass)
@@ -250,6 +266,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 
 // InitMarks creates absent marks; a lost reply still created them.
 func (l *link) InitMarks(ctx context.Context, keys []string) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	f, err := l.decide(ctx, "init-marks")
 	if err != nil {
 		return err
@@ -266,17 +283,19 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 
 // Renew extends the lock; a lost reply extended it all the same.
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	f, err := l.decide(ctx, fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
 		return err
 	}
 	if f == loseFirst || f == failCall {
-		return l.refusal(ctx, f)
+		return l.renewRefusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
+	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), l.dupRenew(h))
 	if f == loseReply || l.cut.Load() {
-		return l.refusal(ctx, loseReply)
+		return l.renewRefusal(ctx, loseReply)
 	}
 	if err == nil {
 		l.c.leases.heard(h.Token(), sent)
@@ -287,6 +306,7 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 
 // Release gives the lock back; a lost reply gave it back all the same.
 func (l *link) Release(ctx context.Context, h *locking.Handle) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	f, err := l.decide(ctx, fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
 		return err
@@ -295,6 +315,7 @@ func (l *link) Release(ctx context.Context, h *locking.Handle) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.Release(ctx, h)
+	l.dupLater(fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()), l.dupRelease(h))
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}
@@ -303,6 +324,7 @@ func (l *link) Release(ctx context.Context, h *locking.Handle) error {
 
 // ReleaseAll is one round trip for the batch.
 func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	errs := make([]error, len(hs))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -318,6 +340,7 @@ func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 		return fail(l.refusal(ctx, f))
 	}
 	got := l.mem.ReleaseAll(ctx, hs)
+	l.dupLater(fmt.Sprintf("release batch %s fence %d", hs[0].Key(), hs[0].Fence()), l.dupRelease(hs...))
 	if f == loseReply || l.cut.Load() {
 		return fail(l.refusal(ctx, loseReply))
 	}
@@ -328,6 +351,7 @@ func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 // pauses anything in this cut of the simulation, and a node-local tick
 // reads the flag only to learn that it is not paused.
 func (l *link) GetPause(ctx context.Context, key string) (locking.Pause, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	if l.cut.Load() {
 		return locking.Pause{}, errCut
 	}
@@ -336,6 +360,7 @@ func (l *link) GetPause(ctx context.Context, key string) (locking.Pause, error) 
 
 // SetPause: see GetPause.
 func (l *link) SetPause(ctx context.Context, key string, p locking.Pause) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
 	if l.cut.Load() {
 		return errCut
 	}
@@ -357,6 +382,12 @@ type grant struct {
 	returned uint64    // cluster.seq after it returned
 	// delivered: the node heard the grant (the reply was not lost).
 	delivered bool
+	// manual: a take of a manual run's request (tick is the run's);
+	// backfill: of a backfill's.
+	manual, backfill bool
+	// dup: made by a duplicated call's copy (link_dup.go), heard by no
+	// one; origHeard: the node heard the original call's answer.
+	dup, origHeard bool
 }
 
 // grantLog is the backend's log of grants, kept by the links.

@@ -33,21 +33,36 @@ import (
 func (c *cluster) checkLiveness(all []run) []violation {
 	count := map[string][]run{}
 	for _, r := range all {
+		if r.manual {
+			continue // a backfill's run is not its tick's regular run
+		}
 		k := fmt.Sprint(r.sched, r.tick.UnixNano())
 		count[k] = append(count[k], r)
 	}
-	end := c.plan.start.Add(c.plan.span)
 	var vs []violation
 	for i := range c.plan.scheds {
 		sp := &c.plan.scheds[i]
 		if !locked(sp.Schedule) {
 			continue
 		}
-		spec, err := scheduler.ParseSpec(sp.CronExpr, time.UTC)
-		if err != nil {
-			panic(fmt.Sprintf("sim: plan's spec %q: %v", sp.CronExpr, err))
+		// A reload changes which ticks exist: each tick is one of the
+		// spec in force at it (segments).
+		for _, seg := range c.segments(sp) {
+			spec := sp.spec(seg.cron) // its zone and spread too
+			in := *sp
+			in.CronExpr, in.period = seg.cron, seg.period
+			vs = append(vs, c.checkSegment(&in, spec, later(seg.from, c.plan.start.Add(step)), seg.to, count, all)...)
 		}
-		for t := spec.Next(c.plan.start.Add(step)); t.Add(sp.period + sp.Jitter + 2*step).Before(end); t = spec.Next(t) {
+	}
+	return vs
+}
+
+// checkSegment checks the ticks of spec in (from, to) for liveness.
+func (c *cluster) checkSegment(sp *schedPlan, spec scheduler.Spec, from, to time.Time, count map[string][]run, all []run) []violation {
+	end := c.plan.start.Add(c.plan.span)
+	var vs []violation
+	{
+		for t := spec.Next(from); t.Before(to) && t.Add(sp.period+sp.Jitter+2*step).Before(end); t = spec.Next(t) {
 			if !c.healthy(sp, t, all) {
 				continue
 			}
@@ -80,6 +95,16 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		// Paused ticks are consumed, never run; the one at the resume
 		// may be either side of it.
 		if w.sched == sp.ID && t.After(w.from.Add(-step)) && t.Before(w.to.Add(sp.period+step)) {
+			return false
+		}
+	}
+	if c.nearReload(sp.ID, t) || c.manualHeld(sp.ID, t.Add(-2*step), t.Add(sp.period+sp.Jitter+2*step), all) {
+		return false
+	}
+	for _, f := range c.plan.freezes {
+		// A frozen node is not healthy, and a lock it holds is held
+		// until the freeze ends (its renewals stop) or its TTL runs out.
+		if f.from.Before(to) && f.to.After(from) {
 			return false
 		}
 	}
@@ -122,6 +147,13 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		}
 	}
 	return true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func within(x, from, to time.Time) bool { return !x.Before(from) && !x.After(to) }

@@ -33,6 +33,10 @@ type plan struct {
 	nodes  []nodePlan
 	// pauses are operators' pauses of schedules, at most one each.
 	pauses []pauseWindow
+	// ops are the other operators' actions (plan_ops.go), in draw order.
+	ops []opAction
+	// freezes are lives frozen for a while (freeze.go).
+	freezes []freezeWindow
 	// losses are the backend's losses of state (loss.go), in time order.
 	losses []stateLoss
 	// hashKey makes the per-call decisions (link.go) a function of the
@@ -48,6 +52,9 @@ type schedPlan struct {
 	failRate float64
 	// maxRun bounds a job's duration; some draws pass the lease.
 	maxRun time.Duration
+	// ignoreTerm: the job goes on for killGrace after its context ends
+	// (workload.go).
+	ignoreTerm bool
 }
 
 // nodePlan is one node id over the whole run: its incarnations, each a
@@ -89,6 +96,8 @@ func (k faultKind) String() string {
 		return "flaky"
 	case stall:
 		return "stall"
+	case dup:
+		return "dup"
 	}
 	return fmt.Sprintf("fault(%d)", uint8(k))
 }
@@ -113,6 +122,7 @@ func newPlan(seed uint64) *plan {
 		span:    time.Duration(75+r.IntN(76)) * time.Second,
 		hashKey: r.Uint64(),
 	}
+	dst := p.drawDSTStart(rand.New(rand.NewPCG(seed, 0xd57d57)))
 	for i := range 2 + r.IntN(4) {
 		p.scheds = append(p.scheds, drawSchedule(r, i))
 	}
@@ -124,8 +134,13 @@ func newPlan(seed uint64) *plan {
 		// A stream of its own, so that the rest of a seed's plan stays
 		// what it was before pauses were drawn.
 		p.drawPauses(rand.New(rand.NewPCG(seed, 0x9a05e)))
+		p.drawOps(rand.New(rand.NewPCG(seed, 0x0e7a7e)))
+		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
+		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
 		p.drawLosses(rand.New(rand.NewPCG(seed, 0x105e)))
 	}
+	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
+	p.drawStopPoints(rand.New(rand.NewPCG(seed, 0x5709)))
 	return p
 }
 
@@ -263,8 +278,8 @@ func (p *plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  span %v\n", p.span)
 	for _, s := range p.scheds {
-		fmt.Fprintf(&b, "  %s %q %s overlap %s expected %v jitter %v retries %d fail %.1f max run %v\n",
-			s.ID, s.CronExpr, s.Hint, s.Overlap, s.ExpectedRuntime, s.Jitter, s.Retries, s.failRate, s.maxRun)
+		fmt.Fprintf(&b, "  %s %q %s overlap %s expected %v jitter %v retries %d fail %.1f max run %v%s\n",
+			s.ID, s.CronExpr, s.Hint, s.Overlap, s.ExpectedRuntime, s.Jitter, s.Retries, s.failRate, s.maxRun, s.workloadString())
 	}
 	for _, n := range p.nodes {
 		fmt.Fprintf(&b, "  %s:", n.id)
@@ -283,6 +298,8 @@ func (p *plan) String() string {
 	for _, w := range p.pauses {
 		fmt.Fprintf(&b, "  pause %s +%v..+%v (until: %v)\n", w.sched, w.from.Sub(p.start), w.to.Sub(p.start), w.until)
 	}
+	b.WriteString(p.opsString())
+	b.WriteString(p.freezesString())
 	for _, w := range p.losses {
 		fmt.Fprintf(&b, "  backend loses state at +%v: %v\n", w.at.Sub(p.start), w)
 	}

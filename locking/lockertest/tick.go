@@ -48,6 +48,11 @@ var tickCases = []testCase{
 	{"Tick/TokenReusedForAnotherTick", caseTickTokenOtherTick},
 	{"Tick/ResendAfterRelease", caseTickResendAfterRelease},
 	{"Tick/ResendAfterLaterLock", caseTickResendAfterLaterLock},
+	{"Tick/ResendAfterLeaseEnded", func(s *suite) { caseTickResendAfterLeaseEnded(s, false) }},
+	{"Tick/PerTickResendAfterLeaseEnded", func(s *suite) { caseTickResendAfterLeaseEnded(s, true) }},
+	{"Tick/ResendAfterLeaseEndedAndLaterGrant", func(s *suite) { caseTickExpiredAfterLaterAcquisition(s, false) }},
+	{"Tick/ResendAfterLeaseEndedAndLaterLock", func(s *suite) { caseTickExpiredAfterLaterAcquisition(s, true) }},
+	{"Tick/ResendAfterLeaseEndedPaused", caseTickExpiredPaused},
 	{"Tick/StaleHandle", caseTickStaleHandle},
 	{"Tick/Race", caseTickRace},
 	{"Tick/AnswerNow", caseTickAnswerNow},
@@ -574,20 +579,151 @@ func caseTickResendAfterLaterLock(s *suite) {
 		s.t.Helper()
 		ans, err := s.ticker(c).TryLockTick(s.ctx, r)
 		if err != nil {
-			s.t.Fatalf("%s: TryLockTick = error %v, want done", who, err)
+			s.t.Fatalf("%s: TryLockTick = error %v, want done or expired", who, err)
 		}
 		if ans.Handle != nil {
 			_ = c.Release(s.ctx, ans.Handle)
-			s.t.Fatalf("%s: granted with fence %d (T's grant drew %d, locker B's acquisition %d), want done: the grant's lease ended when B took its lock",
+			s.t.Fatalf("%s: granted with fence %d (T's grant drew %d, locker B's acquisition %d), want done or expired: the grant's lease ended when B took its lock",
 				who, ans.Handle.Fence(), h1.Fence(), h2.Fence())
 		}
-		if ans.Verdict != locking.TickDone {
-			s.t.Fatalf("%s: %v, want done (T is marked)", who, ans.Verdict)
+		// Expired when the backend still keeps T's grant record (Expire
+		// may have moved a fake clock past it: then done, T is marked).
+		switch {
+		case ans.Verdict == locking.TickExpired && ans.Fence != h1.Fence():
+			s.t.Fatalf("%s: expired with fence %d, want T's grant's %d", who, ans.Fence, h1.Fence())
+		case ans.Verdict != locking.TickDone && ans.Verdict != locking.TickExpired:
+			s.t.Fatalf("%s: %v, want done (T is marked) or expired", who, ans.Verdict)
 		}
 	}
 	check("locker C resending T while locker B holds the key")
 	s.mustRelease(b, h2, "locker B")
 	check("locker C resending T after locker B released the key")
+}
+
+// endLease makes the lease of r's grant end, as if its TTL had run out
+// (Backend.EndLease, then the time it named passes), and does what a lost
+// reply to it leaves behind: the grant's record is all that is left of it.
+func (s *suite) endLease(r locking.TickRequest) {
+	s.t.Helper()
+	s.needEndLease()
+	const left = 50 * time.Millisecond
+	s.b.EndLease(s.t, r, left)
+	s.passTime(left + realSlack)
+	s.loseReply(r)
+}
+
+// A resend that comes after its grant's lease ended (a lost reply cost its
+// caller longer than the TTL), with nothing else asked of the key since, is
+// granted as the same acquisition continued: the grant's fence, the lock
+// held again (another node's later tick is contended, a renewal works).
+// Answered done, as before the grant records, T would be granted and run
+// nowhere. Per tick, a later tick granted meanwhile (the mark moved past T)
+// does not stop it: per-tick runs overlap. Released, its resend is done.
+func caseTickResendAfterLeaseEnded(s *suite, perTick bool) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r := s.tickReq(k, t1)
+	r.TTL, r.PerTick, r.Token = s.ttl(), perTick, s.newToken()
+	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	s.endLease(r)
+	if perTick {
+		r2 := s.tickReq(k, t1.Add(time.Second))
+		r2.PerTick = true
+		h2 := s.grant(b, r2, "locker B at T+1s, per tick, after T's lease ended")
+		defer s.mustRelease(b, h2, "locker B (T+1s)")
+	}
+	re := s.wantResentGrant(c, r, h1, "locker C resending T after its grant's lease ended")
+	if !perTick {
+		s.wantTick(b, s.tickReq(k, t1.Add(2*time.Second)), locking.TickContended,
+			"locker B at T+2s after T's resend was granted again (it holds the lock)")
+	}
+	s.mustRenew(c, re, "locker C with the resend's handle")
+	s.loseReply(r) // the resend's reply is lost too
+	re2 := s.wantResentGrant(b, r, h1, "locker B resending T again while the resend's lock lives")
+	s.mustRelease(b, re2, "locker B with the second resend's handle")
+	// From a Locker that never held it: A and C may answer a resend of a
+	// lock they still believe theirs without asking (Postgres).
+	s.wantTick(s.locker(), r, locking.TickDone, "locker D resending T after its grant was released")
+}
+
+// A resend that comes after its grant's lease ended, once another
+// acquisition took the key (a later tick's grant, or a plain TryLock), is
+// told expired with its grant's fence, both while that holder has the lock
+// and after it released it: taken again, the grant would hold the lock
+// under a fence below the last holder's. Nothing changes.
+func caseTickExpiredAfterLaterAcquisition(s *suite, plain bool) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r := s.tickReq(k, t1)
+	r.TTL, r.Token = s.ttl(), s.newToken()
+	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	s.endLease(r)
+	var h2 *locking.Handle
+	if plain {
+		h2 = s.mustLock(b, k, longTTL, "locker B, a plain TryLock of the key after T's lease ended")
+	} else {
+		h2 = s.grant(b, s.tickReq(k, t1.Add(time.Second)), "locker B at T+1s after T's lease ended")
+	}
+	if h2.Fence() <= h1.Fence() {
+		s.t.Errorf("locker B's fence %d, want > %d (T's)", h2.Fence(), h1.Fence())
+	}
+	s.wantExpired(c, r, h1, "locker C resending T while locker B holds the key")
+	s.mustRelease(b, h2, "locker B")
+	s.wantExpired(c, r, h1, "locker C resending T after locker B released the key")
+	if !plain {
+		s.wantTick(c, s.tickReq(k, t1.Add(time.Second)), locking.TickDone, "locker C at T+1s (B's grant stands)")
+	}
+}
+
+// A resend that comes after its grant's lease ended, while the key is
+// paused, is told expired with its grant's fence (not paused: T was
+// granted before the pause, and its caller records it as not run with that
+// fence); nothing changes. Resumed with nothing else decided, it is granted
+// again; once a later tick was decided (paused: the mark moved past T) it
+// is expired for good.
+func caseTickExpiredPaused(s *suite) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t1 := s.onTime()
+	r := s.tickReq(k, t1)
+	r.TTL, r.Token = s.ttl(), s.newToken()
+	h1 := s.grant(a, r, "locker A at T (its reply is lost)")
+	s.endLease(r)
+	p := s.pauser(b)
+	if err := p.SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	s.wantExpired(c, r, h1, "locker C resending T while the key is paused")
+	if err := p.SetPause(s.ctx, k, locking.Pause{}); err != nil {
+		s.t.Fatalf("SetPause(resume) = %v", err)
+	}
+	re := s.wantResentGrant(c, r, h1, "locker C resending T after the key was resumed, nothing decided since")
+	s.mustRelease(c, re, "locker C with the resend's handle")
+
+	r2 := s.tickReq(k, t1.Add(time.Second))
+	r2.TTL, r2.Token = s.ttl(), s.newToken()
+	h2 := s.grant(a, r2, "locker A at T+1s (its reply is lost)")
+	s.endLease(r2)
+	if err := p.SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	s.wantTick(b, s.tickReq(k, t1.Add(2*time.Second)), locking.TickPaused, "locker B at T+2s while paused")
+	if err := p.SetPause(s.ctx, k, locking.Pause{}); err != nil {
+		s.t.Fatalf("SetPause(resume) = %v", err)
+	}
+	s.wantExpired(c, r2, h2, "locker C resending T+1s after T+2s was decided paused and the key resumed")
+}
+
+// wantExpired asks l for r, a resend of the request first granted as
+// first, and fails the case unless it is told expired with first's fence.
+func (s *suite) wantExpired(l locking.Locker, r locking.TickRequest, first *locking.Handle, who string) {
+	s.t.Helper()
+	ans := s.wantTick(l, r, locking.TickExpired, who)
+	if ans.Fence != first.Fence() {
+		s.t.Errorf("%s: expired with fence %d, want the grant's %d", who, ans.Fence, first.Fence())
+	}
 }
 
 // needEndLease fails a case that needs Backend.EndLease without it.

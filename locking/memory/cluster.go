@@ -361,6 +361,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 func (l *Locker) grantTake(s *shard, r cluster.TakeReq, token string, req cluster.Request, wall time.Time, now time.Duration) cluster.Taken {
 	fence := s.nextFence(wall)
 	s.m[r.Schedule] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token}
+	s.acquired(r.Schedule, fence)
 	s.sweepIfGrown(now)
 	s.accept(acceptKey{r.Schedule, req.ID}, r.Node, now)
 	if r.Token != "" {

@@ -40,12 +40,15 @@ func (l *Locker) ForgetFences() {
 }
 
 // DropLocks deletes every lock of the table, held or not: their holders'
-// renewals and releases then fail with locking.ErrLockLost.
+// renewals and releases then fail with locking.ErrLockLost. The grants'
+// records (shard.grants) go with them: a store that lost its locks lost
+// the records kept beside them, and a resend then finds neither.
 func (l *Locker) DropLocks() {
 	for i := range l.tab.shards {
 		s := &l.tab.shards[i]
 		s.mu.Lock()
 		clear(s.m)
+		s.grants = nil
 		s.mu.Unlock()
 	}
 }

@@ -144,6 +144,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	// a resent try-lock-tick find its lock.
 	token := hex.EncodeToString(tok[:])
 	s.m[key] = entry{owner: l, expires: expiry(now, ttl), fence: fence, token: token} // replaces an expired entry, if any
+	s.acquired(key, fence)
 	s.sweepIfGrown(now)
 	s.mu.Unlock()
 	return locking.NewHandle(l, key, token, fence, ttl, nil), nil
@@ -179,6 +180,10 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	s := l.tab.shardFor(h.Key())
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A try-lock-tick's grant released is over, even when its lock lapsed
+	// first: its holder ran T or gave it up, and a late resend of its
+	// request must not take the lock again (locking.TickLocker).
+	s.forgetGrant(h.Key(), h.Token(), h.Fence())
 	if _, err := s.own(h.Key(), h.Fence(), l.tab.elapsed()); err != nil {
 		return fmt.Errorf("memory: release %v: %w", h, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +70,14 @@ type shard struct {
 	// fence is the last fencing token issued in this shard. A key always
 	// hashes to the same shard, so its tokens strictly increase.
 	fence int64
+	// grants are the records of the try-lock-tick grants of this shard's
+	// lock keys whose request carried a Token, by lock key, each kept for
+	// locking.GrantKeep after its grant or last extension, so that a
+	// resend that comes after its lock's TTL ran out is still told what
+	// became of its grant (locking.DecideLapsedResend). Nil until the
+	// first record; swept when it has doubled (grantSweepAt).
+	grants       map[string]*keyGrants
+	grantSweepAt int
 	// sweepAt is the map size at which the next whole-shard sweep runs:
 	// twice the size left by the last one, so sweeping costs O(1) per
 	// TryLock amortised.
@@ -99,6 +108,97 @@ type entry struct {
 	// answered from this lock.
 	token string
 	tick  int64
+}
+
+// keyGrants are the grant records of one lock key (shard.grants).
+type keyGrants struct {
+	// last is the fence of the key's last acquisition, whatever took it
+	// (TryLock, TakeRequest, a grant): a record whose fence is not it was
+	// followed by another acquisition, and its grant cannot be continued.
+	last int64
+	recs []grantRec
+}
+
+// grantRec is the record of one try-lock-tick grant.
+type grantRec struct {
+	token string
+	tick  int64         // T in µs
+	fence int64         // the fence it drew
+	keep  time.Duration // on the table's elapsed clock: kept until then
+}
+
+// acquired tells key's grant records, if any, that key was acquired with
+// fence. Call with s.mu held.
+func (s *shard) acquired(key string, fence int64) {
+	if len(s.grants) != 0 {
+		if kg := s.grants[key]; kg != nil {
+			kg.last = fence
+		}
+	}
+}
+
+// findGrant returns key's record of the grant of token for tick (µs) that
+// is still kept at now, and its index. Call with s.mu held.
+func (s *shard) findGrant(key, token string, tick int64, now time.Duration) (*keyGrants, int) {
+	kg := s.grants[key]
+	if kg == nil {
+		return nil, -1
+	}
+	for i, g := range kg.recs {
+		if g.token == token && g.tick == tick && now < g.keep {
+			return kg, i
+		}
+	}
+	return kg, -1
+}
+
+// keepGrant records key's grant g (or extends it: the same token and T),
+// dropping key's records past their keep, and sweeps every key's once the
+// map has doubled since the last sweep. Call with s.mu held.
+func (s *shard) keepGrant(key string, g grantRec, now time.Duration) {
+	if s.grants == nil {
+		s.grants = make(map[string]*keyGrants)
+	}
+	kg := s.grants[key]
+	if kg == nil {
+		kg = &keyGrants{}
+		s.grants[key] = kg
+	}
+	recs := kg.recs[:0]
+	for _, o := range kg.recs {
+		if now < o.keep && (o.token != g.token || o.tick != g.tick) {
+			recs = append(recs, o)
+		}
+	}
+	kg.recs = append(recs, g)
+	if len(s.grants) < s.grantSweepAt {
+		return
+	}
+	for k, kg := range s.grants {
+		recs := kg.recs[:0]
+		for _, o := range kg.recs {
+			if now < o.keep {
+				recs = append(recs, o)
+			}
+		}
+		if kg.recs = recs; len(recs) == 0 {
+			delete(s.grants, k)
+		}
+	}
+	s.grantSweepAt = max(2*len(s.grants), minSweepLen)
+}
+
+// forgetGrant drops key's record of the grant of token with fence: it was
+// released. Call with s.mu held.
+func (s *shard) forgetGrant(key, token string, fence int64) {
+	kg := s.grants[key]
+	if kg == nil {
+		return
+	}
+	kg.recs = slices.DeleteFunc(kg.recs, func(g grantRec) bool { return g.token == token && g.fence == fence })
+	if len(kg.recs) == 0 {
+		delete(s.grants, key)
+	}
 }
 
 // newTable makes a table on the clock now; nil means the real clock.

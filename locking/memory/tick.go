@@ -12,7 +12,10 @@ import (
 // TryLockTick is try-lock-tick (locking.TickLocker): in one step under the
 // shard mutexes of the key (its mark and pause flag) and of the lock (the
 // key, or the tick's key with PerTick), it answers a resent call (same
-// token, same T) from its own lock while that lock lives, else decides with locking.DecideTick on the table's clock. A
+// token, same T) from its own lock while that lock lives, from its grant's
+// record once the lock's TTL ran out (shard.grants,
+// locking.DecideLapsedResend), else decides with locking.DecideTick on the
+// table's clock. A
 // raised mark is then told to the table's watches (watch.go), after the
 // shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
@@ -59,9 +62,35 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		// token must not be handed that call's lock.
 		cur.expires = expiry(now, r.TTL)
 		ls.m[lockKey] = cur
+		// Its record is kept from the extension as the lease is.
+		ls.keepGrant(lockKey, grantRec{token: cur.token, tick: cur.tick, fence: cur.fence,
+			keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
 		ans.Verdict, ans.Mark = locking.TickGranted, mark
 		ans.Handle = locking.NewHandle(l, lockKey, cur.token, cur.fence, r.TTL, nil)
 		return ans, nil
+	}
+	if r.Token != "" && len(ls.grants) != 0 {
+		if kg, i := ls.findGrant(lockKey, r.Token, r.Tick.UnixMicro(), now); i >= 0 {
+			// A resend whose lock's TTL ran out before it came: taken again
+			// as the same acquisition when nothing came between, else told
+			// expired. Another acquisition of the key since (kg.last) ended
+			// the grant for good: continued, it would hold the lock under a
+			// fence below that acquisition's.
+			g := kg.recs[i]
+			paused := ms.pauses[r.Key].Active(wall)
+			v := locking.DecideLapsedResend(r, mark, hasMark, paused, held || kg.last != g.fence)
+			ans.Mark = mark
+			if v != locking.TickGranted {
+				ans.Verdict, ans.Fence = v, g.fence
+				return ans, nil
+			}
+			ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: g.fence, token: g.token, tick: g.tick}
+			g.keep = expiry(now, locking.GrantKeep(r.TTL, 0))
+			ls.keepGrant(lockKey, g, now)
+			ans.Verdict = locking.TickGranted
+			ans.Handle = locking.NewHandle(l, lockKey, g.token, g.fence, r.TTL, nil)
+			return ans, nil
+		}
 	}
 
 	paused := ms.pauses[r.Key].Active(wall)
@@ -106,6 +135,13 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	fence := ms.nextFence(wall)
 	ls.fence = fence
 	ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token, tick: r.Tick.UnixMicro()}
+	if r.Token != "" {
+		// Only a caller's own token can be resent: a drawn one needs no
+		// record (the scheduler on memory in its own process draws none).
+		ls.keepGrant(lockKey, grantRec{token: token, tick: r.Tick.UnixMicro(), fence: fence,
+			keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
+	}
+	ls.acquired(lockKey, fence)
 	ls.sweepIfGrown(now)
 	ans.Verdict = locking.TickGranted
 	ans.Handle = locking.NewHandle(l, lockKey, token, fence, r.TTL, nil)

@@ -53,10 +53,11 @@ func TestConformance(t *testing.T) {
 		// end gives its locks back, the grants stay in the rows.
 		LoseReply: func(t testing.TB, lockKey string) { clusterOf(t).kill(lockKey) },
 		// Advisory locks have no TTL: what ends with a grant's lease is
-		// its resend record, the until of its tick_grants entry.
+		// the lease end its tick_grants entry records (its fourth element),
+		// after which a resend is decided as one of a lapsed grant.
 		EndLease: func(t testing.TB, r locking.TickRequest, d time.Duration) {
 			c := clusterOf(t)
-			c.exec(`UPDATE bext_lock_fences SET tick_grants = jsonb_set(tick_grants, ARRAY[$3::text, '2'],
+			c.exec(`UPDATE bext_lock_fences SET tick_grants = jsonb_set(tick_grants, ARRAY[$3::text, '3'],
 				to_jsonb((extract(epoch FROM clock_timestamp()) * 1000000)::bigint + $4::bigint))
 				WHERE namespace = $1 AND key = $2 AND tick_grants -> $3::text IS NOT NULL`,
 				c.ns, r.Key, strconv.FormatInt(r.Tick.UnixMicro(), 10), d.Microseconds())

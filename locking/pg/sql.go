@@ -155,7 +155,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	$1 namespace  $2 holder  $3 the channel raised marks are told on ('' for none)
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
-	//	$11 keep (microseconds, see below)  $12 per tick
+	//	$11 keep (microseconds, see below)  $12 per tick  $13 TTL (microseconds)
 	//
 	// A resend (the token and T of a grant whose reply was lost) takes the
 	// lock again if it is free and answers with the fence its grant drew,
@@ -179,6 +179,22 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// as any other request (done), never answered with a fence drawn for
 	// another acquisition, nor by taking the lock again below the last
 	// holder's fence (Tick/ResendAfterLaterLock).
+	//
+	// An entry's fourth element is its lease's end: the grant's (or the
+	// last resend's) clock plus its TTL, the lease its caller counts on.
+	// Until then a resend is answered as above, whatever was decided
+	// since: the caller may still be running T. Past it, and until the
+	// entry's until (locking.GrantKeep), the grant's lease ended without a
+	// release (its caller's reply was lost for longer than the TTL), and
+	// the resend is decided by locking.DecideLapsedResend: the lock taken
+	// again under the grant's fence when the key is not paused and, for a
+	// schedule lock, the mark is still T; else 'expired' with the grant's
+	// fence, nothing changed. A found entry of a schedule lock whose row
+	// fence moved (another acquisition) is expired too, not decided as a
+	// new request: its caller records T as not run, where done would
+	// have it skipped with no word. An entry without the fourth element
+	// (written by an older node) keeps the older rule: its lease lasts
+	// until its until.
 	//
 	// until is the grant's clock plus its own keep, twice max(TTL, MaxLease)
 	// (startTick): a resend comes while its caller counts on the lease, or,
@@ -238,21 +254,24 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
   SELECT ts, (extract(epoch FROM ts) * 1000000)::bigint AS now_us, set_config('synchronous_commit', 'on', true) AS sc
   FROM clock_timestamp() AS ts),
 e AS MATERIALIZED (
-  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.per, q.ord, c.ts, c.now_us,
+  SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.per, q.ttl, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.fence AS rfence, r.rid,
     r.tick_grants -> q.tick::text AS tg,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[], $13::bigint[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ttl, ord)
     LEFT JOIN LATERAL (
       SELECT f.tick_mark, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
 d AS MATERIALIZED (
   SELECT e.*, CASE
       WHEN e.tg ->> 1 = e.tok
-        AND coalesce((e.tg ->> 2)::bigint, e.tick + e.keep + greatest(e.skew, e.win)) >= e.now_us
-        AND (e.per OR (e.tg ->> 0)::bigint = e.rfence) THEN 'resend'
+        AND coalesce((e.tg ->> 2)::bigint, e.tick + e.keep + greatest(e.skew, e.win)) >= e.now_us THEN CASE
+          WHEN NOT (e.per OR (e.tg ->> 0)::bigint = e.rfence) THEN 'expired'
+          WHEN coalesce((e.tg ->> 3)::bigint, e.now_us + 1) > e.now_us THEN 'resend'
+          WHEN e.paused OR (NOT e.per AND e.mark IS DISTINCT FROM e.tick) THEN 'expired'
+          ELSE 'resend' END
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
@@ -271,9 +290,10 @@ u AS (
     tick_grants = CASE WHEN i.intent = 'grant' THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
           WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
-        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep))
+        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep, i.now_us + i.ttl))
       WHEN i.intent = 'resend' THEN
-        jsonb_set(t.tick_grants, ARRAY[i.tick::text, '2'], to_jsonb(greatest(coalesce((i.tg ->> 2)::bigint, 0), i.now_us + i.keep)))
+        jsonb_set(jsonb_set(t.tick_grants, ARRAY[i.tick::text, '2'], to_jsonb(greatest(coalesce((i.tg ->> 2)::bigint, 0), i.now_us + i.keep))),
+          ARRAY[i.tick::text, '3'], to_jsonb(i.now_us + i.ttl))
       ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
@@ -293,8 +313,8 @@ SELECT i.ord, CASE
     WHEN i.v = 'ahead' THEN 'ahead'
     WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
     ELSE i.intent END,
-  CASE WHEN i.v = 'resend' THEN (i.tg ->> 0)::bigint ELSE u.fence END,
-  coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend') THEN i.mark ELSE i.eff END),
+  CASE WHEN i.v IN ('resend', 'expired') THEN (i.tg ->> 0)::bigint ELSE u.fence END,
+  coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend', 'expired') THEN i.mark ELSE i.eff END),
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`

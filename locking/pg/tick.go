@@ -43,7 +43,7 @@ type tickCall struct {
 	lockKey string // the advisory lock's key: the schedule's, or the tick's
 	id      int64
 	// keep is how long (µs) its grant stays recognisable to a resend once
-	// granted or resent (tryLockTicksSQL's until).
+	// granted or resent (tryLockTicksSQL's until): locking.GrantKeep.
 	keep int64
 }
 
@@ -76,7 +76,7 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 	// statement timed out, its session was ended, and a new one cannot be
 	// set up over a link whose replies come late (the scheduler resends for
 	// as long: scheduler/resend.go).
-	c.keep = 2 * max(req.TTL, l.MaxLease()).Microseconds()
+	c.keep = locking.GrantKeep(req.TTL, l.MaxLease()).Microseconds()
 	tickUS := req.Tick.UnixMicro()
 	resend := func(ls *lease) bool {
 		return ls.tick && ls.token == token && ls.tickUS == tickUS && ls.rowKey == req.Key
@@ -169,6 +169,11 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 		ans.Verdict = locking.TickPaused
 	case "missed":
 		ans.Verdict = locking.TickMissed
+	case "expired":
+		if row.fence == nil {
+			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: expired without the grant's fence", locking.ErrUnavailable, req.Key), true
+		}
+		ans.Verdict, ans.Fence = locking.TickExpired, *row.fence
 	case "ahead":
 		return nil, locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick,
 			Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}, false

@@ -1,6 +1,14 @@
 -- release: delete the lock only if it is still ours.
 -- KEYS[1] lock key; ARGV[1] value stored at acquire.
 -- Returns 1 when deleted, 0 when the lock is gone or someone else's.
+-- A try-lock-tick's lock (its value's tag is token '@' T) has its grant's
+-- record deleted too, whether or not the lock was still ours: released, the
+-- grant is over (its holder ran T or gave it up), and a late resend of its
+-- request is decided as a new one (tickstep.lua's grant_key).
+local tag = string.match(ARGV[1], '^([^#]*)#')
+if tag and string.find(tag, '@', 1, true) then
+  redis.call('DEL', KEYS[1] .. ':grant:' .. tag)
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end

@@ -13,6 +13,12 @@ for i = 1, #KEYS, 1000 do
     local k = KEYS[n]
     -- A key named twice is deleted once: the second finds it gone, as a
     -- second release would.
+    -- A try-lock-tick's grant record goes with its release, as in
+    -- release.lua.
+    local tag = string.match(ARGV[n], '^([^#]*)#')
+    if tag and string.find(tag, '@', 1, true) then
+      dels[#dels + 1] = k .. ':grant:' .. tag
+    end
     if not gone[k] and vs[n - i + 1] == ARGV[n] then
       gone[k] = true
       dels[#dels + 1] = k

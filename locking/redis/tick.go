@@ -29,6 +29,9 @@ const (
 	// of another type, a counter that is no integer: data not written by
 	// bext). Only this request fails; the batch's others stand.
 	tickFailed = 7
+	// tickExpired: a resend whose grant's lease ended, told expired with
+	// the grant's fence (locking.TickExpired).
+	tickExpired = 8
 )
 
 // tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
@@ -48,7 +51,9 @@ const initMarksBatch = 500
 //
 // A request carrying the Token and T of an earlier one whose reply was
 // lost is answered from the lock that call took while it lives: granted,
-// with its fence, its TTL counted from now. The lock's value carries both
+// with its fence, its TTL counted from now. Once the lock ended, from the
+// grant's record (tickstep.lua's grant_key, kept twice the TTL): taken
+// again under its fence, or expired (locking.DecideLapsedResend). The lock's value carries both
 // (tickCall.tag): the schedule's lock is one key for every T, and another
 // T asked with a granted call's token is decided as any other request.
 // go-redis resends a script by itself when the connection broke before the
@@ -188,6 +193,8 @@ func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, ma
 			Offset:  time.Duration(ahead) * time.Microsecond,
 			MaxSkew: req.MaxSkew,
 		})
+	case tickExpired:
+		ans.Verdict, ans.Fence = locking.TickExpired, fence
 	case tickFailed:
 		return locking.TickAnswer{}, fmt.Errorf("locking/redis: try-lock-tick %q: %w: the server's script failed on this schedule's keys (a key of another type, or a value bext did not write?)", req.Key, errReply)
 	default:

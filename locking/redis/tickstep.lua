@@ -8,7 +8,9 @@
 -- none), max skew and catch-up window in microseconds: decimal strings.
 -- Returns verdict, fence, mark, ahead, all integers (microseconds), and
 -- raise: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
--- ahead (T is ahead by 'ahead'); fence is set when granted; mark is the
+-- ahead (T is ahead by 'ahead'), 8 expired (a resend whose grant's lease
+-- ended and that cannot be granted again: fence is the grant's); fence is
+-- set when granted; mark is the
 -- mark after the step (0: none); raise is the mark's decimal to store (nil:
 -- unchanged), which the caller hands to step_raise.
 -- The values the steps read, kept for the whole script: the lock, mark and
@@ -125,6 +127,17 @@ local function is_paused(pause, now)
   return (not u) or now < tonumber(u)
 end
 
+-- A grant's record: the key lock .. ':grant:' .. tag (its lock key's hash
+-- slot), holding the fence it drew as its exact decimal, kept for
+-- locking.GrantKeep (twice the TTL: Redis locks last their TTL) from the
+-- grant or the last resend that extended it, and deleted by the grant's
+-- release (release.lua, releases.lua). A resend that comes after the lock
+-- ended finds it: it is the lock's own acquisition continued when nothing
+-- came between (locking.DecideLapsedResend).
+local function grant_key(lock, tag)
+  return lock .. ':grant:' .. tag
+end
+
 local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
   -- No closure and no table is built per step: a burst runs thousands of
@@ -141,6 +154,7 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   local fence = held and own_fence(held, tag, holder)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
+    redis.call('PEXPIRE', grant_key(lock, tag), 2 * tonumber(ttl))
     return 1, fence, tonumber(value(mark) or 0), 0, nil
   end
 
@@ -177,6 +191,31 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   end
 
   if tick <= eff then
+    -- A resend of a grant whose lock ended (its TTL ran out before the
+    -- resend came) finds the grant's record: T is marked, so only a done
+    -- request looks (a first attempt pays nothing for it). The lock is
+    -- taken again under the grant's fence if it is free, no acquisition of
+    -- the key drew a fence since (the counter is still the grant's: a
+    -- schedule lock), the key is not paused and the mark is still T (a
+    -- schedule lock: no later tick decided); else expired, and nothing
+    -- changes. A per-tick lock asks neither counter nor mark: later ticks
+    -- of the key are granted while T runs.
+    local gk = grant_key(lock, tag)
+    local rec = redis.call('GET', gk)
+    if rec then
+      -- A schedule lock's key starts its counter's (prefix{key} and
+      -- prefix{key}:fence); a per-tick lock's (prefix{key}:tick:T) does not.
+      local per = lock ~= string.sub(counter, 1, #lock)
+      local stored_mark = value(mark)
+      if held or is_paused(pause, now)
+          or (not per and (value(counter) ~= rec or not stored_mark or tonumber(stored_mark) ~= tick)) then
+        return 8, tonumber(rec), tonumber(stored_mark or 0), 0, keep_eff
+      end
+      redis.call('SET', lock, tag .. '#' .. rec .. holder, 'PX', ttl)
+      values[lock] = tag .. '#' .. rec .. holder
+      redis.call('PEXPIRE', gk, 2 * tonumber(ttl))
+      return 1, tonumber(rec), tonumber(stored_mark or 0), 0, keep_eff
+    end
     return 2, 0, eff, 0, keep_eff
   end
 
@@ -218,6 +257,7 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     end
   end
   values[lock] = tag .. '#' .. fence_s .. holder
+  redis.call('SET', grant_key(lock, tag), fence_s, 'PX', 2 * tonumber(ttl))
   return 1, fence, tick, 0, tick_s
 end
 

@@ -1,0 +1,200 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// The checks of the operators' actions (check_ops.go), on ledgers made by
+// hand.
+
+// ranManual records a manual run (request id) of tick (milliseconds from
+// t0) on node, with its take's grant, its lease and its history record.
+func (c *cluster) ranManual(node, id string, tickMs int, fence int64, backfill bool) {
+	tk := t0.Add(time.Duration(tickMs) * time.Millisecond)
+	seq := c.seq.Add(2)
+	tok := "manual-" + id + "-" + node
+	c.grants.add(grant{node: node, key: "s0", tick: tk, fence: fence, token: tok, ttl: 8 * time.Second,
+		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill})
+	c.leases.heard(tok, tk)
+	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: tk, node: node, runID: id,
+		attempt: 1, fence: fence, manual: true, start: tk, end: tk.Add(100 * time.Millisecond)})
+	c.history = append(c.history, histRec{RunRecord: scheduler.RunRecord{Schedule: "s0", Tick: tk,
+		Node: node, Fence: fence, RunID: id, Manual: true}})
+}
+
+func TestCheckManualRunIsNotItsTicksRun(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	// A trigger accepted on the second of tick 10, and a backfill of tick
+	// 6 (decided long before): neither runs a tick twice.
+	c.ranManual("node-0", "trigger-0", 10_000, 200, false)
+	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
+		seq: c.markRead["node-0/s0"], at: t0.Add(12 * time.Second)})
+	c.ranManual("node-0", "backfill-0", 6_000, 201, true)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations: %+v", vs)
+	}
+}
+
+func TestCheckFindsManualRequestRunTwice(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	c.ranManual("node-0", "trigger-0", 10_500, 200, false)
+	c.ranManual("node-1", "trigger-0", 11_500, 201, false)
+	wantOnly(t, c.check(), invTwice)
+}
+
+func TestCheckFindsBackfillRacingItsTick(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(20)
+	// The backfill of tick 20 was accepted on a mark read before tick 20's
+	// regular grant: the tick was not decided, and runs twice.
+	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(20 * time.Second),
+		seq: c.markRead["node-0/s0"], at: t0.Add(19 * time.Second)})
+	c.ranManual("node-0", "backfill-0", 20_000, 200, true)
+	c.ran(20, time.Second, 300)
+	wantOnly(t, c.check(), invBackfill)
+}
+
+func TestCheckFindsLostTriggerTake(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	seq := c.seq.Add(2)
+	c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(15500 * time.Millisecond), fence: 300, token: "lost",
+		ttl: 8 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, manual: true})
+	vs := c.check()
+	wantOnly(t, vs, invLost)
+	if vs[0].known != holeTakeLost {
+		t.Fatalf("a lost trigger take is reported as %q, want the known hole %q", vs[0].known, holeTakeLost)
+	}
+	// Refused by the scheduler (and released): no run is owed.
+	c.refused = map[string]bool{"lost": true}
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations once the take was refused: %+v", vs)
+	}
+}
+
+func TestCheckLivenessFollowsReload(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	for tick := 2; tick <= 12; tick += 2 { // the old spec's ticks, until the reload
+		c.ran(tick, time.Second, int64(tick))
+	}
+	c.plan.ops = []opAction{{kind: opReload, sched: "s0", at: t0.Add(14 * time.Second), cron: "*/3 * * * * *", period: 3 * time.Second}}
+	vs := c.check()
+	// The new spec's tick 24 (past the reload's margin) never ran; the
+	// old spec's 16..26 are not owed.
+	wantOnly(t, vs, invLiveness)
+	if len(vs) != 1 || !vs[0].at.Equal(t0.Add(24*time.Second)) {
+		t.Fatalf("violations %+v, want one, of tick +24s", vs)
+	}
+	c.ran(24, time.Second, 24)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations with the new spec's tick run: %+v", vs)
+	}
+}
+
+func TestCheckLivenessExcusesTickHeldByManualRun(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(14)
+	c.ranManual("node-0", "trigger-0", 13_500, 100, false)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("a tick whose lock a trigger held is owed: %+v", vs)
+	}
+}
+
+func TestCheckRoutesDuplicatedGrants(t *testing.T) {
+	for _, tc := range []struct {
+		heard bool
+		hole  string
+	}{{true, holeDupGrant}, {false, holeDupResend}} {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(29 * time.Second), fence: 300, token: "copy",
+			ttl: 8 * time.Second, at: t0.Add(29 * time.Second), issued: seq - 1, returned: seq, dup: true, origHeard: tc.heard})
+		vs := c.check()
+		wantOnly(t, vs, invLost)
+		if vs[0].known != tc.hole {
+			t.Errorf("a copy's grant (original heard %v) is routed to %q, want %q", tc.heard, vs[0].known, tc.hole)
+		}
+	}
+}
+
+func TestCheckFindsRunOfNoTick(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	c.everyTick(-1)
+	c.ledger.atts[4].tick = c.ledger.atts[4].tick.Add(time.Second) // tick 10 ran as 11: no tick of */2
+	c.history[4].Tick = c.ledger.atts[4].tick
+	c.grants.gs[4].tick = c.ledger.atts[4].tick
+	vs := c.check()
+	found := false
+	for _, v := range vs {
+		found = found || v.inv == invSpec
+	}
+	if !found {
+		t.Fatalf("no %q in %+v", invSpec, vs)
+	}
+}
+
+func TestCheckTicksFollowZoneAndSpread(t *testing.T) {
+	c := handMade(scheduler.OverlapSkip)
+	sp := &c.plan.scheds[0]
+	sp.CronExpr, sp.Location, sp.period = "*/10 * 1,3 * * *", dstZone, 10*time.Second
+	// 2026-11-01 01:59:50 EDT, then 01:00:00 EST: hour 1 repeated, which
+	// the spec fires in once, at its first occurrence.
+	first := time.Date(2026, 11, 1, 5, 59, 50, 0, time.UTC)
+	c.ledger.atts = []*attempt{{sched: "s0", tick: first, node: "node-0", runID: "a", attempt: 1, start: first, end: first}}
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 0 {
+		t.Fatalf("01:59:50 EDT is a tick: %+v", vs)
+	}
+	again := first.Add(10 * time.Second) // 01:00:00 EST
+	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: again, node: "node-0", runID: "b", attempt: 1, start: again, end: again})
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 1 {
+		t.Fatalf("01:00:00 EST, the repeated hour, ran: want one violation, got %+v", vs)
+	}
+	// With a spread of 9s, s0's ticks move by its offset.
+	sp.Location, sp.CronExpr, sp.Spread = nil, "*/10 * * * * *", 9*time.Second
+	off := scheduler.SpreadOffset("s0", sp.Spread)
+	tk := t0.Add(10*time.Second + off)
+	c.ledger.atts = []*attempt{{sched: "s0", tick: tk, node: "node-0", runID: "c", attempt: 1, start: tk, end: tk}}
+	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 0 {
+		t.Fatalf("+10s plus the offset %v is a tick: %+v", off, vs)
+	}
+	if off != 0 {
+		c.ledger.atts[0].tick = t0.Add(10 * time.Second)
+		if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 1 {
+			t.Fatalf("+10s without the offset %v ran: want one violation, got %+v", off, vs)
+		}
+	}
+}
+
+// Runs that overlap across a loss of the locks are excused when the one
+// granted after the loss has the higher fence, whichever started first.
+func TestCheckOverlapAcrossLossFollowsGrantOrder(t *testing.T) {
+	for _, tc := range []struct {
+		fence int64 // of the run granted after the loss
+		want  bool  // an overlap is reported
+	}{{100, false}, {5, true}} {
+		c := handMade(scheduler.OverlapSkip)
+		c.plan.losses = []stateLoss{{kind: lossRestart, at: t0.Add(10500 * time.Millisecond)}}
+		// Tick 10, granted at +10 (fence 10), waits out a jitter: runs +12..+14.
+		c.ran(10, 2*time.Second, 10)
+		c.ledger.atts[0].start = t0.Add(12 * time.Second)
+		c.ledger.atts[0].end = t0.Add(14 * time.Second)
+		// A trigger taken at +11, after the restart: runs +11..+13.
+		c.ranManual("node-0", "trigger-0", 11_000, tc.fence, false)
+		c.ledger.atts[1].end = t0.Add(13 * time.Second)
+		found := false
+		for _, v := range c.checkOverlap(runs(c.ledger.all())) {
+			found = found || v.inv == invOverlap
+		}
+		if found != tc.want {
+			t.Errorf("later grant's fence %d: overlap reported %v, want %v", tc.fence, found, tc.want)
+		}
+	}
+}

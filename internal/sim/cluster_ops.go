@@ -1,0 +1,271 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	store "github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// The harness's side of the operators' actions of plan_ops.go. A reload
+// is carried out on every running node at once, as a config management
+// tool pushing a new file and sending SIGHUP would. A trigger or backfill
+// is queued in the cluster state (the CLI's Enqueue, without faults) and
+// then taken by one node's poll, which the harness plays as the agent
+// does (internal/agent's poll): TakeRequest through the node's link (so
+// with its faults), then RunManual, releasing the lock when the scheduler
+// refuses; a contended take is tried again a second later, as the next
+// poll would.
+
+// opsState is the cluster's record of the operators' actions.
+type opsState struct {
+	opsMu sync.Mutex
+	// markRead is opsMu's: per node/key, cluster.seq after the last mark
+	// read returned (link.Mark).
+	markRead map[string]uint64
+	// refused is opsMu's: the tokens of manual takes whose run the
+	// scheduler refused (the lock was released, no run is owed).
+	refused map[string]bool
+	// backfills is opsMu's: the backfills the scheduler accepted.
+	backfills []acceptedBackfill
+	// polling counts the polls under way, and the reloads a frozen life
+	// is yet to handle: the run has not ended before they have.
+	polling atomic.Int64
+	// opStats counts the actions carried out (opsMu's).
+	opStats opStats
+}
+
+// acceptedBackfill is a backfill RunManual accepted on a mark read that
+// returned at seq: its tick was decided by then.
+type acceptedBackfill struct {
+	node  string
+	sched string
+	tick  time.Time
+	seq   uint64
+	at    time.Time
+}
+
+type opStats struct {
+	reloads, triggers, backfills, refused, undecided, lostTakes int
+}
+
+func (s *opStats) add(o opStats) {
+	s.reloads += o.reloads
+	s.triggers += o.triggers
+	s.backfills += o.backfills
+	s.refused += o.refused
+	s.undecided += o.undecided
+	s.lostTakes += o.lostTakes
+}
+
+func (s opStats) String() string {
+	return fmt.Sprintf("%d reloads, %d triggers and %d backfills accepted (%d refused, %d of them undecided backfills; %d takes lost)",
+		s.reloads, s.triggers, s.backfills, s.refused, s.undecided, s.lostTakes)
+}
+
+// untilNextOp shortens d so that the clock stops at the next action.
+func (c *cluster) untilNextOp(now time.Time, d time.Duration) time.Duration {
+	d = c.untilNextFreeze(now, d)
+	for _, op := range c.plan.ops {
+		if op.at.After(now) {
+			d = min(d, op.at.Sub(now))
+		}
+	}
+	return d
+}
+
+// operateOps carries out the actions due at now.
+func (c *cluster) operateOps(now time.Time) {
+	c.operateFreezes(now)
+	for _, op := range c.plan.ops {
+		if !op.at.Equal(now) {
+			continue
+		}
+		switch op.kind {
+		case opReload:
+			c.reload(op, now)
+		case opTrigger, opBackfill:
+			c.enqueue(op, now)
+		}
+	}
+}
+
+// reload gives every running life its schedule set with op's timing.
+func (c *cluster) reload(op opAction, now time.Time) {
+	c.event(now, "operator reloads %s to %q on every running node", op.sched, op.cron)
+	for _, l := range c.lives {
+		if l.stopped {
+			continue
+		}
+		set := make([]scheduler.Schedule, len(l.scheds))
+		copy(set, l.scheds)
+		for i := range set {
+			if set[i].ID == op.sched {
+				set[i].CronExpr = op.cron
+			}
+		}
+		l.scheds = set
+		if l.frz.frozen() {
+			// A frozen process handles its SIGHUP on resume; and its
+			// goroutines may hold what Reload waits for until then, which
+			// the harness, waiting, would never bring.
+			c.polling.Add(1)
+			go func() {
+				defer c.polling.Add(-1)
+				l.frz.wait()
+				c.mustReload(l, op, set)
+			}()
+			continue
+		}
+		c.mustReload(l, op, set)
+	}
+	c.opsMu.Lock()
+	c.opStats.reloads++
+	c.opsMu.Unlock()
+}
+
+func (c *cluster) mustReload(l *lifeState, op opAction, set []scheduler.Schedule) {
+	if err := l.s.Reload(set); err != nil {
+		panic(fmt.Sprintf("sim: reload of %s refused: %v", op.sched, err)) // a bug of plan_ops.go
+	}
+}
+
+// enqueue queues op's request and starts the poll of the life op picks
+// among those running.
+func (c *cluster) enqueue(op opAction, now time.Time) {
+	var running []*lifeState
+	for _, l := range c.lives {
+		if !l.stopped {
+			running = append(running, l)
+		}
+	}
+	if len(running) == 0 {
+		c.event(now, "operator's %s of %s: no node running, not asked", op.kind, op.sched)
+		return
+	}
+	req := store.Request{ID: op.id, Schedule: op.sched, Tick: now, Backfill: op.kind == opBackfill, By: "sim", At: now}
+	if req.Backfill {
+		// The drawn tick is of the spec without the schedule's spread,
+		// drawn later (workload.go): the spread's tick at or after it.
+		sp := c.sched(op.sched)
+		cron, _ := c.plan.timing(op.sched, op.tick)
+		req.Tick = sp.spec(cron).Next(op.tick.Add(-time.Nanosecond))
+		op.tick = req.Tick
+	}
+	rs, ok := c.mem.(requestStore)
+	if !ok {
+		c.event(now, "operator's %s of %s: the backend keeps no requests, not asked", op.kind, op.sched)
+		return
+	}
+	if err := rs.Enqueue(context.Background(), []store.Request{req}); err != nil {
+		panic(fmt.Sprintf("sim: the memory backend refused a request: %v", err)) // no faults there
+	}
+	l := running[int(op.pick*float64(len(running)))]
+	c.event(now, "operator asks %s of %s (request %s), %s/%d's poll takes it", op.kind, op.sched, op.id, l.node, l.life)
+	c.polling.Add(1)
+	go c.poll(l, op, req)
+}
+
+// requestStore is the operator's side of manual run requests (the
+// cluster state's queue), which the memory backend keeps.
+type requestStore interface {
+	Enqueue(ctx context.Context, reqs []store.Request) error
+	Done(ctx context.Context, req store.Request) error
+}
+
+// requestTaker is a node's side of them (the agent's poll).
+type requestTaker interface {
+	TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken, error)
+}
+
+// pollTries bounds the polls of one request (one a second).
+const pollTries = 20
+
+// poll takes req with l's link and runs it on l's scheduler.
+func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
+	defer c.polling.Add(-1)
+	sp := c.sched(op.sched)
+	for try := range pollTries {
+		if try > 0 {
+			t := c.clock.NewTimer(step)
+			select {
+			case <-t.C():
+			case <-l.link.dead:
+				t.Stop()
+				return
+			}
+		}
+		trueSent := c.clock.Now()
+		sent := trueSent.Add(l.plan.offset) // the node's clock
+		tick := req.Tick
+		if !req.Backfill {
+			// A trigger's BEXT_TICK_TIME is when it was accepted.
+			tick = sent.UTC().Truncate(time.Millisecond)
+		}
+		// The agent bounds a poll's calls by max(poll interval, 2s).
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		tk, err := l.link.TakeRequest(ctx, op.sched, ttl(sp.Schedule), tick)
+		cancel()
+		switch {
+		case errors.Is(err, errCut):
+			return
+		case err != nil:
+			c.event(c.clock.Now(), "%s/%d take-request %s failed: %v", l.node, l.life, op.id, err)
+			continue
+		case tk.Request == nil:
+			c.event(c.clock.Now(), "%s/%d finds no request of %s queued", l.node, l.life, op.sched)
+			return
+		case tk.Handle == nil:
+			continue // contended: the next poll
+		}
+		done := func() {
+			if req.Backfill {
+				if err := c.mem.(requestStore).Done(context.Background(), req); err != nil {
+					panic(fmt.Sprintf("sim: the memory backend refused Done: %v", err))
+				}
+			}
+		}
+		m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
+			Done: func(res scheduler.RunResult) {
+				c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
+				done()
+			}}
+		err = l.s.RunManual(m)
+		c.opsMu.Lock()
+		if err != nil {
+			if c.refused == nil {
+				c.refused = map[string]bool{}
+			}
+			c.refused[tk.Handle.Token()] = true
+			c.opStats.refused++
+			if errors.Is(err, scheduler.ErrTickUndecided) {
+				c.opStats.undecided++
+			}
+		} else if req.Backfill {
+			c.opStats.backfills++
+			c.backfills = append(c.backfills, acceptedBackfill{node: l.node, sched: op.sched, tick: tick,
+				seq: c.markRead[l.node+"/"+op.sched], at: c.clock.Now()})
+		} else {
+			c.opStats.triggers++
+		}
+		c.opsMu.Unlock()
+		if err != nil {
+			c.event(c.clock.Now(), "%s/%d refused manual run %s of %s: %v", l.node, l.life, req.ID, op.sched, err)
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = l.link.Release(rctx, tk.Handle)
+			cancel()
+			if errors.Is(err, scheduler.ErrTickUndecided) {
+				done() // dropped: its regular tick runs it
+			}
+			return
+		}
+		c.event(c.clock.Now(), "%s/%d accepted manual run %s of %s, tick %s", l.node, l.life, req.ID, op.sched, c.at(tick))
+		return
+	}
+	c.event(c.clock.Now(), "%s/%d gave up taking %s after %d polls", l.node, l.life, op.id, pollTries)
+}

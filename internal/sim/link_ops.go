@@ -1,0 +1,89 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	store "github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+)
+
+// The link's calls for manual runs: taking a request (the agent's poll,
+// which the harness plays: cluster_ops.go) and reading a tick mark (the
+// scheduler's check that a backfilled tick is decided). Both go through
+// the fault windows like every other call.
+
+var _ locking.MarkReader = (*link)(nil)
+
+// TakeRequest takes the schedule's lock and its queue's head; a lost reply
+// took them all the same (the request is gone from the queue: nobody runs
+// it, see holeTakeLost). A lock it took goes to the grant log, marked
+// manual, with tick as the run's tick.
+func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time) (store.Taken, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
+	sent := l.c.clock.Now()
+	tr, ok := l.mem.(requestTaker)
+	if !ok {
+		return store.Taken{}, fmt.Errorf("sim: the backend takes no requests: %w", errors.ErrUnsupported)
+	}
+	f, err := l.decide(ctx, "take-request "+schedule)
+	if err != nil {
+		return store.Taken{}, err
+	}
+	if f == loseFirst || f == failCall {
+		return store.Taken{}, l.refusal(ctx, f)
+	}
+	issued := l.c.seq.Add(1)
+	tk, err := tr.TakeRequest(ctx, store.TakeReq{Schedule: schedule, Node: l.node, TTL: ttl})
+	if l.cut.Load() {
+		f = loseReply
+	}
+	if err == nil && tk.Handle != nil {
+		h := tk.Handle
+		if f == pass {
+			l.c.leases.heard(h.Token(), sent)
+		}
+		l.c.grants.add(grant{node: l.node, life: l.life, key: schedule, tick: tick, fence: h.Fence(), token: h.Token(),
+			ttl: ttl, at: l.c.clock.Now(), issued: issued, returned: l.c.seq.Add(1), delivered: f == pass, manual: true, backfill: tk.Request.Backfill})
+		if f != pass {
+			l.c.opsMu.Lock()
+			l.c.opStats.lostTakes++
+			l.c.opsMu.Unlock()
+		}
+		l.c.event(l.c.clock.Now(), "%s/%d took request %s of %s, fence %d (delivered %v)", l.node, l.life,
+			tk.Request.ID, schedule, h.Fence(), f == pass)
+	}
+	if f == loseReply {
+		return store.Taken{}, l.refusal(ctx, f)
+	}
+	return tk, err
+}
+
+// Mark reads a key's tick mark. The harness keeps, per key, the sequence
+// number after the last read returned (cluster.seq): a backfill accepted
+// on that read must see no regular grant of its tick issued after it.
+func (l *link) Mark(ctx context.Context, key string) (time.Time, bool, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
+	mr, ok := l.mem.(locking.MarkReader)
+	if !ok {
+		// The scheduler then refuses no backfill (manual.go).
+		return time.Time{}, false, fmt.Errorf("sim: the backend reads no marks: %w", errors.ErrUnsupported)
+	}
+	f, err := l.decide(ctx, "mark "+key)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if f != pass {
+		return time.Time{}, false, l.refusal(ctx, f)
+	}
+	m, ok, err := mr.Mark(ctx, key)
+	l.c.opsMu.Lock()
+	if l.c.markRead == nil {
+		l.c.markRead = map[string]uint64{}
+	}
+	l.c.markRead[l.node+"/"+key] = l.c.seq.Add(1)
+	l.c.opsMu.Unlock()
+	return m, ok, err
+}
