@@ -154,7 +154,9 @@ type Store interface {
 	// have applied it, and a trigger taken but never answered would run
 	// nowhere) sends the same take again, same Token. The backend keeps
 	// what it answered a take with a request (the request and the lock
-	// taken for it) under its Token for at least 2×TTL, and answers a take
+	// taken for it) under its Token for at least 2×TTL (TakeKeep; Postgres
+	// 2×max(TTL, MaxLease), as its locks outlive a lost session that
+	// long), and answers a take
 	// carrying a Token it has a record of from that record:
 	//
 	//   - the lock is still the record's: the same Request and a Handle
@@ -172,8 +174,11 @@ type Store interface {
 	//     reply was lost, the server not having dropped it yet: an error
 	//     wrapping locking.ErrResendHeld, not definite: resend.
 	//
-	// A Token is resent only while its take has no definite answer.
-	// Another Token (or none) is a fresh take, decided as above.
+	// A Token is resent only while its take has no definite answer: the
+	// backend cannot tell a late copy of an answered take from a resend,
+	// and a copy arriving once another holds the lock would put back a
+	// trigger that ran. Another Token (or none) is a fresh take, decided as
+	// above; so is a Token past its record's keep.
 	TakeRequest(ctx context.Context, req TakeReq) (Taken, error)
 	// Done removes a backfill request from the head of its queue once its
 	// run ended (whatever the result). It is a no-op for a trigger.
