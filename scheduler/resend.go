@@ -60,7 +60,9 @@ const (
 )
 
 // ErrGrantUnknown is the error of a tick skipped while its try-lock-tick
-// was still undecided: the backend may have granted it.
+// was still undecided: the backend may have granted it (its mark raised,
+// so no node runs it). Such a tick is in history as not run with this
+// error (RunRecord.Err): a grant nobody heard of is still accounted for.
 var ErrGrantUnknown = errors.New("scheduler: grant unknown: try-lock-tick undecided")
 
 // errLateGrant is the error recorded for a grant that came too late to run.
@@ -70,6 +72,10 @@ var errLateGrant = errors.New("scheduler: granted too late to run")
 // again as it is, and the bounds of its resends.
 type resending struct {
 	req locking.TickRequest
+	// first is when the first attempt was sent (lease clock): the
+	// backend keeps a grant's record GrantKeep from its grant, which
+	// came after it.
+	first time.Time
 	// until is when resending ends, on the lease clock: a grant of the
 	// first attempt, extended by no resend, has ended on the backend by
 	// then.
@@ -104,6 +110,14 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	if mutation.On(mutation.NoResend) { // mutation (simmut tag only): an undecided tick is given up at once
 		return false
 	}
+	if ans.Handle == nil && req.Token != "" && errors.Is(*err, context.Canceled) {
+		// The scheduler itself ended the call (the shutdown grace ran
+		// out): the backend may have applied it all the same, and no
+		// resend will tell. Given up as undecided, so that history
+		// accounts for the tick (lockAnswer).
+		*err = fmt.Errorf("%w: the call was cancelled before its answer came: %w", ErrGrantUnknown, *err)
+		return false
+	}
 	if !indefinite(*err) || ans.Handle != nil {
 		return false
 	}
@@ -112,7 +126,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		if req.Token == "" {
 			return false // the backend drew the token: a resend is a new request
 		}
-		r = &resending{req: req, wait: resendFirst}
+		r = &resending{req: req, first: sent, wait: resendFirst}
 		// A grant of the first attempt is found by a resend for its TTL
 		// (Postgres: or its MaxLease, if longer: its record outlives a
 		// session that died), the margin included, and each resend that
@@ -220,4 +234,17 @@ func (s *Scheduler) grantExpired(f fired, fence int64) {
 	}
 	s.finish(f, runOutcome{skip: why})
 	s.wg.Done()
+}
+
+// pastKeep reports whether a resend of f answered done or contended may
+// have been decided by a backend that no longer kept the record of a grant
+// of an earlier attempt: it came GrantKeep or more after the first send
+// (a resend delayed on its way). Such an answer proves nothing: the grant
+// may be what raised the mark, or hold the lock.
+func (s *Scheduler) pastKeep(f fired, v locking.TickVerdict) bool {
+	r := f.resend
+	if r == nil || (v != locking.TickDone && v != locking.TickContended) {
+		return false
+	}
+	return !s.leaseNow().Before(r.first.Add(locking.GrantKeep(f.def.ttl, s.maxLease)))
 }

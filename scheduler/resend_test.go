@@ -1,8 +1,8 @@
 package scheduler_test
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -374,6 +374,55 @@ func TestTickGivenUpWithItsGrantUnknownIsInHistory(t *testing.T) {
 			if r.Result != scheduler.ResultNotRun || !r.Tick.Equal(t0.Add(time.Minute)) || r.Fence != 0 ||
 				!errors.Is(r.Err, scheduler.ErrGrantUnknown) {
 				t.Errorf("record %+v, want T not run, no fence, its error ErrGrantUnknown", r)
+			}
+		})
+	}
+}
+
+// A resend answered done or contended once the backend may have dropped
+// its grant's record (GrantKeep after the first attempt) proves nothing:
+// the grant may be the one that raised the mark. The tick is recorded as
+// not run, its grant unknown, not skipped as contended with no word (sim
+// seed 516: a resend stalled past the keep, answered contended).
+func TestResendAnsweredPastTheGrantKeepIsGrantUnknown(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(pathNames[batched], func(t *testing.T) {
+			t.Parallel()
+			clock := fakeclock.New(t0)
+			l, locker := newLossy(clock, batched)
+			jb := &countingJob{}
+			s := sched("s", everyMinute, hints.RequireGlobal, jb)
+			s.ExpectedRuntime = time.Second
+			s.CatchupWindow = time.Hour
+			hist := &history{recorder: newRecorder()}
+			h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+				Observer: hist, SafetyMargin: time.Second}, s)
+			h.rec = hist.recorder
+			h.start()
+			l.losing(1) // the first attempt is granted, its reply lost
+			l.mu.Lock()
+			l.onCall = func(call int) {
+				if call == 2 { // the resend reaches the backend long after the grant's record lapsed
+					clock.Advance(time.Minute - time.Second)
+				}
+			}
+			l.mu.Unlock()
+
+			clock.Advance(time.Minute)
+			h.rec.waitSkips(t, 1)
+			h.idle()
+			if got := jb.got(); len(got) != 0 {
+				t.Fatalf("ran %v, want no run", got)
+			}
+			var found bool
+			for _, r := range hist.records() {
+				if r.Tick.Equal(t0.Add(time.Minute)) && r.Result == scheduler.ResultNotRun && errors.Is(r.Err, scheduler.ErrGrantUnknown) {
+					found = true
+				}
+			}
+			if !found {
+				_, skips, _ := h.rec.snapshot()
+				t.Errorf("records %+v (skips %v), want the tick at %v not run, its grant unknown", hist.records(), skips, t0.Add(time.Minute))
 			}
 		})
 	}

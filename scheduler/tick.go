@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -356,6 +357,13 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 				slog.Duration("offset", ahead.Offset), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
 			return nil, SkipBackendError
 		}
+		if errors.Is(err, ErrGrantUnknown) && s.runObs != nil {
+			// The backend may have granted T, and then no node runs it:
+			// history says so, where the tick would otherwise be consumed
+			// with no word (a skip is a counter, not a record).
+			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+				Start: s.clock.Now(), Err: err, RunID: f.runID()})
+		}
 		s.backendFailed(st, f.tick, err)
 		return nil, SkipBackendError
 	}
@@ -365,6 +373,20 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 		s.clockOffset(before.Add(after.Sub(before) / 2).Sub(ans.Now))
 	}
 	s.backendAnswered()
+	if s.pastKeep(f, ans.Verdict) {
+		err := fmt.Errorf("%w: a resend was answered %v after the backend's record of an earlier attempt's grant may have lapsed",
+			ErrGrantUnknown, ans.Verdict)
+		s.log.Warn("tick undecided: its try-lock-tick's resend came too late to be told of a grant", slog.String("schedule", def.ID),
+			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Any("error", err))
+		if s.runObs != nil {
+			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+				Start: s.clock.Now(), Err: err, RunID: f.runID()})
+		}
+		if ans.Verdict == locking.TickDone {
+			st.decided.raise(f.tick)
+		}
+		return nil, SkipBackendError
+	}
 
 	if ans.Verdict != locking.TickContended {
 		st.decided.raise(f.tick)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -30,17 +31,14 @@ type violation struct {
 // fails again if it comes back.
 const (
 	// A try-lock-tick whose reply was lost is resent with its token until
-	// the backend decides. Every backend now keeps a grant's record for
-	// locking.GrantKeep (twice the TTL here) and answers a resend that
-	// comes after the grant's lock expired from it: granted again, or
-	// expired, and the node records the tick (not run, with the fence) if
-	// it cannot run it. What is left: a node that heard no answer for the
-	// record's whole keep. The simulated link makes a lost call cost the
-	// caller its whole deadline (the TTL for a first attempt), so one more
-	// lost resend uses up the keep; the node stopped (end of the run, a
-	// graceful stop) with its resend undecided; or the resend's wait, on
-	// the real clock (time.AfterFunc in scheduler/resend.go), let the fake
-	// clock run past the keep before it was sent (answered done then).
+	// the backend decides. Every backend keeps a grant's record for
+	// locking.GrantKeep and answers a resend that comes after the grant's
+	// lock expired from it (granted again, or expired: recorded not run
+	// with the fence); a tick given up undecided (resends unanswered, or
+	// cancelled by the end of the grace) and a resend answered after the
+	// keep are recorded not run, grant unknown (scheduler.ErrGrantUnknown).
+	// That took this hole from 85 seeds in 300 to 1 in 900 (seed 637, which
+	// did not fail again in three replays): not yet explained, so kept.
 	holeNoResend = "a lost reply's resends go unanswered for as long as the backend keeps its grant's record"
 )
 
@@ -420,11 +418,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		c.ledger.mu.Lock()
 		_, skipped := c.skips[skipKey{g.node, g.life, g.key, g.tick.UnixNano()}]
-		recorded, recordedFence := false, false
+		recorded, recordedFence, recordedUnknown := false, false, false
 		for _, h := range c.history {
 			if h.Node == g.node && h.life == g.life && h.Schedule == g.key && h.Tick.Equal(g.tick) {
 				recorded = true
 				recordedFence = recordedFence || h.Fence == g.fence
+				recordedUnknown = recordedUnknown || errors.Is(h.Err, scheduler.ErrGrantUnknown)
 			}
 		}
 		c.ledger.mu.Unlock()
@@ -436,10 +435,12 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// invariant is about.
 			continue
 		}
-		if recordedFence {
+		if recordedFence || (!g.delivered && recordedUnknown) {
 			// Its reply lost, but a resend learnt of it from the backend's
 			// grant record (granted again too late to run, or expired) and
-			// the node recorded it as not run with its fence.
+			// the node recorded it as not run with its fence; or no resend
+			// was answered before the resends ended, and the node recorded
+			// the tick as not run, its grant unknown.
 			continue
 		}
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",

@@ -22,7 +22,8 @@
 // fault window. Decisions made per call are hashed from the seed and the
 // call's identity, not drawn in call order, so goroutine interleavings move
 // them as little as possible; they still move some (a failing seed fails
-// again in about three replays of five). The clock moves a step at a time,
+// again in about three replays of four: 30 of 40, eight failing seeds
+// replayed five times each). The clock moves a step at a time,
 // and after each step the harness waits until every goroutine is blocked
 // (quiesce.go).
 //
