@@ -71,14 +71,14 @@ func CheckRequest(r Request) error {
 }
 
 // CheckTake validates TakeRequest's arguments.
-func CheckTake(schedule, node string, ttl time.Duration) error {
-	if err := CheckSchedule(schedule); err != nil {
+func CheckTake(r TakeReq) error {
+	if err := CheckSchedule(r.Schedule); err != nil {
 		return err
 	}
-	if err := CheckNodeID(node); err != nil {
+	if err := CheckNodeID(r.Node); err != nil {
 		return err
 	}
-	if err := locking.CheckTryLock(schedule, ttl); err != nil {
+	if err := locking.CheckTryLock(r.Schedule, r.TTL); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil

@@ -87,6 +87,24 @@ type Taken struct {
 	Contended bool
 }
 
+// TakeReq is one TakeRequest: schedule's lock for TTL and the head of its
+// queue, taken by Node.
+type TakeReq struct {
+	Schedule string
+	Node     string
+	TTL      time.Duration
+	// Token names the take so that it can be resent (see TakeRequest): a
+	// caller draws one per take (locking.NewToken) and sends it again,
+	// unchanged, on an answer that is not definite. It also becomes the
+	// lock's token. Empty: the backend draws one, and the take cannot be
+	// resent.
+	Token string
+}
+
+// TakeKeep is how long a backend keeps the record of a take answered with
+// a request, for its resends: twice its TTL.
+func TakeKeep(ttl time.Duration) time.Duration { return 2 * ttl }
+
 // Store is the cluster state contract. Implementations are safe for
 // concurrent use, and use the key namespace of their lock backend (Redis
 // key_prefix, Postgres namespace): two clusters sharing one server never
@@ -130,7 +148,38 @@ type Store interface {
 	// two nodes never both run it; a backfill tick stays at the head until
 	// Done, so a node that dies mid-backfill leaves it to another once its
 	// lock is free. An empty queue takes no lock.
-	TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (Taken, error)
+	//
+	// A take is resendable by its Token (TakeReq): a caller whose answer
+	// was not definite (a timeout, a broken connection: the backend may
+	// have applied it, and a trigger taken but never answered would run
+	// nowhere) sends the same take again, same Token. The backend keeps
+	// what it answered a take with a request (the request and the lock
+	// taken for it) under its Token for at least 2×TTL (TakeKeep; Postgres
+	// 2×max(TTL, MaxLease), as its locks outlive a lost session that
+	// long), and answers a take
+	// carrying a Token it has a record of from that record:
+	//
+	//   - the lock is still the record's: the same Request and a Handle
+	//     with the same token and fence, the lock extended (TTL from now)
+	//     as a renewal would;
+	//   - a trigger whose lock ended, the lock free: the lock is taken
+	//     again (a new fence) for the same Request;
+	//   - a trigger whose lock ended, the lock held by another: the trigger
+	//     goes back to the head of its queue, the record is dropped, and
+	//     the answer is Contended with it as Request (whoever takes it
+	//     next runs it: never lost, never run twice);
+	//   - a backfill whose lock ended: decided as a fresh take (the tick
+	//     stayed queued until Done);
+	//   - Postgres: the lock still held by the session of the take whose
+	//     reply was lost, the server not having dropped it yet: an error
+	//     wrapping locking.ErrResendHeld, not definite: resend.
+	//
+	// A Token is resent only while its take has no definite answer: the
+	// backend cannot tell a late copy of an answered take from a resend,
+	// and a copy arriving once another holds the lock would put back a
+	// trigger that ran. Another Token (or none) is a fresh take, decided as
+	// above; so is a Token past its record's keep.
+	TakeRequest(ctx context.Context, req TakeReq) (Taken, error)
 	// Done removes a backfill request from the head of its queue once its
 	// run ended (whatever the result). It is a no-op for a trigger.
 	Done(ctx context.Context, req Request) error

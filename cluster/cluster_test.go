@@ -93,7 +93,7 @@ func TestChecks(t *testing.T) {
 		"CheckNodeID":     cluster.CheckNodeID("a\nb"),
 		"CheckRequest id": cluster.CheckRequest(cluster.Request{Schedule: "s", Tick: at}),
 		"CheckRequest tk": cluster.CheckRequest(cluster.Request{Schedule: "s", ID: "i"}),
-		"CheckTake ttl":   cluster.CheckTake("s", "n", 0),
+		"CheckTake ttl":   cluster.CheckTake(cluster.TakeReq{Schedule: "s", Node: "n"}),
 		"CheckRun":        cluster.CheckRun(cluster.Run{Schedule: "s"}),
 	}
 	for name, err := range bad {
@@ -101,7 +101,7 @@ func TestChecks(t *testing.T) {
 			t.Errorf("%s = %v, want ErrInvalid", name, err)
 		}
 	}
-	if err := cluster.CheckTake("s", "n", time.Second); err != nil {
+	if err := cluster.CheckTake(cluster.TakeReq{Schedule: "s", Node: "n", TTL: time.Second}); err != nil {
 		t.Errorf("CheckTake(good) = %v", err)
 	}
 	if err := cluster.CheckRequest(cluster.Request{Schedule: "s", ID: "i", Tick: at}); err != nil {

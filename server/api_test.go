@@ -285,7 +285,7 @@ func TestAPIEndpoints(t *testing.T) {
 			// A node takes that one first (its lock held while the API
 			// checks the next trigger would answer 409: a race of the test,
 			// not of the API).
-			if tk, err := st.TakeRequest(ctx, p+"job", "node-y", time.Minute); err != nil || tk.Handle == nil {
+			if tk, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: p + "job", Node: "node-y", TTL: time.Minute}); err != nil || tk.Handle == nil {
 				t.Fatalf("taking the queued trigger: %+v, %v", tk, err)
 			} else if err := st.(locking.Locker).Release(ctx, tk.Handle); err != nil {
 				t.Fatal(err)
@@ -296,7 +296,7 @@ func TestAPIEndpoints(t *testing.T) {
 			go func() {
 				defer close(done)
 				for nctx.Err() == nil {
-					tk, err := st.TakeRequest(nctx, p+"job", "node-z", time.Minute)
+					tk, err := st.TakeRequest(nctx, cluster.TakeReq{Schedule: p + "job", Node: "node-z", TTL: time.Minute})
 					if err == nil && tk.Handle != nil {
 						_ = st.(locking.Locker).Release(context.WithoutCancel(nctx), tk.Handle)
 					}

@@ -17,6 +17,11 @@
 //     no-ops;
 //   - TakeRequest on a held lock answers Contended with the queue's head
 //     in Request (and no Handle); on an empty queue the zero Taken;
+//   - a take resent with its Token (its reply "lost": the same take sent
+//     twice) is answered from the first (cluster.Store.TakeRequest's rules
+//     of a resent take), on a lock released meanwhile too; the cases end a
+//     lock by Release, which every backend has (a Postgres lock has no
+//     TTL to expire);
 //   - Done removes a backfill only while it is the head (a second Done of
 //     the same request leaves the next tick alone);
 //   - an Enqueue refused with ErrBusy stores none of its requests;
@@ -108,6 +113,10 @@ var cases = []testCase{
 	{"TakeRequest/EmptyQueueTakesNoLock", caseTakeEmpty},
 	{"TakeRequest/HandleIsALock", caseTakeHandle},
 	{"TakeRequest/MarkUntouched", caseTakeMark},
+	{"TakeRequest/ResentSameTake", caseTakeResent},
+	{"TakeRequest/ResentAfterLockEnded", caseTakeResentAfterLockEnded},
+	{"TakeRequest/ResentWhileAnotherHolds", caseTakeResentWhileAnotherHolds},
+	{"TakeRequest/ResentBackfill", caseTakeResentBackfill},
 	{"Backfill/ResumableUntilDone", caseBackfill},
 	{"Backfill/SecondIsBusy", caseBackfillBusy},
 	{"Backfill/RaceOneTaker", caseBackfillRace},

@@ -229,11 +229,14 @@ func caseBadInput(s *suite) {
 		"Enqueue(request without schedule)": func() error {
 			return st.Enqueue(s.ctx, []cluster.Request{okReq, noReqSched})
 		},
-		"Enqueue(request without tick)":  func() error { return st.Enqueue(s.ctx, []cluster.Request{okReq, noTick}) },
-		"Requests(empty schedule)":       func() error { _, err := st.Requests(s.ctx, ""); return err },
-		"TakeRequest(empty schedule)":    func() error { _, err := st.TakeRequest(s.ctx, "", "n", longTTL); return err },
-		"TakeRequest(empty node)":        func() error { _, err := st.TakeRequest(s.ctx, "job", "", longTTL); return err },
-		"TakeRequest(ttl 0)":             func() error { _, err := st.TakeRequest(s.ctx, "job", "n", 0); return err },
+		"Enqueue(request without tick)": func() error { return st.Enqueue(s.ctx, []cluster.Request{okReq, noTick}) },
+		"Requests(empty schedule)":      func() error { _, err := st.Requests(s.ctx, ""); return err },
+		"TakeRequest(empty schedule)":   func() error { _, err := st.TakeRequest(s.ctx, cluster.TakeReq{Node: "n", TTL: longTTL}); return err },
+		"TakeRequest(empty node)": func() error {
+			_, err := st.TakeRequest(s.ctx, cluster.TakeReq{Schedule: "job", TTL: longTTL})
+			return err
+		},
+		"TakeRequest(ttl 0)":             func() error { _, err := st.TakeRequest(s.ctx, cluster.TakeReq{Schedule: "job", Node: "n"}); return err },
 		"Done(request without id)":       func() error { return st.Done(s.ctx, noReqID) },
 		"Done(request without schedule)": func() error { return st.Done(s.ctx, noReqSched) },
 		"Accepted(empty schedule)":       func() error { _, err := st.Accepted(s.ctx, "", "t1"); return err },
@@ -257,19 +260,22 @@ func caseCancelled(s *suite) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	cancel()
 	calls := map[string]func() error{
-		"RecordRuns":  func() error { return st.RecordRuns(ctx, []cluster.Run{run("job", 1, "n")}, 10) },
-		"Runs":        func() error { _, err := st.Runs(ctx, "job", 10); return err },
-		"LastRuns":    func() error { _, err := st.LastRuns(ctx, []string{"job"}); return err },
-		"Announce":    func() error { return st.Announce(ctx, node("n", nil), longTTL) },
-		"Nodes":       func() error { _, err := st.Nodes(ctx); return err },
-		"Leave":       func() error { return st.Leave(ctx, "n") },
-		"Enqueue":     func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
-		"Queued":      func() error { _, err := st.Queued(ctx); return err },
-		"Requests":    func() error { _, err := st.Requests(ctx, "job"); return err },
-		"TakeRequest": func() error { _, err := st.TakeRequest(ctx, "job", "n", longTTL); return err },
-		"Done":        func() error { return st.Done(ctx, request("job", "b1", 1, true)) },
-		"Accepted":    func() error { _, err := st.Accepted(ctx, "job", "t1"); return err },
-		"Held":        func() error { _, err := st.Held(ctx, "job"); return err },
+		"RecordRuns": func() error { return st.RecordRuns(ctx, []cluster.Run{run("job", 1, "n")}, 10) },
+		"Runs":       func() error { _, err := st.Runs(ctx, "job", 10); return err },
+		"LastRuns":   func() error { _, err := st.LastRuns(ctx, []string{"job"}); return err },
+		"Announce":   func() error { return st.Announce(ctx, node("n", nil), longTTL) },
+		"Nodes":      func() error { _, err := st.Nodes(ctx); return err },
+		"Leave":      func() error { return st.Leave(ctx, "n") },
+		"Enqueue":    func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
+		"Queued":     func() error { _, err := st.Queued(ctx); return err },
+		"Requests":   func() error { _, err := st.Requests(ctx, "job"); return err },
+		"TakeRequest": func() error {
+			_, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: "job", Node: "n", TTL: longTTL})
+			return err
+		},
+		"Done":     func() error { return st.Done(ctx, request("job", "b1", 1, true)) },
+		"Accepted": func() error { _, err := st.Accepted(ctx, "job", "t1"); return err },
+		"Held":     func() error { _, err := st.Held(ctx, "job"); return err },
 	}
 	for what, f := range calls {
 		if err := f(); err == nil {

@@ -27,7 +27,7 @@ func (s *suite) wantQueued(st cluster.Store, want []string, what string) {
 // take calls TakeRequest or fails.
 func (s *suite) take(st cluster.Store, schedule, node string) cluster.Taken {
 	s.t.Helper()
-	tk, err := st.TakeRequest(s.ctx, schedule, node, longTTL)
+	tk, err := st.TakeRequest(s.ctx, cluster.TakeReq{Schedule: schedule, Node: node, TTL: longTTL})
 	s.check(err, fmt.Sprintf("TakeRequest(%q) by %s", schedule, node))
 	return tk
 }
@@ -123,7 +123,7 @@ func (s *suite) raceTake(n int, schedule string) ([]cluster.Store, []cluster.Tak
 		go func() {
 			defer done.Done()
 			start.Wait()
-			taken[i], errs[i] = stores[i].TakeRequest(s.ctx, schedule, fmt.Sprint("node-", i), longTTL)
+			taken[i], errs[i] = stores[i].TakeRequest(s.ctx, cluster.TakeReq{Schedule: schedule, Node: fmt.Sprint("node-", i), TTL: longTTL})
 		}()
 	}
 	start.Done()
@@ -328,7 +328,7 @@ func caseTakeDrain(s *suite) {
 			defer done.Done()
 			start.Wait()
 			for {
-				tk, err := stores[i].TakeRequest(s.ctx, "job", fmt.Sprint("node-", i), longTTL)
+				tk, err := stores[i].TakeRequest(s.ctx, cluster.TakeReq{Schedule: "job", Node: fmt.Sprint("node-", i), TTL: longTTL})
 				if err != nil {
 					errs <- err
 					return

@@ -56,7 +56,7 @@ func takeRequests(t *testing.T, st ops.Store, id, node string) {
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			tk, err := st.TakeRequest(ctx, id, node, time.Minute)
+			tk, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: id, Node: node, TTL: time.Minute})
 			if err == nil && tk.Handle != nil {
 				_ = st.(locking.Locker).Release(context.WithoutCancel(ctx), tk.Handle)
 			}

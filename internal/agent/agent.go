@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -336,7 +338,7 @@ func (a *Agent) poll(ctx context.Context) {
 			continue
 		}
 		sent := a.opts.Now()
-		taken, err := a.b.TakeRequest(ctx, id, a.opts.NodeID, sc.TTL)
+		taken, answered, err := a.take(ctx, id, sc.TTL)
 		if err != nil {
 			a.log.Warn("taking a manual run request failed", slog.String("schedule", id), slog.Any("error", err))
 			continue
@@ -361,7 +363,7 @@ func (a *Agent) poll(ctx context.Context) {
 					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
 			}
 		}
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: sent, Backfill: req.Backfill,
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: answered, Backfill: req.Backfill,
 			Done: func(scheduler.RunResult) { done() }}
 		kind := "trigger"
 		if req.Backfill {
@@ -385,6 +387,94 @@ func (a *Agent) poll(ctx context.Context) {
 		a.log.Info("manual run accepted", slog.String("schedule", id), slog.String("kind", kind),
 			slog.String("run_id", req.ID), slog.String("tick", tick.Format(time.RFC3339)), slog.String("by", req.By))
 	}
+}
+
+// Resending a take whose answer was not definite. TakeRequest takes a
+// trigger off its queue in the step that takes the lock: if the reply is
+// lost after the backend applied it, the trigger runs nowhere, though
+// `trigger` was told it was accepted. So each take carries a token drawn
+// here and, on an answer that is not definite, is sent again with the
+// same token: the backend answers it from its record of the first
+// (cluster.Store.TakeRequest). Resends wait resendFirst, doubling up to
+// resendMax, for as long as a lock the first attempt took may live: its
+// TTL from the first send (Postgres: or MaxLease, if longer). Past it the backend no longer answers for the
+// lock (a trigger whose lock ended goes back to its queue once another
+// takes the lock, or is taken again by a later resend of ours), and the
+// take is given up: logged, as before resends.
+const (
+	resendFirst = 10 * time.Millisecond
+	resendMax   = 500 * time.Millisecond
+)
+
+// take takes schedule id's lock and queue head for ttl, resending the take
+// while its answer is not definite (see above). answered is when the
+// attempt that was answered was sent: the lease of a lock it took or
+// extended counts from there.
+func (a *Agent) take(ctx context.Context, id string, ttl time.Duration) (tk cluster.Taken, answered time.Time, err error) {
+	token, err := locking.NewToken()
+	if err != nil {
+		return cluster.Taken{}, time.Time{}, err
+	}
+	req := cluster.TakeReq{Schedule: id, Node: a.opts.NodeID, TTL: ttl, Token: token}
+	first := time.Now()
+	// A lock the first attempt took lives its TTL, or on Postgres until
+	// the server drops the session of a lost reply (within MaxLease: the
+	// resends are answered ErrResendHeld meanwhile, then take the trigger
+	// again).
+	window := ttl
+	if lb, ok := a.b.(locking.LeaseBounder); ok {
+		window = max(window, lb.MaxLease())
+	}
+	end := first.Add(window)
+	// The poll's context bounds the first attempt only: a resend past it
+	// still finds a trigger the first took. The agent's stop (a
+	// cancellation, not the poll's deadline) ends the resends.
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), context.Canceled) {
+			cancel()
+		}
+	})
+	defer stop()
+	actx := ctx
+	wait := resendFirst
+	for sends := 0; ; sends++ {
+		answered = a.opts.Now()
+		tk, err = a.b.TakeRequest(actx, req)
+		if !indefinite(err) {
+			return tk, answered, err
+		}
+		if sends == 0 {
+			actx = rctx
+		}
+		d := min(wait, time.Until(end))
+		if d <= 0 || rctx.Err() != nil {
+			return tk, answered, fmt.Errorf("agent: take of %q undecided after %d resends: %w", id, sends, err)
+		}
+		a.log.Debug("take undecided: resending it", slog.String("schedule", id), slog.Int("resends", sends+1), slog.Any("error", err))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-rctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, resendMax)
+	}
+}
+
+// indefinite reports whether err leaves a take undecided: the backend may
+// or may not have applied it (no reply, a broken connection, Postgres's
+// resend held). It is the rule the scheduler resends a try-lock-tick by
+// (scheduler/resend.go's indefinite), kept here as the agent's own: an
+// invalid request, a closed Locker or a cancelled call are decided.
+func indefinite(err error) bool {
+	if err == nil || errors.Is(err, locking.ErrInvalid) || errors.Is(err, cluster.ErrInvalid) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, locking.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // recordLoop batches run records into the history until runsEnded is

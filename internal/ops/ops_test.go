@@ -242,7 +242,7 @@ func TestRuns(t *testing.T) {
 // queue until ctx ends, releasing the lock at once.
 func takeLoop(ctx context.Context, st ops.Store, id, node string, taken chan<- cluster.Request) {
 	for ctx.Err() == nil {
-		tk, err := st.TakeRequest(ctx, id, node, time.Minute)
+		tk, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: id, Node: node, TTL: time.Minute})
 		if err == nil && tk.Handle != nil {
 			_ = st.(locking.Locker).Release(context.WithoutCancel(ctx), tk.Handle)
 			if tk.Request.Backfill {

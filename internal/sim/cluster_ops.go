@@ -180,7 +180,7 @@ type requestStore interface {
 
 // requestTaker is a node's side of them (the agent's poll).
 type requestTaker interface {
-	TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (store.Taken, error)
+	TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken, error)
 }
 
 // pollTries bounds the polls of one request (one a second).

@@ -36,7 +36,7 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 		return store.Taken{}, l.refusal(ctx, f)
 	}
 	issued := l.c.seq.Add(1)
-	tk, err := tr.TakeRequest(ctx, schedule, l.node, ttl)
+	tk, err := tr.TakeRequest(ctx, store.TakeReq{Schedule: schedule, Node: l.node, TTL: ttl})
 	if l.cut.Load() {
 		f = loseReply
 	}

@@ -41,6 +41,17 @@ type clusterState struct {
 	// accepted maps a schedule's request id to who took it, and when.
 	accepted        map[acceptKey]acceptance
 	acceptedSweepAt int
+	// taken keeps, under a schedule and a take's token, the request the
+	// take answered with, for its resends (cluster.Store.TakeRequest),
+	// until cluster.TakeKeep of its TTL has passed.
+	taken        map[acceptKey]takeRecord
+	takenSweepAt int
+}
+
+// takeRecord is what a take answered: its request, kept until until.
+type takeRecord struct {
+	req   cluster.Request
+	until time.Duration // on the table's elapsed clock
 }
 
 type acceptKey struct{ schedule, id string }
@@ -56,6 +67,8 @@ func newClusterState() clusterState {
 		queues:          make(map[string][]cluster.Request),
 		accepted:        make(map[acceptKey]acceptance),
 		acceptedSweepAt: minAcceptedSweep,
+		taken:           make(map[acceptKey]takeRecord),
+		takenSweepAt:    minAcceptedSweep,
 	}
 }
 
@@ -297,14 +310,16 @@ func (l *Locker) Requests(ctx context.Context, schedule string) ([]cluster.Reque
 }
 
 // TakeRequest takes schedule's lock and the head of its queue under the
-// shard mutex that guards both: the same step as TryLock's.
-func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (cluster.Taken, error) {
+// shard mutex that guards both: the same step as TryLock's. A take with a
+// token it has a record of is answered from that record (resendTake).
+func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Taken, error) {
 	if err := l.usable(ctx, "take request"); err != nil {
 		return cluster.Taken{}, err
 	}
-	if err := cluster.CheckTake(schedule, node, ttl); err != nil {
+	if err := cluster.CheckTake(r); err != nil {
 		return cluster.Taken{}, fmt.Errorf("memory: take request: %w", err)
 	}
+	schedule := r.Schedule
 	s := l.tab.shardFor(schedule)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -313,29 +328,101 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 	if l.closed.Load() {
 		return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, locking.ErrClosed)
 	}
+	wall, now := l.tab.now()
+	if r.Token != "" {
+		if tk, ok := l.resendTake(s, r, wall, now); ok {
+			return tk, nil
+		}
+	}
 	q := s.queues[schedule]
 	if len(q) == 0 {
 		return cluster.Taken{}, nil
 	}
 	head := q[0]
-	wall, now := l.tab.now()
 	if cur, ok := s.m[schedule]; ok && now < cur.expires {
 		return cluster.Taken{Request: &head, Contended: true}, nil
 	}
-	tok, err := s.token()
-	if err != nil {
-		return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, err)
+	token := r.Token
+	if token == "" {
+		tok, err := s.token()
+		if err != nil {
+			return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, err)
+		}
+		token = hex.EncodeToString(tok[:])
 	}
-	token := hex.EncodeToString(tok[:])
-	fence := s.nextFence(wall)
-	s.m[schedule] = entry{owner: l, expires: expiry(now, ttl), fence: fence, token: token}
-	s.acquired(schedule, fence)
-	s.sweepIfGrown(now)
 	if !head.Backfill {
 		s.popHead(schedule)
 	}
-	s.accept(acceptKey{schedule, head.ID}, node, now)
-	return cluster.Taken{Request: &head, Handle: locking.NewHandle(l, schedule, token, fence, ttl, nil)}, nil
+	return l.grantTake(s, r, token, head, wall, now), nil
+}
+
+// grantTake takes r's schedule lock under token for req, and records the
+// take and its acceptance. Call with s.mu held.
+func (l *Locker) grantTake(s *shard, r cluster.TakeReq, token string, req cluster.Request, wall time.Time, now time.Duration) cluster.Taken {
+	fence := s.nextFence(wall)
+	s.m[r.Schedule] = entry{owner: l, expires: expiry(now, r.TTL), fence: fence, token: token}
+	s.acquired(r.Schedule, fence)
+	s.sweepIfGrown(now)
+	s.accept(acceptKey{r.Schedule, req.ID}, r.Node, now)
+	if r.Token != "" {
+		s.recordTake(acceptKey{r.Schedule, r.Token}, takeRecord{req: req, until: expiry(now, cluster.TakeKeep(r.TTL))}, now)
+	}
+	return cluster.Taken{Request: &req, Handle: locking.NewHandle(l, r.Schedule, token, fence, r.TTL, nil)}
+}
+
+// resendTake answers r from the record of an earlier take with its token,
+// if there is one (ok): see cluster.Store.TakeRequest. Call with s.mu
+// held.
+func (l *Locker) resendTake(s *shard, r cluster.TakeReq, wall time.Time, now time.Duration) (tk cluster.Taken, ok bool) {
+	k := acceptKey{r.Schedule, r.Token}
+	rec, found := s.taken[k]
+	if !found || now >= rec.until {
+		return cluster.Taken{}, false
+	}
+	req := rec.req
+	cur, held := s.m[r.Schedule]
+	held = held && now < cur.expires
+	switch {
+	case held && cur.token == r.Token && cur.tick == 0:
+		// The take's own lock: its answer was lost. Extended as a renewal
+		// would, the caller counting its lease from this resend.
+		cur.expires = expiry(now, r.TTL)
+		s.m[r.Schedule] = cur
+		rec.until = max(rec.until, expiry(now, cluster.TakeKeep(r.TTL)))
+		s.taken[k] = rec
+		return cluster.Taken{Request: &req, Handle: locking.NewHandle(l, r.Schedule, cur.token, cur.fence, r.TTL, nil)}, true
+	case req.Backfill:
+		// Its lock ended: the tick stayed queued (or ran, and Done took
+		// it): a fresh take decides.
+		delete(s.taken, k)
+		return cluster.Taken{}, false
+	case !held:
+		// A trigger the take removed from the queue, whose lock ended
+		// before its taker heard of it: only this record holds it.
+		return l.grantTake(s, r, r.Token, req, wall, now), true
+	default:
+		// Another holds the lock: the trigger goes back to the head of the
+		// queue for whoever takes it next, and this record no longer
+		// answers for it.
+		delete(s.taken, k)
+		s.queues[r.Schedule] = append([]cluster.Request{req}, s.queues[r.Schedule]...)
+		return cluster.Taken{Request: &req, Contended: true}, true
+	}
+}
+
+// recordTake keeps a take's record, forgetting those past their keep
+// whenever the map has doubled since it last did. Call with s.mu held.
+func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
+	s.taken[k] = rec
+	if len(s.taken) < s.takenSweepAt {
+		return
+	}
+	for k, r := range s.taken {
+		if now >= r.until {
+			delete(s.taken, k)
+		}
+	}
+	s.takenSweepAt = max(2*len(s.taken), minAcceptedSweep)
 }
 
 // popHead removes the head of a queue, deleting an emptied one. Call with

@@ -100,3 +100,35 @@ func TestClusterHistoryBounded(t *testing.T) {
 		}
 	}
 }
+
+// A take's record answers its resends for 2×TTL: a resend after its lock
+// expired takes the lock again for the same trigger; past the record's
+// keep the token is a fresh take's (the queue's next head).
+func TestTakeResentAfterExpiry(t *testing.T) {
+	clock := newFakeClock()
+	l := memory.New(memory.WithClock(clock.Now))
+	ctx := context.Background()
+	r1 := bcluster.Request{ID: "t1", Schedule: "job", Tick: clock.Now(), By: "test", At: clock.Now()}
+	r2 := bcluster.Request{ID: "t2", Schedule: "job", Tick: clock.Now(), By: "test", At: clock.Now()}
+	if err := l.Enqueue(ctx, []bcluster.Request{r1, r2}); err != nil {
+		t.Fatal(err)
+	}
+	take := bcluster.TakeReq{Schedule: "job", Node: "n", TTL: time.Second, Token: "tok"}
+	tk, err := l.TakeRequest(ctx, take)
+	if err != nil || tk.Handle == nil || tk.Request.ID != "t1" {
+		t.Fatalf("TakeRequest = %+v, %v; want t1", tk, err)
+	}
+	clock.Advance(1500 * time.Millisecond) // the lock expired; the record lives
+	tk2, err := l.TakeRequest(ctx, take)
+	if err != nil || tk2.Handle == nil || tk2.Request.ID != "t1" || tk2.Handle.Fence() <= tk.Handle.Fence() {
+		t.Fatalf("resend after the lock expired = %+v, %v; want t1 under a new fence above %d", tk2, err, tk.Handle.Fence())
+	}
+	if held, _ := l.Held(ctx, "job"); !held {
+		t.Fatal("the resend did not take the lock again")
+	}
+	clock.Advance(2*time.Second + time.Millisecond) // lock and record (kept 2×TTL from the resend) gone
+	tk3, err := l.TakeRequest(ctx, take)
+	if err != nil || tk3.Handle == nil || tk3.Request.ID != "t2" {
+		t.Fatalf("the token resent past its record's keep = %+v, %v; want a fresh take of t2", tk3, err)
+	}
+}

@@ -462,27 +462,48 @@ func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
 // Release, and carries a fence drawn in that same statement from the
 // key's row, so fences of triggered and regular runs of a schedule rise
 // together. A lock this Locker holds answers Contended without asking
-// (asking from its session would succeed by re-entrancy).
+// (asking from its session would succeed by re-entrancy), unless it is
+// the lock of this very take (same token): then the take is answered from
+// it, its reply having been lost.
 //
-// A taken trigger has left the queue for good: if the reply is lost (the
-// connection breaks after the commit), that trigger runs nowhere, never
-// twice. The statement commits durably.
-func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (store.Taken, error) {
-	if err := store.CheckTake(schedule, node, ttl); err != nil {
+// A take with a token first asks takeResendSQL, which answers it from the
+// record of an earlier attempt (bext_taken) when there is one: a taken
+// trigger whose reply was lost (the connection broke after the commit,
+// which also ended the session and its lock) is taken again, or goes back
+// to its queue, rather than run nowhere. Every statement commits durably.
+func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken, error) {
+	if err := store.CheckTake(r); err != nil {
 		return store.Taken{}, err
 	}
+	schedule, ttl := r.Schedule, r.TTL
 	if err := ctx.Err(); err != nil {
 		return store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, err)
 	}
-	tok, err := locking.NewToken()
-	if err != nil {
-		return store.Taken{}, err
+	tok := r.Token
+	if tok == "" {
+		var err error
+		if tok, err = locking.NewToken(); err != nil {
+			return store.Taken{}, err
+		}
 	}
 	id := lockID(l.opts.Namespace, schedule)
-	ok, _, err := l.claimID(ctx, id, nil)
+	resend := func(ls *lease) bool { return r.Token != "" && !ls.tick && ls.token == r.Token && ls.req != nil }
+	ok, mine, err := l.claimID(ctx, id, resend)
 	if !ok {
 		if err != nil {
 			return store.Taken{}, err
+		}
+		if mine != nil && resend(mine) {
+			mine.mu.Lock()
+			done := mine.done
+			mine.mu.Unlock()
+			if !done {
+				// This take's own lock, held here: its answer was lost
+				// on its way to the caller. A session's lock has no
+				// TTL to extend.
+				req := *mine.req
+				return store.Taken{Request: &req, Handle: locking.NewHandle(l, schedule, tok, mine.fenceVal, ttl, mine)}, nil
+			}
 		}
 		// Held here (a run of ours): answer with the head, not asking for
 		// the lock.
@@ -492,7 +513,18 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 		}
 		return store.Taken{Request: head, Contended: true}, nil
 	}
-	ls, taken, err := l.takeRequest(ctx, id, schedule, node)
+	keep := 2 * max(ttl, l.MaxLease()).Microseconds()
+	var (
+		ls    *lease
+		taken store.Taken
+		asked bool
+	)
+	if r.Token != "" {
+		ls, taken, asked, err = l.takeResend(ctx, id, r, tok, keep)
+	}
+	if !asked && err == nil {
+		ls, taken, err = l.takeRequest(ctx, id, schedule, r.Node, r.Token, keep)
+	}
 	ls, serr := l.settle(ctx, id, ls)
 	if ls == nil {
 		if serr != nil {
@@ -504,10 +536,85 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 	return taken, nil
 }
 
+// takeResend runs takeResendSQL for take r on a shared session. asked is
+// false when the token has no record: a fresh take decides.
+func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok string, keep int64) (ls *lease, tk store.Taken, asked bool, err error) {
+	schedule := r.Schedule
+	ctx, cancel := l.stmtCtx(ctx)
+	defer cancel()
+	s, _, err := l.acquire(ctx)
+	if err == nil {
+		if err = l.ensureClusterConn(ctx, s.conn); err != nil {
+			if broken(s, err) {
+				l.killOwned(s, err)
+			}
+			l.release(s)
+			if pe := poolerErr(err); pe != nil {
+				return nil, store.Taken{}, true, fmt.Errorf("pg: take request %q: %w", schedule, pe)
+			}
+			return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+		}
+	}
+	if err != nil {
+		return nil, store.Taken{}, true, fmt.Errorf("pg: take request %q: %w", schedule, err)
+	}
+	var (
+		v               string
+		doc             []byte
+		fence           *int64
+		up, acc, queued int64
+		pid             uint32
+		syncCommit      string
+	)
+	err = s.conn.QueryRow(ctx, takeResendSQL, id, l.opts.Namespace, schedule, l.opts.Holder, r.Node, r.Token, keep).
+		Scan(&v, &doc, &fence, &up, &acc, &queued, &pid, &syncCommit)
+	if err != nil {
+		// The statement may have taken the lock before failing.
+		l.failed(ctx, s, id, err)
+		return nil, store.Taken{}, true, queryErr("take request", schedule, err)
+	}
+	if pid != s.pid {
+		err := fmt.Errorf("%w: take request %q ran on backend %d, the session's is %d", ErrTransactionPooler, schedule, pid, s.pid)
+		l.killOwned(s, err)
+		l.release(s)
+		return nil, store.Taken{}, true, err
+	}
+	if v == "none" {
+		l.release(s)
+		return nil, store.Taken{}, false, nil
+	}
+	var req store.Request
+	jerr := json.Unmarshal(doc, &req)
+	switch {
+	case v == "retake" && (jerr != nil || fence == nil || up != 1 || acc != 1 || syncCommit != "on"):
+		l.giveBack(ctx, s, id)
+		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: took a resent take's request again with fence %v, %d records, %d acceptances, synchronous_commit %q: %v",
+			locking.ErrUnavailable, schedule, fence, up, acc, syncCommit, jerr)
+	case v == "retake":
+		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence, token: tok, req: &req}
+		l.hold(ls)
+		l.release(s)
+		return ls, store.Taken{Request: &req}, true, nil
+	}
+	l.release(s)
+	switch {
+	case jerr != nil:
+		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: a resent take's record: %w", locking.ErrUnavailable, schedule, jerr)
+	case v == "held":
+		// Not definite: the caller resends until the server drops the
+		// first attempt's session (within MaxLease).
+		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: the session of this take's first attempt still holds the lock (Postgres drops it within %v)",
+			locking.ErrResendHeld, schedule, l.MaxLease())
+	case v == "requeue" && queued == 2:
+		return nil, store.Taken{Request: &req, Contended: true}, true, nil
+	}
+	return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: a resent take answered %q (%d rows changed)", locking.ErrUnavailable, schedule, v, queued)
+}
+
 // takeRequest runs takeRequestSQL on a shared session, retrying once on a
 // fresh connection when a reused session turns out dead (the statement then never reached
 // Postgres, or its session's end released what it took).
-func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node string) (*lease, store.Taken, error) {
+func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, token string, keep int64) (*lease, store.Taken, error) {
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -536,7 +643,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 			pid        uint32
 			syncCommit string
 		)
-		err = s.conn.QueryRow(ctx, takeRequestSQL, id, l.opts.Namespace, schedule, l.opts.Holder, node).
+		err = s.conn.QueryRow(ctx, takeRequestSQL, id, l.opts.Namespace, schedule, l.opts.Holder, node, token, keep).
 			Scan(&queued, &ok, &unlocked, &doc, &fence, &accepted, &pid, &syncCommit, &head)
 		if err != nil {
 			// The statement may have taken the lock before failing.
@@ -576,7 +683,8 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node strin
 			return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
 				locking.ErrUnavailable, schedule, fence, accepted, syncCommit, jerr)
 		}
-		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence}
+		// Its token and request answer a resend of this take (TakeRequest).
+		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence, token: token, req: &req}
 		l.hold(ls)
 		l.release(s)
 		return ls, store.Taken{Request: &req}, nil

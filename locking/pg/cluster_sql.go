@@ -10,7 +10,8 @@ const (
   AND to_regclass('bext_run_counts') IS NOT NULL
   AND to_regclass('bext_nodes') IS NOT NULL
   AND to_regclass('bext_requests') IS NOT NULL
-  AND to_regclass('bext_accepted') IS NOT NULL`
+  AND to_regclass('bext_accepted') IS NOT NULL
+  AND to_regclass('bext_taken') IS NOT NULL`
 
 	// createClusterSQL runs under the transaction-level advisory lock that
 	// serialises the creation of bext_lock_fences, as one simple-protocol
@@ -26,6 +27,9 @@ const (
 	// bext_requests is the queues of manual runs, in seq order;
 	// bext_requests_id makes a resent Enqueue store its requests once.
 	// bext_accepted remembers which node took which request, for a day.
+	// bext_taken keeps, under a take's token, the trigger it took (its
+	// queue row as it was) and the fence of its lock, for the take's
+	// resends (TakeRequest); a take of the schedule drops the expired ones.
 	createClusterSQL = `BEGIN;
 SELECT pg_advisory_xact_lock(1650817140, 0);
 CREATE TABLE IF NOT EXISTS bext_runs (
@@ -78,6 +82,17 @@ CREATE TABLE IF NOT EXISTS bext_accepted (
     node        text        NOT NULL,
     accepted_at timestamptz NOT NULL,
     PRIMARY KEY (namespace, schedule, id)
+);
+CREATE TABLE IF NOT EXISTS bext_taken (
+    namespace text        NOT NULL,
+    schedule  text        NOT NULL,
+    token     text        NOT NULL,
+    seq       bigint      NOT NULL,
+    id        text        NOT NULL,
+    request   jsonb       NOT NULL,
+    fence     bigint      NOT NULL,
+    until     timestamptz NOT NULL,
+    PRIMARY KEY (namespace, schedule, token)
 );
 COMMIT;`
 
@@ -245,7 +260,8 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
 	// on the session that keeps the lock:
 	//
 	//	$1 lock id (the schedule's, as TryLock)  $2 namespace
-	//	$3 schedule  $4 holder  $5 node
+	//	$3 schedule  $4 holder  $5 node  $6 the take's token ('': none)
+	//	$7 how long its record is kept (µs)
 	//
 	// q: the queue's head in the statement's snapshot, returned with a
 	// contended answer. c: whether the queue has anything: an empty queue
@@ -259,7 +275,8 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
 	// (read from del's RETURNING). a: the acceptance. f: the fence, as
 	// tryLockSQL draws it. un: the lock is given back, in the same
 	// statement, when nothing was taken (an empty queue at the lock's
-	// time).
+	// time). rec: a taken trigger's record under the take's token, for its
+	// resends (takeResendSQL); old: the schedule's expired records.
 	//
 	// The statement commits with synchronous_commit = on: a trigger taken
 	// must not come back after a crash and run twice.
@@ -291,11 +308,82 @@ f AS (
   ON CONFLICT (namespace, key) DO UPDATE
     SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
   RETURNING t.fence),
+rec AS (
+  INSERT INTO bext_taken AS x (namespace, schedule, token, seq, id, request, fence, until)
+  SELECT $2::text, $3::text, $6::text, tk.seq, tk.id, tk.request, (SELECT fence FROM f),
+    clock_timestamp() + $7::bigint * interval '1 microsecond'
+  FROM tk WHERE $6::text <> '' AND NOT tk.backfill
+  ON CONFLICT (namespace, schedule, token) DO UPDATE
+    SET seq = excluded.seq, id = excluded.id, request = excluded.request, fence = excluded.fence, until = excluded.until
+  RETURNING 1),
+old AS (
+  DELETE FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text AND token <> $6::text
+    AND until < clock_timestamp() AND EXISTS (SELECT 1 FROM tk)
+  RETURNING 1),
 un AS MATERIALIZED (
   SELECT CASE WHEN l.ok AND NOT EXISTS (SELECT 1 FROM tk) THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM l)
 SELECT l.queued, l.ok, un.unlocked, tk.request, (SELECT fence FROM f), (SELECT count(*) FROM a),
   pg_backend_pid(), current_setting('synchronous_commit'), (SELECT request FROM q)
 FROM l CROSS JOIN un LEFT JOIN tk ON true`
+
+	// takeResendSQL answers a take whose token has a live record in
+	// bext_taken (a trigger taken by it), before takeRequestSQL, which
+	// runs only when it answers none. On the session that keeps the lock:
+	//
+	//	$1 lock id  $2 namespace  $3 schedule  $4 holder  $5 node
+	//	$6 token  $7 how long the record is kept (µs)
+	//
+	// r: the record, locked. l: the advisory lock, tried only for a
+	// record. v: what is done: none (no record: a fresh take); retake (the
+	// lock was free: the take's lock ended before its taker heard, and only
+	// this record holds the trigger: the lock is taken again, with a new
+	// fence, the record kept anew); held (the lock is held and the key's
+	// latest fence is still the record's: nobody took it since, so the
+	// take's own session holds it, which the server has not dropped yet:
+	// the caller resends); requeue (another took the lock since: the
+	// trigger goes back to its queue at its own place, seq, and the record
+	// is dropped). It commits durably, as takeRequestSQL.
+	takeResendSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc),
+r AS MATERIALIZED (
+  SELECT t.seq, t.id, t.request, t.fence FROM bext_taken t
+  WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text
+    AND t.until > clock_timestamp() AND (SELECT sc FROM c) IS NOT NULL
+  FOR UPDATE),
+l AS MATERIALIZED (
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM r) THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok),
+v AS MATERIALIZED (
+  SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM r) THEN 'none'
+    WHEN (SELECT ok FROM l) THEN 'retake'
+    WHEN (SELECT fence FROM bext_lock_fences WHERE namespace = $2::text AND key = $3::text) = (SELECT fence FROM r) THEN 'held'
+    ELSE 'requeue' END AS v),
+f AS (
+  INSERT INTO bext_lock_fences AS t (namespace, key, fence, holder, acquired_at)
+  SELECT $2::text, $3::text, greatest(1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint), $4::text, now()
+  FROM v WHERE v.v = 'retake'
+  ON CONFLICT (namespace, key) DO UPDATE
+    SET fence = greatest(t.fence + 1, excluded.fence), holder = excluded.holder, acquired_at = excluded.acquired_at
+  RETURNING t.fence),
+up AS (
+  UPDATE bext_taken t SET fence = (SELECT fence FROM f), until = clock_timestamp() + $7::bigint * interval '1 microsecond'
+  WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text AND (SELECT v FROM v) = 'retake'
+  RETURNING 1),
+a AS (
+  INSERT INTO bext_accepted AS x (namespace, schedule, id, node, accepted_at)
+  SELECT $2::text, $3::text, r.id, $5::text, clock_timestamp() FROM r WHERE (SELECT v FROM v) = 'retake'
+  ON CONFLICT (namespace, schedule, id) DO UPDATE SET node = excluded.node, accepted_at = excluded.accepted_at
+  RETURNING 1),
+rq AS (
+  INSERT INTO bext_requests (namespace, schedule, seq, id, backfill, request) OVERRIDING SYSTEM VALUE
+  SELECT $2::text, $3::text, r.seq, r.id, false, r.request FROM r WHERE (SELECT v FROM v) = 'requeue'
+  ON CONFLICT DO NOTHING
+  RETURNING 1),
+dl AS (
+  DELETE FROM bext_taken t
+  WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text AND (SELECT v FROM v) = 'requeue'
+  RETURNING 1)
+SELECT v.v, (SELECT request FROM r), (SELECT fence FROM f), (SELECT count(*) FROM up), (SELECT count(*) FROM a),
+  (SELECT count(*) FROM rq) + (SELECT count(*) FROM dl), pg_backend_pid(), current_setting('synchronous_commit')
+FROM v`
 
 	// headSQL reads a queue's head, for a TakeRequest answered contended
 	// without asking for the lock.

@@ -20,7 +20,7 @@ import (
 // cleanClusterRows deletes a namespace's rows from the cluster tables
 // that exist.
 func cleanClusterRows(ctx context.Context, t testing.TB, admin *pgx.Conn, ns string) {
-	for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted"} {
+	for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted", "bext_taken"} {
 		var exists bool
 		if err := admin.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
 			t.Logf("cleaning %s: %v", table, err)
@@ -388,7 +388,7 @@ func TestClusterTakeTrigger(t *testing.T) {
 	ctx := context.Background()
 
 	// An empty queue takes no lock.
-	tk, err := a.TakeRequest(ctx, "s", "node-a", time.Minute)
+	tk, err := a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute})
 	if err != nil || tk.Request != nil || tk.Handle != nil || tk.Contended {
 		t.Fatalf("TakeRequest(empty) = %+v, %v; want nothing", tk, err)
 	}
@@ -407,7 +407,7 @@ func TestClusterTakeTrigger(t *testing.T) {
 	if node, err := b.Accepted(ctx, "s", "t1"); err != nil || node != "" {
 		t.Errorf("Accepted before any take = %q, %v", node, err)
 	}
-	tk, err = a.TakeRequest(ctx, "s", "node-a", time.Minute)
+	tk, err = a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute})
 	if err != nil || tk.Request == nil || tk.Handle == nil || tk.Contended {
 		t.Fatalf("TakeRequest = %+v, %v; want t1 with a handle", tk, err)
 	}
@@ -427,11 +427,11 @@ func TestClusterTakeTrigger(t *testing.T) {
 	}
 	mustContend(t, b, "s")
 	// Contended answers carry the head.
-	if tk2, err := b.TakeRequest(ctx, "s", "node-b", time.Minute); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
+	if tk2, err := b.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-b", TTL: time.Minute}); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
 		t.Errorf("TakeRequest by b while a holds = %+v, %v; want contended, head t2", tk2, err)
 	}
 	// a itself answers contended without asking (its session would say yes).
-	if tk2, err := a.TakeRequest(ctx, "s", "node-a", time.Minute); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
+	if tk2, err := a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute}); err != nil || tk2.Request == nil || tk2.Request.ID != "t2" || tk2.Handle != nil || !tk2.Contended {
 		t.Errorf("TakeRequest by the holder = %+v, %v; want contended, head t2", tk2, err)
 	}
 	if got, _ := b.Requests(ctx, "s"); len(got) != 1 {
@@ -447,7 +447,7 @@ func TestClusterTakeTrigger(t *testing.T) {
 	if held, err := b.Held(ctx, "s"); err != nil || held {
 		t.Errorf("Held after Release = %v, %v", held, err)
 	}
-	tk, err = b.TakeRequest(ctx, "s", "node-b", time.Minute)
+	tk, err = b.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-b", TTL: time.Minute})
 	if err != nil || tk.Request == nil || tk.Request.ID != "t2" {
 		t.Fatalf("TakeRequest after release = %+v, %v; want t2", tk, err)
 	}
@@ -458,7 +458,7 @@ func TestClusterTakeTrigger(t *testing.T) {
 	if err := a.Enqueue(ctx, []store.Request{trigger("t3", "s")}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err = a.TakeRequest(ctx, "s", "node-a", time.Minute)
+	tk, err = a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute})
 	if err != nil || tk.Handle == nil {
 		t.Fatalf("TakeRequest(t3) = %+v, %v", tk, err)
 	}
@@ -479,7 +479,7 @@ func TestClusterTakeBackfill(t *testing.T) {
 	if err := a.Enqueue(ctx, reqs); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := a.TakeRequest(ctx, "s", "node-a", time.Minute)
+	tk, err := a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute})
 	if err != nil || tk.Request == nil || tk.Request.ID != "b1" || !tk.Request.Backfill {
 		t.Fatalf("TakeRequest = %+v, %v; want b1", tk, err)
 	}
@@ -489,7 +489,7 @@ func TestClusterTakeBackfill(t *testing.T) {
 		t.Errorf("queue while b1 runs: %+v, want both", got)
 	}
 	c.kill("s")
-	tk2, err := b.TakeRequest(ctx, "s", "node-b", time.Minute)
+	tk2, err := b.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-b", TTL: time.Minute})
 	if err != nil || tk2.Request == nil || tk2.Request.ID != "b1" {
 		t.Fatalf("TakeRequest after the holder died = %+v, %v; want b1 again", tk2, err)
 	}
@@ -502,7 +502,7 @@ func TestClusterTakeBackfill(t *testing.T) {
 	if err := b.Release(ctx, tk2.Handle); err != nil {
 		t.Fatal(err)
 	}
-	tk3, err := a.TakeRequest(ctx, "s", "node-a", time.Minute)
+	tk3, err := a.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "node-a", TTL: time.Minute})
 	if err != nil || tk3.Request == nil || tk3.Request.ID != "b2" {
 		t.Fatalf("TakeRequest after Done = %+v, %v; want b2", tk3, err)
 	}
@@ -553,7 +553,7 @@ func TestClusterTakeRace(t *testing.T) {
 		for i, l := range lockers {
 			wg.Go(func() {
 				<-start
-				tk, err := l.TakeRequest(ctx, "s", fmt.Sprintf("node-%d", i), time.Minute)
+				tk, err := l.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: fmt.Sprintf("node-%d", i), TTL: time.Minute})
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -613,7 +613,7 @@ func TestClusterBackfillRunsOnce(t *testing.T) {
 	for i, l := range lockers {
 		wg.Go(func() {
 			for {
-				tk, err := l.TakeRequest(ctx, "s", fmt.Sprintf("node-%d", i), time.Minute)
+				tk, err := l.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: fmt.Sprintf("node-%d", i), TTL: time.Minute})
 				if err == nil && tk.Handle != nil {
 					mu.Lock()
 					ran = append(ran, tk.Request.ID)
@@ -660,7 +660,7 @@ func TestClusterNamespaces(t *testing.T) {
 	if err := l1.Enqueue(ctx, []store.Request{trigger("t1", "s"), backfill("b1", "s", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := l1.TakeRequest(ctx, "s", "n", time.Minute)
+	tk, err := l1.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "n", TTL: time.Minute})
 	if err != nil || tk.Handle == nil {
 		t.Fatalf("TakeRequest = %+v, %v", tk, err)
 	}
@@ -692,7 +692,7 @@ func TestClusterNamespaces(t *testing.T) {
 	if err := l2.Enqueue(ctx, []store.Request{backfill("b1", "s", 1), trigger("t1", "s")}); err != nil {
 		t.Errorf("other namespace: Enqueue = %v", err)
 	}
-	tk2, err := l2.TakeRequest(ctx, "s", "n", time.Minute)
+	tk2, err := l2.TakeRequest(ctx, store.TakeReq{Schedule: "s", Node: "n", TTL: time.Minute})
 	if err != nil || tk2.Request == nil || tk2.Request.ID != "b1" {
 		t.Fatalf("other namespace: TakeRequest = %+v, %v", tk2, err)
 	}
@@ -705,5 +705,50 @@ func TestClusterNamespaces(t *testing.T) {
 	}
 	if got, _ := l1.Runs(ctx, "s", 100); len(got) != 1 {
 		t.Errorf("first namespace's runs = %+v", got)
+	}
+}
+
+// TestTakeResentWhileFirstSessionHolds: a take whose reply was lost with
+// its connection leaves the lock with the first attempt's session until
+// Postgres drops it. A resend meanwhile (here from another Locker, as a
+// node whose pool opened a new session) cannot tell that session's end:
+// it answers ErrResendHeld, not definite, and changes nothing. Once the
+// session ended, the resend takes the lock again for the same trigger.
+func TestTakeResentWhileFirstSessionHolds(t *testing.T) {
+	c := newCluster(t)
+	l1, l2 := c.open(Options{}), c.open(Options{})
+	ctx := context.Background()
+	if err := l1.Enqueue(ctx, []store.Request{trigger("t1", "s"), trigger("t2", "s")}); err != nil {
+		t.Fatal(err)
+	}
+	take := store.TakeReq{Schedule: "s", Node: "n", TTL: time.Minute, Token: "tok"}
+	tk, err := l1.TakeRequest(ctx, take)
+	if err != nil || tk.Handle == nil || tk.Request.ID != "t1" {
+		t.Fatalf("TakeRequest = %+v, %v; want t1", tk, err)
+	}
+	// The reply is "lost": l1 keeps its session, the caller resends.
+	tk2, err := l2.TakeRequest(ctx, take)
+	if !errors.Is(err, locking.ErrResendHeld) || !errors.Is(err, locking.ErrUnavailable) {
+		t.Fatalf("resend while the first session holds the lock = %+v, %v; want ErrResendHeld", tk2, err)
+	}
+	if got, _ := l2.Requests(ctx, "s"); len(got) != 1 || got[0].ID != "t2" {
+		t.Fatalf("queue after a held resend = %+v, want t2 alone", got)
+	}
+	// The first session ends (its node's connection is gone).
+	if err := l1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tk3, err := l2.TakeRequest(ctx, take)
+	if err != nil || tk3.Handle == nil || tk3.Request == nil || tk3.Request.ID != "t1" {
+		t.Fatalf("resend once the first session ended = %+v, %v; want t1 taken again", tk3, err)
+	}
+	if tk3.Handle.Fence() <= tk.Handle.Fence() {
+		t.Errorf("fence of the lock taken again %d, want above the first's %d", tk3.Handle.Fence(), tk.Handle.Fence())
+	}
+	if got, _ := l2.Requests(ctx, "s"); len(got) != 1 || got[0].ID != "t2" {
+		t.Errorf("queue after the resend = %+v, want t2 alone", got)
+	}
+	if err := l2.Release(ctx, tk3.Handle); err != nil {
+		t.Error(err)
 	}
 }

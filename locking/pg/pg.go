@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	store "github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -113,6 +114,10 @@ type lease struct {
 	rowKey    string
 	token     string
 	tickUS    int64
+
+	// req is set for a TakeRequest's lease (token is then the take's): a
+	// resend of that take is answered from it.
+	req *store.Request
 }
 
 var (

@@ -31,7 +31,7 @@ var _ cluster.Store = (*Locker)(nil)
 const (
 	runsSuffix     = ":runs"      // sorted set: run JSON scored by StartedAt in µs
 	requestsSuffix = ":requests"  // list: request JSON, oldest first
-	takenSuffix    = ":taken"     // token + " " + the request JSON last taken; expires with the lock
+	takenSuffix    = ":taken:"    // + a take's token: the request it took; kept cluster.TakeKeep
 	acceptedSuffix = ":accepted:" // + request id: the node that took it; expires after a day
 	clusterTag     = "{}"
 	nodesSuffix    = ":nodes"  // hash: node id -> last seen µs|ttl µs|JSON
@@ -68,6 +68,7 @@ const (
 	takeEmpty     = 0
 	takeTaken     = 1
 	takeContended = 2
+	takeRequeued  = 3
 )
 
 // storedRun is a run as history keeps it: times as µs since the epoch
@@ -463,26 +464,32 @@ func (l *Locker) Requests(ctx context.Context, schedule string) ([]cluster.Reque
 }
 
 // TakeRequest runs take.lua: the schedule's lock (acquire.lua's grant, the
-// same fence), the queue's head, a trigger's removal and the accepted
-// record, in one step in the schedule's slot. The handle is an ordinary
-// lock of the schedule: Renew and Release as for TryLock.
-func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl time.Duration) (cluster.Taken, error) {
-	if err := cluster.CheckTake(schedule, node, ttl); err != nil {
+// same fence), the queue's head, a trigger's removal, the accepted record
+// and the take's record (for its resends), in one step in the schedule's
+// slot. The handle is an ordinary lock of the schedule: Renew and Release
+// as for TryLock.
+func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Taken, error) {
+	if err := cluster.CheckTake(r); err != nil {
 		return cluster.Taken{}, err
 	}
+	schedule, ttl := r.Schedule, r.TTL
 	if err := l.begin(ctx, "take request", schedule); err != nil {
 		return cluster.Taken{}, err
 	}
-	token, err := locking.NewToken()
-	if err != nil {
-		return cluster.Taken{}, err
+	token, keep := r.Token, cluster.TakeKeep(ttl).Milliseconds()
+	if token == "" {
+		var err error
+		if token, err = locking.NewToken(); err != nil {
+			return cluster.Taken{}, err
+		}
+		keep = 0 // the caller cannot resend it: nothing to keep
 	}
 	lockKey := l.lockKey(schedule)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
 	v, err := takeScript.Run(opCtx, l.client,
-		[]string{lockKey, lockKey + fenceSuffix, lockKey + requestsSuffix, lockKey + takenSuffix},
-		token, l.holderArg, ttl.Milliseconds(), node, lockKey+acceptedSuffix).Result()
+		[]string{lockKey, lockKey + fenceSuffix, lockKey + requestsSuffix, lockKey + takenSuffix + token},
+		token, l.holderArg, ttl.Milliseconds(), r.Node, lockKey+acceptedSuffix, keep).Result()
 	if err != nil {
 		return cluster.Taken{}, l.opError(ctx, "take request", schedule, err)
 	}
@@ -512,6 +519,17 @@ func (l *Locker) TakeRequest(ctx context.Context, schedule, node string, ttl tim
 		}
 		return cluster.Taken{}, fmt.Errorf("locking/redis: take request %q: %w", schedule, err)
 	}
+	if code == takeRequeued {
+		// A resent take's trigger went back to its queue: indexed again,
+		// for the nodes polling (after the push, as Enqueue does).
+		opCtx, cancel := l.opContext(ctx)
+		err := l.client.SAdd(opCtx, l.clusterKey(queuedSuffix), schedule).Err()
+		cancel()
+		if err != nil {
+			return cluster.Taken{}, l.opError(ctx, "take request", schedule, err)
+		}
+		code = takeContended
+	}
 	if code == takeContended {
 		return cluster.Taken{Request: &req, Contended: true}, nil
 	}
@@ -537,7 +555,7 @@ func takeReply(v any) (code, fence int64, head string, left int64, err error) {
 		return 0, 0, "", 0, fmt.Errorf("%w: %T, %T, %T, %T, want integer, integer, string, integer", errReply, a[0], a[1], a[2], a[3])
 	case code == takeTaken && fence <= 0:
 		return 0, 0, "", 0, fmt.Errorf("%w: taken with fence %d", errReply, fence)
-	case code != takeEmpty && code != takeTaken && code != takeContended:
+	case code != takeEmpty && code != takeTaken && code != takeContended && code != takeRequeued:
 		return 0, 0, "", 0, fmt.Errorf("%w: code %d", errReply, code)
 	}
 	return code, fence, head, left, nil

@@ -258,7 +258,7 @@ func TestTakeTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := f.admin.Time(ctx).Val()
-	tk, err := f.l.TakeRequest(ctx, "s", "node-1", time.Minute)
+	tk, err := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-1", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,14 +286,14 @@ func TestTakeTrigger(t *testing.T) {
 	}
 	// Another node finds the lock held: contended, shown the head, no lock.
 	other := f.another(t, "other")
-	tk2, err := other.TakeRequest(ctx, "s", "node-2", time.Minute)
+	tk2, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-2", TTL: time.Minute})
 	if err != nil || !tk2.Contended || tk2.Handle != nil || tk2.Request == nil || tk2.Request.ID != "t2" {
 		t.Errorf("TakeRequest while held = %+v, %v; want contended on t2", tk2, err)
 	}
 	if err := f.l.Release(ctx, tk.Handle); err != nil {
 		t.Fatal(err)
 	}
-	tk2, err = other.TakeRequest(ctx, "s", "node-2", time.Minute)
+	tk2, err = other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-2", TTL: time.Minute})
 	if err != nil || tk2.Handle == nil || tk2.Request.ID != "t2" {
 		t.Fatalf("TakeRequest once free = %+v, %v; want t2", tk2, err)
 	}
@@ -304,7 +304,7 @@ func TestTakeTrigger(t *testing.T) {
 	if err := other.Release(ctx, tk2.Handle); err != nil {
 		t.Fatal(err)
 	}
-	tk3, err := f.l.TakeRequest(ctx, "s", "node-1", time.Minute)
+	tk3, err := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-1", TTL: time.Minute})
 	if err != nil || tk3 != (cluster.Taken{}) {
 		t.Errorf("TakeRequest on an empty queue = %+v, %v; want nothing", tk3, err)
 	}
@@ -326,7 +326,7 @@ func TestTakeBackfill(t *testing.T) {
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1")}); err != nil {
 		t.Errorf("a trigger behind a backfill: %v", err)
 	}
-	tk, err := f.l.TakeRequest(ctx, "s", "node-1", time.Minute)
+	tk, err := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-1", TTL: time.Minute})
 	if err != nil || tk.Handle == nil || tk.Request.ID != "b1" || !tk.Request.Backfill {
 		t.Fatalf("TakeRequest = %+v, %v; want b1", tk, err)
 	}
@@ -335,7 +335,7 @@ func TestTakeBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := f.another(t, "other")
-	tk2, err := other.TakeRequest(ctx, "s", "node-2", time.Minute)
+	tk2, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-2", TTL: time.Minute})
 	if err != nil || tk2.Handle == nil || tk2.Request.ID != "b1" {
 		t.Fatalf("TakeRequest after the taker died = %+v, %v; want b1 again", tk2, err)
 	}
@@ -355,7 +355,7 @@ func TestTakeBackfill(t *testing.T) {
 	if err := other.Release(ctx, tk2.Handle); err != nil {
 		t.Fatal(err)
 	}
-	tk3, err := other.TakeRequest(ctx, "s", "node-2", time.Minute)
+	tk3, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "node-2", TTL: time.Minute})
 	if err != nil || tk3.Request.ID != "b2" {
 		t.Fatalf("TakeRequest = %+v, %v; want b2", tk3, err)
 	}
@@ -399,7 +399,7 @@ func TestTakeRequestRace(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				tk, err := l.TakeRequest(ctx, "s", fmt.Sprintf("node-%d", i), time.Minute)
+				tk, err := l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: fmt.Sprintf("node-%d", i), TTL: time.Minute})
 				if err != nil {
 					t.Error(err)
 					return
@@ -447,8 +447,8 @@ func TestTakeResendAnswersTheFirstTake(t *testing.T) {
 	}
 	lk := f.l.lockKey("s")
 	run := func() (int64, int64, string, int64) {
-		v, err := takeScript.Run(ctx, f.admin, []string{lk, lk + fenceSuffix, lk + requestsSuffix, lk + takenSuffix},
-			"tok", "|n1", 60000, "n1", lk+acceptedSuffix).Result()
+		v, err := takeScript.Run(ctx, f.admin, []string{lk, lk + fenceSuffix, lk + requestsSuffix, lk + takenSuffix + "tok"},
+			"tok", "|n1", 60000, "n1", lk+acceptedSuffix, 120000).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,7 +482,7 @@ func TestClusterNamespaces(t *testing.T) {
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1"), backfill("s", "b1", t0)}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := f.l.TakeRequest(ctx, "s", "n1", time.Minute)
+	tk, err := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n1", TTL: time.Minute})
 	if err != nil || tk.Handle == nil {
 		t.Fatalf("TakeRequest = %+v, %v", tk, err)
 	}
@@ -500,7 +500,7 @@ func TestClusterNamespaces(t *testing.T) {
 	if err := other.Enqueue(ctx, []cluster.Request{backfill("s", "b2", t0)}); err != nil {
 		t.Errorf("a backfill under another prefix: %v (the first prefix's backfill is not its own)", err)
 	}
-	tk2, err := other.TakeRequest(ctx, "s", "n2", time.Minute)
+	tk2, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n2", TTL: time.Minute})
 	if err != nil || tk2.Handle == nil || tk2.Request.ID != "b2" {
 		t.Errorf("TakeRequest under another prefix = %+v, %v; want its own b2, not contended", tk2, err)
 	}
@@ -520,7 +520,8 @@ func TestListSkipsClusterState(t *testing.T) {
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1"), trigger("s", "t2")}); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := f.l.TakeRequest(ctx, "s", "n1", time.Minute)
+	// With a token: its record (kept for resends) is no lock either.
+	tk, err := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n1", TTL: time.Minute, Token: "tok-1"})
 	if err != nil || tk.Handle == nil {
 		t.Fatalf("TakeRequest = %+v, %v", tk, err)
 	}
@@ -548,7 +549,7 @@ func TestClusterClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err1 := f.l.Runs(ctx, "s", 1)
-	_, err2 := f.l.TakeRequest(ctx, "s", "n", time.Minute)
+	_, err2 := f.l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n", TTL: time.Minute})
 	err3 := f.l.Announce(ctx, cluster.Node{NodeID: "n"}, time.Minute)
 	for i, err := range []error{err1, err2, err3} {
 		if !errors.Is(err, locking.ErrClosed) {
@@ -594,7 +595,7 @@ func TestClusterUnreachable(t *testing.T) {
 		"Queued":     func() error { _, err := l.Queued(ctx); return err },
 		"Requests":   func() error { _, err := l.Requests(ctx, "s"); return err },
 		"TakeRequest": func() error {
-			_, err := l.TakeRequest(ctx, "s", "n", time.Minute)
+			_, err := l.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n", TTL: time.Minute})
 			return err
 		},
 		"Done":     func() error { return l.Done(ctx, backfill("s", "b", t0)) },
@@ -628,4 +629,55 @@ func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
 	if reqs, _ := f.l.Requests(ctx, "a"); len(reqs) != 0 {
 		t.Errorf("the refused call stored %+v for a", reqs)
 	}
+}
+
+// TestTakeResentAfterExpiry: a resent take whose lock expired (deleted
+// here, as expiry does) takes the lock again for its trigger; once
+// another holds the lock, a resend gives the trigger back to its queue and
+// to the index of queued schedules (which the first take emptied), so a
+// polling node finds it.
+func TestTakeResentAfterExpiry(t *testing.T) {
+	f := newClusterFixture(t)
+	ctx := context.Background()
+	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1")}); err != nil {
+		t.Fatal(err)
+	}
+	take := cluster.TakeReq{Schedule: "s", Node: "n1", TTL: time.Minute, Token: "tok"}
+	tk, err := f.l.TakeRequest(ctx, take)
+	if err != nil || tk.Handle == nil || tk.Request.ID != "t1" {
+		t.Fatalf("TakeRequest = %+v, %v; want t1", tk, err)
+	}
+	if ttl := f.admin.PTTL(ctx, f.l.lockKey("s")+takenSuffix+"tok").Val(); ttl <= time.Minute || ttl > 2*time.Minute {
+		t.Errorf("the take's record expires in %v, want 2×TTL", ttl)
+	}
+	if q, _ := f.l.Queued(ctx); len(q) != 0 {
+		t.Fatalf("Queued = %v after the only trigger was taken", q)
+	}
+	if err := f.admin.Del(ctx, f.l.lockKey("s")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tk2, err := f.l.TakeRequest(ctx, take)
+	if err != nil || tk2.Handle == nil || tk2.Request.ID != "t1" || tk2.Handle.Fence() <= tk.Handle.Fence() {
+		t.Fatalf("resend after the lock expired = %+v, %v; want t1 under a new fence above %d", tk2, err, tk.Handle.Fence())
+	}
+	if err := f.admin.Del(ctx, f.l.lockKey("s")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other := f.another(t, "other")
+	h := mustLock(t, other, "s", time.Minute)
+	tk3, err := f.l.TakeRequest(ctx, take)
+	if err != nil || !tk3.Contended || tk3.Handle != nil || tk3.Request == nil || tk3.Request.ID != "t1" {
+		t.Fatalf("resend while another holds the lock = %+v, %v; want contended on t1", tk3, err)
+	}
+	if q, _ := f.l.Queued(ctx); len(q) != 1 || q[0] != "s" {
+		t.Errorf("Queued = %v after t1 went back to its queue, want [s]", q)
+	}
+	if err := other.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	tk4, err := other.TakeRequest(ctx, cluster.TakeReq{Schedule: "s", Node: "n2", TTL: time.Minute, Token: "tok2"})
+	if err != nil || tk4.Handle == nil || tk4.Request.ID != "t1" {
+		t.Fatalf("a fresh take once free = %+v, %v; want t1", tk4, err)
+	}
+	_ = other.Release(ctx, tk4.Handle)
 }

@@ -59,9 +59,9 @@
 //	                StartedAt in µs, trimmed to keep by every write
 //	P{K}:requests   the manual run requests: a list of JSON, oldest first
 //	P{K}:accepted:<id>  the node that took request id; expires after a day
-//	P{K}:taken      token and request of the last take, kept as long as
-//	                its lock, so a resent take.lua answers with what the
-//	                first run took
+//	P{K}:taken:<token>  the request a take (TakeRequest) took, kept twice
+//	                its TTL, so a resent take.lua answers with what the
+//	                first attempt took
 //
 // and for the whole cluster, under the empty hash tag (no key is empty, so
 // none of K's keys can be these; Redis Cluster hashes the whole key):

@@ -147,7 +147,7 @@ func TestRedisClusterFailover(t *testing.T) {
 		if err := a.Enqueue(ctx, []cluster.Request{req}); err != nil {
 			t.Fatalf("Enqueue(%s) = %v", k, err)
 		}
-		tk, err := b.TakeRequest(ctx, k, "b", time.Minute)
+		tk, err := b.TakeRequest(ctx, cluster.TakeReq{Schedule: k, Node: "b", TTL: time.Minute})
 		if err != nil || tk.Handle == nil || tk.Request == nil || tk.Request.ID != req.ID {
 			t.Fatalf("TakeRequest(%s) = %+v, %v; want %s with a handle", k, tk, err, req.ID)
 		}
