@@ -396,10 +396,22 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 	for _, r := range all {
 		ran[fmt.Sprint(r.sched, r.tick.UnixNano(), r.node, r.fence)] = true
 	}
+	// A take resent with its token after its lock ended is taken again
+	// under a new fence, for the same request (cluster.Store's
+	// TakeRequest): the request's grant is then the later one.
+	retaken := map[string]bool{}
+	for _, g := range c.grants.all() {
+		if g.manual && g.delivered {
+			retaken[g.token] = true
+		}
+	}
 	var vs []violation
 	for _, g := range c.uniqueGrants() {
 		if ran[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] {
 			continue
+		}
+		if g.manual && !g.delivered && retaken[g.token] {
+			continue // its resend was answered: checked as that grant
 		}
 		if g.manual && (c.refusedTake(g.token) || (!g.delivered && g.backfill)) {
 			// Refused by the scheduler and released; or a backfill's take

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	store "github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -190,7 +191,17 @@ const pollTries = 20
 func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 	defer c.polling.Add(-1)
 	sp := c.sched(op.sched)
+	// A take's token, drawn from the seed: a take whose answer was not
+	// definite is resent with it (internal/agent's poll does so too), and
+	// a new one is drawn after a definite answer.
+	token, draws := "", 0
+	var tick time.Time
 	for try := range pollTries {
+		resending := token != ""
+		if token == "" {
+			token = fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, op.id, draws)*(1<<63)), c.plan.seed)
+			draws++
+		}
 		if try > 0 {
 			t := c.clock.NewTimer(step)
 			select {
@@ -202,15 +213,21 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		}
 		trueSent := c.clock.Now()
 		sent := trueSent.Add(l.plan.offset) // the node's clock
-		tick := req.Tick
-		if !req.Backfill {
-			// A trigger's BEXT_TICK_TIME is when it was accepted.
-			tick = sent.UTC().Truncate(time.Millisecond)
+		if !resending {
+			tick = req.Tick
+			if !req.Backfill {
+				// A trigger's BEXT_TICK_TIME is when it was accepted:
+				// its first take's send, kept by the take's resends.
+				tick = sent.UTC().Truncate(time.Millisecond)
+			}
 		}
 		// The agent bounds a poll's calls by max(poll interval, 2s).
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		tk, err := l.link.TakeRequest(ctx, op.sched, ttl(sp.Schedule), tick)
+		tk, err := l.link.TakeRequest(ctx, op.sched, ttl(sp.Schedule), tick, token)
 		cancel()
+		if err == nil || !errors.Is(err, locking.ErrUnavailable) {
+			token = "" // decided: the next take is a new one
+		}
 		switch {
 		case errors.Is(err, errCut):
 			return

@@ -17,11 +17,12 @@ import (
 
 var _ locking.MarkReader = (*link)(nil)
 
-// TakeRequest takes the schedule's lock and its queue's head; a lost reply
-// took them all the same (the request is gone from the queue: nobody runs
-// it, see holeTakeLost). A lock it took goes to the grant log, marked
-// manual, with tick as the run's tick.
-func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time) (store.Taken, error) {
+// TakeRequest takes the schedule's lock and its queue's head, under token
+// (the poll resends a take whose answer was not definite with the same
+// token, as the agent does: the backend answers it from its record of the
+// take). A lost reply took them all the same. A lock it took goes to the
+// grant log, marked manual, with tick as the run's tick.
+func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time, token string) (store.Taken, error) {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	tr, ok := l.mem.(requestTaker)
@@ -36,7 +37,7 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 		return store.Taken{}, l.refusal(ctx, f)
 	}
 	issued := l.c.seq.Add(1)
-	tk, err := tr.TakeRequest(ctx, store.TakeReq{Schedule: schedule, Node: l.node, TTL: ttl})
+	tk, err := tr.TakeRequest(ctx, store.TakeReq{Schedule: schedule, Node: l.node, TTL: ttl, Token: token})
 	if l.cut.Load() {
 		f = loseReply
 	}
