@@ -77,6 +77,14 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 			// the grant for good: continued, it would hold the lock under a
 			// fence below that acquisition's.
 			g := kg.recs[i]
+			if g.decided != 0 {
+				// A resend of this request was answered so, decided anew:
+				// this is a late copy of an earlier attempt, or another
+				// resend, and its node moved on. Granted, T would run
+				// nowhere and the lock be held for nothing.
+				ans.Verdict, ans.Mark = g.decided, mark
+				return ans, nil
+			}
 			paused := ms.pauses[r.Key].Active(wall)
 			v := locking.DecideLapsedResend(r, mark, hasMark, paused, held || kg.last != g.fence)
 			ans.Mark = mark
@@ -126,6 +134,14 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	}
 	ans.Mark = newMark
 	if v != 0 {
+		if r.Resend && r.Token != "" && (v == locking.TickContended || v == locking.TickDone) {
+			// A resend's verdict is kept, so that a late copy of an
+			// earlier attempt is answered the same (the grant record
+			// would have answered it, had there been a grant). A first
+			// attempt writes nothing: it is sent again only as a resend.
+			ls.keepGrant(lockKey, grantRec{token: r.Token, tick: r.Tick.UnixMicro(), decided: v,
+				keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
+		}
 		ans.Verdict = v
 		return ans, nil
 	}
