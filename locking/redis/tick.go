@@ -142,7 +142,17 @@ func (l *Locker) tickArgs(c *tickCall) (keys []string, args []any) {
 			strconv.FormatInt(req.Tick.UnixMicro(), 10), tickFloor(req),
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
 			strconv.FormatInt(req.Window.Microseconds(), 10),
-			l.tickChannel(), req.Key}
+			l.tickChannel(), req.Key, resendArg(req)}
+}
+
+// resendArg is tick.lua's resend argument: '1' for a resend
+// (locking.TickRequest.Resend), whose verdict contended or done the script
+// then records for a late copy of an earlier attempt.
+func resendArg(req *locking.TickRequest) string {
+	if req.Resend {
+		return "1"
+	}
+	return ""
 }
 
 // answerTick decodes tick.lua's reply to c into the answer, registering a
@@ -424,6 +434,9 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 			if c.req.PerTick {
 				per = "1"
 			}
+			if c.req.Resend {
+				per += "r"
+			}
 			args = append(args, nil, l.ttlArg(c.req.TTL),
 				strconv.FormatInt(c.req.Tick.UnixMicro(), 10), tickFloor(&c.req),
 				strconv.FormatInt(c.req.MaxSkew.Microseconds(), 10),
@@ -462,7 +475,7 @@ func sameTickRun(a, b *locking.TickRequest) bool {
 		(a.Floor.IsZero() || a.Floor.UnixMicro() == b.Floor.UnixMicro()) &&
 		a.MaxSkew.Microseconds() == b.MaxSkew.Microseconds() &&
 		a.Window.Microseconds() == b.Window.Microseconds() &&
-		a.PerTick == b.PerTick
+		a.PerTick == b.PerTick && a.Resend == b.Resend
 }
 
 // tickPipeline decides the requests calls[i], i in batch, in one
