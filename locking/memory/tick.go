@@ -14,8 +14,10 @@ import (
 // key, or the tick's key with PerTick), it answers a resent call (same
 // token, same T) from its own lock while that lock lives, from its grant's
 // record once the lock's TTL ran out (shard.grants,
-// locking.DecideLapsedResend), else decides with locking.DecideTick on the
-// table's clock. A
+// locking.DecideLapsedResend), or, when a resend of it (Resend) was
+// answered contended or done, decided anew, with that verdict and nothing
+// changed (its record, kept as long: a late copy of an earlier attempt),
+// else decides with locking.DecideTick on the table's clock. A
 // raised mark is then told to the table's watches (watch.go), after the
 // shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {

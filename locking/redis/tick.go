@@ -56,8 +56,11 @@ const initMarksBatch = 500
 // again under its fence, or expired (locking.DecideLapsedResend). The lock's value carries both
 // (tickCall.tag): the schedule's lock is one key for every T, and another
 // T asked with a granted call's token is decided as any other request.
-// go-redis resends a script by itself when the connection broke before the
-// reply (EOF), and the resend is answered the same way.
+// A resend (req.Resend) answered contended or done, decided anew, leaves
+// 'c' or 'd' under the same record key for as long: a late copy of an
+// earlier attempt, or another resend, is answered the same and changes
+// nothing. go-redis does not resend a script by itself (url.go,
+// noRetries): the caller does, marking it a resend.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	c, err := l.prepareTick(req)
 	if err != nil {
