@@ -31,9 +31,12 @@ import (
 // resend's lost reply, was granted once the lock was free and the tick
 // undecided: nobody ran it, the mark moved to T and the lock was held for
 // nothing a TTL (seed 48 of the first run with dup windows; ~15 seeds in
-// 300 before the fix). Every backend now records a resend's verdict
-// contended or done under its token and T (locking.TickRequest.Resend),
-// and answers the copy the same.
+// 300 when every try-lock-tick could be copied). Every backend now records
+// a resend's verdict contended or done under its token and T
+// (locking.TickRequest.Resend), and answers the copy the same. With copies
+// of resends only, 300 seeds showed it in none even with the memory
+// backend's record turned off: the regression test is lockertest's
+// Tick/ResendContendedThenLateCopy and Tick/ResendDoneThenLateCopy.
 
 // dup: a fault window in which applied calls may be applied again.
 const dup = stall + 1
