@@ -43,6 +43,17 @@ import (
 //     TickExpired with the grant's fence (TickAnswer.Fence), and nothing
 //     changes. Without the record a resend that came too late was
 //     answered done: T granted, run nowhere and recorded nowhere;
+//   - the request carries the Token and T of a resend (Resend) that was
+//     answered contended or done, decided anew (not from a grant's
+//     record): every backend keeps a record of that verdict for GrantKeep
+//     and answers every later request with that Token and T the same
+//     verdict, changing nothing (no lock, no mark). The scheduler resends
+//     an undecided request, and an earlier attempt delayed on the network
+//     may reach the backend after a later one was answered contended and
+//     its node moved on: decided anew once the lock is free, it was
+//     granted, T consumed and its lock held for a TTL, run by nobody. A
+//     first attempt answered contended (N-1 nodes of every tick) writes
+//     no record: without a resend its node never sends it again;
 //   - T lies more than MaxSkew ahead of the backend's clock: an error
 //     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
 //     changes;
@@ -99,6 +110,12 @@ type TickRequest struct {
 	// as a fresh request. Empty: the backend draws one, and the request
 	// cannot be resent.
 	Token string
+	// Resend is set on every send of a request after its first (the same
+	// Token and T): the backend then keeps a record of a verdict it
+	// decides anew as contended or done (see TickLocker), so that a late
+	// copy of an earlier attempt, or another resend, is answered the same
+	// and takes nothing. A first attempt answered contended writes nothing.
+	Resend bool
 }
 
 // TickVerdict is try-lock-tick's decision.

@@ -127,6 +127,11 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 			return false // the backend drew the token: a resend is a new request
 		}
 		r = &resending{req: req, first: sent, wait: resendFirst}
+		// Every send after the first says so: a resend answered contended
+		// or done is then recorded by the backend, which answers a late
+		// copy of an earlier attempt the same (locking.TickRequest.Resend)
+		// instead of granting it to a node that moved on.
+		r.req.Resend = true
 		// A grant of the first attempt is found by a resend for its TTL
 		// (Postgres: or its MaxLease, if longer: its record outlives a
 		// session that died), the margin included, and each resend that

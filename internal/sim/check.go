@@ -458,12 +458,10 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		v := violation{inv: invLost, at: g.at, msg: fmt.Sprintf("grant of %s@%s to %s/%d fence %d (reply delivered %v) started no run",
 			g.key, c.at(g.tick), g.node, g.life, g.fence, g.delivered)}
 		switch {
-		case g.dup && !g.origHeard:
-			v.known = holeDupResend
 		case g.dup:
-			// The copy granted what its original was answered otherwise
-			// (contended, refused) to a node that moved on.
-			v.known = holeDupGrant
+			// A late copy of a resent request's first attempt granted a
+			// tick to a node that moved on: no hole since the backends
+			// record a resend's verdict (link_dup.go); a violation.
 		case g.manual && !g.delivered:
 			v.known = holeTakeLost
 		case !g.delivered:

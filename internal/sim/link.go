@@ -38,6 +38,11 @@ type link struct {
 
 	mu    sync.Mutex
 	calls map[string]int // per call identity, how many were made: part of its draw
+	// sent are the tokens of the try-lock-ticks this link sent: a request
+	// whose token it sent before is a resend, whose earlier attempt may
+	// land after it (link_dup.go). true: an attempt was lost before the
+	// backend saw it, which a delay looks like to the caller.
+	sent map[string]bool
 
 	// frz is the life's freezer (freeze.go), nil when it never freezes.
 	frz *freezer
@@ -61,7 +66,7 @@ var (
 
 func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
 	return &link{c: c, node: node, life: life, mem: c.mem.peer(node, life), faults: faults,
-		dead: make(chan struct{}), calls: map[string]int{}}
+		dead: make(chan struct{}), calls: map[string]int{}, sent: map[string]bool{}}
 }
 
 // kill cuts the link (a crash).
@@ -192,11 +197,15 @@ func tickID(r locking.TickRequest) string {
 func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
+	resent, lost := l.resent([]locking.TickRequest{r})
 	f, err := l.decide(ctx, tickID(r))
 	if err != nil {
 		return locking.TickAnswer{}, err
 	}
 	if f == loseFirst || f == failCall {
+		if f == loseFirst {
+			l.lostFirst([]locking.TickRequest{r})
+		}
 		return locking.TickAnswer{}, l.refusal(ctx, f)
 	}
 	issued := l.c.seq.Add(1)
@@ -206,7 +215,9 @@ func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.
 		// backend applied it) but no one is left to hear the answer.
 		f = loseReply
 	}
-	l.dupLater(tickID(r), l.dupTick([]locking.TickRequest{r}, f == pass))
+	if len(resent) > 0 {
+		l.dupLater(tickID(r), lost, l.dupTick(resent, f == pass))
+	}
 	l.logGrant(r, ans, err, issued, sent, f == pass)
 	if f == loseReply {
 		return locking.TickAnswer{}, l.refusal(ctx, f)
@@ -234,6 +245,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	resent, lost := l.resent(reqs)
 	fail := func(err error) ([]locking.TickAnswer, []error) {
 		for i := range errs {
 			errs[i] = err
@@ -245,6 +257,9 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 		return fail(err)
 	}
 	if f == loseFirst || f == failCall {
+		if f == loseFirst {
+			l.lostFirst(reqs)
+		}
 		return fail(l.refusal(ctx, f))
 	}
 	issued := l.c.seq.Add(1)
@@ -252,7 +267,9 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	if l.cut.Load() {
 		f = loseReply
 	}
-	l.dupLater("batch of "+tickID(reqs[0]), l.dupTick(reqs, f == pass))
+	if len(resent) > 0 {
+		l.dupLater("batch of "+tickID(resent[0]), lost, l.dupTick(resent, f == pass))
+	}
 	for i, r := range reqs {
 		if i < len(got) && i < len(gotErrs) {
 			l.logGrant(r, got[i], gotErrs[i], issued, sent, f == pass)
@@ -293,7 +310,7 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return l.renewRefusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
-	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), l.dupRenew(h))
+	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), false, l.dupRenew(h))
 	if f == loseReply || l.cut.Load() {
 		return l.renewRefusal(ctx, loseReply)
 	}
@@ -315,7 +332,7 @@ func (l *link) Release(ctx context.Context, h *locking.Handle) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.Release(ctx, h)
-	l.dupLater(fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()), l.dupRelease(h))
+	l.dupLater(fmt.Sprintf("release %s fence %d", h.Key(), h.Fence()), false, l.dupRelease(h))
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}
@@ -340,7 +357,7 @@ func (l *link) ReleaseAll(ctx context.Context, hs []*locking.Handle) []error {
 		return fail(l.refusal(ctx, f))
 	}
 	got := l.mem.ReleaseAll(ctx, hs)
-	l.dupLater(fmt.Sprintf("release batch %s fence %d", hs[0].Key(), hs[0].Fence()), l.dupRelease(hs...))
+	l.dupLater(fmt.Sprintf("release batch %s fence %d", hs[0].Key(), hs[0].Fence()), false, l.dupRelease(hs...))
 	if f == loseReply || l.cut.Load() {
 		return fail(l.refusal(ctx, loseReply))
 	}

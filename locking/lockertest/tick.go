@@ -53,6 +53,9 @@ var tickCases = []testCase{
 	{"Tick/ResendAfterLeaseEndedAndLaterGrant", func(s *suite) { caseTickExpiredAfterLaterAcquisition(s, false) }},
 	{"Tick/ResendAfterLeaseEndedAndLaterLock", func(s *suite) { caseTickExpiredAfterLaterAcquisition(s, true) }},
 	{"Tick/ResendAfterLeaseEndedPaused", caseTickExpiredPaused},
+	{"Tick/ResendContendedThenLateCopy", func(s *suite) { caseTickResendDecided(s, false) }},
+	{"Tick/ResendDoneThenLateCopy", func(s *suite) { caseTickResendDecided(s, true) }},
+	{"Tick/FirstAttemptContendedWritesNothing", caseTickFirstContendedNoRecord},
 	{"Tick/StaleHandle", caseTickStaleHandle},
 	{"Tick/Race", caseTickRace},
 	{"Tick/AnswerNow", caseTickAnswerNow},
@@ -714,6 +717,78 @@ func caseTickExpiredPaused(s *suite) {
 		s.t.Fatalf("SetPause(resume) = %v", err)
 	}
 	s.wantExpired(c, r2, h2, "locker C resending T+1s after T+2s was decided paused and the key resumed")
+}
+
+// A resend (Resend) answered contended or done, decided anew, is recorded:
+// a late copy of an earlier attempt of the same request (no Resend flag),
+// or another resend, that comes once the lock is free and T undecided is
+// answered the same and takes nothing (the lock stays free, the mark
+// where it was; a third party's request for T is granted). Decided anew,
+// the copy was granted to a node told contended, which had moved on: T
+// consumed and the lock held for nothing. Done: the mark is forgotten
+// before the copy comes (a store that lost it), or the mark alone would
+// answer it.
+func caseTickResendDecided(s *suite, done bool) {
+	a, b, c := s.locker(), s.locker(), s.locker()
+	k := s.key("k")
+	t0 := s.onTime()
+	t1 := t0.Add(time.Second)
+	r := s.tickReq(k, t1)
+	r.Token, r.Resend = s.newToken(), true
+	want, wantMark, hasMark := locking.TickContended, t0, true
+	if done {
+		s.needForgetMark()
+		h := s.grant(a, s.tickReq(k, t1), "locker A at T")
+		s.mustRelease(a, h, "locker A (T ran)")
+		want = locking.TickDone
+		s.wantTick(b, r, want, "locker B resending T (its first attempt's answer lost)")
+		s.b.ForgetMark(s.t, k)
+		hasMark = false
+	} else {
+		h := s.grant(a, s.tickReq(k, t0), "locker A at T-1s")
+		s.wantTick(b, r, want, "locker B resending T while locker A holds the lock")
+		s.mustRelease(a, h, "locker A (T-1s ran)")
+	}
+	first := r
+	first.Resend = false
+	s.wantTick(c, first, want, "a late copy of locker B's first attempt at T, the lock free")
+	s.wantTick(b, r, want, "locker B resending T again, the lock free")
+	s.wantMark(a, k, wantMark, hasMark, "after the late copies")
+	h := s.grant(c, s.tickReq(k, t1), "locker C at T (another token) after the late copies")
+	s.mustRelease(c, h, "locker C")
+}
+
+// A first attempt (no Resend) answered contended writes no record (the
+// common path: every node but one, every tick): the same request asked
+// again once the lock is free is decided anew, and granted.
+func caseTickFirstContendedNoRecord(s *suite) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	t0 := s.onTime()
+	h := s.grant(a, s.tickReq(k, t0), "locker A at T-1s")
+	r := s.tickReq(k, t0.Add(time.Second))
+	r.Token = s.newToken()
+	s.wantTick(b, r, locking.TickContended, "locker B at T while locker A holds the lock")
+	s.mustRelease(a, h, "locker A (T-1s ran)")
+	g := s.grant(b, r, "locker B asking T again with the same token, the lock free")
+	s.mustRelease(b, g, "locker B")
+}
+
+// wantMark fails the case unless key's mark, read through l, is mark (ok
+// true) or missing (ok false).
+func (s *suite) wantMark(l locking.Locker, key string, mark time.Time, ok bool, who string) {
+	s.t.Helper()
+	mr, is := l.(locking.MarkReader)
+	if !is {
+		s.t.Fatalf("%T does not implement locking.MarkReader", l)
+	}
+	m, got, err := mr.Mark(s.ctx, key)
+	switch {
+	case err != nil:
+		s.t.Fatalf("%s: Mark = %v", who, err)
+	case got != ok || (ok && !m.Equal(mark)):
+		s.t.Errorf("%s: Mark = %v (stored %v), want %v (stored %v)", who, m, got, mark, ok)
+	}
 }
 
 // wantExpired asks l for r, a resend of the request first granted as

@@ -119,12 +119,16 @@ type keyGrants struct {
 	recs []grantRec
 }
 
-// grantRec is the record of one try-lock-tick grant.
+// grantRec is the record of one try-lock-tick grant, or of a resend's
+// verdict decided anew as contended or done (decided set, fence 0): a late
+// copy of an earlier attempt of that request is answered the same, and
+// takes nothing (locking.TickRequest.Resend).
 type grantRec struct {
-	token string
-	tick  int64         // T in µs
-	fence int64         // the fence it drew
-	keep  time.Duration // on the table's elapsed clock: kept until then
+	token   string
+	tick    int64               // T in µs
+	fence   int64               // the fence it drew
+	keep    time.Duration       // on the table's elapsed clock: kept until then
+	decided locking.TickVerdict // 0: a grant's record
 }
 
 // acquired tells key's grant records, if any, that key was acquired with

@@ -14,8 +14,10 @@ import (
 // key, or the tick's key with PerTick), it answers a resent call (same
 // token, same T) from its own lock while that lock lives, from its grant's
 // record once the lock's TTL ran out (shard.grants,
-// locking.DecideLapsedResend), else decides with locking.DecideTick on the
-// table's clock. A
+// locking.DecideLapsedResend), or, when a resend of it (Resend) was
+// answered contended or done, decided anew, with that verdict and nothing
+// changed (its record, kept as long: a late copy of an earlier attempt),
+// else decides with locking.DecideTick on the table's clock. A
 // raised mark is then told to the table's watches (watch.go), after the
 // shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
@@ -77,6 +79,14 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 			// the grant for good: continued, it would hold the lock under a
 			// fence below that acquisition's.
 			g := kg.recs[i]
+			if g.decided != 0 {
+				// A resend of this request was answered so, decided anew:
+				// this is a late copy of an earlier attempt, or another
+				// resend, and its node moved on. Granted, T would run
+				// nowhere and the lock be held for nothing.
+				ans.Verdict, ans.Mark = g.decided, mark
+				return ans, nil
+			}
 			paused := ms.pauses[r.Key].Active(wall)
 			v := locking.DecideLapsedResend(r, mark, hasMark, paused, held || kg.last != g.fence)
 			ans.Mark = mark
@@ -126,6 +136,14 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	}
 	ans.Mark = newMark
 	if v != 0 {
+		if r.Resend && r.Token != "" && (v == locking.TickContended || v == locking.TickDone) {
+			// A resend's verdict is kept, so that a late copy of an
+			// earlier attempt is answered the same (the grant record
+			// would have answered it, had there been a grant). A first
+			// attempt writes nothing: it is sent again only as a resend.
+			ls.keepGrant(lockKey, grantRec{token: r.Token, tick: r.Tick.UnixMicro(), decided: v,
+				keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
+		}
 		ans.Verdict = v
 		return ans, nil
 	}

@@ -98,7 +98,10 @@
 // resend is decided as any other request once its grant was released
 // (Release forgets it, on another session when the grant's own died), its
 // until passed, or, for a schedule lock, another acquisition of the key
-// drew a later fence. A per-tick lock (overlap = allow) is taken under
+// drew a later fence. A resend (locking.TickRequest.Resend) answered
+// contended or done, decided anew, leaves an entry under 'T/token' too, so
+// that a late copy of an earlier attempt is answered the same and changes
+// nothing. A per-tick lock (overlap = allow) is taken under
 // locking.TickLockKey, the mark staying the schedule's; a later tick of
 // the schedule may be granted while an earlier one runs, and each keeps
 // its own entry (see tryLockTicksSQL).

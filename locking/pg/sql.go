@@ -156,6 +156,20 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
 	//	$11 keep (microseconds, see below)  $12 per tick  $13 TTL (microseconds)
+	//	$14 resend (locking.TickRequest.Resend)
+	//
+	// A resend answered contended or done, decided anew (no grant entry
+	// of its token and T), adds an entry under 'T/token' (µs, as text):
+	// [verdict, token, until], until its keep from now. A later request
+	// with that token and T (a late copy of an earlier attempt, delayed on
+	// the network, or another resend) is answered that verdict ('decided')
+	// and changes nothing: its node was told contended and moved on, and
+	// decided anew once the lock is free it would be granted, T run
+	// nowhere and the lock held for nothing. A first attempt writes no such
+	// entry (every node but one, every tick): without a resend its node
+	// never sends it again. The entries are pruned with the others (their
+	// third element is their until), and ignored by the lookups of grants,
+	// which are by T alone.
 	//
 	// A resend (the token and T of a grant whose reply was lost) takes the
 	// lock again if it is free and answers with the fence its grant drew,
@@ -256,11 +270,11 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 e AS MATERIALIZED (
   SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.per, q.ttl, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.fence AS rfence, r.rid,
-    r.tick_grants -> q.tick::text AS tg,
+    r.tick_grants -> q.tick::text AS tg, r.tick_grants -> (q.tick::text || '/' || q.tok) AS dg, q.resend,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[], $13::bigint[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ttl, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[], $13::bigint[], $14::boolean[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ttl, resend, ord)
     LEFT JOIN LATERAL (
       SELECT f.tick_mark, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
@@ -272,15 +286,18 @@ d AS MATERIALIZED (
           WHEN coalesce((e.tg ->> 3)::bigint, e.now_us + 1) > e.now_us THEN 'resend'
           WHEN e.paused OR (NOT e.per AND e.mark IS DISTINCT FROM e.tick) THEN 'expired'
           ELSE 'resend' END
+      WHEN (e.dg ->> 2)::bigint >= e.now_us AND e.dg ->> 1 = e.tok THEN 'decided'
       WHEN e.tick - e.now_us > e.skew THEN 'ahead'
       WHEN e.tick <= e.eff THEN 'done'
       WHEN e.paused THEN 'paused'
       WHEN e.now_us - e.tick > greatest(e.skew, e.win) THEN 'missed'
       ELSE 'lock' END AS v
   FROM e),
-i AS MATERIALIZED (
+i0 AS MATERIALIZED (
   SELECT d.*, l.ok, CASE WHEN d.v = 'lock' THEN CASE WHEN l.ok THEN 'grant' ELSE 'contended' END ELSE d.v END AS intent
   FROM d, LATERAL (SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock(d.id) ELSE false END AS ok) AS l),
+i AS MATERIALIZED (
+  SELECT i0.*, (i0.resend AND i0.intent IN ('done', 'contended')) AS rec FROM i0),
 u AS (
   UPDATE bext_lock_fences AS t SET
     tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick WHEN i.intent = 'resend' THEN t.tick_mark ELSE i.eff END,
@@ -294,12 +311,16 @@ u AS (
       WHEN i.intent = 'resend' THEN
         jsonb_set(jsonb_set(t.tick_grants, ARRAY[i.tick::text, '2'], to_jsonb(greatest(coalesce((i.tg ->> 2)::bigint, 0), i.now_us + i.keep))),
           ARRAY[i.tick::text, '3'], to_jsonb(i.now_us + i.ttl))
+      WHEN i.rec THEN
+        coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
+          WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
+        || jsonb_build_object(i.tick::text || '/' || i.tok, jsonb_build_array(i.intent, i.tok, i.now_us + i.keep))
       ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
   FROM i
   WHERE t.ctid = i.rid
-    AND (i.intent IN ('grant', 'paused', 'missed') OR (i.intent = 'resend' AND i.ok)
+    AND (i.intent IN ('grant', 'paused', 'missed') OR (i.intent = 'resend' AND i.ok) OR i.rec
       OR (i.intent IN ('done', 'contended') AND (i.mark IS NULL OR i.eff > i.mark)))
   RETURNING t.key, t.tick_mark, t.fence),
 n AS MATERIALIZED (
@@ -311,10 +332,11 @@ n AS MATERIALIZED (
 SELECT i.ord, CASE
     WHEN i.v = 'resend' THEN CASE WHEN i.ok THEN 'granted' ELSE 'resend_held' END
     WHEN i.v = 'ahead' THEN 'ahead'
+    WHEN i.v = 'decided' THEN i.dg ->> 0
     WHEN i.intent = 'grant' THEN CASE WHEN u.key IS NOT NULL THEN 'granted' ELSE 'unwritten' END
     ELSE i.intent END,
   CASE WHEN i.v IN ('resend', 'expired') THEN (i.tg ->> 0)::bigint ELSE u.fence END,
-  coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend', 'expired') THEN i.mark ELSE i.eff END),
+  CASE WHEN i.v = 'decided' THEN i.mark ELSE coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend', 'expired') THEN i.mark ELSE i.eff END) END,
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`

@@ -56,8 +56,11 @@ const initMarksBatch = 500
 // again under its fence, or expired (locking.DecideLapsedResend). The lock's value carries both
 // (tickCall.tag): the schedule's lock is one key for every T, and another
 // T asked with a granted call's token is decided as any other request.
-// go-redis resends a script by itself when the connection broke before the
-// reply (EOF), and the resend is answered the same way.
+// A resend (req.Resend) answered contended or done, decided anew, leaves
+// 'c' or 'd' under the same record key for as long: a late copy of an
+// earlier attempt, or another resend, is answered the same and changes
+// nothing. go-redis does not resend a script by itself (url.go,
+// noRetries): the caller does, marking it a resend.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	c, err := l.prepareTick(req)
 	if err != nil {
@@ -142,7 +145,17 @@ func (l *Locker) tickArgs(c *tickCall) (keys []string, args []any) {
 			strconv.FormatInt(req.Tick.UnixMicro(), 10), tickFloor(req),
 			strconv.FormatInt(req.MaxSkew.Microseconds(), 10),
 			strconv.FormatInt(req.Window.Microseconds(), 10),
-			l.tickChannel(), req.Key}
+			l.tickChannel(), req.Key, resendArg(req)}
+}
+
+// resendArg is tick.lua's resend argument: '1' for a resend
+// (locking.TickRequest.Resend), whose verdict contended or done the script
+// then records for a late copy of an earlier attempt.
+func resendArg(req *locking.TickRequest) string {
+	if req.Resend {
+		return "1"
+	}
+	return ""
 }
 
 // answerTick decodes tick.lua's reply to c into the answer, registering a
@@ -424,6 +437,9 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 			if c.req.PerTick {
 				per = "1"
 			}
+			if c.req.Resend {
+				per += "r"
+			}
 			args = append(args, nil, l.ttlArg(c.req.TTL),
 				strconv.FormatInt(c.req.Tick.UnixMicro(), 10), tickFloor(&c.req),
 				strconv.FormatInt(c.req.MaxSkew.Microseconds(), 10),
@@ -462,7 +478,7 @@ func sameTickRun(a, b *locking.TickRequest) bool {
 		(a.Floor.IsZero() || a.Floor.UnixMicro() == b.Floor.UnixMicro()) &&
 		a.MaxSkew.Microseconds() == b.MaxSkew.Microseconds() &&
 		a.Window.Microseconds() == b.Window.Microseconds() &&
-		a.PerTick == b.PerTick
+		a.PerTick == b.PerTick && a.Resend == b.Resend
 }
 
 // tickPipeline decides the requests calls[i], i in batch, in one

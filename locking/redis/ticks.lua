@@ -15,19 +15,21 @@
 -- ARGV[1] '' or '|' .. holder; ARGV[2] the channel raised marks are
 -- published on ('' for none); ARGV[3] the key prefix; then runs, each:
 -- n, ttl in ms, T, floor ('' for none), max skew, window (µs, decimal
--- strings as tick.lua's), per-tick ('1': the tick's lock, prefix{key}
--- :tick:T; '': the schedule's), followed by n pairs key, tag (the
+-- strings as tick.lua's), flags ('1' in it: the tick's lock, prefix{key}
+-- :tick:T, else the schedule's; 'r' in it: resends,
+-- locking.TickRequest.Resend), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
 -- Returns now, then 3 integers per request: verdict, fence (for verdict
 -- 6, ahead), mark; verdict 7: that request's step failed.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
--- The requests' keys: lock, counter, mark, pause, 4 per request.
+-- The requests' keys: lock, counter, mark, pause and grant record
+-- (tickstep.lua's grant_key), 5 per request.
 local ks = {}
 local i = 4
 while i <= #ARGV do
-  local n, tick_s, per = tonumber(ARGV[i]), ARGV[i + 2], ARGV[i + 6] ~= ''
+  local n, tick_s, per = tonumber(ARGV[i]), ARGV[i + 2], string.find(ARGV[i + 6], '1', 1, true) ~= nil
   for a = i + 7, i + 5 + 2 * n, 2 do
     local base = prefix .. '{' .. ARGV[a] .. '}'
     local m = #ks
@@ -39,6 +41,7 @@ while i <= #ARGV do
     ks[m + 2] = base .. ':fence'
     ks[m + 3] = base .. ':mark'
     ks[m + 4] = base .. ':pause'
+    ks[m + 5] = grant_key(ks[m + 1], ARGV[a + 1])
   end
   i = i + 7 + 2 * n
 end
@@ -46,10 +49,11 @@ end
 -- Every request's lock, counter and mark in one read, and its pause flag
 -- in one more (tickstep.lua's values).
 local reads, pauses = {}, {}
-for k = 1, #ks, 4 do
+for k = 1, #ks, 5 do
   reads[#reads + 1] = ks[k]
   reads[#reads + 1] = ks[k + 1]
   reads[#reads + 1] = ks[k + 2]
+  reads[#reads + 1] = ks[k + 4]
   pauses[#pauses + 1] = ks[k + 3]
 end
 load(reads)
@@ -60,6 +64,7 @@ local o, k = 1, 0
 i = 4
 while i <= #ARGV do
   local n, ttl, tick_s, floor_s, skew_s, window_s = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local resend = string.find(ARGV[i + 6], 'r', 1, true) ~= nil
   for a = i + 7, i + 5 + 2 * n, 2 do
     -- A script is not rolled back: an error in one request (a key of
     -- another type) must not abort the script after the requests before
@@ -68,7 +73,7 @@ while i <= #ARGV do
     -- The step's mark is stored and told only once it returned: a failed
     -- step raises no mark and publishes nothing (step_raise).
     local ok, v, fence, mark, ahead, raise = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
-      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
+      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
     if not ok then
       v, fence, mark = 7, 0, 0
     else
@@ -78,7 +83,7 @@ while i <= #ARGV do
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
-    o, k = o + 3, k + 4
+    o, k = o + 3, k + 5
   end
   i = i + 7 + 2 * n
 end

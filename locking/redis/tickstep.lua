@@ -6,6 +6,7 @@
 -- and T as token '@' T (µs; built by the caller), what a lock's value
 -- starts with; holder ('' or '|' .. holder), ttl in ms, T, floor ('' for
 -- none), max skew and catch-up window in microseconds: decimal strings.
+-- resend: whether the request is a resend (locking.TickRequest.Resend).
 -- Returns verdict, fence, mark, ahead, all integers (microseconds), and
 -- raise: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
 -- ahead (T is ahead by 'ahead'), 8 expired (a resend whose grant's lease
@@ -134,11 +135,19 @@ end
 -- release (release.lua, releases.lua). A resend that comes after the lock
 -- ended finds it: it is the lock's own acquisition continued when nothing
 -- came between (locking.DecideLapsedResend).
+-- The same key holds, instead of a fence, 'c' or 'd' for a resend (the
+-- resend argument) answered contended or done, decided anew: a late copy
+-- of an earlier attempt of that request (or another resend) is answered the
+-- same for as long, and changes nothing. Its node was told contended and
+-- moved on: decided anew once the lock is free, the copy would be granted,
+-- T run nowhere and the lock held for nothing. A first attempt writes no
+-- such record (every node but one, every tick): without a resend its node
+-- never sends it again. The caller reads the key with the others (load).
 local function grant_key(lock, tag)
   return lock .. ':grant:' .. tag
 end
 
-local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s)
+local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
   -- No closure and no table is built per step: a burst runs thousands of
   -- them in one script.
@@ -156,6 +165,16 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     redis.call('PEXPIRE', lock, ttl)
     redis.call('PEXPIRE', grant_key(lock, tag), 2 * tonumber(ttl))
     return 1, fence, tonumber(value(mark) or 0), 0, nil
+  end
+
+  -- A resend of this request was answered contended or done, decided anew
+  -- (grant_key): answered the same, nothing changes.
+  local gk = grant_key(lock, tag)
+  local rec = value(gk)
+  if rec == 'c' then
+    return 3, 0, tonumber(value(mark) or 0), 0, nil
+  elseif rec == 'd' then
+    return 2, 0, tonumber(value(mark) or 0), 0, nil
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
@@ -200,8 +219,6 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     -- schedule lock: no later tick decided); else expired, and nothing
     -- changes. A per-tick lock asks neither counter nor mark: later ticks
     -- of the key are granted while T runs.
-    local gk = grant_key(lock, tag)
-    local rec = redis.call('GET', gk)
     if rec then
       -- A schedule lock's key starts its counter's (prefix{key} and
       -- prefix{key}:fence); a per-tick lock's (prefix{key}:tick:T) does not.
@@ -215,6 +232,10 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
       values[lock] = tag .. '#' .. rec .. holder
       redis.call('PEXPIRE', gk, 2 * tonumber(ttl))
       return 1, tonumber(rec), tonumber(stored_mark or 0), 0, keep_eff
+    end
+    if resend then
+      redis.call('SET', gk, 'd', 'PX', 2 * tonumber(ttl))
+      values[gk] = 'd'
     end
     return 2, 0, eff, 0, keep_eff
   end
@@ -230,6 +251,10 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   end
 
   if held then
+    if resend then
+      redis.call('SET', gk, 'c', 'PX', 2 * tonumber(ttl))
+      values[gk] = 'c'
+    end
     return 3, 0, eff, 0, keep_eff
   end
 
@@ -257,7 +282,8 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     end
   end
   values[lock] = tag .. '#' .. fence_s .. holder
-  redis.call('SET', grant_key(lock, tag), fence_s, 'PX', 2 * tonumber(ttl))
+  redis.call('SET', gk, fence_s, 'PX', 2 * tonumber(ttl))
+  values[gk] = fence_s
   return 1, fence, tick, 0, tick_s
 end
 

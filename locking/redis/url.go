@@ -47,6 +47,18 @@ func newClient(raw string, opTimeout time.Duration) (c goredis.UniversalClient, 
 	}
 }
 
+// noRetries is every client's MaxRetries (go-redis: -1 is none; 0 is its
+// default of 3, which a URL's max_retries may set too). go-redis retries a
+// command after a timeout or a broken connection, which may have been
+// applied already: a try-lock-tick would then be applied twice behind the
+// scheduler's back, the second time as a first attempt decided anew (a
+// tick its node was told contended granted to nobody). The scheduler
+// resends an undecided try-lock-tick itself, with its token and T and
+// marked as a resend (locking.TickRequest.Resend), which the backend
+// answers idempotently; renewals and releases are fenced, and retried by
+// their callers.
+const noRetries = -1
+
 // parseOptions parses raw into client options with every network timeout
 // capped at opTimeout, so a hung server turns into an error in bounded
 // time, and context deadlines honoured on the socket.
@@ -70,6 +82,7 @@ func parseOptions(raw string, opTimeout time.Duration) (clientOptions, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		o.DialerRetries = dialOnce(o.DialerRetries)
+		o.MaxRetries = noRetries
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return clientOptions{failover: o}, nil
 
@@ -89,6 +102,7 @@ func parseOptions(raw string, opTimeout time.Duration) (clientOptions, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		o.DialerRetries = dialOnce(o.DialerRetries)
+		o.MaxRetries = noRetries
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return clientOptions{cluster: o}, nil
 
@@ -99,6 +113,7 @@ func parseOptions(raw string, opTimeout time.Duration) (clientOptions, error) {
 		}
 		o.ContextTimeoutEnabled = true
 		o.DialerRetries = dialOnce(o.DialerRetries)
+		o.MaxRetries = noRetries
 		capTimeouts(opTimeout, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout)
 		return clientOptions{single: o}, nil
 	}

@@ -134,3 +134,32 @@ func TestOpenDoesNotConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// No client kind retries a command by itself, whatever the URL asks
+// (max_retries): a retried try-lock-tick may be applied twice, the second
+// time decided anew behind the scheduler's back (url.go, noRetries).
+func TestParseOptionsNoClientRetries(t *testing.T) {
+	for _, raw := range []string{
+		"redis://cache.example:6379/0",
+		"redis://cache.example:6379/0?max_retries=5",
+		"redis://s1:26379,s2:26379/0?master_name=m&max_retries=5",
+		"redis://n1:7000,n2:7001/0?max_retries=5",
+	} {
+		o, err := parseOptions(raw, time.Second)
+		if err != nil {
+			t.Fatalf("parseOptions(%q) = %v", raw, err)
+		}
+		var got int
+		switch {
+		case o.single != nil:
+			got = o.single.MaxRetries
+		case o.failover != nil:
+			got = o.failover.MaxRetries
+		case o.cluster != nil:
+			got = o.cluster.MaxRetries
+		}
+		if got != -1 {
+			t.Errorf("parseOptions(%q): MaxRetries = %d, want -1 (none)", raw, got)
+		}
+	}
+}
