@@ -26,6 +26,7 @@ const mutationSeeds = 300
 //
 //	go test -tags simmut -race -count=1 -run TestMutations ./internal/sim
 func TestMutations(t *testing.T) {
+	oneProc(t)
 	cases := []struct {
 		m   mutation.Name
 		inv string
