@@ -7,8 +7,9 @@
 // sharing one memory backend (its decision is locking.DecideTick, the
 // reference the Redis and Postgres backends follow). Each node reaches the
 // backend through a link (link.go) that loses replies before or after the
-// backend applied the call, fails calls and stalls, and applies some calls
-// twice (link_dup.go), as the seed says. Nodes crash, restart, stop
+// backend applied the call, fails calls and stalls, hangs renewals past
+// their deadline (link_hang.go), and applies some calls twice
+// (link_dup.go), as the seed says. Nodes crash, restart, stop
 // gracefully and freeze (freeze.go: a GC pause, SIGSTOP); their clocks
 // disagree, some beyond max_clock_skew. Operators pause and resume
 // schedules, reload one with another timing, trigger a run and backfill a
@@ -72,7 +73,7 @@
 //	no resend after a timeout (scheduler/resend.go)       2 no grant lost     6-51
 //	release held past the next tick (scheduler/release)   3 liveness          5
 //	pause flag of the previous call (locking/memory)      6b paused           4
-//	lease-deadline timer removed (scheduler/run.go)       5 lease deadline    15-37 (15, 153)
+//	lease-deadline timer removed (scheduler/run.go)       5 lease deadline    15 (15-153 before hung renewals, link_hang.go)
 //	a failed run not in history (scheduler/record.go)     7 history           1
 //	fence floor removed (locking/memory; lost counters)   4 fences increase   3
 //

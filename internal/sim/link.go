@@ -302,6 +302,7 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
+	l.hung(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	f, err := l.decide(ctx, fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	if err != nil {
 		return err

@@ -98,6 +98,8 @@ func (k faultKind) String() string {
 		return "stall"
 	case dup:
 		return "dup"
+	case hang:
+		return "hang"
 	}
 	return fmt.Sprintf("fault(%d)", uint8(k))
 }
@@ -137,6 +139,7 @@ func newPlan(seed uint64) *plan {
 		p.drawOps(rand.New(rand.NewPCG(seed, 0x0e7a7e)))
 		p.drawDups(rand.New(rand.NewPCG(seed, 0xd0b1e)))
 		p.drawFreezes(rand.New(rand.NewPCG(seed, 0xf2ee2e)))
+		p.drawHangs(rand.New(rand.NewPCG(seed, 0x4a96)))
 		p.drawLosses(rand.New(rand.NewPCG(seed, 0x105e)))
 	}
 	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
