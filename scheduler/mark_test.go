@@ -349,36 +349,47 @@ func TestLeaseDeadlineCancelsWithoutARenewalAnswer(t *testing.T) {
 type boundedLocker struct {
 	scheduler.Locker
 	lease time.Duration
+	// renewed, when set, hears of each renewal once it returned.
+	renewed chan struct{}
 }
 
 func (b boundedLocker) MaxLease() time.Duration { return b.lease }
+
+func (b boundedLocker) Renew(ctx context.Context, h *locking.Handle) error {
+	err := b.Locker.Renew(ctx, h)
+	if b.renewed != nil {
+		b.renewed <- struct{}{}
+	}
+	return err
+}
 
 func TestRenewalCadenceBoundedByMaxLease(t *testing.T) {
 	job := newBlockingJob()
 	s := sched("b", everyMinute, hints.RequireGlobal, job)
 	s.ExpectedRuntime = time.Hour // TTL 1h5s: TTL/3 would renew every 21 minutes
 	h := newHarness(t, scheduler.Options{SafetyMargin: 2 * time.Second}, s)
-	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: boundedLocker{h.locker, 8 * time.Second},
+	renewed := make(chan struct{}, 32)
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: boundedLocker{h.locker, 8 * time.Second, renewed},
 		Backend: hints.Distributed, Observer: h.rec, SafetyMargin: 2 * time.Second}, s)
 	h.start()
 	h.clock.Advance(time.Minute)
 	job.waitStarted(t)
 	// usable lease 8s - 2s = 6s, renewed every 2s (TTL/3 would be 21 minutes).
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
 	for i := 1; i <= 15; i++ {
-		// The loop's timer and the run watch's (renewal and lease
-		// deadline in one): moved before the watch re-armed after the last
-		// renewal (a loaded machine), the clock would leave the next one
-		// 2s late, and the count one short (seen in a loaded make test).
-		if err := h.clock.BlockUntilArmed(ctx, 2); err != nil {
-			t.Fatalf("before renewal %d: %d timers armed, want 2 (the loop's, the run watch's): %v", i, h.clock.Armed(), err)
+		// Moved only once the last renewal returned and the watch armed
+		// the next: a renewal still in flight when its period comes round
+		// keeps that period (run.go), so moving the clock first (a loaded
+		// machine) left the count one short.
+		if err := h.clock.BlockUntilArmed(context.Background(), 2); err != nil {
+			t.Fatal(err)
 		}
 		h.clock.Advance(2 * time.Second)
-		h.locker.wait(t, fmt.Sprintf("renewal %d", i), func() bool {
+		select {
+		case <-renewed:
+		case <-time.After(waitTimeout):
 			_, renews, _ := h.locker.counts()
-			return renews >= i
-		})
+			t.Fatalf("renewal %d never returned (%d sent)", i, renews)
+		}
 	}
 	if _, renews, _ := h.locker.counts(); renews != 15 {
 		t.Errorf("%d renewals in 30s, want 15 (every third of the 6s usable lease)", renews)
@@ -651,7 +662,8 @@ func TestLockReleasedAfterALeaseDeadline(t *testing.T) {
 	s.ExpectedRuntime = time.Hour // the lock's TTL: the backend keeps it for an hour
 	h := newHarness(t, scheduler.Options{}, s)
 	h.locker.renewErr = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() } // never answers
-	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: boundedLocker{h.locker, 8 * time.Second},
+	renewed := make(chan struct{}, 32)
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: boundedLocker{h.locker, 8 * time.Second, renewed},
 		Backend: hints.Distributed, Observer: h.rec, SafetyMargin: 2 * time.Second}, s)
 	h.start()
 	h.clock.Advance(time.Minute)

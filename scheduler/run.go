@@ -326,6 +326,9 @@ type watch struct {
 	renewing    bool
 	cancelRenew context.CancelFunc
 	lost        bool
+	// owed: a renewal's period came round while the last was in flight;
+	// it is sent as soon as that one returns, not a whole period later.
+	owed bool
 
 	pending bool // the timer is armed, or fired and fire has not yet run
 	ended   bool // the job returned: fire does nothing any more
@@ -394,7 +397,7 @@ func (w *watch) stop() (overrun bool) {
 	w.f, w.l, w.fence, w.cancel = fired{}, nil, 0, nil
 	w.list, w.next, w.prev = nil, nil, nil
 	w.renewAt, w.timeoutAt, w.overrunAt, w.leaseAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	w.renewing, w.cancelRenew, w.lost = false, nil, false
+	w.renewing, w.cancelRenew, w.lost, w.owed = false, nil, false, false
 	w.pending, w.ended, w.endWait, w.renewWait, w.overrun = false, false, nil, nil, false
 	w.mu.Unlock()
 	return overrun
@@ -436,8 +439,11 @@ func (w *watch) fire() {
 	renewDue := due(w.renewAt, now)
 	if renewDue {
 		w.renewAt = now.Add(w.l.every)
-		// One renewal at a time: one still in flight keeps its period.
-		renewDue = !w.renewing
+		// One renewal at a time: one still in flight is followed by the
+		// one owed as soon as it returns.
+		if w.renewing {
+			w.owed, renewDue = true, false
+		}
 	}
 	timeoutDue, overrunDue := due(w.timeoutAt, now), due(w.overrunAt, now)
 	if timeoutDue {
@@ -499,8 +505,8 @@ func (w *watch) renew(left time.Duration) {
 		close(ch)
 		return
 	}
-	defer w.mu.Unlock()
 	if w.lost {
+		w.mu.Unlock()
 		return // the lease deadline passed meanwhile: the job is cancelled
 	}
 	if err != nil {
@@ -512,10 +518,17 @@ func (w *watch) renew(left time.Duration) {
 		w.cancel(fmt.Errorf("%w: %w", errLockLost, err))
 		w.lost = true
 		w.renewAt, w.leaseAt = time.Time{}, time.Time{}
+		w.mu.Unlock()
 		return
 	}
 	l.until = sent.Add(l.len)
 	w.leaseAt = s.clock.Now().Add(l.until.Sub(s.leaseNow()))
+	if w.owed {
+		w.owed = false
+		w.renew(l.until.Sub(s.leaseNow())) // releases mu
+		return
+	}
+	w.mu.Unlock()
 }
 
 // due reports whether deadline is set and reached at now.
