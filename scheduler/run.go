@@ -490,6 +490,22 @@ func (w *watch) fire() {
 // and released on return, and not held while the backend is asked.
 func (w *watch) renew(left time.Duration) {
 	s, l := w.s, w.l
+	for {
+		if !w.renewOnce(s, l, left) {
+			return
+		}
+		// A period came round while this renewal was in flight: the one
+		// owed goes now (a loop, not a call: a backend slower than the
+		// period for a long run must not grow the stack).
+		w.owed = false
+		left = l.until.Sub(s.leaseNow())
+	}
+}
+
+// renewOnce sends one renewal; w.mu is held on entry. It reports true,
+// with w.mu still held, when another renewal is owed; else it has
+// released w.mu.
+func (w *watch) renewOnce(s *Scheduler, l *lease, left time.Duration) bool {
 	sent := s.leaseNow()
 	ctx, cancel := s.renewCtx(l, left)
 	w.renewing, w.cancelRenew = true, cancel
@@ -503,11 +519,11 @@ func (w *watch) renew(left time.Duration) {
 		ch := w.renewWait
 		w.mu.Unlock()
 		close(ch)
-		return
+		return false
 	}
 	if w.lost {
 		w.mu.Unlock()
-		return // the lease deadline passed meanwhile: the job is cancelled
+		return false // the lease deadline passed meanwhile: the job is cancelled
 	}
 	if err != nil {
 		// Never renew again nor re-acquire: another node may hold
@@ -519,16 +535,15 @@ func (w *watch) renew(left time.Duration) {
 		w.lost = true
 		w.renewAt, w.leaseAt = time.Time{}, time.Time{}
 		w.mu.Unlock()
-		return
+		return false
 	}
 	l.until = sent.Add(l.len)
 	w.leaseAt = s.clock.Now().Add(l.until.Sub(s.leaseNow()))
 	if w.owed {
-		w.owed = false
-		w.renew(l.until.Sub(s.leaseNow())) // releases mu
-		return
+		return true
 	}
 	w.mu.Unlock()
+	return false
 }
 
 // due reports whether deadline is set and reached at now.
