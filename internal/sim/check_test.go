@@ -162,18 +162,30 @@ func TestCheckTickTwiceAcrossLostState(t *testing.T) {
 		loss  stateLoss
 		fence int64
 		twice bool
+		// confirmed: the first grant is logged again after the loss, as a
+		// resend answered from its own lock is (seed 71160).
+		confirmed bool
 	}{
-		{"mark set back, higher fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 100, false},
-		{"restart, higher fence", stateLoss{kind: lossRestart, at: t0.Add(11 * time.Second)}, 100, false},
-		{"mark set back, lower fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 5, true},
-		{"another key's mark forgotten", stateLoss{kind: lossMarks, at: t0.Add(11 * time.Second), keys: []string{"s9"}}, 100, true},
-		{"fence counters only", stateLoss{kind: lossFences, at: t0.Add(11 * time.Second)}, 100, true},
-		{"mark lost after the second grant", stateLoss{kind: lossMarks, at: t0.Add(12 * time.Second)}, 100, true},
+		{name: "first grant confirmed by a resend after the loss", loss: stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, fence: 100, confirmed: true},
+		{"mark set back, higher fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 100, false, false},
+		{"restart, higher fence", stateLoss{kind: lossRestart, at: t0.Add(11 * time.Second)}, 100, false, false},
+		{"mark set back, lower fence", stateLoss{kind: lossRewind, at: t0.Add(11 * time.Second), back: 5 * time.Second}, 5, true, false},
+		{"another key's mark forgotten", stateLoss{kind: lossMarks, at: t0.Add(11 * time.Second), keys: []string{"s9"}}, 100, true, false},
+		{"fence counters only", stateLoss{kind: lossFences, at: t0.Add(11 * time.Second)}, 100, true, false},
+		{"mark lost after the second grant", stateLoss{kind: lossMarks, at: t0.Add(12 * time.Second)}, 100, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := handMade(scheduler.OverlapAllow)
 			c.everyTick(-1)
 			c.plan.losses = []stateLoss{tc.loss}
+			if tc.confirmed {
+				for _, g := range c.grants.all() {
+					if g.tick.Equal(t0.Add(10 * time.Second)) {
+						g.at = t0.Add(11500 * time.Millisecond)
+						c.grants.add(g)
+					}
+				}
+			}
 			c.rerun(tc.fence)
 			if got := has(c.check(), invTwice); got != tc.twice {
 				t.Errorf("violation of %q: %v, want %v", invTwice, got, tc.twice)
