@@ -129,6 +129,7 @@ func (c *cluster) check() []violation {
 	all := runs(c.ledger.all())
 	c.stats.runs = len(all)
 	c.stats.dups = int(c.dupsApplied.Load())
+	c.stats.netStalls = int(c.netStalls.Load())
 	c.stats.freezes = c.freezeStats
 	c.countStops(all)
 	c.opsMu.Lock()

@@ -42,9 +42,10 @@ type cluster struct {
 	events []event
 	q      quiescer
 
-	opsState   // the operators' actions (cluster_ops.go)
-	dupState   // duplicated calls (link_dup.go)
-	checkCache // check.go: the unique grants, while check runs
+	opsState                // the operators' actions (cluster_ops.go)
+	dupState                // duplicated calls (link_dup.go)
+	netStalls  atomic.Int64 // calls sent into a stalled network (realtime.go)
+	checkCache              // check.go: the unique grants, while check runs
 	// freezeStats counts the freezes carried out (freeze.go).
 	freezeStats int
 	// fake is clock when it is the fake one; nil in real time, where
@@ -60,6 +61,7 @@ type stats struct {
 	runs, grants, undelivered, checkedTicks, crashes, stops int
 	ops                                                     opStats
 	dups                                                    int // copies of duplicated calls applied
+	netStalls                                               int // calls sent into a stalled network (realtime.go)
 	freezes                                                 int
 	stopsAt                                                 stopStats // stops.go
 }
@@ -73,14 +75,15 @@ func (s *stats) add(o stats) {
 	s.stops += o.stops
 	s.ops.add(o.ops)
 	s.dups += o.dups
+	s.netStalls += o.netStalls
 	s.freezes += o.freezes
 	s.stopsAt.add(o.stopsAt)
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops (%d in a jitter, %d in a run, %d in a retry's backoff), %d duplicated calls, %d freezes; %v",
+	return fmt.Sprintf("%d runs, %d grants (%d replies lost), %d ticks checked for liveness, %d crashes, %d graceful stops (%d in a jitter, %d in a run, %d in a retry's backoff), %d duplicated calls, %d calls sent into a stalled network, %d freezes; %v",
 		s.runs, s.grants, s.undelivered, s.checkedTicks, s.crashes, s.stops, s.stopsAt.inJitter, s.stopsAt.inRun, s.stopsAt.inRetry,
-		s.dups, s.freezes, s.ops)
+		s.dups, s.netStalls, s.freezes, s.ops)
 }
 
 // event is one line of the trace printed around a violation.

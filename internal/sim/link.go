@@ -106,6 +106,14 @@ func (l *link) decide(ctx context.Context, id string) (fate, error) {
 		}
 		switch w.kind {
 		case stall:
+			if pn, ok := l.mem.(proxiedNode); ok && pn.stall(w.to) {
+				// The network stalls it (realtime.go): sent into the
+				// blackhole, it waits there until its deadline, and
+				// lands when the window ends.
+				l.c.event(now, "%s/%d %s sent into a stalled network until %s", l.node, l.life, id, l.c.at(w.to))
+				l.c.netStalls.Add(1)
+				return pass, nil
+			}
 			l.c.event(now, "%s/%d %s stalls until %s", l.node, l.life, id, l.c.at(w.to))
 			if err := l.wait(ctx, w.to); err != nil {
 				return 0, err

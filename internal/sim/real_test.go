@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
 	"github.com/bext-dev/bext-scheduler/scheduler"
@@ -37,7 +38,8 @@ func TestSimRedis(t *testing.T) {
 	url := testenv.RedisURL(t)
 	runReal(t, "TestSimRedis", *realParallelFlag, func(seed uint64) (*realBackend, error) {
 		// A prefix of its own: seeds running at once never meet.
-		return newRedisBackend(url, fmt.Sprintf("bext:sim:%d:%d:", seed, time.Now().UnixNano()))
+		return newRedisBackend(url, fmt.Sprintf("bext:sim:%d:%d:", seed, time.Now().UnixNano()),
+			func(target string) *faultproxy.Proxy { return faultproxy.Start(t, target) })
 	})
 }
 
@@ -154,7 +156,7 @@ func TestSimRealSplitBrain(t *testing.T) {
 	t.Parallel()
 	url := testenv.RedisURL(t)
 	prefix := fmt.Sprintf("bext:sim:split:%d:", time.Now().UnixNano())
-	b, err := newRedisBackend(url, prefix)
+	b, err := newRedisBackend(url, prefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

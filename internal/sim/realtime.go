@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/bext-dev/bext-scheduler/internal/faultproxy"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/pg"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
@@ -334,8 +336,17 @@ func newRealBackend(name string) *realBackend {
 // Redis: every node life a Locker (and client) of its own under one key
 // prefix, fresh per seed, so that seeds running at once never meet.
 
-// newRedisBackend opens the operator's Locker under prefix.
-func newRedisBackend(url, prefix string) (*realBackend, error) {
+// A proxier starts a TCP fault proxy to a target address for one node
+// life (faultproxy.Start under the test running the seeds).
+type proxier func(target string) *faultproxy.Proxy
+
+// newRedisBackend opens the operator's Locker under prefix. With proxy,
+// each node life reaches Redis through a fault proxy of its own, and its
+// link's stall windows are the proxy's (proxiedNode): the requests of a
+// stalled life really sit in the network, and land on the server when the
+// window ends, after their callers gave up on them: Lua scripts applied
+// late, as a partition that heals delivers them.
+func newRedisBackend(url, prefix string, proxy proxier) (*realBackend, error) {
 	b := newRealBackend("redis")
 	admin, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: "operator"})
 	if err != nil {
@@ -350,11 +361,21 @@ func newRedisBackend(url, prefix string) (*realBackend, error) {
 	}
 	b.admin = admin
 	b.open = func(node string, life int) (realNode, error) {
-		l, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: fmt.Sprintf("%s/%d", node, life)})
+		u, px := url, (*faultproxy.Proxy)(nil)
+		if proxy != nil {
+			pu, err := neturl.Parse(url)
+			if err != nil {
+				return nil, fmt.Errorf("sim: the Redis URL: %w", err)
+			}
+			px = proxy(pu.Host)
+			pu.Host = px.Addr()
+			u = pu.String()
+		}
+		l, err := redis.Open(redis.Options{URL: u, KeyPrefix: prefix, Holder: fmt.Sprintf("%s/%d", node, life)})
 		if err != nil {
 			return nil, err
 		}
-		return &redisNode{Locker: l}, nil
+		return &redisNode{Locker: l, px: px}, nil
 	}
 	b.cleanup = func(ctx context.Context) error {
 		opt, err := goredis.ParseURL(url)
@@ -385,8 +406,38 @@ func newRedisBackend(url, prefix string) (*realBackend, error) {
 // link is cut; the locks live out their TTL on the server).
 type redisNode struct {
 	*redis.Locker
-	mu   sync.Mutex
-	dead bool
+	px *faultproxy.Proxy // nil: the life dials Redis directly
+
+	mu     sync.Mutex
+	dead   bool
+	healAt time.Time   // the end of the proxy's current stall
+	heal   *time.Timer // heals the proxy then
+}
+
+// A proxiedNode is a node client whose link stalls are a TCP proxy's
+// (link.decide): stall blackholes its traffic until until, and reports
+// false when the client has no proxy (the link then stalls the call
+// itself).
+type proxiedNode interface {
+	stall(until time.Time) bool
+}
+
+func (n *redisNode) stall(until time.Time) bool {
+	if n.px == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dead || !until.After(n.healAt) {
+		return true // stalled until then already
+	}
+	if n.heal != nil {
+		n.heal.Stop()
+	}
+	n.px.Blackhole()
+	n.healAt = until
+	n.heal = time.AfterFunc(time.Until(until), n.px.Heal)
+	return true
 }
 
 func (n *redisNode) crash() {
@@ -404,6 +455,16 @@ func (n *redisNode) outlives() bool {
 // finish closes the Locker and its client (a stopped life released its
 // locks itself; a crashed one's are released only after the run).
 func (n *redisNode) finish() {
+	if n.px != nil {
+		// Healed first: a Close whose releases sat in a blackhole would
+		// wait out its whole timeout.
+		n.mu.Lock()
+		if n.heal != nil {
+			n.heal.Stop()
+		}
+		n.mu.Unlock()
+		n.px.Heal()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = n.Close(ctx)
