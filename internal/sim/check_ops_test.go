@@ -31,9 +31,9 @@ func TestCheckManualRunIsNotItsTicksRun(t *testing.T) {
 	// A trigger accepted on the second of tick 10, and a backfill of tick
 	// 6 (decided long before): neither runs a tick twice.
 	c.ranManual("node-0", "trigger-0", 10_000, 200, false)
-	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.markRead = map[string]markRead{"node-0/s0": {seq: c.seq.Add(1), at: t0.Add(12 * time.Second)}}
 	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
-		seq: c.markRead["node-0/s0"], at: t0.Add(12 * time.Second)})
+		read: c.markRead["node-0/s0"], fence: 201, at: t0.Add(12 * time.Second)})
 	c.ranManual("node-0", "backfill-0", 6_000, 201, true)
 	if vs := c.check(); len(vs) != 0 {
 		t.Fatalf("violations: %+v", vs)
@@ -53,12 +53,56 @@ func TestCheckFindsBackfillRacingItsTick(t *testing.T) {
 	c.everyTick(20)
 	// The backfill of tick 20 was accepted on a mark read before tick 20's
 	// regular grant: the tick was not decided, and runs twice.
-	c.markRead = map[string]uint64{"node-0/s0": c.seq.Add(1)}
+	c.markRead = map[string]markRead{"node-0/s0": {seq: c.seq.Add(1), at: t0.Add(19 * time.Second)}}
 	c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(20 * time.Second),
-		seq: c.markRead["node-0/s0"], at: t0.Add(19 * time.Second)})
+		read: c.markRead["node-0/s0"], fence: 200, at: t0.Add(19 * time.Second)})
 	c.ranManual("node-0", "backfill-0", 20_000, 200, true)
 	c.ran(20, time.Second, 300)
 	wantOnly(t, c.check(), invBackfill)
+}
+
+// A backfill accepted on a mark that decided its tick, then the backend
+// forgot or set back that mark, and the tick's regular run was granted
+// again (seeds 4633, 7007, 11965, 30273): invariant 1's rule for a loss of
+// state, a second run under a higher fence, and only across a loss of
+// this key's mark after the read.
+func TestCheckBackfillAcrossLostMark(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		loss  stateLoss
+		fence int64
+		want  bool // a violation of 1c
+	}{
+		{"mark set back, higher fence", stateLoss{kind: lossRewind, at: t0.Add(14500 * time.Millisecond), back: 10 * time.Second}, 300, false},
+		{"restart, higher fence", stateLoss{kind: lossRestart, at: t0.Add(14500 * time.Millisecond)}, 300, false},
+		{"mark set back, lower fence", stateLoss{kind: lossRewind, at: t0.Add(14500 * time.Millisecond), back: 10 * time.Second}, 100, true},
+		{"another key's mark forgotten", stateLoss{kind: lossMarks, at: t0.Add(14500 * time.Millisecond), keys: []string{"s9"}}, 300, true},
+		{"fence counters only", stateLoss{kind: lossFences, at: t0.Add(14500 * time.Millisecond)}, 300, true},
+		{"mark lost before the read", stateLoss{kind: lossMarks, at: t0.Add(11500 * time.Millisecond)}, 300, true},
+		{"mark lost after the regular grant", stateLoss{kind: lossMarks, at: t0.Add(16500 * time.Millisecond)}, 300, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.everyTick(-1)
+			c.plan.losses = []stateLoss{tc.loss}
+			// Tick 6 ran; its backfill was taken at 12s (fence 200) and
+			// accepted on a mark read then; tick 6 granted again at 16s.
+			c.ranManual("node-0", "backfill-0", 6_000, 200, true)
+			c.grants.gs[len(c.grants.gs)-1].at = t0.Add(12 * time.Second)
+			c.markRead = map[string]markRead{"node-0/s0": {seq: c.seq.Add(1), at: t0.Add(12 * time.Second)}}
+			c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
+				read: c.markRead["node-0/s0"], fence: 200, at: t0.Add(12 * time.Second)})
+			c.ran(6, time.Second, tc.fence)
+			c.grants.gs[len(c.grants.gs)-1].at = t0.Add(16 * time.Second)
+			got := false
+			for _, v := range c.check() {
+				got = got || v.inv == invBackfill
+			}
+			if got != tc.want {
+				t.Errorf("violation of %q: %v, want %v", invBackfill, got, tc.want)
+			}
+		})
+	}
 }
 
 func TestCheckFindsLostTriggerTake(t *testing.T) {

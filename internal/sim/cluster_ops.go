@@ -26,9 +26,9 @@ import (
 // opsState is the cluster's record of the operators' actions.
 type opsState struct {
 	opsMu sync.Mutex
-	// markRead is opsMu's: per node/key, cluster.seq after the last mark
-	// read returned (link.Mark).
-	markRead map[string]uint64
+	// markRead is opsMu's: per node/key, the last mark read that
+	// returned (link.Mark).
+	markRead map[string]markRead
 	// refused is opsMu's: the tokens of manual takes whose run the
 	// scheduler refused (the lock was released, no run is owed).
 	refused map[string]bool
@@ -41,13 +41,21 @@ type opsState struct {
 	opStats opStats
 }
 
-// acceptedBackfill is a backfill RunManual accepted on a mark read that
-// returned at seq: its tick was decided by then.
+// markRead is a mark read's return: cluster.seq after it, and the true
+// time.
+type markRead struct {
+	seq uint64
+	at  time.Time
+}
+
+// acceptedBackfill is a backfill RunManual accepted on a mark read (read):
+// its tick was decided by then. fence is its take's.
 type acceptedBackfill struct {
 	node  string
 	sched string
 	tick  time.Time
-	seq   uint64
+	read  markRead
+	fence int64
 	at    time.Time
 }
 
@@ -266,7 +274,7 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		} else if req.Backfill {
 			c.opStats.backfills++
 			c.backfills = append(c.backfills, acceptedBackfill{node: l.node, sched: op.sched, tick: tick,
-				seq: c.markRead[l.node+"/"+op.sched], at: c.clock.Now()})
+				read: c.markRead[l.node+"/"+op.sched], fence: tk.Handle.Fence(), at: c.clock.Now()})
 		} else {
 			c.opStats.triggers++
 		}

@@ -82,9 +82,9 @@ func (l *link) Mark(ctx context.Context, key string) (time.Time, bool, error) {
 	m, ok, err := mr.Mark(ctx, key)
 	l.c.opsMu.Lock()
 	if l.c.markRead == nil {
-		l.c.markRead = map[string]uint64{}
+		l.c.markRead = map[string]markRead{}
 	}
-	l.c.markRead[l.node+"/"+key] = l.c.seq.Add(1)
+	l.c.markRead[l.node+"/"+key] = markRead{seq: l.c.seq.Add(1), at: l.c.clock.Now()}
 	l.c.opsMu.Unlock()
 	return m, ok, err
 }
