@@ -236,3 +236,37 @@ func TestCheckLivenessAroundLostState(t *testing.T) {
 		}
 	}
 }
+
+// A manual run's take does not bring a forgotten mark back (it takes the
+// lock, not the tick: the mark stays missing, and ticks asked a skew late
+// are still told done), so ticks after it stay excused until a
+// try-lock-tick's grant; a grant after the loss makes them count again
+// (seeds 16180, 16833, 40735, 10429: marks forgotten, a trigger or a
+// backfill taken, every later tick told done on every node).
+func TestCheckLivenessTakeDoesNotRestoreMark(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grant bool // a try-lock-tick's grant (tick 14's run) after the loss
+		lost  bool
+	}{{"take only", false, false}, {"take and a grant", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.ran(2, time.Second, 2)
+			c.plan.losses = []stateLoss{{kind: lossMarks, at: t0.Add(3*time.Second + time.Millisecond)}}
+			c.ranManual("node-0", "trigger-0", 5_500, 100, false)
+			if tc.grant {
+				c.ran(14, time.Second, 200)
+			}
+			found := false
+			for _, v := range c.check() {
+				if v.inv != invLiveness {
+					t.Errorf("found %q (%s), want only %q", v.inv, v.msg, invLiveness)
+				}
+				found = true
+			}
+			if found != tc.lost {
+				t.Errorf("violation of %q: %v, want %v", invLiveness, found, tc.lost)
+			}
+		})
+	}
+}
