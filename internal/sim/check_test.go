@@ -236,3 +236,65 @@ func TestCheckLivenessAroundLostState(t *testing.T) {
 		}
 	}
 }
+
+// A manual run's take does not bring a forgotten mark back (it takes the
+// lock, not the tick: the mark stays missing, and ticks asked a skew late
+// are still told done), so ticks after it stay excused until a
+// try-lock-tick's grant; a grant after the loss makes them count again
+// (seeds 16180, 16833, 40735, 10429: marks forgotten, a trigger or a
+// backfill taken, every later tick told done on every node).
+func TestCheckLivenessTakeDoesNotRestoreMark(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grant bool // a try-lock-tick's grant (tick 14's run) after the loss
+		lost  bool
+	}{{"take only", false, false}, {"take and a grant", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.ran(2, time.Second, 2)
+			c.plan.losses = []stateLoss{{kind: lossMarks, at: t0.Add(3*time.Second + time.Millisecond)}}
+			c.ranManual("node-0", "trigger-0", 5_500, 100, false)
+			if tc.grant {
+				c.ran(14, time.Second, 200)
+			}
+			found := false
+			for _, v := range c.check() {
+				if v.inv != invLiveness {
+					t.Errorf("found %q (%s), want only %q", v.inv, v.msg, invLiveness)
+				}
+				found = true
+			}
+			if found != tc.lost {
+				t.Errorf("violation of %q: %v, want %v", invLiveness, found, tc.lost)
+			}
+		})
+	}
+}
+
+// A link's fault counts against liveness for as long as the try-lock-ticks
+// it left undecided may be resent (GrantKeep after the first send): the
+// node holds back the releases of its ended runs while one is asking
+// (seed 27027). With a 7s TTL that is 14s; a fault 12s before the lost
+// tick excuses it, one 17s before does not.
+func TestCheckLivenessFaultCountsWhileResent(t *testing.T) {
+	for _, tc := range []struct {
+		faultEnd int // seconds from t0; the lost tick is 20
+		lost     bool
+	}{{8, false}, {3, true}} {
+		c := handMade(scheduler.OverlapSkip)
+		c.plan.scheds[0].ExpectedRuntime = 5 * time.Second // TTL 7s
+		c.everyTick(20)
+		c.plan.nodes[0].faults = []faultWindow{{kind: flaky,
+			from: t0.Add(time.Duration(tc.faultEnd-2) * time.Second), to: t0.Add(time.Duration(tc.faultEnd) * time.Second)}}
+		found := false
+		for _, v := range c.check() {
+			if v.inv != invLiveness {
+				t.Errorf("fault ending at %ds: found %q (%s), want only %q", tc.faultEnd, v.inv, v.msg, invLiveness)
+			}
+			found = found || v.at.Equal(t0.Add(20*time.Second))
+		}
+		if found != tc.lost {
+			t.Errorf("fault ending at %ds: tick 20 found lost: %v, want %v", tc.faultEnd, found, tc.lost)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -14,8 +15,12 @@ import (
 // contract's last word. A tick T of schedule S is checked when, over
 // [T - (the longest TTL or releaseWait + 2 steps), T + S's jitter + 2 steps]:
 //
-//   - no node's link had a fault window (a lost reply leaves a lock
-//     held until its TTL, a stall makes a decision late);
+//   - no node's link had a fault window, and no node froze (a lost reply
+//     leaves a lock held until its TTL, a stall makes a decision late),
+//     nor (flaky, stall, freeze) over the GrantKeep (twice the longest
+//     TTL) before that span: a try-lock-tick they left undecided is
+//     resent that long, and its node holds back its runs' releases
+//     meanwhile (healthy);
 //   - no node life started, stopped or crashed (a crashed holder's lease
 //     lives a TTL; a start runs the catch-up);
 //   - no node life running then had its clock beyond max_clock_skew;
@@ -91,6 +96,19 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	// its node holds back the releases of its ended runs (the pool's
 	// later, up to maxDefer of real time: here, any number of steps).
 	from, to := t.Add(-max(c.maxTTL(), releaseWait)-2*step), t.Add(sp.Jitter+2*step)
+	// A try-lock-tick left undecided by a link's fault or a freeze is
+	// resent, and the last resend's lost reply waits out the resends'
+	// deadline: up to GrantKeep (twice the TTL) after the first send,
+	// which came in the fault (scheduler/resend.go). All that time its
+	// node counts the tick as asking, and the pool holds back the
+	// releases of every schedule's ended runs behind it (pool.later,
+	// again up to maxDefer of real time: any number of steps here);
+	// seed 27027: s1's try-lock-tick sent at +91 in a flaky window
+	// ending at +94.07, resent until +106; s2's run ended at +103, its
+	// lock given back at +106, and s2@+104 was told contended on every
+	// node. So a flaky or stalled link, or a freeze, counts that much
+	// longer (a dup window answers every call, a hang holds renewals).
+	callFrom := t.Add(-max(c.resendSpan(), releaseWait) - 2*step)
 	for _, w := range c.plan.pauses {
 		// Paused ticks are consumed, never run; the one at the resume
 		// may be either side of it.
@@ -104,7 +122,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	for _, f := range c.plan.freezes {
 		// A frozen node is not healthy, and a lock it holds is held
 		// until the freeze ends (its renewals stop) or its TTL runs out.
-		if f.from.Before(to) && f.to.After(from) {
+		if f.from.Before(to) && f.to.After(callFrom) {
 			return false
 		}
 	}
@@ -114,7 +132,11 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {
-			if w.from.Before(to) && w.to.After(from) {
+			lo := from
+			if w.kind == flaky || w.kind == stall {
+				lo = callFrom // the kinds that leave a try-lock-tick undecided
+			}
+			if w.from.Before(to) && w.to.After(lo) {
 				return false
 			}
 		}
@@ -147,6 +169,17 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		}
 	}
 	return true
+}
+
+// resendSpan is how long after its first send an undecided try-lock-tick
+// may still be resent, its last resend waiting out its deadline: the
+// longest GrantKeep of any schedule's lock (scheduler/resend.go).
+func (c *cluster) resendSpan() time.Duration {
+	var bound time.Duration
+	if b, ok := c.mem.(locking.LeaseBounder); ok {
+		bound = b.MaxLease()
+	}
+	return locking.GrantKeep(c.maxTTL(), bound)
 }
 
 func later(a, b time.Time) time.Time {
