@@ -182,7 +182,7 @@ func (c Cluster) Handoff(skew time.Duration) time.Duration {
 type Locking struct {
 	Backend      string   `toml:"backend"`        // "" (none) | memory | redis | pg
 	SafetyMargin Duration `toml:"safety_margin"`  // added to every TTL; default 5s
-	MaxClockSkew Duration `toml:"max_clock_skew"` // tick claim after release; default 1s
+	MaxClockSkew Duration `toml:"max_clock_skew"` // try-lock-tick's skew tolerance; default 1s
 	Redis        Redis    `toml:"redis"`
 	PG           PG       `toml:"pg"`
 }

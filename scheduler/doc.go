@@ -2,18 +2,37 @@
 // into fire times, fires them from one timer loop, and for every fired tick
 // decides whether and how the job runs on this node.
 //
-// Where to look:
+// Where to look (docs/DESIGN.md "A tick's life" maps steps 1 to 8 to these
+// files):
 //
-//   - tick.go: a tick's life, steps 1 to 8 of DESIGN.md ("A tick's life"):
-//     overlap, hint, lock, jitter, run, claim, outcome. Start here.
-//   - resend.go: step 4's request sent again, same token, when its answer
-//     did not decide it; a grant that comes too late to run.
-//   - run.go: running the job under its lock (renewal, timeout, overrun, panics).
-//   - claim.go: why and how a lock outlives its run by the clock-skew tolerance.
-//   - loop.go: Run, the firing loop over a heap of fire times, graceful stop.
-//   - pool.go: the workers that carry fired ticks, so none waits for another.
-//   - heap.go: that heap (O(log n) per fire, never a scan of all schedules).
-//   - scheduler.go: the API (Options, Schedule, New, Reload, Snapshot).
-//   - clock.go: the injected clock; scheduler/fakeclock drives it in tests.
-//   - spec.go: cron expressions (robfig/cron/v3), epoch-aligned @every.
+//   - tick.go: where a tick is decided, steps 2 to 8: hint, try-lock-tick and its answer, jitter, run, release, report. Start here.
+//   - loop.go: Run, the firing loop over the heap; step 1's overlap check (popDueLocked); graceful stop.
+//   - resend.go: step 4's request sent again with the same token while undecided; late grants, expired grants, ErrGrantUnknown.
+//   - batch.go: many try-lock-ticks in one round trip (TickBatcher), group commit; InProcessLocker.
+//   - prefer.go: the handoff: a preferred node per tick by rendezvous hashing; the others wait handoff_delay per rank.
+//   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
+//   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
+//   - release.go: step 7's release, batched (ReleaseBatcher); a tick that fired while its lock was being given back.
+//   - pool.go: the workers that carry ticks; ends of runs deferred behind a burst (at most maxDefer).
+//   - catchup.go: catch-up at start, after an outage, after a reload or a manual run; the marks made at load (InitMarks).
+//   - manual.go: manual runs (trigger, backfill) from step 6 on, under a lock the caller took.
+//   - record.go: step 8's run record for the cluster's history (RunObserver), with the output tail.
+//   - observer.go: Observer, SkipReason and RunResult (metric label values).
+//   - observers.go: Observers, the fan-out of one Observer to several.
+//   - reload.go: Reload (the whole set, SIGHUP), Add and Remove (one schedule).
+//   - compile.go: a Schedule checked and compiled (TTL, hint resolved, policy shared); what a reload changed.
+//   - scheduler.go: the API (Options, Schedule, Locker, New, Snapshot, LockTTL) and per-schedule state.
+//   - spec.go: cron expressions (robfig/cron/v3), epoch-aligned @every, daylight saving as cronie.
+//   - spread.go: the stable per-schedule offset (spread) applied to a Spec.
+//   - zone.go: a cache of time.LoadLocation.
+//   - job.go: Job, JobFunc and Tick (what a job learns of its tick).
+//   - clock.go: the injected Clock; scheduler/fakeclock drives it in tests.
+//   - heap.go: the heap of next fire times (O(log n) per fire, never a scan of all schedules).
+//   - fifo.go: the pool's chunked FIFO queue.
+//   - bootcache.go: the lease clock (CLOCK_BOOTTIME) read without a system call each time.
+//   - boottime_linux.go: CLOCK_BOOTTIME, monotonic and counting suspended time.
+//   - boottime_other.go: its fallback elsewhere (the monotonic clock).
+//   - wake_linux.go: the loop's wake on CLOCK_REALTIME (timerfd), so a wall-clock jump or a suspend wakes it.
+//   - wake_other.go: its fallback elsewhere (re-read the wall clock every maxSleep).
+//   - mutation.go: helpers of the simulation's planted bugs (build tag simmut only).
 package scheduler

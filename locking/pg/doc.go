@@ -80,14 +80,14 @@
 // back by more than the time between a lost write and the restart. A URL
 // that sets synchronous_commit keeps its own value.
 //
-// TryLockTick (locking.TickLocker) is one statement too: it reads the
-// key's mark and pause flag, takes the advisory lock only when the
-// decision calls for it, raises the mark and draws the fence, deciding as
-// locking.DecideTick on the database clock (clock_timestamp()). Its
-// snapshot may be stale, so the upsert decides again on the latest row
-// version (READ COMMITTED ON CONFLICT DO UPDATE): a mark or pause committed
-// meanwhile wins, and a lock taken for nothing is given back in the same
-// statement. That statement, and InitMarks and SetPause, commit with
+// TryLockTick (locking.TickLocker) is one round trip too: two statements
+// in one transaction (see below). The first locks the key's row (creating
+// it when missing), so the second decides on the row's latest committed
+// version: it reads the key's mark and pause flag, takes the advisory lock
+// only when the decision calls for it, raises the mark and draws the
+// fence, deciding as locking.DecideTick on the database clock
+// (clock_timestamp()). A mark or pause committed before the row was locked
+// wins. That transaction, and InitMarks and SetPause, commit with
 // synchronous_commit = on whatever the session says (set_config local to
 // their own transaction): a mark a run was granted on must survive a crash.
 // The row also keeps each grant's T, fence, token and until (tick_grants),
