@@ -410,9 +410,16 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 	// under a new fence, for the same request (cluster.Store's
 	// TakeRequest): the request's grant is then the later one.
 	retaken := map[string]bool{}
+	// A tick's grant whose reply was lost is heard when a resend is
+	// answered granted from it (the same token): the node then knows of
+	// it, as of a grant heard at once.
+	heard := map[string]bool{}
 	for _, g := range c.grants.all() {
 		if g.manual && g.delivered {
 			retaken[g.token] = true
+		}
+		if !g.manual && !g.dup && g.delivered {
+			heard[g.token] = true
 		}
 	}
 	var vs []violation
@@ -449,10 +456,10 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			}
 		}
 		c.ledger.mu.Unlock()
-		if g.delivered && (skipped || recorded) {
-			// Heard and given up with a reason (its lease ran out in the
-			// jitter, or before the answer came): consumed, as the
-			// contract allows. A grant whose reply was lost is skipped
+		if (g.delivered || heard[g.token]) && (skipped || recorded) {
+			// Heard (at once, or through a resend) and given up with a
+			// reason (its lease ran out in the jitter, or before the
+			// answer came): consumed, as the contract allows. A grant whose reply was lost is skipped
 			// too, but for want of the answer: that is the loss this
 			// invariant is about.
 			continue
