@@ -66,6 +66,20 @@ type pool struct {
 	// worker does it at once (Scheduler.jobReturned).
 	returned func(later task) (mayDefer bool)
 	now      func() time.Duration // monoNow; tests step it
+	// clock, when set (setClock), is the scheduler's clock, one injected
+	// in place of the machine's: an end of a run is also due once it has
+	// waited maxDefer by it. maxDefer bounds a matter of this process's
+	// CPU, so the machine's clock (now) bounds it; but every other wait
+	// of the scheduler is on its clock, and one that runs faster than the
+	// machine's (the simulation steps seconds in microseconds, while its
+	// harness waits only for the goroutines to block) saw a run's end, its
+	// history record and its release, wait seconds of it for try-lock-ticks
+	// stalled on their way, and a node that died meanwhile took the record
+	// with it (internal/sim seed 3947). Whichever clock passes maxDefer
+	// first makes it due. (clockTimer is its laterTimer.)
+	clock      Clock
+	clockEpoch time.Time
+	clockTimer Timer
 
 	mu    sync.Mutex
 	cond  sync.Cond // parked workers wait here
@@ -119,6 +133,7 @@ const maxDefer = 100 * time.Millisecond
 type laterTask struct {
 	ran *releaseCall
 	at  time.Duration
+	atc time.Duration // clockNow, when the pool has a clock
 }
 
 // monoEpoch and monoNow read the monotonic clock for pool.later's bound:
@@ -199,7 +214,7 @@ func (p *pool) hold(on bool) {
 // as the spinning worker that will take t or what goes before it, so no
 // other worker is woken for t.
 func (p *pool) laterLocked(t task) {
-	p.later.push(laterTask{ran: t.ran, at: p.now()})
+	p.later.push(laterTask{ran: t.ran, at: p.now(), atc: p.clockNow()})
 }
 
 // waitingLocked reports whether a task waits that may be taken now.
@@ -217,7 +232,8 @@ func (p *pool) laterDueLocked(busy bool) bool {
 	if !busy && (!p.held && p.asking.Load() == 0 || p.closed) {
 		return true
 	}
-	return p.now()-p.later.front().at >= maxDefer
+	head := p.later.front()
+	return p.now()-head.at >= maxDefer || p.clock != nil && p.clockNow()-head.atc >= maxDefer
 }
 
 // takeLocked takes the next task, if one may be taken now. It decides on
@@ -290,7 +306,8 @@ func (p *pool) worker() {
 }
 
 // armLaterLocked arms the timer that keeps the bound of later (maxDefer)
-// while no worker is awake to check it.
+// while no worker is awake to check it, and the injected clock's (see
+// pool.clock).
 func (p *pool) armLaterLocked() {
 	if p.laterArmed {
 		return
@@ -301,6 +318,15 @@ func (p *pool) armLaterLocked() {
 		p.laterTimer = time.AfterFunc(d, p.laterDue)
 	} else {
 		p.laterTimer.Reset(d)
+	}
+	if p.clock == nil {
+		return
+	}
+	d = max(maxDefer-(p.clockNow()-p.later.front().atc), 0)
+	if p.clockTimer == nil {
+		p.clockTimer = p.clock.AfterFunc(d, p.laterDue)
+	} else {
+		p.clockTimer.Reset(d)
 	}
 }
 
@@ -327,9 +353,27 @@ func (p *pool) close() {
 	if p.laterTimer != nil {
 		p.laterTimer.Stop()
 	}
+	if p.clockTimer != nil {
+		p.clockTimer.Stop()
+	}
 	p.spinning += p.idle
 	p.idle = 0
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// setClock bounds the wait in later by maxDefer of c too, the scheduler's
+// clock when it is not the machine's (see pool.clock).
+func (p *pool) setClock(c Clock) {
+	p.clock, p.clockEpoch = c, c.Now()
+}
+
+// clockNow reads the injected clock (pool.clock) as a duration; zero
+// without one.
+func (p *pool) clockNow() time.Duration {
+	if p.clock == nil {
+		return 0
+	}
+	return p.clock.Now().Sub(p.clockEpoch)
 }

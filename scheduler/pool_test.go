@@ -227,3 +227,126 @@ func TestPoolTakesNothingOnceAskingRose(t *testing.T) {
 		t.Fatalf("later holds %d, want the run's end still waiting", p.later.len())
 	}
 }
+
+// On an injected clock (tests, the simulation) a run's end waits in later
+// no longer than maxDefer of that clock either, not only of the machine's:
+// the simulation steps its clock seconds at a time in microseconds, and a
+// run's end (its history record with it) waited there 18 of its seconds
+// while try-lock-ticks stalled on their way, until the node crashed and the
+// grant it ran under was recorded nowhere (internal/sim seed 3947).
+func TestPoolLaterBoundedOnTheInjectedClock(t *testing.T) {
+	clk := &stepClock{armed: make(chan struct{}, 1)}
+	ran := make(chan struct{}, 1)
+	p := newPool(func(t task) (task, bool) {
+		if t.ran == nil {
+			return task{ran: &releaseCall{}}, true // deferred
+		}
+		ran <- struct{}{}
+		return task{}, false
+	})
+	p.now = func() time.Duration { return 0 } // the machine's clock stands still
+	p.setClock(clk)
+	p.asking.Store(1) // never answered
+
+	p.mu.Lock()
+	p.laterLocked(task{ran: &releaseCall{}})
+	if p.waitingLocked() {
+		p.mu.Unlock()
+		t.Fatal("an end of a run is due at once while try-lock-ticks are on their way")
+	}
+	clk.advance(maxDefer)
+	if !p.waitingLocked() {
+		p.mu.Unlock()
+		t.Fatal("an end of a run that waited maxDefer on the injected clock is not due")
+	}
+	p.later.pop()
+	p.mu.Unlock()
+
+	p.submit(task{})
+	<-clk.armed // the worker parked, its run's end deferred
+	select {
+	case <-ran:
+		t.Fatal("the end of a run ran at once while ticks were asking")
+	default:
+	}
+	clk.advance(maxDefer)
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the end of a run did not run once it waited maxDefer on the injected clock, workers parked")
+	}
+	p.close()
+}
+
+// stepClock is a Clock that moves only when told to (advance), for the
+// pool's tests: package fakeclock imports this package. Only AfterFunc is
+// used; armed is told of each arming.
+type stepClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*stepTimer
+	armed  chan struct{}
+}
+
+type stepTimer struct {
+	c  *stepClock
+	at time.Time
+	on bool
+	f  func()
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) NewTimer(time.Duration) Timer { panic("stepClock: NewTimer is not used") }
+
+func (c *stepClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := &stepTimer{c: c, f: f}
+	c.mu.Lock()
+	c.timers = append(c.timers, t)
+	c.mu.Unlock()
+	t.Reset(d)
+	return t
+}
+
+// advance moves the clock by d and calls the functions of the timers due.
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	for _, t := range c.timers {
+		if t.on && !t.at.After(c.now) {
+			t.on = false
+			due = append(due, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		go f()
+	}
+}
+
+func (t *stepTimer) C() <-chan time.Time { return nil }
+
+func (t *stepTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.on
+	t.on = false
+	return was
+}
+
+func (t *stepTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	was := t.on
+	t.at, t.on = t.c.now.Add(d), true
+	t.c.mu.Unlock()
+	select {
+	case t.c.armed <- struct{}{}:
+	default:
+	}
+	return was
+}

@@ -427,3 +427,105 @@ func TestResendAnsweredPastTheGrantKeepIsGrantUnknown(t *testing.T) {
 		})
 	}
 }
+
+// aheadOnResend is a memory backend behind a link that loses every first
+// attempt of a try-lock-tick before the backend saw it (delayed, as it
+// turns out: the test applies it later) and refuses every resend as ahead
+// of the backend's clock, as it refuses the ticks of a node whose clock
+// runs ahead by more than max_clock_skew.
+type aheadOnResend struct {
+	*faulty // not in process: its requests carry the scheduler's token
+	mu      sync.Mutex
+	on      bool // from the test's tick on; before, the backend answers
+	delayed []locking.TickRequest
+}
+
+func (a *aheadOnResend) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
+	a.mu.Lock()
+	on := a.on
+	a.mu.Unlock()
+	if !on {
+		return a.faulty.TryLockTick(ctx, req)
+	}
+	if req.Resend {
+		return locking.TickAnswer{}, &locking.AheadError{Key: req.Key, Tick: req.Tick, Offset: 2 * time.Second, MaxSkew: req.MaxSkew}
+	}
+	a.mu.Lock()
+	a.delayed = append(a.delayed, req)
+	a.mu.Unlock()
+	return locking.TickAnswer{}, errReplyLost
+}
+
+type aheadOnResendBatcher struct{ *aheadOnResend }
+
+func (a aheadOnResendBatcher) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
+	for i, r := range reqs {
+		answers[i], errs[i] = a.TryLockTick(ctx, r)
+	}
+	return answers, errs
+}
+
+// A resend refused as ahead of the backend's clock decides nothing about
+// the attempts before it: one delayed on its way may still reach the
+// backend once T is due there and be granted, to a node that moved on
+// (sim seeds 3149 and 19170: a node 3 s ahead, its first attempt failed,
+// the resend refused, the first attempt's late copy granted a second
+// later). The tick is recorded as not run, its grant unknown, as one whose
+// resends went unanswered is: never consumed with no word.
+func TestResendRefusedAheadIsGrantUnknown(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(pathNames[batched], func(t *testing.T) {
+			t.Parallel()
+			clock := fakeclock.New(t0)
+			mem := memory.New(memory.WithClock(clock.Now), memory.WithHolder("node-a"))
+			a := &aheadOnResend{faulty: &faulty{inner: mem}}
+			var locker scheduler.Locker = a
+			if batched {
+				locker = aheadOnResendBatcher{a}
+			}
+			jb := &countingJob{}
+			hist := &history{recorder: newRecorder()}
+			h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+				Observer: hist}, sched("s", everyMinute, hints.RequireGlobal, jb))
+			h.rec = hist.recorder
+			h.start()
+			a.mu.Lock()
+			a.on = true
+			a.mu.Unlock()
+
+			clock.Advance(time.Minute)
+			h.rec.waitSkips(t, 1)
+			h.idle()
+			tick := t0.Add(time.Minute)
+			a.mu.Lock()
+			var late []locking.TickRequest
+			for _, r := range a.delayed {
+				if r.Tick.Equal(tick) {
+					late = append(late, r)
+				}
+			}
+			a.mu.Unlock()
+			if len(late) != 1 {
+				t.Fatalf("first attempts of T %v, want one", late)
+			}
+			// The delayed first attempt lands: granted, to no one.
+			if ans, err := mem.TryLockTick(context.Background(), late[0]); err != nil || ans.Verdict != locking.TickGranted {
+				t.Fatalf("the late first attempt: %v %v, want granted", ans.Verdict, err)
+			}
+			if got := jb.got(); len(got) != 0 {
+				t.Fatalf("ran %v, want no run", got)
+			}
+			var found bool
+			for _, r := range hist.records() {
+				if r.Tick.Equal(tick) && r.Result == scheduler.ResultNotRun && errors.Is(r.Err, scheduler.ErrGrantUnknown) {
+					found = true
+				}
+			}
+			if !found {
+				_, skips, _ := h.rec.snapshot()
+				t.Errorf("records %+v (skips %v), want the tick at %v not run, its grant unknown", hist.records(), skips, tick)
+			}
+		})
+	}
+}

@@ -362,6 +362,9 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.endGrace = make(chan struct{})
 	s.work = newPool(s.runTask)
 	s.work.returned = s.jobReturned
+	if bootClockOf(s.clock) == nil {
+		s.work.setClock(s.clock) // an injected clock (see pool.clock)
+	}
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
 	s.startObs, _ = opts.Observer.(RunStartObserver)

@@ -355,6 +355,17 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 			s.log.Error("tick refused: this node's clock runs ahead of the lock backend's",
 				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
 				slog.Duration("offset", ahead.Offset), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
+			if f.resend != nil && s.runObs != nil {
+				// A resend refused decides nothing of the attempts before
+				// it: one delayed on its way may still reach the backend
+				// once T is due there, and be granted, to this node that
+				// gave T up (the backends record a resend's contended or
+				// done, not a refusal). T is then consumed, and history
+				// says so, as for a tick whose resends went unanswered.
+				s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
+					Start: s.clock.Now(), RunID: f.runID(),
+					Err: fmt.Errorf("%w: a resend was refused as ahead of the backend's clock, and an earlier attempt may still reach it: %w", ErrGrantUnknown, err)})
+			}
 			return nil, SkipBackendError
 		}
 		if errors.Is(err, ErrGrantUnknown) && s.runObs != nil {

@@ -29,18 +29,15 @@ type violation struct {
 // that the suite stays green while they are open and a new kind of
 // violation still fails it. Once one stops appearing, delete it: it then
 // fails again if it comes back.
-const (
-	// A try-lock-tick whose reply was lost is resent with its token until
-	// the backend decides. Every backend keeps a grant's record for
-	// locking.GrantKeep and answers a resend that comes after the grant's
-	// lock expired from it (granted again, or expired: recorded not run
-	// with the fence); a tick given up undecided (resends unanswered, or
-	// cancelled by the end of the grace) and a resend answered after the
-	// keep are recorded not run, grant unknown (scheduler.ErrGrantUnknown).
-	// That took this hole from 85 seeds in 300 to 1 in 900 (seed 637, which
-	// did not fail again in three replays): not yet explained, so kept.
-	holeNoResend = "a lost reply's resends go unanswered for as long as the backend keeps its grant's record"
-)
+//
+// The resend hole ("a lost reply's resends go unanswered for as long as
+// the backend keeps its grant's record") is deleted: the seeds it still
+// labelled were a resend refused as ahead of the backend's clock, the
+// first attempt delayed and granted once T was due (3149, 19170: the
+// scheduler records such a tick not run, grant unknown, since), and a
+// grant heard through its resend, counted unheard here (949). None in
+// seeds 1..2000 since (nor 637, its last unexplained seed).
+// The take hole is in check_ops.go.
 
 // Invariant names.
 const (
@@ -411,9 +408,16 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 	// under a new fence, for the same request (cluster.Store's
 	// TakeRequest): the request's grant is then the later one.
 	retaken := map[string]bool{}
+	// A tick's grant whose reply was lost is heard when a resend is
+	// answered granted from it (the same token): the node then knows of
+	// it, as of a grant heard at once.
+	heard := map[string]bool{}
 	for _, g := range c.grants.all() {
 		if g.manual && g.delivered {
 			retaken[g.token] = true
+		}
+		if !g.manual && !g.dup && g.delivered {
+			heard[g.token] = true
 		}
 	}
 	var vs []violation
@@ -450,10 +454,10 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			}
 		}
 		c.ledger.mu.Unlock()
-		if g.delivered && (skipped || recorded) {
-			// Heard and given up with a reason (its lease ran out in the
-			// jitter, or before the answer came): consumed, as the
-			// contract allows. A grant whose reply was lost is skipped
+		if (g.delivered || heard[g.token]) && (skipped || recorded) {
+			// Heard (at once, or through a resend) and given up with a
+			// reason (its lease ran out in the jitter, or before the
+			// answer came): consumed, as the contract allows. A grant whose reply was lost is skipped
 			// too, but for want of the answer: that is the loss this
 			// invariant is about.
 			continue
@@ -475,8 +479,6 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// record a resend's verdict (link_dup.go); a violation.
 		case g.manual && !g.delivered:
 			v.known = holeTakeLost
-		case !g.delivered:
-			v.known = holeNoResend
 		}
 		vs = append(vs, v)
 	}

@@ -66,7 +66,7 @@
 // breaking it in neither of two runs. It fails when 300 seeds catch
 // nothing. Each mutation, its invariant, and the seeds it took in five
 // runs (seeds move a little from run to run; a mutation whose invariant
-// a known hole also breaks, as no resend's does, needs a seed the hole
+// a known hole also breaks, as no resend's did, needs a seed the hole
 // leaves alone):
 //
 //	DecideTick ignores the mark (locking/tick.go)         1 no tick twice     1-4

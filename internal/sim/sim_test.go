@@ -107,7 +107,7 @@ func TestSim(t *testing.T) {
 // default set, each with what it found, so that the lead can route it.
 // Replay one with -seed N.
 // (The violations found so far are of known holes, reported rather than
-// excluded: check.go's holeNoResend.)
+// excluded: check_ops.go's holeTakeLost.)
 var knownBad = map[uint64]bool{}
 
 // oneProc runs the rest of the test on one P (GOMAXPROCS 1), restored at
