@@ -17,10 +17,9 @@ import (
 //
 //   - no node's link had a fault window, and no node froze (a lost reply
 //     leaves a lock held until its TTL, a stall makes a decision late),
-//     nor (flaky, stall, freeze) over the GrantKeep (twice the longest
-//     TTL) before that span: a try-lock-tick they left undecided is
-//     resent that long, and its node holds back its runs' releases
-//     meanwhile (healthy);
+//     nor over the GrantKeep (twice the longest TTL) before that span:
+//     a try-lock-tick a fault left undecided is resent that long, and
+//     its node holds back its runs' releases meanwhile (healthy);
 //   - no node life started, stopped or crashed (a crashed holder's lease
 //     lives a TTL; a start runs the catch-up);
 //   - no node life running then had its clock beyond max_clock_skew;
@@ -106,8 +105,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	// seed 27027: s1's try-lock-tick sent at +91 in a flaky window
 	// ending at +94.07, resent until +106; s2's run ended at +103, its
 	// lock given back at +106, and s2@+104 was told contended on every
-	// node. So a flaky or stalled link, or a freeze, counts that much
-	// longer (a dup window answers every call, a hang holds renewals).
+	// node. So a fault window or a freeze counts that much longer.
 	callFrom := t.Add(-max(c.resendSpan(), releaseWait) - 2*step)
 	for _, w := range c.plan.pauses {
 		// Paused ticks are consumed, never run; the one at the resume
@@ -132,11 +130,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {
-			lo := from
-			if w.kind == flaky || w.kind == stall {
-				lo = callFrom // the kinds that leave a try-lock-tick undecided
-			}
-			if w.from.Before(to) && w.to.After(lo) {
+			if w.from.Before(to) && w.to.After(callFrom) {
 				return false
 			}
 		}
