@@ -271,33 +271,6 @@ func TestCheckLivenessTakeDoesNotRestoreMark(t *testing.T) {
 	}
 }
 
-// A link's fault counts against liveness for as long as the try-lock-ticks
-// it left undecided may be resent (GrantKeep after the first send): the
-// node holds back the releases of its ended runs while one is asking
-// (seed 27027). With a 7s TTL that is 14s; a fault 12s before the lost
-// tick excuses it, one 17s before does not.
-func TestCheckLivenessFaultCountsWhileResent(t *testing.T) {
-	for _, tc := range []struct {
-		faultEnd int // seconds from t0; the lost tick is 20
-		lost     bool
-	}{{8, false}, {3, true}} {
-		c := handMade(scheduler.OverlapSkip)
-		c.plan.scheds[0].ExpectedRuntime = 5 * time.Second // TTL 7s
-		c.everyTick(20)
-		c.plan.nodes[0].faults = []faultWindow{{kind: flaky,
-			from: t0.Add(time.Duration(tc.faultEnd-2) * time.Second), to: t0.Add(time.Duration(tc.faultEnd) * time.Second)}}
-		found := false
-		for _, v := range c.check() {
-			if v.inv != invLiveness {
-				t.Errorf("fault ending at %ds: found %q (%s), want only %q", tc.faultEnd, v.inv, v.msg, invLiveness)
-			}
-			found = found || v.at.Equal(t0.Add(20*time.Second))
-		}
-		if found != tc.lost {
-			t.Errorf("fault ending at %ds: tick 20 found lost: %v, want %v", tc.faultEnd, found, tc.lost)
-		}
-	}
-}
 
 // A grant whose reply was lost and whose resend was answered granted (the
 // same grant, found by its token) was heard: skipped with a reason once

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -15,11 +14,8 @@ import (
 // contract's last word. A tick T of schedule S is checked when, over
 // [T - (the longest TTL or releaseWait + 2 steps), T + S's jitter + 2 steps]:
 //
-//   - no node's link had a fault window, and no node froze (a lost reply
-//     leaves a lock held until its TTL, a stall makes a decision late),
-//     nor over the GrantKeep (twice the longest TTL) before that span:
-//     a try-lock-tick a fault left undecided is resent that long, and
-//     its node holds back its runs' releases meanwhile (healthy);
+//   - no node's link had a fault window (a lost reply leaves a lock
+//     held until its TTL, a stall makes a decision late);
 //   - no node life started, stopped or crashed (a crashed holder's lease
 //     lives a TTL; a start runs the catch-up);
 //   - no node life running then had its clock beyond max_clock_skew;
@@ -95,18 +91,6 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	// its node holds back the releases of its ended runs (the pool's
 	// later, up to maxDefer of real time: here, any number of steps).
 	from, to := t.Add(-max(c.maxTTL(), releaseWait)-2*step), t.Add(sp.Jitter+2*step)
-	// A try-lock-tick left undecided by a link's fault or a freeze is
-	// resent, and the last resend's lost reply waits out the resends'
-	// deadline: up to GrantKeep (twice the TTL) after the first send,
-	// which came in the fault (scheduler/resend.go). All that time its
-	// node counts the tick as asking, and the pool holds back the
-	// releases of every schedule's ended runs behind it (pool.later,
-	// again up to maxDefer of real time: any number of steps here);
-	// seed 27027: s1's try-lock-tick sent at +91 in a flaky window
-	// ending at +94.07, resent until +106; s2's run ended at +103, its
-	// lock given back at +106, and s2@+104 was told contended on every
-	// node. So a fault window or a freeze counts that much longer.
-	callFrom := t.Add(-max(c.resendSpan(), releaseWait) - 2*step)
 	for _, w := range c.plan.pauses {
 		// Paused ticks are consumed, never run; the one at the resume
 		// may be either side of it.
@@ -120,7 +104,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	for _, f := range c.plan.freezes {
 		// A frozen node is not healthy, and a lock it holds is held
 		// until the freeze ends (its renewals stop) or its TTL runs out.
-		if f.from.Before(to) && f.to.After(callFrom) {
+		if f.from.Before(to) && f.to.After(from) {
 			return false
 		}
 	}
@@ -130,7 +114,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	running := 0
 	for _, n := range c.plan.nodes {
 		for _, w := range n.faults {
-			if w.from.Before(to) && w.to.After(callFrom) {
+			if w.from.Before(to) && w.to.After(from) {
 				return false
 			}
 		}
@@ -163,17 +147,6 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 		}
 	}
 	return true
-}
-
-// resendSpan is how long after its first send an undecided try-lock-tick
-// may still be resent, its last resend waiting out its deadline: the
-// longest GrantKeep of any schedule's lock (scheduler/resend.go).
-func (c *cluster) resendSpan() time.Duration {
-	var bound time.Duration
-	if b, ok := c.mem.(locking.LeaseBounder); ok {
-		bound = b.MaxLease()
-	}
-	return locking.GrantKeep(c.maxTTL(), bound)
 }
 
 func later(a, b time.Time) time.Time {
