@@ -73,9 +73,11 @@ func (g *gateConn) guard(pc *pgconn.PgConn) {
 	g.guarded.Store(true)
 }
 
-// stopped reports whether traffic must stop: it failed before, or pgx
-// closed the connection on its own (IsClosed is read on the goroutine
-// that closed it, or on the one pgx started afterwards to send Terminate).
+// stopped reports, for a Write, whether traffic must stop: it failed
+// before, or pgx closed the connection on its own. pgx writes on the
+// goroutine running the statement, which also sets its status, or, once
+// closed, on the one it then starts to send Terminate (asyncClose), so
+// reading IsClosed there is ordered after the status was set.
 func (g *gateConn) stopped() bool {
 	if g.failed.Load() {
 		return true
@@ -90,8 +92,12 @@ func (g *gateConn) stopped() bool {
 	return false
 }
 
+// Read checks failed alone: pgx reads on a goroutine of its own too
+// (bgreader), where its connection's status may be changing; after pgx
+// closed on its own it writes (Terminate) before it reads (to drain), so
+// Write has stopped the traffic by then.
 func (g *gateConn) Read(b []byte) (int, error) {
-	if g.stopped() {
+	if g.failed.Load() {
 		return 0, errGivenUp
 	}
 	n, err := g.Conn.Read(b)
