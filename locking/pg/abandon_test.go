@@ -83,3 +83,55 @@ func TestTimedOutStatementKeepsOthersLeases(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsAbandonedSessions: Close ends a session given up while
+// it still held locks at once, without waiting for MaxLease: its holders
+// are done with the Locker too. A session given up holding none (its
+// failed statement's own lock, if any, has no holder) ends at once.
+func TestCloseEndsAbandonedSessions(t *testing.T) {
+	c := newCluster(t)
+	a := c.open(Options{MaxSessions: 1, OpTimeout: time.Second})
+	b := c.open(Options{})
+	ctx := context.Background()
+	mustLock(t, a, "held")
+	if err := a.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SELECT pg_sleep(30)")
+		return err
+	}); err == nil {
+		t.Fatal("the statement answered within OpTimeout")
+	}
+	a.mu.Lock()
+	n := len(a.abandoned)
+	a.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d sessions abandoned, want 1", n)
+	}
+	mustContend(t, b, "held")
+	start := time.Now()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFree(t, b, "held")
+	if took := time.Since(start); took >= a.MaxLease() {
+		t.Errorf("the abandoned session's lock was freed %v after Close; want at once, not after MaxLease %v", took, a.MaxLease())
+	}
+
+	// Given up holding nothing: closed at once.
+	l := c.open(Options{MaxSessions: 1, OpTimeout: time.Second})
+	h := mustLock(t, l, "x")
+	if err := l.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SELECT pg_try_advisory_lock(42, 42), pg_sleep(30)")
+		return err
+	}); err == nil {
+		t.Fatal("the statement answered within OpTimeout")
+	}
+	l.mu.Lock()
+	n = len(l.abandoned)
+	l.mu.Unlock()
+	if n != 0 {
+		t.Errorf("a session given up holding no lock is kept open (%d abandoned)", n)
+	}
+}
