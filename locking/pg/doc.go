@@ -17,9 +17,24 @@
 // break the connection, and with it the other callers' locks): the caller's
 // context is checked before it starts, OpTimeout bounds it.
 //
-// A session that fails to answer (a broken connection, a timeout) is closed:
-// exactly the locks it held are lost, each reported to its holder at its next
-// Renew or Release, and none is taken again by itself.
+// A session that fails to answer (a broken connection, a timeout) is given
+// up: exactly the locks it held are lost, each reported to its holder at
+// its next Renew or Release, at once, and none is taken again by itself.
+// It is abandoned, not closed: closing it would make Postgres free all
+// its locks at once, while each other holder multiplexed on it counts on
+// its lock until its last successful call plus MaxLease and is told only
+// at its next call, so another node could take a key whose holder still
+// runs. pgx ends a connection by itself when a statement on it fails to
+// complete (a cancel request, Terminate, close); every socket this
+// package dials stops that for a lock session (gate.go): once a statement
+// failed nothing more is sent on it (Terminate included) and pgx's close is
+// ignored. The Locker closes the socket MaxLease after giving the session
+// up (at once if it held no lock; at Close in any case). Meanwhile the
+// server keeps the session and its locks (a lock taken by the statement
+// that failed included: it is freed with the rest), and the abandoned
+// sockets are open beyond MaxSessions. A server-side statement_timeout
+// would not do instead: a stalled network, not a slow statement, is the
+// usual cause, and pgx cannot resume a connection after a timed-out read.
 //
 // Advisory locks have no TTL. The handle's TTL is only the lease the caller
 // plans by; the lock ends when it is released or when its session dies (the

@@ -159,12 +159,16 @@ func waitFree(t *testing.T, l *Locker, key string) {
 func TestTickResentAfterLostReply(t *testing.T) {
 	c := newCluster(t)
 	p, u := c.proxied()
-	a := c.open(Options{URL: u, OpTimeout: time.Second})
+	a := c.open(Options{URL: u, OpTimeout: time.Second, MaxSessions: 1})
 	b := c.open(Options{})
 	ctx := context.Background()
 	if err := b.InitMarks(ctx, []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
+	// Another lock on a's one session: a gives the session up when the
+	// call fails, but keeps it open for that lock's holder's sake
+	// (abandon), so the first call's lock stays held meanwhile.
+	mustLock(t, a, "pin")
 	tick := c.dbNow().Add(time.Second).Truncate(time.Second)
 	req := tickReq("k", tick)
 	req.Token = "token-of-the-first-call"
@@ -201,8 +205,8 @@ func TestTickResentAfterLostReply(t *testing.T) {
 	if tok != req.Token {
 		t.Fatalf("the first call did not claim T on the server (token %q): the test lost its race", tok)
 	}
-	// The first call's session still lives on the server (the proxy keeps
-	// its socket open) and holds the lock.
+	// The first call's session still lives on the server (a keeps its
+	// socket open for the pinned lock's lease) and holds the lock.
 	got, err := b.TryLockTick(ctx, req)
 	if !errors.Is(err, locking.ErrUnavailable) {
 		t.Fatalf("resent while the first session holds the lock = %+v, %v, want ErrUnavailable (holder %d, b's sessions %v)", got, err, c.holderPID("k"), b.sessionPIDs())

@@ -75,7 +75,10 @@ type Locker struct {
 	connected chan struct{}    // closed (and replaced) when a connect ends
 	held      map[int64]*lease // lock id → its lease; nil while a TryLock is asking
 	leaseSeq  uint64           // the seq of the last lease held (hold)
-	ops       sync.WaitGroup   // TryLock, Ping and List calls in flight, for Close
+	// abandoned are the sessions given up while holding locks, each
+	// closed by its timer once no holder counts on them (abandon).
+	abandoned map[*gateConn]*time.Timer
+	ops       sync.WaitGroup // TryLock, Ping and List calls in flight, for Close
 
 	// abort is cancelled when Close's deadline passes: every query in
 	// flight gives up at once, so Close returns in time.
@@ -167,7 +170,7 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
-	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{})}
+	l := &Locker{opts: opts, cfg: cfg, held: make(map[int64]*lease), connected: make(chan struct{}), abandoned: make(map[*gateConn]*time.Timer)}
 	l.times = configureSessions(cfg, opts.OpTimeout)
 	l.lockTimeout = lockTimeout(opts.OpTimeout)
 	l.lockTimeoutSetting = strconv.FormatInt(l.lockTimeout.Milliseconds(), 10)
@@ -270,9 +273,10 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 
 // tryLock asks Postgres once, on a shared session, retrying once on a
 // fresh connection when a reused session turns out dead (Postgres
-// restarted since). Retrying is safe: the dead session is closed, so any
-// lock it might have taken ends. The id is claimed (claimID), so no session
-// of this Locker holds it and asking on any of them is sound.
+// restarted since). Retrying is safe: any lock the dead session might have
+// taken stays with that session until it ends (abandon), so the retry
+// finds it contended, never held twice. The id is claimed (claimID), so no
+// session of this Locker holds it and asking on any of them is sound.
 func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, error) {
 	ctx, cancel := l.stmtCtx(ctx)
 	defer cancel()
@@ -344,7 +348,7 @@ func queryErr(op, key string, err error) error {
 }
 
 // lostErr wraps the failure of a statement on a held lock's session: the
-// lock is lost (its session is closed), and when Postgres did not answer
+// lock is lost (its session is given up: abandon), and when Postgres did not answer
 // (a broken connection, a timeout) the backend is also unavailable, so an
 // outage reads as one and not only as lost locks.
 func lostErr(op, key string, err error) error {
@@ -363,7 +367,9 @@ func lostErr(op, key string, err error) error {
 // which goes before any other statement waiting for the session. A
 // failure ends the lock: the error wraps locking.ErrLockLost, and also
 // locking.ErrUnavailable when Postgres did not answer; a session that
-// failed to answer is closed, and every other lock on it is lost with it.
+// failed to answer is given up, and every other lock on it is lost with
+// it (each told at its holder's next call; the server keeps them until
+// their leases ended: abandon).
 // Renew returns by ctx's deadline: when the session has not answered by
 // then, the error wraps locking.ErrUnavailable alone (the statement goes
 // on, bounded by OpTimeout, and its failure would still end the session).
@@ -452,7 +458,8 @@ func (l *Locker) stillHeld(ctx context.Context, ls *lease) bool {
 // stays open for its other locks. A lock that is no longer held, or any
 // failure, gives an error wrapping locking.ErrLockLost (and
 // locking.ErrUnavailable when Postgres did not answer); a session that
-// failed to answer is closed, which ends its locks.
+// failed to answer is given up (abandon), which ends its locks once no
+// holder can count on them.
 func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -616,6 +623,14 @@ func (l *Locker) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	// The abandoned sessions' holders are done with this Locker too.
+	l.mu.Lock()
+	for g, t := range l.abandoned {
+		t.Stop()
+		_ = g.shutNow()
+		delete(l.abandoned, g)
+	}
+	l.mu.Unlock()
 	return errors.Join(errs...)
 }
 

@@ -27,6 +27,7 @@ import (
 // batch waiting on a row gives the slot up every lockTimeout: ticks.go).
 type session struct {
 	conn *pgx.Conn
+	gate *gateConn // conn's socket: only the Locker ends the session (abandon)
 	pid  uint32
 	sem  chan struct{} // holds a token while a statement uses conn
 
@@ -45,7 +46,11 @@ type session struct {
 }
 
 func newSession(conn *pgx.Conn, pid uint32) *session {
-	return &session{conn: conn, pid: pid, sem: make(chan struct{}, 1), leases: make(map[int64]*lease)}
+	s := &session{conn: conn, pid: pid, sem: make(chan struct{}, 1), leases: make(map[int64]*lease), gate: gateOf(conn)}
+	if s.gate != nil {
+		s.gate.guard(conn.PgConn())
+	}
+	return s
 }
 
 // errSessionDead is the cause given to a call that waited for a session
@@ -244,30 +249,60 @@ func (s *session) handOffLocked() {
 	<-s.sem
 }
 
-// kill ends s for good: it is forgotten, its socket closed (which makes
-// Postgres end the backend and so free every lock on it), and each of its
-// locks is lost, to be reported as such to its holder at its next Renew or
-// Release (the held map forgets them at once, so their keys can be asked
-// for again; nothing re-takes them by itself). Safe to call without s's
-// slot and more than once: closing the socket is safe concurrently with a
-// statement in flight, which then fails.
+// kill ends s for good: it is forgotten, and each of its locks is lost,
+// to be reported as such to its holder at its next Renew or Release, at
+// once (the held map forgets them at once, so their keys can be asked for
+// again; nothing re-takes them by itself). The session is abandoned, not
+// ended (abandon): no statement goes out on it any more, one in flight
+// fails at once, but its socket, and so its locks on the server, last
+// until no holder can still count on them. Safe to call without s's slot
+// and more than once.
 func (l *Locker) kill(s *session, cause error) {
 	if l.bury(s, cause) {
-		if nc := s.conn.PgConn().Conn(); nc != nil {
-			_ = nc.Close()
-		}
+		l.abandon(s)
 	}
 }
 
-// killOwned is kill by the holder of s's slot. A connection pgx already
-// closed (a statement timed out) is left to pgx, which sends a cancel
-// request and closes the socket itself.
-func (l *Locker) killOwned(s *session, cause error) {
-	if l.bury(s, cause) && !s.conn.IsClosed() {
+// killOwned is kill by the holder of s's slot.
+func (l *Locker) killOwned(s *session, cause error) { l.kill(s, cause) }
+
+// abandon gives up s, just buried. Closing its socket would make Postgres
+// end the session and free every lock on it at once, while each holder
+// multiplexed on it counts on its lock until its last successful call plus
+// MaxLease (locking.LeaseBounder), and is told otherwise only at its next
+// Renew or Release: another node could be granted a key whose holder still
+// runs. So the socket stays open for MaxLease from now, past every such
+// lease (each began before now), and only then is closed. Every holder's
+// next call is answered lost at once (s is dead), so none renews across
+// the gap, and the socket carries nothing meanwhile (gateConn), so the
+// session cannot take or free anything. A session with no locks is closed
+// at once; Close closes the abandoned ones too.
+//
+// The server may end the session sooner by itself, but only as it would
+// have anyway: its keepalives (MaxLease after the last traffic) or an
+// operator, which MaxLease already accounts for.
+func (l *Locker) abandon(s *session) {
+	g := s.gate
+	if g == nil {
+		// A connection this package did not dial (tests): end it.
 		if nc := s.conn.PgConn().Conn(); nc != nil {
 			_ = nc.Close()
 		}
+		return
 	}
+	g.abandon()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(s.leases) == 0 || l.closed {
+		_ = g.shutNow()
+		return
+	}
+	l.abandoned[g] = time.AfterFunc(l.times.maxLease(), func() {
+		_ = g.shutNow()
+		l.mu.Lock()
+		delete(l.abandoned, g)
+		l.mu.Unlock()
+	})
 }
 
 // bury marks s dead and forgets it and its locks; false if it already was.

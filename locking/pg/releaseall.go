@@ -23,9 +23,9 @@ import (
 // errs[i] is what Release would have returned for hs[i]: a handle of
 // another Locker, or one already released or lost, is answered without
 // asking; a lock its session no longer holds is ErrLockLost; a session
-// found dead, or whose round trip fails, is closed and every lock of the
-// batch on it is reported lost, as Release reports it (an error of the
-// round trip is the error of every handle in it). Two handles of one lock
+// found dead, or whose round trip fails, is given up (abandon) and every
+// lock of the batch on it is reported lost, as Release reports it (an
+// error of the round trip is the error of every handle in it). Two handles of one lock
 // (the same handle twice, or a resent tick's copy) release it once: the
 // later one is answered as a Release after the first.
 //
@@ -133,8 +133,8 @@ func (l *Locker) releaseGroup(ctx context.Context, items []releaseItem, errs []e
 // round trip (and forgets the tokens of tick grants): Release's statement,
 // or a batch of them in one transaction. Each lease's mu must be held and
 // the lease not done; errs[j] gets Release's answer for leases[j]. A
-// failure leaves the session in doubt: it is closed, which ends every lock
-// on it.
+// failure leaves the session in doubt: it is given up (abandon), which
+// ends every lock on it once no holder can count on them.
 func (l *Locker) unlockOn(ctx context.Context, s *session, leases []*lease, errs []error) {
 	if l.deadErrs("release", s, leases, errs) {
 		return

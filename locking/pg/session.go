@@ -54,7 +54,7 @@ func configureSessions(cfg *pgx.ConnConfig, opTimeout time.Duration) sessionTime
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: t.idle, Interval: t.interval, Count: t.count},
 		Control:         userTimeoutControl(t.userTimeout),
 	}
-	cfg.DialFunc = d.DialContext
+	cfg.DialFunc = gateDial(d.DialContext)
 	if _, set := cfg.RuntimeParams["application_name"]; !set {
 		cfg.RuntimeParams["application_name"] = "bext-scheduler"
 	}
@@ -119,13 +119,23 @@ SELECT pg_backend_pid(), pg_try_advisory_lock(1650817140, pg_backend_pid()) FROM
 }
 
 // closeConn closes conn within closeTimeout, at once when Close's deadline
-// passed (l.abort): the server ends the session either way.
+// passed (l.abort): the server ends the session either way. Only for a
+// connection no holder counts on (a probe, the listener, a session with no
+// locks, or every session once Close gave its locks up): it ends the
+// session even if pgx gave it up before (gateConn).
 func closeConn(l *Locker, ctx context.Context, conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	stop := context.AfterFunc(l.abort, cancel)
 	defer stop()
+	g := gateOf(conn)
+	if g != nil {
+		g.ending.Store(true)
+	}
 	_ = conn.Close(ctx)
+	if g != nil {
+		_ = g.shutNow()
+	}
 }
 
 // connect opens and probes a new session. ctx carries the OpTimeout bound.

@@ -42,9 +42,9 @@ func TestSessionSettings(t *testing.T) {
 	if got, want := c.open(Options{}).MaxLease(), 8*time.Second; got != want {
 		t.Errorf("MaxLease at the default OpTimeout = %v, want %v (5s idle + 3×1s)", got, want)
 	}
-	tcp, ok := sess.conn.PgConn().Conn().(*net.TCPConn)
+	tcp, ok := sess.gate.Conn.(*net.TCPConn)
 	if !ok {
-		t.Fatalf("session is not on TCP (%T): set BEXT_TEST_PG_URL to a TCP address", sess.conn.PgConn().Conn())
+		t.Fatalf("session is not on TCP (%T): set BEXT_TEST_PG_URL to a TCP address", sess.gate.Conn)
 	}
 	raw, err := tcp.SyscallConn()
 	if err != nil {
