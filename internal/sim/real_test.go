@@ -55,7 +55,8 @@ func TestSimPostgres(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		drop := *pgDropFlag == "all" || *pgDropFlag == "even" && seed%2 == 0
-		return newPGBackend(ctx, url, fmt.Sprintf("sim_%d_%d", seed, time.Now().UnixNano()%1e12), drop)
+		return newPGBackend(ctx, url, fmt.Sprintf("sim_%d_%d", seed, time.Now().UnixNano()%1e12), drop,
+			func(target string) *faultproxy.Proxy { return faultproxy.Start(t, target) })
 	})
 }
 

@@ -361,21 +361,15 @@ func newRedisBackend(url, prefix string, proxy proxier) (*realBackend, error) {
 	}
 	b.admin = admin
 	b.open = func(node string, life int) (realNode, error) {
-		u, px := url, (*faultproxy.Proxy)(nil)
-		if proxy != nil {
-			pu, err := neturl.Parse(url)
-			if err != nil {
-				return nil, fmt.Errorf("sim: the Redis URL: %w", err)
-			}
-			px = proxy(pu.Host)
-			pu.Host = px.Addr()
-			u = pu.String()
+		u, px, err := proxied(url, proxy)
+		if err != nil {
+			return nil, err
 		}
 		l, err := redis.Open(redis.Options{URL: u, KeyPrefix: prefix, Holder: fmt.Sprintf("%s/%d", node, life)})
 		if err != nil {
 			return nil, err
 		}
-		return &redisNode{Locker: l, px: px}, nil
+		return &redisNode{Locker: l, netStall: netStall{px: px}}, nil
 	}
 	b.cleanup = func(ctx context.Context) error {
 		opt, err := goredis.ParseURL(url)
@@ -406,12 +400,34 @@ func newRedisBackend(url, prefix string, proxy proxier) (*realBackend, error) {
 // link is cut; the locks live out their TTL on the server).
 type redisNode struct {
 	*redis.Locker
-	px *faultproxy.Proxy // nil: the life dials Redis directly
+	netStall
+
+	mu   sync.Mutex
+	dead bool
+}
+
+// netStall is a node life's fault proxy, when it dials through one.
+type netStall struct {
+	px *faultproxy.Proxy // nil: the life dials its backend directly
 
 	mu     sync.Mutex
-	dead   bool
 	healAt time.Time   // the end of the proxy's current stall
 	heal   *time.Timer // heals the proxy then
+}
+
+// proxied returns url with its host replaced by a new proxy's to it, and
+// the proxy; url and nil without proxy.
+func proxied(url string, proxy proxier) (string, *faultproxy.Proxy, error) {
+	if proxy == nil {
+		return url, nil, nil
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", nil, fmt.Errorf("sim: the backend's URL: %w", err)
+	}
+	px := proxy(u.Host)
+	u.Host = px.Addr()
+	return u.String(), px, nil
 }
 
 // A proxiedNode is a node client whose link stalls are a TCP proxy's
@@ -422,13 +438,13 @@ type proxiedNode interface {
 	stall(until time.Time) bool
 }
 
-func (n *redisNode) stall(until time.Time) bool {
+func (n *netStall) stall(until time.Time) bool {
 	if n.px == nil {
 		return false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.dead || !until.After(n.healAt) {
+	if !until.After(n.healAt) {
 		return true // stalled until then already
 	}
 	if n.heal != nil {
@@ -438,6 +454,21 @@ func (n *redisNode) stall(until time.Time) bool {
 	n.healAt = until
 	n.heal = time.AfterFunc(time.Until(until), n.px.Heal)
 	return true
+}
+
+// unstall heals the proxy for good: a client's Close whose last calls sat
+// in a blackhole would wait out its whole timeout.
+func (n *netStall) unstall() {
+	if n.px == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.heal != nil {
+		n.heal.Stop()
+	}
+	n.healAt = time.Time{}
+	n.mu.Unlock()
+	n.px.Heal()
 }
 
 func (n *redisNode) crash() {
@@ -455,16 +486,7 @@ func (n *redisNode) outlives() bool {
 // finish closes the Locker and its client (a stopped life released its
 // locks itself; a crashed one's are released only after the run).
 func (n *redisNode) finish() {
-	if n.px != nil {
-		// Healed first: a Close whose releases sat in a blackhole would
-		// wait out its whole timeout.
-		n.mu.Lock()
-		if n.heal != nil {
-			n.heal.Stop()
-		}
-		n.mu.Unlock()
-		n.px.Heal()
-	}
+	n.unstall()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = n.Close(ctx)
@@ -481,7 +503,13 @@ const pgSessions = 2
 
 // newPGBackend opens the operator's Locker and connection in namespace ns.
 // dropOnLoss: a lost call ends its node life's sessions (pgNode.dropped).
-func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool) (*realBackend, error) {
+//
+// With proxy, each node life reaches Postgres through a fault proxy of its
+// own, and its stall windows are the proxy's, as on Redis: a statement
+// stalled past its deadline is given up by the client, whose session is
+// then abandoned (locking/pg/gate.go), not closed, so that the other
+// locks on it stay held for as long as their holders may count on them.
+func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool, proxy proxier) (*realBackend, error) {
 	b := newRealBackend("postgres")
 	withApp := func(app string) string {
 		sep := "?"
@@ -509,12 +537,16 @@ func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool) (*realBa
 	b.admin = admin
 	b.open = func(node string, life int) (realNode, error) {
 		app := fmt.Sprintf("%s_%s_%d", ns, strings.ReplaceAll(node, "-", ""), life)
-		l, err := pg.Open(context.Background(), pg.Options{URL: withApp(app), Namespace: ns,
+		u, px, err := proxied(withApp(app), proxy)
+		if err != nil {
+			return nil, err
+		}
+		l, err := pg.Open(context.Background(), pg.Options{URL: u, Namespace: ns,
 			MaxSessions: pgSessions, Holder: fmt.Sprintf("%s/%d", node, life)})
 		if err != nil {
 			return nil, err
 		}
-		return &pgNode{Locker: l, kill: func() {
+		return &pgNode{Locker: l, netStall: netStall{px: px}, kill: func() {
 			cmu.Lock()
 			defer cmu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -548,6 +580,7 @@ func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool) (*realBa
 // pgNode is a life's Postgres client.
 type pgNode struct {
 	*pg.Locker
+	netStall
 	kill func()
 	drop bool // a lost call ends the sessions (dropped)
 }
@@ -573,6 +606,7 @@ func (n *pgNode) drops() bool { return n.drop }
 func (n *pgNode) outlives() bool { return false }
 
 func (n *pgNode) finish() {
+	n.unstall()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = n.Close(ctx)
