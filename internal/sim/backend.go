@@ -2,8 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -42,28 +40,9 @@ type backend interface {
 // crashed holder's lock for its TTL, and their clients need no telling.
 type crasher interface{ crash() }
 
-// A dropper is a node client whose connections a lost call may end,
-// beyond what the link does: the caller gave up on a call that never
-// answered (realtime.go: Postgres, on the seeds -pgdrop says). drops
-// reports whether it does; dropped ends them.
-type dropper interface {
-	drops() bool
-	dropped()
-}
-
-// errDropped is a lost renewal's error when the client closed the session
-// that did not answer: the lock went with it, and the client says so, as
-// the Postgres backend's Renew does.
-var errDropped = fmt.Errorf("sim: no answer, the session was closed: %w (%w)", locking.ErrLockLost, locking.ErrUnavailable)
-
-// renewRefusal is refusal for a renewal: on a client that closes a
-// session that did not answer, the lock is known lost.
+// renewRefusal is refusal for a renewal.
 func (l *link) renewRefusal(ctx context.Context, f fate) error {
-	err := l.refusal(ctx, f)
-	if d, ok := l.mem.(dropper); ok && d.drops() && errors.Is(err, errLost) {
-		return errDropped
-	}
-	return err
+	return l.refusal(ctx, f)
 }
 
 // A stateLoser is a backend the harness can make lose state (loss.go), as

@@ -271,7 +271,6 @@ func TestCheckLivenessTakeDoesNotRestoreMark(t *testing.T) {
 	}
 }
 
-
 // A grant whose reply was lost and whose resend was answered granted (the
 // same grant, found by its token) was heard: skipped with a reason once
 // heard (here its lease ran out in the jitter), it is consumed as the

@@ -41,12 +41,15 @@
 // face the same invariants: a seed's plan, compressed into a shorter span
 // (-realspan, 40s), is carried out on the real clock, each node life with
 // a Locker of its own (a fresh Redis key prefix, a fresh Postgres
-// namespace per seed) behind the same fault link, whose stalls then
-// really wait; a crash on Postgres ends the life's sessions on the
-// server, as the death of its process does; with -pgdrop so does a lost
-// call once its caller gave up on it, as a client closing a session that
-// did not answer does (else the grant of a lost reply holds its advisory
-// lock, which has no TTL, until the life ends). The harness waits real time
+// namespace per seed) behind the same fault link, and each dialing
+// through a TCP fault proxy of its own, whose blackhole carries the
+// link's stalls: a stalled request sits in the network and lands when the
+// window heals, and a Postgres client gives up on the statement and
+// abandons its session, as in production. A crash on Postgres ends the
+// life's sessions on the server, as the death of its process does. (A
+// reply the link loses on Postgres leaves its lock on a session the
+// client still trusts, until the life ends: the proxy's stalls are the
+// faithful version of that fault.) The harness waits real time
 // between its events instead of stepping and quiescing, and the ledger's
 // true time is the real clock. Fewer seeds run (-realseeds, 6 each, side
 // by side), fewer ticks fall in a healthy window for invariant 3, and a

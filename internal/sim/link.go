@@ -189,9 +189,6 @@ func (l *link) refusal(ctx context.Context, f fate) error {
 			return err
 		}
 	}
-	if d, ok := l.mem.(dropper); ok && d.drops() {
-		d.dropped()
-	}
 	return errLost
 }
 

@@ -29,7 +29,6 @@ var (
 	realSeedsFlag    = flag.Int("realseeds", 6, "TestSimRedis, TestSimPostgres: how many seeds to run, from -first (-seed N: only N)")
 	realSpanFlag     = flag.Duration("realspan", 40*time.Second, "TestSimRedis, TestSimPostgres: the span a seed's plan is compressed into")
 	realParallelFlag = flag.Int("realparallel", 6, "TestSimRedis: seeds run at once (TestSimPostgres: at most -pgparallel)")
-	pgDropFlag       = flag.String("pgdrop", "none", "TestSimPostgres: the seeds (all, even, none) where a lost call ends its node life's sessions (realtime.go: pgNode.dropped)")
 	pgParallelFlag   = flag.Int("pgparallel", 3, "TestSimPostgres: seeds run at once (each holds up to a dozen connections)")
 )
 
@@ -45,17 +44,13 @@ func TestSimRedis(t *testing.T) {
 
 func TestSimPostgres(t *testing.T) {
 	t.Parallel()
-	if !slices.Contains([]string{"all", "even", "none"}, *pgDropFlag) {
-		t.Fatalf("-pgdrop %q: want all, even or none", *pgDropFlag)
-	}
 	url := testenv.PGURL(t)
 	runReal(t, "TestSimPostgres", min(*realParallelFlag, *pgParallelFlag), func(seed uint64) (*realBackend, error) {
 		// A namespace of its own: keys, fences, marks and advisory lock
 		// ids all derive from it.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		drop := *pgDropFlag == "all" || *pgDropFlag == "even" && seed%2 == 0
-		return newPGBackend(ctx, url, fmt.Sprintf("sim_%d_%d", seed, time.Now().UnixNano()%1e12), drop,
+		return newPGBackend(ctx, url, fmt.Sprintf("sim_%d_%d", seed, time.Now().UnixNano()%1e12),
 			func(target string) *faultproxy.Proxy { return faultproxy.Start(t, target) })
 	})
 }

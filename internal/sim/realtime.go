@@ -502,14 +502,13 @@ func (n *redisNode) finish() {
 const pgSessions = 2
 
 // newPGBackend opens the operator's Locker and connection in namespace ns.
-// dropOnLoss: a lost call ends its node life's sessions (pgNode.dropped).
 //
 // With proxy, each node life reaches Postgres through a fault proxy of its
 // own, and its stall windows are the proxy's, as on Redis: a statement
 // stalled past its deadline is given up by the client, whose session is
 // then abandoned (locking/pg/gate.go), not closed, so that the other
 // locks on it stay held for as long as their holders may count on them.
-func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool, proxy proxier) (*realBackend, error) {
+func newPGBackend(ctx context.Context, url, ns string, proxy proxier) (*realBackend, error) {
 	b := newRealBackend("postgres")
 	withApp := func(app string) string {
 		sep := "?"
@@ -561,7 +560,7 @@ func newPGBackend(ctx context.Context, url, ns string, dropOnLoss bool, proxy pr
 			if err != nil {
 				b.fail(fmt.Errorf("sim: ending the sessions of crashed %s/%d: %w", node, life, err))
 			}
-		}, drop: dropOnLoss}, nil
+		}}, nil
 	}
 	b.cleanup = func(ctx context.Context) error {
 		cmu.Lock()
@@ -582,25 +581,12 @@ type pgNode struct {
 	*pg.Locker
 	netStall
 	kill func()
-	drop bool // a lost call ends the sessions (dropped)
 }
 
 // crash ends the life's sessions on the server: what the death of its
 // process does to them. A session the Locker opens after (a call that was
 // under way) holds nothing of before, and ends with finish.
 func (n *pgNode) crash() { n.kill() }
-
-// dropped ends the life's sessions once the caller gave up on a lost
-// call, when the backend drops on loss (newPGBackend): a Postgres client
-// closes a session whose statement did not answer in time, and its
-// advisory locks end with it. Without it a lost reply leaves its grant's
-// lock held by a live session until the life ends (advisory locks have no
-// TTL), which production cannot reach; with it, every session of the life
-// ends, not only the one that lost the call (the link does not know which
-// one that was), as when the node's connections all broke.
-func (n *pgNode) dropped() { n.kill() }
-
-func (n *pgNode) drops() bool { return n.drop }
 
 // outlives is false: nothing of a Postgres client outlives its process.
 func (n *pgNode) outlives() bool { return false }
