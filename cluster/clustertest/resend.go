@@ -224,4 +224,3 @@ func caseTakeHeardNotRequeued(s *suite) {
 	}
 	s.wantQueued(b, nil, "every trigger heard and ended")
 }
-
