@@ -10,6 +10,12 @@ if tag and string.find(tag, '@', 1, true) then
   redis.call('DEL', KEYS[1] .. ':grant:' .. tag)
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  -- A take's lock released while ours: its taker heard the take, and ran
+  -- its trigger or gave it up; it is no longer pending (take.lua). One
+  -- that lapsed first stays pending: its taker never started it.
+  if tag and not string.find(tag, '@', 1, true) then
+    redis.call('HDEL', KEYS[1] .. ':pending', tag)
+  end
   return redis.call('DEL', KEYS[1])
 end
 return 0
