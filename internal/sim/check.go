@@ -415,6 +415,15 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			retaken[g.token] = true
 		}
 	}
+	// A trigger whose take was never heard back goes back to its queue
+	// once the take's lock is free (no renewal or release came from its
+	// taker), and a later take runs it.
+	ranRequest := map[string]bool{}
+	for _, r := range all {
+		if r.manual {
+			ranRequest[r.runID] = true
+		}
+	}
 	var vs []violation
 	for _, g := range c.uniqueGrants() {
 		if ran[fmt.Sprint(g.key, g.tick.UnixNano(), g.node, g.fence)] {
@@ -422,6 +431,9 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		}
 		if g.manual && !g.delivered && retaken[g.token] {
 			continue // its resend was answered: checked as that grant
+		}
+		if g.manual && !g.delivered && !g.backfill && ranRequest[g.runID] {
+			continue // requeued, and run from a later take: checkManual checks it ran once
 		}
 		if g.manual && (c.refusedTake(g.token) || (!g.delivered && g.backfill)) {
 			// Refused by the scheduler and released; or a backfill's take
@@ -473,7 +485,9 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// tick to a node that moved on: no hole since the backends
 			// record a resend's verdict (link_dup.go); a violation.
 		case g.manual && !g.delivered:
-			v.known = holeTakeLost
+			// A trigger's take never heard back whose trigger never ran,
+			// though it goes back to its queue once the lock is free: a
+			// violation.
 		case !g.delivered:
 			v.known = holeNoResend
 		}
