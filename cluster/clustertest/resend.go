@@ -156,6 +156,10 @@ func caseTakeResentBackfill(s *suite) {
 	if tk2.Handle.Fence() != tk.Handle.Fence() {
 		s.t.Fatalf("the resent take's fence %d, want the first's %d", tk2.Handle.Fence(), tk.Handle.Fence())
 	}
+	// Renewed before its run starts, as a trigger's take is (the renewal
+	// that is its taker's word, which a backfill does not need: it stays
+	// queued until Done).
+	s.check(s.locker(a).Renew(s.ctx, tk2.Handle), "Renew of the backfill's take")
 	s.check(a.Done(s.ctx, *tk2.Request), "Done(b1)")
 	s.release(a, tk2.Handle, "b1")
 	tk3 := s.takeTok(a, "job", "node-a", "tok-a")

@@ -391,8 +391,8 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	if err := l.check(ctx, ls); err != nil {
 		return err
 	}
-	if ls.req != nil && ls.token != "" && !ls.heard {
-		return l.hearTake(ctx, ls)
+	if ls.req != nil && !ls.req.Backfill && ls.token != "" && !ls.heard {
+		return l.hearTake(ctx, ls) // a backfill's take keeps no row: it stays queued until Done
 	}
 	return nil
 }
