@@ -102,7 +102,8 @@ type TakeReq struct {
 }
 
 // TakeKeep is how long a backend keeps the record of a take answered with
-// a request, for its resends: twice its TTL.
+// a request, for its resends: twice its TTL. (A trigger not heard back is
+// kept longer, until it goes back to its queue: see TakeRequest.)
 func TakeKeep(ttl time.Duration) time.Duration { return 2 * ttl }
 
 // Store is the cluster state contract. Implementations are safe for
@@ -179,6 +180,20 @@ type Store interface {
 	// and a copy arriving once another holds the lock would put back a
 	// trigger that ran. Another Token (or none) is a fresh take, decided as
 	// above; so is a Token past its record's keep.
+	//
+	// A trigger taken with a Token whose taker is never heard from again
+	// (every reply and resend lost, the taker gone or given up) is not
+	// lost with its record: the backend keeps it until the taker renews
+	// the take's lock or releases it while it is held (its word that it
+	// heard the take: the trigger is its own from then on, run or
+	// refused), and a take that finds the schedule's lock free first puts
+	// every trigger still unheard back at the head of its queue (the
+	// oldest take first; Postgres: at its own place in the queue) with its
+	// record dropped, the schedule listed by Queued meanwhile. So a taker
+	// must renew the lock once, successfully, before it starts the run
+	// (the scheduler's RunManual does): a run that started is never
+	// requeued, even when its node then dies. A lock that ended unheard
+	// (expired, its session gone, released by Close) is no word.
 	TakeRequest(ctx context.Context, req TakeReq) (Taken, error)
 	// Done removes a backfill request from the head of its queue once its
 	// run ended (whatever the result). It is a no-op for a trigger.

@@ -92,7 +92,13 @@ func (s *Scheduler) handleManual(f fired) {
 		}
 		l = s.newLease(m.Handle, sent)
 	}
-	out := s.runJob(f, l)
+	var out runOutcome
+	if err := s.confirmTake(l); err != nil {
+		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
+		s.reportRan(f, out, ran{runID: f.runID(), manual: true, fence: l.h.Fence()})
+	} else {
+		out = s.runJob(f, l)
+	}
 	if l != nil { // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
@@ -114,6 +120,27 @@ func (s *Scheduler) handleManual(f fired) {
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.wg.Done()
+}
+
+// confirmTake renews a manual run's lock once before the run starts, and
+// refuses the run when that renewal was not answered with success. The
+// renewal tells the backend that the take's answer was heard: a take whose
+// lock lapses with no renewal or release from its taker puts its trigger
+// back on its queue (cluster.Store.TakeRequest), so that a trigger whose
+// take's replies were all lost is not lost with them; a run that started
+// has been confirmed, and is never requeued. A renewal that failed
+// (ErrLockLost: the lock lapsed, and the trigger goes back to its queue;
+// or no answer: it may have been applied, and the trigger is then lost
+// with its confirmation, at most once) leaves the run not started, ended
+// lock_lost. l nil (no lock): nothing to confirm.
+func (s *Scheduler) confirmTake(l *lease) error {
+	if l == nil {
+		return nil
+	}
+	if err := s.renewLease(l); err != nil {
+		return fmt.Errorf("%w: the take's lock was not renewed before the run: %w", errLockLost, err)
+	}
+	return nil
 }
 
 // checkDecided refuses m's tick when the schedule's mark has not passed

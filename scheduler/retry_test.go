@@ -213,3 +213,45 @@ func (h *harness) advanceWhenArmed(n int, d time.Duration) {
 	}
 	h.clock.Advance(d)
 }
+
+// A manual run's lock is renewed once before its job starts, and the job
+// runs only if that renewal succeeded: the renewal is the taker's word
+// that it heard the take, without which a backend puts the trigger back
+// on its queue once the lock is free (cluster.Store.TakeRequest). Here the
+// take's lock lapsed before the run came to start (its trigger is back in
+// the queue, another node's to run): the job must not start. Before the
+// renewal it started, on a lease counted from the take's send, while the
+// trigger went back to the queue: run twice.
+func TestManualRunConfirmsItsTakeBeforeStarting(t *testing.T) {
+	job := &countingJob{}
+	s := sched("m", "0 3 * * *", hints.RequireGlobal, job)
+	h := newHarness(t, scheduler.Options{}, s)
+	recs := &runRecs{recorder: h.rec}
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: h.locker, Backend: hints.Distributed,
+		Observer: recs, NodeID: "node-a"}, s)
+	h.start()
+	lk, err := h.mem.TryLock(context.Background(), "m", time.Minute)
+	if err != nil || lk == nil {
+		t.Fatal(lk, err)
+	}
+	// The lock is gone (released here: to the backend, as if it lapsed)
+	// though the lease counted from Sent is not over.
+	if err := h.mem.Release(context.Background(), lk); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan scheduler.RunResult, 1)
+	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req-1", Handle: lk,
+		Sent: h.clock.Now(), Done: func(r scheduler.RunResult) { done <- r }}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r != scheduler.ResultLockLost {
+		t.Fatalf("manual run on a lost lock ended %q, want lock_lost", r)
+	}
+	h.idle()
+	if got := job.got(); len(got) != 0 {
+		t.Fatalf("the job ran %d times on a take whose lock was lost before it started, want 0", len(got))
+	}
+	if rec := recs.waitRecs(t, 1)[0]; !rec.Manual || rec.RunID != "req-1" || rec.Result != scheduler.ResultLockLost {
+		t.Errorf("record %+v: want manual, run id req-1, lock_lost", rec)
+	}
+}

@@ -19,9 +19,14 @@
 //     in Request (and no Handle); on an empty queue the zero Taken;
 //   - a take resent with its Token (its reply "lost": the same take sent
 //     twice) is answered from the first (cluster.Store.TakeRequest's rules
-//     of a resent take), on a lock released meanwhile too; the cases end a
-//     lock by Release, which every backend has (a Postgres lock has no
-//     TTL to expire);
+//     of a resent take), on a lock ended meanwhile too; the cases end a
+//     lock as a vanished holder would (Backend.EndLock: a Postgres lock has
+//     no TTL to expire), since a Release, or a renewal, is its taker's word
+//     that it heard the take;
+//   - a trigger whose take's lock ended without that word goes back to
+//     the head of its queue (its schedule in Queued meanwhile), and the
+//     next take of the free lock takes it; one whose taker renewed or
+//     released the lock does not;
 //   - Done removes a backfill only while it is the head (a second Done of
 //     the same request leaves the next tick alone);
 //   - an Enqueue refused with ErrBusy stores none of its requests;
@@ -72,6 +77,12 @@ type Backend struct {
 	// injected clock). When nil the cases about node expiry let real time
 	// pass with short TTLs.
 	Advance func(d time.Duration)
+
+	// EndLock ends schedule's lock in the cluster of st (a store of New)
+	// the way a holder that vanished would, without a word from it: its
+	// TTL passes (memory, Redis), its session is gone (Postgres).
+	// Required: the cases of a take never heard back need it.
+	EndLock func(t testing.TB, st cluster.Store, schedule string)
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest
@@ -117,6 +128,8 @@ var cases = []testCase{
 	{"TakeRequest/ResentAfterLockEnded", caseTakeResentAfterLockEnded},
 	{"TakeRequest/ResentWhileAnotherHolds", caseTakeResentWhileAnotherHolds},
 	{"TakeRequest/ResentBackfill", caseTakeResentBackfill},
+	{"TakeRequest/UnheardTriggerRequeued", caseTakeUnheardRequeued},
+	{"TakeRequest/HeardTriggerNotRequeued", caseTakeHeardNotRequeued},
 	{"Backfill/ResumableUntilDone", caseBackfill},
 	{"Backfill/SecondIsBusy", caseBackfillBusy},
 	{"Backfill/RaceOneTaker", caseBackfillRace},

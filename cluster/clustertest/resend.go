@@ -33,6 +33,16 @@ func (s *suite) wantContendedOn(tk cluster.Taken, want cluster.Request, what str
 	}
 }
 
+// endLock ends schedule's lock without a word from its holder
+// (Backend.EndLock).
+func (s *suite) endLock(st cluster.Store, schedule string) {
+	s.t.Helper()
+	if s.b.EndLock == nil {
+		s.t.Fatal("Backend.EndLock is required: this case ends a take's lock that its taker never heard of")
+	}
+	s.b.EndLock(s.t, st, schedule)
+}
+
 // wantHeld fails unless Held answers want for schedule's lock.
 func (s *suite) wantHeld(st cluster.Store, schedule string, want bool, what string) {
 	s.t.Helper()
@@ -76,8 +86,8 @@ func caseTakeResent(s *suite) {
 	}
 }
 
-// A trigger's take whose lock ended (released, expired, its session gone)
-// before its taker heard is taken again on a resend: the same request, the
+// A trigger's take whose lock ended (expired, its session gone) before its
+// taker heard is taken again on a resend: the same request, the
 // lock taken anew above the old fence; the queue is untouched.
 func caseTakeResentAfterLockEnded(s *suite) {
 	a, b := s.store(), s.store()
@@ -85,7 +95,7 @@ func caseTakeResentAfterLockEnded(s *suite) {
 	s.check(a.Enqueue(s.ctx, []cluster.Request{r1, r2}), "Enqueue")
 	tk := s.takeTok(a, "job", "node-a", "tok-a")
 	s.wantTaken(tk, r1, "first TakeRequest")
-	s.release(a, tk.Handle, "the first take's lock")
+	s.endLock(a, "job")
 	tk2 := s.takeTok(a, "job", "node-a", "tok-a")
 	s.wantTaken(tk2, r1, "the take resent after its lock ended")
 	if tk2.Handle.Fence() <= tk.Handle.Fence() {
@@ -110,7 +120,7 @@ func caseTakeResentWhileAnotherHolds(s *suite) {
 	s.check(a.Enqueue(s.ctx, []cluster.Request{r1, r2}), "Enqueue")
 	tk := s.takeTok(a, "job", "node-a", "tok-a")
 	s.wantTaken(tk, r1, "first TakeRequest")
-	s.release(a, tk.Handle, "the first take's lock")
+	s.endLock(a, "job")
 	lb := s.locker(b)
 	h, err := lb.TryLock(s.ctx, "job", longTTL)
 	if err != nil || h == nil {
@@ -146,9 +156,75 @@ func caseTakeResentBackfill(s *suite) {
 	if tk2.Handle.Fence() != tk.Handle.Fence() {
 		s.t.Fatalf("the resent take's fence %d, want the first's %d", tk2.Handle.Fence(), tk.Handle.Fence())
 	}
+	// Renewed before its run starts, as a trigger's take is (the renewal
+	// that is its taker's word, which a backfill does not need: it stays
+	// queued until Done).
+	s.check(s.locker(a).Renew(s.ctx, tk2.Handle), "Renew of the backfill's take")
 	s.check(a.Done(s.ctx, *tk2.Request), "Done(b1)")
 	s.release(a, tk2.Handle, "b1")
 	tk3 := s.takeTok(a, "job", "node-a", "tok-a")
 	s.wantTaken(tk3, b2, "the backfill's take resent after Done and release")
 	s.release(a, tk3.Handle, "b2")
+}
+
+// A trigger whose take was never heard back (every reply lost, its taker
+// gone or given up, and no resend answered) lives only in the take's
+// record: once its lock ended without a renewal or release from its taker,
+// it goes back to the head of its queue, ahead of later requests, and the
+// next take of the free lock takes it. While another holds the lock it
+// waits for it (the trigger could not run meanwhile either), its schedule
+// still in Queued. The first take's token, resent after that, is a fresh
+// take: the trigger is never handed out twice.
+func caseTakeUnheardRequeued(s *suite) {
+	a, b := s.store(), s.store()
+	r1, r2 := request("job", "t1", 1, false), request("job", "t2", 2, false)
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r1}), "Enqueue(t1)")
+	s.wantTaken(s.takeTok(a, "job", "node-a", "tok-a"), r1, "the take whose replies are lost")
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r2}), "Enqueue(t2)")
+	s.endLock(a, "job")
+	lb := s.locker(b)
+	h, err := lb.TryLock(s.ctx, "job", longTTL)
+	if err != nil || h == nil {
+		s.t.Fatalf("TryLock(job) by another = %v, %v, want a handle", h, err)
+	}
+	if tk := s.takeTok(b, "job", "node-b", "tok-b"); !tk.Contended || tk.Handle != nil {
+		s.t.Fatalf("a take while another holds the lock = %+v, want contended", tk)
+	}
+	s.check(lb.Release(s.ctx, h), "Release of the other's lock")
+	s.wantQueued(b, []string{"job"}, "the lock free, t1's take never heard back")
+	tk := s.takeTok(b, "job", "node-b", "tok-b2")
+	s.wantTaken(tk, r1, "the next take once the lock is free")
+	s.wantQueue(b, "job", []cluster.Request{r2}, "after t1 was taken again")
+	node, err := b.Accepted(s.ctx, "job", "t1")
+	s.check(err, "Accepted(t1)")
+	if node != "node-b" {
+		s.t.Fatalf("Accepted(t1) = %q after node-b took it again, want node-b", node)
+	}
+	s.wantContendedOn(s.takeTok(a, "job", "node-a", "tok-a"), r2, "the first take resent after its trigger went back")
+	s.release(b, tk.Handle, "t1")
+	s.wantTaken(s.takeTok(a, "job", "node-a", "tok-a3"), r2, "the take after t1 ran")
+}
+
+// A taker that renewed its take's lock, or released it, heard the take: it
+// ran the trigger or gave it up, and the trigger never goes back to its
+// queue, though the lock then ends without a word (its node crashed
+// mid-run).
+func caseTakeHeardNotRequeued(s *suite) {
+	a, b := s.store(), s.store()
+	r1, r2, r3 := request("job", "t1", 1, false), request("job", "t2", 2, false), request("job", "t3", 3, false)
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r1, r2, r3}), "Enqueue")
+	tk := s.takeTok(a, "job", "node-a", "tok-a")
+	s.wantTaken(tk, r1, "first TakeRequest")
+	s.check(s.locker(a).Renew(s.ctx, tk.Handle), "Renew of the take's lock")
+	s.endLock(a, "job")
+	tk2 := s.takeTok(b, "job", "node-b", "tok-b")
+	s.wantTaken(tk2, r2, "a take after the renewed take's lock ended")
+	s.release(b, tk2.Handle, "t2")
+	tk3 := s.takeTok(b, "job", "node-b", "tok-b2")
+	s.wantTaken(tk3, r3, "a take after t2's was released")
+	s.release(b, tk3.Handle, "t3")
+	if tk := s.takeTok(a, "job", "node-a", "tok-a4"); tk.Request != nil || tk.Handle != nil || tk.Contended {
+		s.t.Fatalf("a take once every trigger was heard = %+v, want the zero Taken", tk)
+	}
+	s.wantQueued(b, nil, "every trigger heard and ended")
 }

@@ -17,20 +17,18 @@ import (
 // as for a tick's); they do not read the pause flag (a trigger runs a
 // paused schedule: OPERATING.md), so 6b leaves them out.
 
-const (
-	// A take-request whose reply is lost took the schedule's lock and,
-	// for a trigger, removed the request from the queue in the same
-	// atomic step. TakeRequest is resent with its token now (the agent's
-	// poll and the harness's): the backend answers a resend from its
-	// record of the take (the same lock, or the lock taken again for the
-	// same request), which took this hole from 16 seeds in 900 to 1. What
-	// is left (seed 787): every resend went unanswered until the poll gave
-	// up (the agent's resends end after max(TTL, MaxLease)), and the
-	// trigger lives only in the take's record until it lapses. The fix
-	// would put a trigger whose take was never heard back on its queue
-	// when the record lapses.
-	holeTakeLost = "a trigger whose take-request replies were all lost is never run"
-)
+// A take-request whose reply is lost took the schedule's lock and, for a
+// trigger, removed the request from the queue in the same atomic step.
+// TakeRequest is resent with its token (the agent's poll and the
+// harness's): the backend answers a resend from its record of the take.
+// When every resend went unanswered too (seed 787: the known hole
+// holeTakeLost until then), the trigger lived only in the take's record:
+// now it goes back to the head of its queue once the schedule's lock is
+// free with no renewal or release from its taker (cluster.Store's
+// TakeRequest; the scheduler renews a manual run's lock before the run
+// starts, so a run that started is never requeued), and a later take runs
+// it. checkGrantsRun excuses such a lost take when its request ran;
+// checkManual checks it ran once.
 
 const invBackfill = "1c a backfill runs a tick its regular run had decided"
 

@@ -113,13 +113,29 @@ func TestCheckFindsLostTriggerTake(t *testing.T) {
 		ttl: 8 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, manual: true})
 	vs := c.check()
 	wantOnly(t, vs, invLost)
-	if vs[0].known != holeTakeLost {
-		t.Fatalf("a lost trigger take is reported as %q, want the known hole %q", vs[0].known, holeTakeLost)
+	if vs[0].known != "" {
+		t.Fatalf("a lost trigger take that never ran is reported as the known hole %q, want a violation", vs[0].known)
 	}
 	// Refused by the scheduler (and released): no run is owed.
 	c.refused = map[string]bool{"lost": true}
 	if vs := c.check(); len(vs) != 0 {
 		t.Fatalf("violations once the take was refused: %+v", vs)
+	}
+}
+
+// A trigger whose take was never heard back goes back to its queue once
+// the lock is free, and a later take (another node's, another token) runs
+// it: the lost take owes no run of its own.
+func TestCheckLostTriggerTakeRequeued(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	seq := c.seq.Add(2)
+	c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(15500 * time.Millisecond), fence: 300, token: "lost",
+		ttl: 8 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, manual: true, runID: "trigger-0"})
+	wantOnly(t, c.check(), invLost)
+	c.ranManual("node-1", "trigger-0", 25_000, 301, false)
+	if vs := c.check(); len(vs) != 0 {
+		t.Fatalf("violations once the requeued trigger ran from a later take: %+v", vs)
 	}
 }
 

@@ -204,7 +204,19 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 	// a new one is drawn after a definite answer.
 	token, draws := "", 0
 	var tick time.Time
-	for try := range pollTries {
+	// tries bounds the polls; unheard: the poll gave up while its take was
+	// undecided (every reply lost): the agent's polls go on (each second,
+	// listing Queued), and a trigger its take never heard back of goes
+	// back to its queue once that take's lock is free (cluster.Store's
+	// TakeRequest), within its TTL: the polls go on for twice that more,
+	// and a queue found empty meanwhile is polled again.
+	tries, unheard := pollTries, false
+	for try := 0; try < tries; try++ {
+		if try == pollTries-1 && token != "" && !req.Backfill {
+			unheard = true
+			tries += int(2 * ttl(sp.Schedule) / step)
+			c.event(c.clock.Now(), "%s/%d's take of %s undecided after %d polls: polling on", l.node, l.life, op.id, pollTries)
+		}
 		resending := token != ""
 		if token == "" {
 			token = fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, op.id, draws)*(1<<63)), c.plan.seed)
@@ -242,6 +254,8 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		case err != nil:
 			c.event(c.clock.Now(), "%s/%d take-request %s failed: %v", l.node, l.life, op.id, err)
 			continue
+		case tk.Request == nil && unheard:
+			continue // its trigger may go back to its queue yet
 		case tk.Request == nil:
 			c.event(c.clock.Now(), "%s/%d finds no request of %s queued", l.node, l.life, op.sched)
 			return
@@ -292,5 +306,5 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		c.event(c.clock.Now(), "%s/%d accepted manual run %s of %s, tick %s", l.node, l.life, req.ID, op.sched, c.at(tick))
 		return
 	}
-	c.event(c.clock.Now(), "%s/%d gave up taking %s after %d polls", l.node, l.life, op.id, pollTries)
+	c.event(c.clock.Now(), "%s/%d gave up taking %s after %d polls", l.node, l.life, op.id, tries)
 }

@@ -405,9 +405,10 @@ type grant struct {
 	returned uint64    // cluster.seq after it returned
 	// delivered: the node heard the grant (the reply was not lost).
 	delivered bool
-	// manual: a take of a manual run's request (tick is the run's);
-	// backfill: of a backfill's.
+	// manual: a take of a manual run's request (tick is the run's, runID
+	// the request's id); backfill: of a backfill's.
 	manual, backfill bool
+	runID            string
 	// dup: made by a duplicated call's copy (link_dup.go), heard by no
 	// one; origHeard: the node heard the original call's answer.
 	dup, origHeard bool

@@ -47,7 +47,8 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 			l.c.leases.heard(h.Token(), sent)
 		}
 		l.c.grants.add(grant{node: l.node, life: l.life, key: schedule, tick: tick, fence: h.Fence(), token: h.Token(),
-			ttl: ttl, at: l.c.clock.Now(), issued: issued, returned: l.c.seq.Add(1), delivered: f == pass, manual: true, backfill: tk.Request.Backfill})
+			ttl: ttl, at: l.c.clock.Now(), issued: issued, returned: l.c.seq.Add(1), delivered: f == pass, manual: true, backfill: tk.Request.Backfill,
+			runID: tk.Request.ID})
 		if f != pass {
 			l.c.opsMu.Lock()
 			l.c.opStats.lostTakes++

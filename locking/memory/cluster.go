@@ -43,15 +43,20 @@ type clusterState struct {
 	acceptedSweepAt int
 	// taken keeps, under a schedule and a take's token, the request the
 	// take answered with, for its resends (cluster.Store.TakeRequest),
-	// until cluster.TakeKeep of its TTL has passed.
+	// until its taker is heard from (a renewal or release of the take's
+	// lock: dropTake) or, for a trigger, its lock lapses unheard
+	// (requeueLapsed); a backfill's record until cluster.TakeKeep of its
+	// TTL has passed.
 	taken        map[acceptKey]takeRecord
 	takenSweepAt int
 }
 
-// takeRecord is what a take answered: its request, kept until until.
+// takeRecord is what a take answered: its request, kept until until (a
+// trigger's, until requeueLapsed or dropTake).
 type takeRecord struct {
 	req   cluster.Request
 	until time.Duration // on the table's elapsed clock
+	at    time.Duration // when the take was first applied: requeue order
 }
 
 type acceptKey struct{ schedule, id string }
@@ -289,6 +294,7 @@ func (l *Locker) Queued(ctx context.Context) ([]string, error) {
 	for i := range l.tab.shards {
 		s := &l.tab.shards[i]
 		s.mu.Lock()
+		s.requeueLapsed(l.tab.elapsed())
 		for id := range s.queues {
 			out = append(out, id)
 		}
@@ -334,6 +340,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 			return tk, nil
 		}
 	}
+	s.requeueLapsed(now)
 	q := s.queues[schedule]
 	if len(q) == 0 {
 		return cluster.Taken{}, nil
@@ -365,7 +372,12 @@ func (l *Locker) grantTake(s *shard, r cluster.TakeReq, token string, req cluste
 	s.sweepIfGrown(now)
 	s.accept(acceptKey{r.Schedule, req.ID}, r.Node, now)
 	if r.Token != "" {
-		s.recordTake(acceptKey{r.Schedule, r.Token}, takeRecord{req: req, until: expiry(now, cluster.TakeKeep(r.TTL))}, now)
+		k := acceptKey{r.Schedule, r.Token}
+		at := now
+		if old, ok := s.taken[k]; ok {
+			at = old.at
+		}
+		s.recordTake(k, takeRecord{req: req, until: expiry(now, cluster.TakeKeep(r.TTL)), at: at}, now)
 	}
 	return cluster.Taken{Request: &req, Handle: locking.NewHandle(l, r.Schedule, token, fence, r.TTL, nil)}
 }
@@ -410,19 +422,73 @@ func (l *Locker) resendTake(s *shard, r cluster.TakeReq, wall time.Time, now tim
 	}
 }
 
-// recordTake keeps a take's record, forgetting those past their keep
-// whenever the map has doubled since it last did. Call with s.mu held.
+// recordTake keeps a take's record, forgetting the backfills' past their
+// keep whenever the map has doubled since it last did (a trigger's record
+// ends in requeueLapsed or dropTake, never unheard: see requeueLapsed).
+// Call with s.mu held.
 func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
 	s.taken[k] = rec
 	if len(s.taken) < s.takenSweepAt {
 		return
 	}
+	s.requeueLapsed(now)
 	for k, r := range s.taken {
-		if now >= r.until {
+		if r.req.Backfill && now >= r.until {
 			delete(s.taken, k)
 		}
 	}
 	s.takenSweepAt = max(2*len(s.taken), minAcceptedSweep)
+}
+
+// requeueLapsed puts back at the head of its queue every trigger whose
+// take was never heard back: its record is still there (no renewal or
+// release of the take's lock came from the taker: dropTake ends the
+// record on either), and the schedule's lock is free (the take's lock
+// ended: expired, or its session gone). The taker never started it: the scheduler
+// renews a manual run's lock before it starts the run (scheduler's
+// handleManual), and runs it only once that renewal was answered, so a
+// run that started has had its record dropped. Without this, a trigger
+// whose take's replies (and every resend's) were lost would live only in
+// the record, and be run nowhere. Several lapsed triggers of a schedule
+// go back in the order they were first taken. Call with s.mu held.
+func (s *shard) requeueLapsed(now time.Duration) {
+	var lapsed []acceptKey
+	for k, r := range s.taken {
+		if r.req.Backfill {
+			continue // it stayed queued until Done
+		}
+		if cur, ok := s.m[k.schedule]; ok && now < cur.expires {
+			// Its lock is live (its taker may still hear of it), or another
+			// holds the schedule's lock: nobody could run the trigger
+			// before it is free anyway.
+			continue
+		}
+		lapsed = append(lapsed, k)
+	}
+	if len(lapsed) == 0 {
+		return
+	}
+	// Newest first, each put in front of the ones before: the oldest ends
+	// up at the head.
+	slices.SortFunc(lapsed, func(a, b acceptKey) int {
+		return cmp.Or(cmp.Compare(s.taken[b].at, s.taken[a].at), cmp.Compare(b.id, a.id))
+	})
+	for _, k := range lapsed {
+		req := s.taken[k].req
+		delete(s.taken, k)
+		s.queues[k.schedule] = append([]cluster.Request{req}, s.queues[k.schedule]...)
+	}
+}
+
+// dropTake ends the record of the take whose lock key and token these
+// are, if there is one: its taker renewed or released the lock, so it
+// heard the take's answer and will not resend it, and the trigger is its
+// own (run, or refused and given up), never to be requeued. Call with s.mu
+// held.
+func (s *shard) dropTake(key, token string) {
+	if len(s.taken) > 0 {
+		delete(s.taken, acceptKey{key, token})
+	}
 }
 
 // popHead removes the head of a queue, deleting an emptied one. Call with

@@ -40,6 +40,18 @@ func (c *stores) New(t testing.TB) bcluster.Store {
 	return root
 }
 
+// EndLock ends schedule's lock in the table of t's stores: its TTL is
+// over.
+func (c *stores) EndLock(t testing.TB, _ bcluster.Store, schedule string) {
+	c.mu.Lock()
+	root, ok := c.roots[t]
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("EndLock(%q): this test made no store", schedule)
+	}
+	root.EndLease(schedule, 0)
+}
+
 func (c *stores) NewOtherCluster(testing.TB) bcluster.Store {
 	return memory.New(memory.WithClock(c.now))
 }
@@ -52,6 +64,7 @@ func TestClusterConformance(t *testing.T) {
 		NewOtherCluster: c.NewOtherCluster,
 		Now:             clock.Now,
 		Advance:         clock.Advance,
+		EndLock:         c.EndLock,
 	})
 }
 
@@ -59,7 +72,7 @@ func TestClusterConformance(t *testing.T) {
 // real waiting.
 func TestClusterConformanceRealClock(t *testing.T) {
 	c := newStores(time.Now)
-	clustertest.Run(t, clustertest.Backend{New: c.New, NewOtherCluster: c.NewOtherCluster})
+	clustertest.Run(t, clustertest.Backend{New: c.New, NewOtherCluster: c.NewOtherCluster, EndLock: c.EndLock})
 }
 
 func BenchmarkClusterStore(b *testing.B) {
@@ -127,8 +140,58 @@ func TestTakeResentAfterExpiry(t *testing.T) {
 		t.Fatal("the resend did not take the lock again")
 	}
 	clock.Advance(2*time.Second + time.Millisecond) // lock and record (kept 2×TTL from the resend) gone
+	// Never heard back (no renewal, no release): t1 went back to the head
+	// of its queue, and the token, a fresh take now, takes it from there.
 	tk3, err := l.TakeRequest(ctx, take)
-	if err != nil || tk3.Handle == nil || tk3.Request.ID != "t2" {
-		t.Fatalf("the token resent past its record's keep = %+v, %v; want a fresh take of t2", tk3, err)
+	if err != nil || tk3.Handle == nil || tk3.Request.ID != "t1" || tk3.Handle.Fence() <= tk2.Handle.Fence() {
+		t.Fatalf("the token resent past its record's keep = %+v, %v; want a fresh take of t1, requeued", tk3, err)
+	}
+	if q, _ := l.Requests(ctx, "job"); len(q) != 1 || q[0].ID != "t2" {
+		t.Fatalf("queue %+v after t1 was taken again, want [t2]", q)
+	}
+}
+
+// The hole the simulation found (seed 787, holeTakeLost): a trigger's take
+// whose replies were all lost, and whose resends all went unanswered,
+// removed the trigger from its queue; its taker never heard, and the
+// trigger lived only in the take's record until that lapsed: run nowhere.
+// Once its lock lapses unheard (no renewal, no release), it goes back to
+// the head of its queue and the next take runs it; a take whose taker
+// renewed its lock is its taker's, run or not, and is never requeued.
+func TestTakeNeverHeardBackIsRequeued(t *testing.T) {
+	clock := newFakeClock()
+	l := memory.New(memory.WithClock(clock.Now))
+	other := l.Peer("node-b")
+	ctx := context.Background()
+	req := func(id string) bcluster.Request {
+		return bcluster.Request{ID: id, Schedule: "job", Tick: clock.Now(), By: "test", At: clock.Now()}
+	}
+	if err := l.Enqueue(ctx, []bcluster.Request{req("t1"), req("t2"), req("t3")}); err != nil {
+		t.Fatal(err)
+	}
+	// node-a's take of t1: every reply lost, node-a gives up.
+	lost, err := l.TakeRequest(ctx, bcluster.TakeReq{Schedule: "job", Node: "node-a", TTL: time.Second, Token: "lost"})
+	if err != nil || lost.Request == nil || lost.Request.ID != "t1" {
+		t.Fatalf("TakeRequest = %+v, %v; want t1", lost, err)
+	}
+	clock.Advance(1500 * time.Millisecond) // its lock lapsed unheard
+	if q, err := other.Queued(ctx); err != nil || len(q) != 1 || q[0] != "job" {
+		t.Fatalf("Queued = %v, %v; want [job]", q, err)
+	}
+	tk, err := other.TakeRequest(ctx, bcluster.TakeReq{Schedule: "job", Node: "node-b", TTL: time.Second, Token: "b1"})
+	if err != nil || tk.Handle == nil || tk.Request.ID != "t1" {
+		t.Fatalf("the next take = %+v, %v; want t1, back at the head", tk, err)
+	}
+	// node-b heard: it renews before it runs t1, then crashes mid-run.
+	if err := other.Renew(ctx, tk.Handle); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(1500 * time.Millisecond)
+	tk2, err := l.TakeRequest(ctx, bcluster.TakeReq{Schedule: "job", Node: "node-a", TTL: time.Second, Token: "a2"})
+	if err != nil || tk2.Handle == nil || tk2.Request.ID != "t2" {
+		t.Fatalf("the take after node-b's renewed lock lapsed = %+v, %v; want t2 (t1 ran: not again)", tk2, err)
+	}
+	if q, _ := l.Requests(ctx, "job"); len(q) != 1 || q[0].ID != "t3" {
+		t.Fatalf("queue %+v, want [t3]", q)
 	}
 }

@@ -167,6 +167,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	}
 	e.expires = expiry(now, h.TTL())
 	s.m[h.Key()] = e
+	s.dropTake(h.Key(), h.Token()) // its taker heard: see requeueLapsed
 	return nil
 }
 
@@ -185,8 +186,14 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	// request must not take the lock again (locking.TickLocker).
 	s.forgetGrant(h.Key(), h.Token(), h.Fence())
 	if _, err := s.own(h.Key(), h.Fence(), l.tab.elapsed()); err != nil {
+		// A take's lock that lapsed before its taker renewed it: the
+		// taker never started the run (see requeueLapsed), and its trigger
+		// goes back to the queue, so its record stays for that.
 		return fmt.Errorf("memory: release %v: %w", h, err)
 	}
+	// A take's lock released while live: its taker heard, and ran the
+	// trigger or refused it.
+	s.dropTake(h.Key(), h.Token())
 	delete(s.m, h.Key())
 	return nil
 }

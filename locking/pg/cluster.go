@@ -488,7 +488,12 @@ func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken,
 	}
 	id := lockID(l.opts.Namespace, schedule)
 	resend := func(ls *lease) bool { return r.Token != "" && !ls.tick && ls.token == r.Token && ls.req != nil }
-	ok, mine, err := l.claimID(ctx, id, resend)
+	// This take's own lease is asked about too (stillHeld): answered from a
+	// lock its session lost unnoticed, the taker would be handed a trigger
+	// that a take finding the lock free may have put back in its queue
+	// (takeRequestSQL); asking Postgres decides it from the record.
+	stillMine := func(ls *lease) bool { return resend(ls) && l.stillHeld(ctx, ls) }
+	ok, mine, err := l.claimID(ctx, id, stillMine)
 	if !ok {
 		if err != nil {
 			return store.Taken{}, err
@@ -665,9 +670,10 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
 			}
 			l.release(s)
-			if !queued || ok {
+			if !queued || ok || head == nil {
 				// An empty queue, or emptied by another node between this
-				// statement's snapshot and its lock: nothing to run.
+				// statement's snapshot and its lock: nothing to run; or
+				// only a trigger taken and not heard back, its lock held.
 				return nil, store.Taken{}, nil
 			}
 			var req store.Request

@@ -32,6 +32,8 @@ func clusterBackend(t testing.TB) clustertest.Backend {
 	}
 	t.Cleanup(func() { nowConn.Close(context.Background()) })
 	return clustertest.Backend{
+		// A lock has no TTL: it ends with its session.
+		EndLock: func(t testing.TB, _ store.Store, schedule string) { caseCluster(t).kill(schedule) },
 		New: func(t testing.TB) store.Store {
 			return caseCluster(t).open(Options{MaxSessions: clusterSessions})
 		},

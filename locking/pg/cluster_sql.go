@@ -29,7 +29,11 @@ const (
 	// bext_accepted remembers which node took which request, for a day.
 	// bext_taken keeps, under a take's token, the trigger it took (its
 	// queue row as it was) and the fence of its lock, for the take's
-	// resends (TakeRequest); a take of the schedule drops the expired ones.
+	// resends (TakeRequest; until bounds how long it answers them), until
+	// its taker is heard from: its first renewal (hearTakeSQL) or a release
+	// of the live lock (releaseTakeSQL) deletes the row. A take that finds
+	// the schedule's lock free puts the triggers of the rows left back in
+	// the queue (takeRequestSQL).
 	createClusterSQL = `BEGIN;
 SELECT pg_advisory_xact_lock(1650817140, 0);
 CREATE TABLE IF NOT EXISTS bext_runs (
@@ -242,7 +246,11 @@ old AS (
 SELECT coalesce((SELECT array_agg(schedule ORDER BY schedule) FROM busy), '{}'),
   (SELECT count(*) FROM ins), (SELECT count(*) FROM old)`
 
-	queuedSQL = `SELECT DISTINCT schedule FROM bext_requests WHERE namespace = $1::text ORDER BY schedule`
+	// queuedSQL: the schedules with requests queued, or with a trigger
+	// taken and not heard back yet (bext_taken), which goes back to its
+	// queue at the next take that finds the lock free.
+	queuedSQL = `SELECT schedule FROM bext_requests WHERE namespace = $1::text
+UNION SELECT schedule FROM bext_taken WHERE namespace = $1::text ORDER BY schedule`
 
 	requestsSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq`
 
@@ -276,26 +284,58 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
 	// tryLockSQL draws it. un: the lock is given back, in the same
 	// statement, when nothing was taken (an empty queue at the lock's
 	// time). rec: a taken trigger's record under the take's token, for its
-	// resends (takeResendSQL); old: the schedule's expired records.
+	// resends (takeResendSQL).
+	//
+	// Triggers taken and never heard back: c counts the schedule's
+	// bext_taken rows (pend) as queued. p: those rows, once the lock is
+	// held: the lock was free, so each take's lock ended with no renewal
+	// from its taker (which deletes the row), and its taker never started
+	// the trigger (the scheduler renews a manual run's lock before the run
+	// starts). The head h is then the oldest (by seq, the queue's order)
+	// of the queue's head (h0) and p's triggers; the other triggers of p
+	// go back to the queue at their own seq (rq), and every row of p is
+	// dropped (pd), but for this take's own token when it took something
+	// (rec updates that row).
 	//
 	// The statement commits with synchronous_commit = on: a trigger taken
 	// must not come back after a crash and run twice.
 	takeRequestSQL = `WITH q AS MATERIALIZED (
   SELECT request FROM bext_requests WHERE namespace = $2::text AND schedule = $3::text ORDER BY seq LIMIT 1),
 c AS MATERIALIZED (
-  SELECT set_config('synchronous_commit', 'on', true) AS sc, EXISTS (SELECT 1 FROM q) AS queued),
+  SELECT set_config('synchronous_commit', 'on', true) AS sc, EXISTS (SELECT 1 FROM q)
+    OR EXISTS (SELECT 1 FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text) AS queued),
 l AS MATERIALIZED (
   SELECT c.queued, CASE WHEN c.queued THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM c),
-h AS MATERIALIZED (
+p AS MATERIALIZED (
+  SELECT t.token, t.seq, t.id, t.request FROM bext_taken t
+  WHERE (SELECT ok FROM l) AND t.namespace = $2::text AND t.schedule = $3::text
+  FOR UPDATE),
+h0 AS MATERIALIZED (
   SELECT r.seq, r.id, r.backfill, r.request FROM bext_requests r
   WHERE (SELECT ok FROM l) AND r.namespace = $2::text AND r.schedule = $3::text
   ORDER BY r.seq LIMIT 1 FOR UPDATE),
+h AS MATERIALIZED (
+  SELECT x.* FROM (
+    SELECT h0.seq, h0.id, h0.backfill, h0.request, false AS back FROM h0
+    UNION ALL SELECT p.seq, p.id, false, p.request, true FROM p) x
+  ORDER BY x.seq, x.back LIMIT 1),
 del AS (
   DELETE FROM bext_requests r USING h
-  WHERE NOT h.backfill AND r.namespace = $2::text AND r.schedule = $3::text AND r.seq = h.seq
+  WHERE NOT h.backfill AND NOT h.back AND r.namespace = $2::text AND r.schedule = $3::text AND r.seq = h.seq
   RETURNING r.seq),
 tk AS MATERIALIZED (
-  SELECT h.* FROM h WHERE h.backfill OR h.seq IN (SELECT seq FROM del)),
+  SELECT h.seq, h.id, h.backfill, h.request FROM h WHERE h.backfill OR h.back OR h.seq IN (SELECT seq FROM del)),
+rq AS (
+  INSERT INTO bext_requests (namespace, schedule, seq, id, backfill, request) OVERRIDING SYSTEM VALUE
+  SELECT $2::text, $3::text, p.seq, p.id, false, p.request FROM p
+  WHERE NOT EXISTS (SELECT 1 FROM h WHERE h.back AND h.seq = p.seq AND h.id = p.id)
+  ON CONFLICT DO NOTHING
+  RETURNING 1),
+pd AS (
+  DELETE FROM bext_taken t USING p
+  WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = p.token
+    AND NOT (t.token = $6::text AND $6::text <> '' AND EXISTS (SELECT 1 FROM tk WHERE NOT tk.backfill))
+  RETURNING 1),
 a AS (
   INSERT INTO bext_accepted AS x (namespace, schedule, id, node, accepted_at)
   SELECT $2::text, $3::text, tk.id, $5::text, clock_timestamp() FROM tk
@@ -315,10 +355,6 @@ rec AS (
   FROM tk WHERE $6::text <> '' AND NOT tk.backfill
   ON CONFLICT (namespace, schedule, token) DO UPDATE
     SET seq = excluded.seq, id = excluded.id, request = excluded.request, fence = excluded.fence, until = excluded.until
-  RETURNING 1),
-old AS (
-  DELETE FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text AND token <> $6::text
-    AND until < clock_timestamp() AND EXISTS (SELECT 1 FROM tk)
   RETURNING 1),
 un AS MATERIALIZED (
   SELECT CASE WHEN l.ok AND NOT EXISTS (SELECT 1 FROM tk) THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM l)

@@ -119,8 +119,14 @@ type lease struct {
 	tickUS    int64
 
 	// req is set for a TakeRequest's lease (token is then the take's): a
-	// resend of that take is answered from it.
-	req *store.Request
+	// resend of that take is answered from it. heard says its taker's word
+	// that it heard the take (a renewal) has deleted the take's
+	// bext_taken row (Renew), so that its trigger never goes back to its
+	// queue (takeRequestSQL).
+	req   *store.Request
+	heard bool
+	// closing: released by Close (releaseTakeSQL is not used).
+	closing bool
 }
 
 var (
@@ -388,7 +394,34 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 		// caller must act as if it were lost.
 		return fmt.Errorf("pg: renew %q: %w", ls.key, err)
 	}
-	return l.check(ctx, ls)
+	if err := l.check(ctx, ls); err != nil {
+		return err
+	}
+	if ls.req != nil && !ls.req.Backfill && ls.token != "" && !ls.heard {
+		return l.hearTake(ctx, ls) // a backfill's take keeps no row: it stays queued until Done
+	}
+	return nil
+}
+
+// hearTake deletes the bext_taken row of ls's take on its first renewal:
+// its taker heard the take, and its trigger must never go back to its
+// queue. The lock was held at the check just before; a row already gone
+// was requeued by a take that found the lock free (its session died
+// since) or given back by a resend: the lock is lost, and the trigger is
+// not ours to run. ls.mu must be held.
+func (l *Locker) hearTake(ctx context.Context, ls *lease) error {
+	var n int64
+	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, hearTakeSQL, l.opts.Namespace, ls.key, ls.token).Scan(&n)
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: pg: renew %q: the take's record: %w", locking.ErrUnavailable, ls.key, err)
+	case n == 0:
+		return fmt.Errorf("%w: pg: renew %q: the take's trigger went back to its queue", locking.ErrLockLost, ls.key)
+	}
+	ls.heard = true
+	return nil
 }
 
 // check asks whether ls's session still holds its lock; on any failure it
@@ -593,6 +626,10 @@ func (l *Locker) Close(ctx context.Context) error {
 			if ls.done {
 				return
 			}
+			// Close's release is no word from a take's taker that it heard
+			// the take (releaseTakeSQL): the take's row stays, and its
+			// trigger goes back to its queue unless it was heard.
+			ls.closing = true
 			if err := l.unlock(ctx, ls); err != nil && !errors.Is(err, locking.ErrLockLost) {
 				emu.Lock()
 				errs = append(errs, err)

@@ -217,6 +217,9 @@ func (l *Locker) unlockStmt(ls *lease) (string, []any) {
 	if ls.tick {
 		return releaseTickSQL, []any{ls.id, l.opts.Namespace, ls.rowKey, ls.token, ls.tickUS}
 	}
+	if ls.req != nil && !ls.req.Backfill && ls.token != "" && !ls.heard && !ls.closing {
+		return releaseTakeSQL, []any{ls.id, l.opts.Namespace, ls.key, ls.token}
+	}
 	return releaseSQL, []any{ls.id}
 }
 

@@ -356,6 +356,27 @@ f AS (UPDATE bext_lock_fences SET
   RETURNING 1)
 SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
+	// releaseTakeSQL gives back a TakeRequest's lock whose taker was not
+	// heard yet (no renewal: Renew's hearTake) and, if it was still held,
+	// deletes the take's bext_taken row: a release of a live take is its
+	// taker's word that it heard (and refused, or ran, the trigger), so
+	// the trigger never goes back to its queue (takeRequestSQL). A lock
+	// lost first keeps its row: its taker never started the trigger.
+	//
+	//	$1 lock id  $2 namespace  $3 schedule  $4 the take's token
+	releaseTakeSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
+d AS (DELETE FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text AND token = $4::text AND (SELECT ok FROM r)
+  RETURNING 1)
+SELECT r.ok FROM r`
+
+	// hearTakeSQL deletes a take's bext_taken row on its first renewal
+	// (Renew's hearTake), and counts it.
+	//
+	//	$1 namespace  $2 schedule  $3 the take's token
+	hearTakeSQL = `WITH d AS (DELETE FROM bext_taken WHERE namespace = $1::text AND schedule = $2::text AND token = $3::text
+  RETURNING 1)
+SELECT count(*) FROM d`
+
 	// forgetTickSQL forgets a released grant as releaseTickSQL does, on any
 	// session, when its own session could not: it died (or the unlock
 	// found the lock gone) before the release. Released all the same, the

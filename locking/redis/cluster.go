@@ -29,9 +29,12 @@ var _ cluster.Store = (*Locker)(nil)
 // the live nodes and the index of schedules with requests. None ends with
 // '}' or holds "}:tick:" and digits, which is how List skips them.
 const (
-	runsSuffix     = ":runs"      // sorted set: run JSON scored by StartedAt in µs
-	requestsSuffix = ":requests"  // list: request JSON, oldest first
-	takenSuffix    = ":taken:"    // + a take's token: the request it took; kept cluster.TakeKeep
+	runsSuffix     = ":runs"     // sorted set: run JSON scored by StartedAt in µs
+	requestsSuffix = ":requests" // list: request JSON, oldest first
+	takenSuffix    = ":taken:"   // + a take's token: the request it took; kept cluster.TakeKeep
+	// pendingSuffix (":pending", built in take.lua, renew.lua, release.lua
+	// and releases.lua): a hash of the triggers taken and not heard back
+	// yet, by token (take.lua says when they go back to the queue).
 	acceptedSuffix = ":accepted:" // + request id: the node that took it; expires after a day
 	clusterTag     = "{}"
 	nodesSuffix    = ":nodes"  // hash: node id -> last seen µs|ttl µs|JSON

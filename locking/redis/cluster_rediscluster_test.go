@@ -62,5 +62,12 @@ func TestClusterConformanceRedisCluster(t *testing.T) {
 			}
 			return now
 		},
+		// As its TTL passing would.
+		EndLock: func(t testing.TB, _ cluster.Store, schedule string) {
+			lk := prefixFor(t) + "{" + schedule + "}"
+			if err := admin.Del(context.Background(), lk).Err(); err != nil {
+				t.Fatalf("ending the lock %s: %v", lk, err)
+			}
+		},
 	})
 }

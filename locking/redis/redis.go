@@ -293,7 +293,7 @@ func (l *Locker) track(ctx context.Context, key string, st *heldLock, token, tag
 		// Close ran while we were acquiring and has already swept: give
 		// the lock back rather than leave it to expire.
 		l.mu.Unlock()
-		_ = l.release(context.WithoutCancel(ctx), h, st)
+		_ = l.release(context.WithoutCancel(ctx), h, st, true)
 		return nil, locking.ErrClosed
 	}
 	l.held[h] = struct{}{}
@@ -343,13 +343,20 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	if err := canceled(ctx, "release", h); err != nil {
 		return err
 	}
-	return l.release(ctx, h, st)
+	return l.release(ctx, h, st, false)
 }
 
-func (l *Locker) release(ctx context.Context, h *locking.Handle, st *heldLock) error {
+// release runs release.lua for h. closing: Close's release, which is not
+// its taker's word that it heard a take (take.lua): a take's trigger not
+// heard back stays pending, to go back to its queue.
+func (l *Locker) release(ctx context.Context, h *locking.Handle, st *heldLock, closing bool) error {
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	n, err := replyInt(releaseScript.Run(opCtx, l.client, st.keys[:1], st.args[:1]...))
+	args := st.args[:1]
+	if closing {
+		args = []any{st.args[0], "closing"}
+	}
+	n, err := replyInt(releaseScript.Run(opCtx, l.client, st.keys[:1], args...))
 	if err != nil {
 		return l.opError(ctx, "release", h.Key(), err)
 	}
@@ -385,7 +392,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	var errs []error
 	for i, h := range handles {
 		st, _ := locking.HandleState(h, l)
-		err := l.release(base, h, st.(*heldLock))
+		err := l.release(base, h, st.(*heldLock), true)
 		if err == nil || errors.Is(err, locking.ErrLockLost) {
 			continue // gone either way
 		}

@@ -23,6 +23,11 @@ for i = 1, #KEYS, 1000 do
       gone[k] = true
       dels[#dels + 1] = k
       out[n] = 1
+      -- A take's lock released while ours: no longer pending, as in
+      -- release.lua.
+      if tag and not string.find(tag, '@', 1, true) then
+        redis.call('HDEL', k .. ':pending', tag)
+      end
     else
       out[n] = 0
     end
