@@ -106,8 +106,8 @@ func TestSim(t *testing.T) {
 // itself (production code is other engineers' to change): kept out of the
 // default set, each with what it found, so that the lead can route it.
 // Replay one with -seed N.
-// (The violations found so far are of known holes, reported rather than
-// excluded: check_ops.go's holeTakeLost.)
+// (None so far: every violation found was fixed, or labelled a known
+// hole in check.go until it was.)
 var knownBad = map[uint64]bool{}
 
 // oneProc runs the rest of the test on one P (GOMAXPROCS 1), restored at
