@@ -74,7 +74,7 @@
 //
 //	DecideTick ignores the mark (locking/tick.go)         1 no tick twice     1-4
 //	no resend after a timeout (scheduler/resend.go)       2 no grant lost     6-51
-//	release held past the next tick (scheduler/release)   3 liveness          7 (5 before flaky links counted for GrantKeep)
+//	release held past the next tick (scheduler/release)   3 liveness          5-7
 //	pause flag of the previous call (locking/memory)      6b paused           4
 //	lease-deadline timer removed (scheduler/run.go)       5 lease deadline    15 (15-153 before hung renewals, link_hang.go)
 //	a failed run not in history (scheduler/record.go)     7 history           1
