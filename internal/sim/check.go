@@ -2,12 +2,15 @@ package sim
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	store "github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -39,6 +42,54 @@ type violation struct {
 // seeds 1..2000 since (nor 637, its last unexplained seed). So is the
 // take hole (check_ops.go: a trigger whose take was never heard back goes
 // back to its queue). None is open.
+
+// holeTriggerConfirmLost: a manual run renews its take's lock once
+// before its job starts, and that renewal tells the backend the trigger
+// was heard (cluster.Store.TakeRequest). When the renewal fails the run
+// ends lock_lost unstarted, and the trigger, unheard, goes back to its
+// queue for another node (the harness hands its poll over). But when the
+// renewal was applied and only its reply lost, the backend dropped the
+// trigger as heard and the node did not run it: the trigger is lost,
+// once (never run twice). Closing it needs the node to put the request
+// back itself on an undecided confirmation, idempotently by request id.
+const holeTriggerConfirmLost = "a trigger whose confirming renewal was applied but whose reply was lost is never run"
+
+// queuedAtEnd reports whether request id of schedule is on its queue now
+// that the run ended, counting a trigger whose take's lock lapsed unheard
+// (Queued puts it back first).
+func (c *cluster) queuedAtEnd(schedule, id string) bool {
+	q, ok := c.mem.(interface {
+		Queued(context.Context) ([]string, error)
+		Requests(context.Context, string) ([]store.Request, error)
+	})
+	if !ok {
+		return false
+	}
+	ctx := context.Background()
+	if _, err := q.Queued(ctx); err != nil {
+		return false
+	}
+	rs, err := q.Requests(ctx, schedule)
+	return err == nil && slices.ContainsFunc(rs, func(r store.Request) bool { return r.ID == id })
+}
+
+// endedUnstarted reports whether manual run id ended in history with no
+// attempt started (its take's confirming renewal failed).
+func (c *cluster) endedUnstarted(id string) bool {
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	for _, a := range c.ledger.atts {
+		if a.runID == id {
+			return false
+		}
+	}
+	for _, h := range c.history {
+		if h.RunID == id && h.Result == scheduler.ResultLockLost {
+			return true
+		}
+	}
+	return false
+}
 
 // Invariant names.
 const (
@@ -441,13 +492,37 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		if g.manual && !g.delivered && !g.backfill && ranRequest[g.runID] {
 			continue // requeued, and run from a later take: checkManual checks it ran once
 		}
+		c.opsMu.Lock()
+		refusedLater := c.refusedReq[g.runID]
+		c.opsMu.Unlock()
+		if g.manual && !g.delivered && !g.backfill && refusedLater {
+			continue // requeued, and a later take of it refused: the refusal is its end (logged)
+		}
+		if g.manual && !g.delivered && !g.backfill && c.queuedAtEnd(g.key, g.runID) {
+			// Back on its queue when the run ended (its take never heard
+			// back, its lock lapsed): not lost, not run yet, as a trigger
+			// asked near the end with its node's link broken (seed 239125:
+			// requeued after the span, its node stopped by then).
+			continue
+		}
 		if g.manual && (c.refusedTake(g.token) || (!g.delivered && g.backfill)) {
 			// Refused by the scheduler and released; or a backfill's take
 			// whose reply was lost: the request stays queued until Done,
 			// and the next poll takes it once the lock expired.
 			continue
 		}
-		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(g.ttl)) {
+		// A node that crashed or stopped with the grant in hand writes
+		// nothing of it. With the reply lost, the grant is in its hands
+		// for as long as it resends (locking.GrantKeep: twice the TTL on
+		// the memory backend) and its last resend waits for an answer (up
+		// to a TTL more), not one TTL (seed 201230: reply lost, resent at
+		// +4s, crashed at +5s, TTL 4s; 217034: the last resend, sent just
+		// before the keep ended, lost, the node crashed waiting for it).
+		hold := g.ttl
+		if !g.delivered {
+			hold = locking.GrantKeep(g.ttl, 0) + g.ttl
+		}
+		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(hold)) {
 			continue
 		}
 		if !g.delivered && c.plan.lostLocks(g.at, g.at.Add(2*g.ttl)) {
@@ -490,6 +565,8 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// A late copy of a resent request's first attempt granted a
 			// tick to a node that moved on: no hole since the backends
 			// record a resend's verdict (link_dup.go); a violation.
+		case g.manual && !g.delivered && c.endedUnstarted(g.runID):
+			v.known = holeTriggerConfirmLost
 		case g.manual && !g.delivered:
 			// A trigger's take never heard back whose trigger never ran,
 			// though it goes back to its queue once the lock is free: a

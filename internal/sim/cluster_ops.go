@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ type opsState struct {
 	// refused is opsMu's: the tokens of manual takes whose run the
 	// scheduler refused (the lock was released, no run is owed).
 	refused map[string]bool
+	// refusedReq is opsMu's: the requests a take of which the scheduler
+	// refused (the agent logs it and drops the request).
+	refusedReq map[string]bool
 	// backfills is opsMu's: the backfills the scheduler accepted.
 	backfills []acceptedBackfill
 	// polling counts the polls under way, and the reloads a frozen life
@@ -39,6 +43,17 @@ type opsState struct {
 	polling atomic.Int64
 	// opStats counts the actions carried out (opsMu's).
 	opStats opStats
+	// handovers is opsMu's: requests whose poll ended with its take never
+	// heard back, for another running life's poll (handOver). Each counts
+	// in polling until the harness's loop starts it, or drops it.
+	handovers []handover
+}
+
+// handover is a request a poll left unheard on life from.
+type handover struct {
+	op   opAction
+	req  store.Request
+	from *lifeState
 }
 
 // markRead is a mark read's return: cluster.seq after it, and the true
@@ -91,6 +106,7 @@ func (c *cluster) untilNextOp(now time.Time, d time.Duration) time.Duration {
 // operateOps carries out the actions due at now.
 func (c *cluster) operateOps(now time.Time) {
 	c.operateFreezes(now)
+	c.handOver(now)
 	for _, op := range c.plan.ops {
 		if !op.at.Equal(now) {
 			continue
@@ -177,7 +193,66 @@ func (c *cluster) enqueue(op opAction, now time.Time) {
 	l := running[int(op.pick*float64(len(running)))]
 	c.event(now, "operator asks %s of %s (request %s), %s/%d's poll takes it", op.kind, op.sched, op.id, l.node, l.life)
 	c.polling.Add(1)
-	go c.poll(l, op, req)
+	go c.poll(l, op, req, false)
+}
+
+// handOver starts, on another running life, the poll of each request
+// whose poll ended with its take never heard back. In production every
+// node's agent polls the queue (Queued lists a schedule whose trigger
+// waits, unheard, to go back to its queue), so a node whose link stays
+// broken, or that died, leaves the trigger to the others; here a request
+// has one poll at a time (seed 203882: the poll's node stalled until it
+// stopped, and no other node ever took the trigger).
+func (c *cluster) handOver(now time.Time) {
+	c.opsMu.Lock()
+	hs := c.handovers
+	c.handovers = nil
+	c.opsMu.Unlock()
+	for _, h := range hs {
+		var to *lifeState
+		for _, l := range c.lives {
+			if !l.stopped && l != h.from {
+				to = l
+				break
+			}
+		}
+		if to == nil {
+			c.event(now, "no other node running to poll %s of %s", h.op.id, h.op.sched)
+			c.polling.Add(-1)
+			continue
+		}
+		c.event(now, "%s/%d's poll takes over %s of %s, its take unheard on %s/%d", to.node, to.life, h.op.id, h.op.sched, h.from.node, h.from.life)
+		go c.poll(to, h.op, h.req, true) // counted in polling since handed over
+	}
+}
+
+// queued reports whether the backend's queue lists schedule id
+// (cluster.Store.Queued, as the agent's poll reads it).
+func (c *cluster) queued(id string) bool {
+	q, ok := c.mem.(interface {
+		Queued(context.Context) ([]string, error)
+	})
+	if !ok {
+		return false
+	}
+	ids, err := q.Queued(context.Background())
+	return err == nil && slices.Contains(ids, id)
+}
+
+// started reports whether an attempt of run id started.
+func (c *cluster) started(id string) bool {
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	return slices.ContainsFunc(c.ledger.atts, func(a *attempt) bool { return a.runID == id })
+}
+
+// handOff leaves req, whose take l's poll never heard back, to another
+// life's poll (handOver).
+func (c *cluster) handOff(l *lifeState, op opAction, req store.Request) {
+	c.polling.Add(1)
+	c.opsMu.Lock()
+	c.handovers = append(c.handovers, handover{op: op, req: req, from: l})
+	c.opsMu.Unlock()
 }
 
 // requestStore is the operator's side of manual run requests (the
@@ -196,7 +271,11 @@ type requestTaker interface {
 const pollTries = 20
 
 // poll takes req with l's link and runs it on l's scheduler.
-func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
+//
+// handed: the request was handed over (handOver), its trigger waiting,
+// unheard, to go back to its queue: a queue found empty is polled again,
+// for twice the TTL past the usual polls.
+func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool) {
 	defer c.polling.Add(-1)
 	sp := c.sched(op.sched)
 	// A take's token, drawn from the seed: a take whose answer was not
@@ -210,7 +289,10 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 	// back to its queue once that take's lock is free (cluster.Store's
 	// TakeRequest), within its TTL: the polls go on for twice that more,
 	// and a queue found empty meanwhile is polled again.
-	tries, unheard := pollTries, false
+	tries, unheard := pollTries, handed
+	if handed {
+		tries += int(2 * ttl(sp.Schedule) / step)
+	}
 	for try := 0; try < tries; try++ {
 		if try == pollTries-1 && token != "" && !req.Backfill {
 			unheard = true
@@ -228,6 +310,9 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 			case <-t.C():
 			case <-l.link.dead:
 				t.Stop()
+				if !req.Backfill && (token != "" || unheard) {
+					c.handOff(l, op, req)
+				}
 				return
 			}
 		}
@@ -245,17 +330,43 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		tk, err := l.link.TakeRequest(ctx, op.sched, ttl(sp.Schedule), tick, token)
 		cancel()
-		if err == nil || !errors.Is(err, locking.ErrUnavailable) {
+		if err == nil || !(errors.Is(err, locking.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+			// Decided (internal/agent's indefinite: no answer by the
+			// deadline is not; seed 213644: a stalled take, counted
+			// decided, was not resent, and a fresh take found nothing).
 			token = "" // decided: the next take is a new one
 		}
 		switch {
 		case errors.Is(err, errCut):
+			if !req.Backfill && (token != "" || unheard) {
+				c.handOff(l, op, req)
+			}
 			return
 		case err != nil:
 			c.event(c.clock.Now(), "%s/%d take-request %s failed: %v", l.node, l.life, op.id, err)
 			continue
 		case tk.Request == nil && unheard:
 			continue // its trigger may go back to its queue yet
+		case tk.Request == nil && !req.Backfill && c.queued(op.sched):
+			// Nothing taken, and the queue still lists the schedule (a
+			// trigger waiting, unheard, to go back to it): the agent's
+			// next poll lists Queued and takes again; so does this one
+			// (seed 213644: its fresh take came while the unheard take's
+			// lock lived, and the poll stopped).
+			continue
+		case tk.Request == nil && resending && !req.Backfill:
+			// A resend of a take never heard back, answered "nothing
+			// queued": the take's lock is gone (expired, or the tick's
+			// since), and its trigger waits, unheard, to go back to its
+			// queue at the next take that finds the lock free. The
+			// agent's polls go on listing Queued, which names it
+			// meanwhile: so do these, for twice the TTL more (seed
+			// 200059: the poll stopped here, and the trigger was never
+			// run).
+			unheard = true
+			tries = try + 1 + int(2*ttl(sp.Schedule)/step)
+			c.event(c.clock.Now(), "%s/%d's resent take of %s finds nothing queued: polling on", l.node, l.life, op.id)
+			continue
 		case tk.Request == nil:
 			c.event(c.clock.Now(), "%s/%d finds no request of %s queued", l.node, l.life, op.sched)
 			return
@@ -273,6 +384,14 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 			Done: func(res scheduler.RunResult) {
 				c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
 				done()
+				if res == scheduler.ResultLockLost && !req.Backfill && !c.started(req.ID) {
+					// Its take's confirming renewal failed: the trigger,
+					// never heard back, goes back to its queue for the
+					// other nodes' polls (unless the renewal was applied
+					// and only its reply lost: check.go's
+					// holeTriggerConfirmLost).
+					c.handOff(l, op, req)
+				}
 			}}
 		err = l.s.RunManual(m)
 		c.opsMu.Lock()
@@ -281,6 +400,10 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 				c.refused = map[string]bool{}
 			}
 			c.refused[tk.Handle.Token()] = true
+			if c.refusedReq == nil {
+				c.refusedReq = map[string]bool{}
+			}
+			c.refusedReq[req.ID] = true
 			c.opStats.refused++
 			if errors.Is(err, scheduler.ErrTickUndecided) {
 				c.opStats.undecided++
@@ -307,4 +430,7 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request) {
 		return
 	}
 	c.event(c.clock.Now(), "%s/%d gave up taking %s after %d polls", l.node, l.life, op.id, tries)
+	if !req.Backfill && (token != "" || unheard) {
+		c.handOff(l, op, req)
+	}
 }

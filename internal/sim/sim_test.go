@@ -140,7 +140,14 @@ func report(c *cluster, vs []violation) string {
 		fmt.Fprintf(&b, "  [%s] at %s: %s\n", v.inv, c.at(v.at), v.msg)
 	}
 	fmt.Fprintf(&b, "plan:\n%s", c.plan)
-	fmt.Fprintf(&b, "events around %s:\n%s", c.at(vs[0].at), c.trace(vs[0].at, 15*time.Second))
+	fmt.Fprintf(&b, "events around %s:\n%s", c.at(vs[0].at), c.trace(vs[0].at, traceSpan))
 	fmt.Fprintf(&b, "replay: %s\n", replay(c.plan.seed))
 	return b.String()
+}
+
+// traceSpan is how far around a violation its trace reaches (-tracespan).
+var traceSpan = 15 * time.Second
+
+func init() {
+	flag.DurationVar(&traceSpan, "tracespan", traceSpan, "how far around the first violation the trace printed reaches")
 }
