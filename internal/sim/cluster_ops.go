@@ -216,6 +216,9 @@ func (c *cluster) handOver(now time.Time) {
 				break
 			}
 		}
+		if to == nil && !h.from.stopped {
+			to = h.from // the only node running: its agent polls on
+		}
 		if to == nil {
 			c.event(now, "no other node running to poll %s of %s", h.op.id, h.op.sched)
 			c.polling.Add(-1)
