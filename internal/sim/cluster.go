@@ -201,6 +201,7 @@ func (c *cluster) simulate() (*cluster, error) {
 		}
 	}
 	for range 4 * int(shutdownGrace/step) {
+		c.handOver(c.clock.Now()) // drops what polls left: the run is over
 		if c.allDone() {
 			return c, nil
 		}

@@ -47,7 +47,14 @@ type opsState struct {
 	// heard back, for another running life's poll (handOver). Each counts
 	// in polling until the harness's loop starts it, or drops it.
 	handovers []handover
+	// handedOver counts each request's hand-overs (handOver's: the
+	// harness's loop only).
+	handedOver map[string]int
 }
+
+// maxHandovers bounds the hand-overs of one request: a poll handed back
+// to its only node would otherwise go on past the end of the run.
+const maxHandovers = 4
 
 // handover is a request a poll left unheard on life from.
 type handover struct {
@@ -209,6 +216,13 @@ func (c *cluster) handOver(now time.Time) {
 	c.handovers = nil
 	c.opsMu.Unlock()
 	for _, h := range hs {
+		if !now.Before(c.plan.start.Add(c.plan.span)) || c.handedOver[h.op.id] >= maxHandovers {
+			// The run is over (the request stays queued: check.go's
+			// queuedAtEnd), or the request went round its nodes enough.
+			c.event(now, "%s of %s not handed over again", h.op.id, h.op.sched)
+			c.polling.Add(-1)
+			continue
+		}
 		var to *lifeState
 		for _, l := range c.lives {
 			if !l.stopped && l != h.from {
@@ -224,6 +238,10 @@ func (c *cluster) handOver(now time.Time) {
 			c.polling.Add(-1)
 			continue
 		}
+		if c.handedOver == nil {
+			c.handedOver = map[string]int{}
+		}
+		c.handedOver[h.op.id]++
 		c.event(now, "%s/%d's poll takes over %s of %s, its take unheard on %s/%d", to.node, to.life, h.op.id, h.op.sched, h.from.node, h.from.life)
 		go c.poll(to, h.op, h.req, true) // counted in polling since handed over
 	}
@@ -312,6 +330,13 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 			select {
 			case <-t.C():
 			case <-l.link.dead:
+				t.Stop()
+				if !req.Backfill && (token != "" || unheard) {
+					c.handOff(l, op, req)
+				}
+				return
+			case <-l.done:
+				// The node stopped: its agent polls no more.
 				t.Stop()
 				if !req.Backfill && (token != "" || unheard) {
 					c.handOff(l, op, req)
