@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -248,7 +249,7 @@ type Schedule struct {
 	// means one period of the schedule, "0s" never late. See Catchup.
 	CatchupWindow *Duration `toml:"catchup_window"`
 	// Spread bounds a stable per-schedule offset added to every tick
-	// (scheduler.SpreadOffset); default 0. It must be below the shortest
+	// (cronspec.SpreadOffset); default 0. It must be below the shortest
 	// time between two ticks.
 	Spread Duration `toml:"spread"`
 	// Retries is how many times a failed run is retried within its tick,
@@ -289,7 +290,7 @@ type Schedule struct {
 	// fires in (timezone, or the cron's CRON_TZ= prefix); Spec gives the
 	// ticks as they fire, Offset (the spread offset) included.
 	Location  *time.Location `toml:"-"`
-	Spec      scheduler.Spec `toml:"-"`
+	Spec      cronspec.Spec  `toml:"-"`
 	Offset    time.Duration  `toml:"-"`
 	HintValue hints.Hint     `toml:"-"`
 

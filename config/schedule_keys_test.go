@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -45,8 +46,8 @@ command = ["x"]
 		if s.Catchup() != tc.catchup || s.Spread.Duration != tc.spread {
 			t.Errorf("%s: catchup %v spread %v, want %v %v", tc.id, s.Catchup(), s.Spread.Duration, tc.catchup, tc.spread)
 		}
-		if want := scheduler.SpreadOffset(tc.id, tc.spread); s.Offset != want || scheduler.SpecOffset(s.Spec) != want {
-			t.Errorf("%s: offset %v, spec offset %v, want %v", tc.id, s.Offset, scheduler.SpecOffset(s.Spec), want)
+		if want := cronspec.SpreadOffset(tc.id, tc.spread); s.Offset != want || cronspec.Offset(s.Spec) != want {
+			t.Errorf("%s: offset %v, spec offset %v, want %v", tc.id, s.Offset, cronspec.Offset(s.Spec), want)
 		}
 	}
 	// The offset is in the ticks: @weekly is Sunday 00:00 UTC, plus it.

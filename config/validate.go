@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/pg"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
-	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // Validate checks c and resolves each schedule's Location, Spec and
@@ -203,7 +203,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 
 	s.Location = time.UTC
 	if s.Timezone != "" {
-		loc, err := scheduler.LoadLocation(s.Timezone)
+		loc, err := cronspec.LoadLocation(s.Timezone)
 		if err != nil {
 			v.atSchedule(s, "timezone", "unknown timezone %q (want an IANA name such as \"Europe/Paris\")", s.Timezone)
 		} else {
@@ -213,7 +213,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	s.Spec, s.Offset = nil, 0
 	if s.Cron == "" {
 		v.atSchedule(s, "cron", "cron is missing")
-	} else if spec, err := scheduler.ParseSpec(s.Cron, s.Location); err != nil {
+	} else if spec, err := cronspec.Parse(s.Cron, s.Location); err != nil {
 		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
 	} else {
 		s.Spec = spec
@@ -304,21 +304,23 @@ func (v *validator) pingAndMinRuntime(s *Schedule) {
 // zoneAndSpread checks what the parsed cron says against timezone and
 // spread, and resolves the zone the schedule fires in and its offset.
 func (v *validator) zoneAndSpread(s *Schedule) {
-	if zone, ok := scheduler.CronTZ(s.Cron); ok && s.Timezone != "" && zone != s.Timezone {
+	if zone, ok := cronspec.CronTZ(s.Cron); ok && s.Timezone != "" && zone != s.Timezone {
 		v.atSchedule(s, "cron", "cron's time zone %q disagrees with timezone %q: keep one of them", zone, s.Timezone)
 	}
-	if loc := scheduler.SpecLocation(s.Spec); loc != nil {
+	if loc := cronspec.Location(s.Spec); loc != nil {
 		s.Location = loc
 	}
 	if s.Spread.Duration <= 0 {
 		return
 	}
-	if p := scheduler.MinPeriod(s.Spec); p > 0 && s.Spread.Duration >= p {
+	if p := cronspec.MinPeriod(s.Spec); p > 0 && s.Spread.Duration >= p {
 		v.atSchedule(s, "spread", "spread %v is not below the schedule's shortest time between ticks (%v)", s.Spread.Duration, p)
 		return
 	}
-	s.Offset = scheduler.SpreadOffset(s.ID, s.Spread.Duration)
-	s.Spec = scheduler.WithOffset(s.Spec, s.Offset)
+	// The one place a spread is applied (the scheduler and ops call it
+	// too, and leave a spec that carries its offset as it is).
+	s.Spec = cronspec.ApplySpread(s.Spec, s.ID, s.Spread.Duration)
+	s.Offset = cronspec.Offset(s.Spec)
 }
 
 func (v *validator) command(s *Schedule) {

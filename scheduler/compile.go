@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -82,13 +83,13 @@ func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(str
 	spec, expr := sc.Spec, sc.CronExpr
 	var loc *time.Location
 	if spec == nil {
-		sp, shared, err := parseShared(sc.CronExpr, sc.Location)
+		sp, shared, err := cronspec.ParseShared(sc.CronExpr, sc.Location)
 		if err != nil {
 			bad(err)
 		}
 		spec, expr, loc = sp, shared, orUTC(sc.Location)
 	}
-	spec = ApplySpread(spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
+	spec = cronspec.ApplySpread(spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
 	if spec != nil && spec.Next(now).IsZero() {
 		bad(fmt.Errorf("cron expression %q never fires", sc.CronExpr))
 	}
@@ -194,9 +195,9 @@ func sameSpec(def *compiled, sc *Schedule) bool {
 		// equal policies, so with the same spread), and leaves it now.
 		return true
 	}
-	o, ok := def.Spec.(offsetSpec)
-	return ok && sc.Spread > 0 && SpecOffset(raw) == 0 && equal(o.spec, raw) &&
-		o.off == SpreadOffset(sc.ID, sc.Spread)
+	off := cronspec.Offset(def.Spec)
+	return off != 0 && sc.Spread > 0 && cronspec.Offset(raw) == 0 && equal(cronspec.Base(def.Spec), raw) &&
+		off == cronspec.SpreadOffset(sc.ID, sc.Spread)
 }
 
 // sameTiming reports whether two definitions of a schedule fire at the
@@ -208,7 +209,7 @@ func sameTiming(a, b *compiled) bool {
 	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread {
 		return false
 	}
-	la, lb := SpecLocation(a.Spec), SpecLocation(b.Spec)
+	la, lb := cronspec.Location(a.Spec), cronspec.Location(b.Spec)
 	return la != nil && lb != nil && la.String() == lb.String()
 }
 

@@ -1,6 +1,7 @@
-// Package scheduler is bext-scheduler's tick engine: it turns cron specs
-// into fire times, fires them from one timer loop, and for every fired tick
-// decides whether and how the job runs on this node.
+// Package scheduler is bext-scheduler's tick engine: it fires the ticks of
+// cron specs (package cronspec: parsing, zones, daylight saving, spread)
+// from one timer loop, and for every fired tick decides whether and how
+// the job runs on this node.
 //
 // Where to look (docs/DESIGN.md "A tick's life" maps steps 1 to 8 to these
 // files):
@@ -22,9 +23,6 @@
 //   - reload.go: Reload (the whole set, SIGHUP), Add and Remove (one schedule).
 //   - compile.go: a Schedule checked and compiled (TTL, hint resolved, policy shared); what a reload changed.
 //   - scheduler.go: the API (Options, Schedule, Locker, New, Snapshot, LockTTL) and per-schedule state.
-//   - spec.go: cron expressions (robfig/cron/v3), epoch-aligned @every, daylight saving as cronie.
-//   - spread.go: the stable per-schedule offset (spread) applied to a Spec.
-//   - zone.go: a cache of time.LoadLocation.
 //   - job.go: Job, JobFunc and Tick (what a job learns of its tick).
 //   - clock.go: the injected Clock; scheduler/fakeclock drives it in tests.
 //   - heap.go: the heap of next fire times (O(log n) per fire, never a scan of all schedules).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 // Changing the schedule set of a running scheduler: Reload (the whole set,
@@ -323,7 +325,7 @@ func (s *Scheduler) dueAtReloadLocked(st *schedState, old *compiled, was, now ti
 	if old == nil {
 		return time.Time{}
 	}
-	t := prevTick(spec, now, s.opts.MaxClockSkew)
+	t := cronspec.Prev(spec, now, s.opts.MaxClockSkew)
 	if t.IsZero() || now.Sub(t) > s.opts.MaxClockSkew || tookBy(old, t, was) {
 		return time.Time{}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/mutation"
 )
 
@@ -69,7 +70,7 @@ func (s *Scheduler) reportRan(f fired, out runOutcome, r ran) {
 func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 	def := f.def
 	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
-		RunID: f.runID(), PrevTime: prevTick(def.Spec, f.tick.Add(-time.Nanosecond), f.window(s)+time.Hour)}
+		RunID: f.runID(), PrevTime: cronspec.Prev(def.Spec, f.tick.Add(-time.Nanosecond), f.window(s)+time.Hour)}
 	t.LastSuccessTime = f.st.lastSuccess.load(f.tick.Location())
 	var fence int64
 	if l != nil {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
@@ -33,7 +34,7 @@ const (
 // Schedule is one schedule, as the config package builds it.
 type Schedule struct {
 	ID       string         // unique; also the lock key
-	Spec     Spec           // when nil, CronExpr is parsed with ParseSpec
+	Spec     cronspec.Spec  // when nil, CronExpr is parsed with cronspec.Parse
 	CronExpr string         // the expression as written, for display
 	Location *time.Location // for parsing CronExpr when Spec is nil; nil = UTC
 	Hint     hints.Hint     // "" = hints.Default
@@ -211,8 +212,8 @@ type Scheduler struct {
 // stays a few words.
 type compiled struct {
 	ID       string
-	CronExpr string // shared with every schedule of the same expression
-	Spec     Spec   // parsed, spread applied
+	CronExpr string        // shared with every schedule of the same expression
+	Spec     cronspec.Spec // parsed, spread applied
 	Job      Job
 	*policy
 	// loc is the zone CronExpr was parsed in when the Schedule had no

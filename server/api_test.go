@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -56,7 +57,7 @@ type apiServer struct {
 
 func startAPI(t *testing.T, st ops.Store, prefix, token, readToken string) *apiServer {
 	t.Helper()
-	spec, err := scheduler.ParseSpec("*/5 * * * *", time.UTC)
+	spec, err := cronspec.Parse("*/5 * * * *", time.UTC)
 	if err != nil {
 		t.Fatal(err)
 	}

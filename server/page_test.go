@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
 	"github.com/bext-dev/bext-scheduler/locking"
@@ -41,7 +42,7 @@ func newPageFixture(t testing.TB, token, readToken string, n, runs int) *pageFix
 	t.Helper()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := opstest.Memory(t)
-	spec, err := scheduler.ParseSpec("*/5 * * * *", time.UTC)
+	spec, err := cronspec.Parse("*/5 * * * *", time.UTC)
 	if err != nil {
 		t.Fatal(err)
 	}

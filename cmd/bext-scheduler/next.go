@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -89,7 +90,7 @@ the config only; it does not connect anywhere.`,
 }
 
 // nextTicks formats spec's next n ticks after from, in loc.
-func nextTicks(spec scheduler.Spec, from time.Time, n int, loc *time.Location) []string {
+func nextTicks(spec cronspec.Spec, from time.Time, n int, loc *time.Location) []string {
 	var out []string
 	t := from
 	for i := 0; i < n && spec != nil; i++ {

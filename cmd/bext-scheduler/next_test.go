@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
-	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 const dstConfig = `
@@ -38,7 +38,7 @@ func nextOut(t *testing.T, args ...string) string {
 // the zone that fires (timezone or CRON_TZ=), with the spread offset.
 func TestNextFrom(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "dst.toml", dstConfig)
-	off := scheduler.SpreadOffset("ny-spread", 10*time.Minute)
+	off := cronspec.SpreadOffset("ny-spread", 10*time.Minute)
 	nyTick := func(day string) string { // 01:30 EDT + the offset
 		at, err := time.Parse(time.RFC3339, day+"T01:30:00-04:00")
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -197,7 +198,7 @@ func (s *Service) checkDecided(ctx context.Context, d def, from, to time.Time) e
 // lastTickAtOrBefore is spec's latest tick at or before t, zero when none
 // within lookBack. A Spec only runs forward: it looks back from t over a
 // span that doubles until it holds a tick, then steps forward to the last.
-func lastTickAtOrBefore(spec scheduler.Spec, t time.Time) time.Time {
+func lastTickAtOrBefore(spec cronspec.Spec, t time.Time) time.Time {
 	for span := time.Second; span <= lookBack; span *= 2 {
 		tk := spec.Next(t.Add(-span - time.Nanosecond))
 		if tk.IsZero() || tk.After(t) {
@@ -234,7 +235,7 @@ func BackfillTicks(d scheduler.Schedule, from, to time.Time) ([]time.Time, error
 
 // backfillTicks is BackfillTicks of schedule id firing at spec (nil: its
 // cron is invalid).
-func backfillTicks(id string, spec scheduler.Spec, from, to time.Time) ([]time.Time, error) {
+func backfillTicks(id string, spec cronspec.Spec, from, to time.Time) ([]time.Time, error) {
 	if err := checkRange(id, spec, from, to); err != nil {
 		return nil, err
 	}
@@ -252,7 +253,7 @@ func backfillTicks(id string, spec scheduler.Spec, from, to time.Time) ([]time.T
 }
 
 // checkRange checks a backfill's range and that schedule id fires.
-func checkRange(id string, spec scheduler.Spec, from, to time.Time) error {
+func checkRange(id string, spec cronspec.Spec, from, to time.Time) error {
 	switch {
 	case from.IsZero() || to.IsZero():
 		return fmt.Errorf("%w: backfill needs both --from and --to", ErrInvalid)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/redact"
 	"github.com/bext-dev/bext-scheduler/jobs"
 	"github.com/bext-dev/bext-scheduler/scheduler"
@@ -137,7 +138,7 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	y := now.UTC().Year()
 	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
 	out := make(map[string]string, len(schedules))
-	ticks := tickSamples{anchor: anchor, seen: map[scheduler.Spec][]byte{}}
+	ticks := tickSamples{anchor: anchor, seen: map[cronspec.Spec][]byte{}}
 	h := sha256.New()
 	var sum [sha256.Size]byte
 	var f fields
@@ -300,16 +301,16 @@ func ConfigHash(hashes map[string]string) string {
 }
 
 // tickSamples computes the sampled fire times of a spec once per spec:
-// ParseSpec shares one Spec between the schedules with the same expression
+// cronspec.Parse shares one Spec between the schedules with the same expression
 // and zone, and the samples cost 48 Next calls (5 µs each for a yearly
 // expression in a zone with daylight saving): 100,000 schedules took 27 s.
 type tickSamples struct {
 	anchor time.Time
-	seen   map[scheduler.Spec][]byte // comparable specs only
+	seen   map[cronspec.Spec][]byte // comparable specs only
 }
 
 // of returns spec's sample ticks as the hash's fields ("tick=<Unix ns>").
-func (ts tickSamples) of(spec scheduler.Spec) []byte {
+func (ts tickSamples) of(spec cronspec.Spec) []byte {
 	cached, ok := ts.lookup(spec)
 	if ok {
 		return cached
@@ -331,7 +332,7 @@ func (ts tickSamples) of(spec scheduler.Spec) []byte {
 // lookup and store skip specs that cannot be map keys: a comparable type
 // may still hold an incomparable value (a spread offset around an
 // embedder's Spec), which panics only when hashed.
-func (ts tickSamples) lookup(spec scheduler.Spec) (out []byte, ok bool) {
+func (ts tickSamples) lookup(spec cronspec.Spec) (out []byte, ok bool) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return nil, false
 	}
@@ -344,7 +345,7 @@ func (ts tickSamples) lookup(spec scheduler.Spec) (out []byte, ok bool) {
 	return out, ok
 }
 
-func (ts tickSamples) store(spec scheduler.Spec, out []byte) {
+func (ts tickSamples) store(spec cronspec.Spec, out []byte) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 func TestLastTickAtOrBefore(t *testing.T) {
@@ -20,7 +20,7 @@ func TestLastTickAtOrBefore(t *testing.T) {
 		{"0 0 29 2 *", time.Date(2024, 2, 29, 0, 0, 0, 0, time.UTC)},
 		{"* 0 * * *", time.Date(2026, 3, 10, 0, 59, 0, 0, time.UTC)},
 	} {
-		spec, err := scheduler.ParseSpec(c.cron, time.UTC)
+		spec, err := cronspec.Parse(c.cron, time.UTC)
 		if err != nil {
 			t.Fatal(err)
 		}

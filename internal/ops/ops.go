@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
@@ -179,7 +180,7 @@ type Service struct {
 // schedules is mostly the same few shapes: one of each is kept.
 type def struct {
 	id   string
-	spec scheduler.Spec // the ticks as fired (spread applied); nil when the cron is invalid
+	spec cronspec.Spec // the ticks as fired (spread applied); nil when the cron is invalid
 	*shape
 }
 
@@ -377,7 +378,7 @@ func zoneName(d scheduler.Schedule) string { return zoneOf(d).String() }
 
 // zoneOf is the zone a schedule fires in.
 func zoneOf(d scheduler.Schedule) *time.Location {
-	if loc := scheduler.SpecLocation(d.Spec); loc != nil {
+	if loc := cronspec.Location(d.Spec); loc != nil {
 		return loc
 	}
 	if d.Location != nil {
@@ -396,15 +397,15 @@ func hintName(h hints.Hint) string {
 // effectiveSpec is the schedule's ticks as the scheduler fires them: its
 // Spec (parsed from CronExpr when nil) with the spread offset, applied
 // once.
-func effectiveSpec(d scheduler.Schedule) scheduler.Spec {
+func effectiveSpec(d scheduler.Schedule) cronspec.Spec {
 	spec := d.Spec
 	if spec == nil {
 		var err error
-		if spec, err = scheduler.ParseSpec(d.CronExpr, d.Location); err != nil {
+		if spec, err = cronspec.Parse(d.CronExpr, d.Location); err != nil {
 			return nil
 		}
 	}
-	return scheduler.ApplySpread(spec, d.ID, d.Spread)
+	return cronspec.ApplySpread(spec, d.ID, d.Spread)
 }
 
 // backendErr wraps a store's failure; one that says the backend could not

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
@@ -19,9 +20,9 @@ import (
 
 func forEachBackend(t *testing.T, f func(t *testing.T, st ops.Store)) { opstest.ForEach(t, f) }
 
-func mustSpec(t *testing.T, expr string, loc *time.Location) scheduler.Spec {
+func mustSpec(t *testing.T, expr string, loc *time.Location) cronspec.Spec {
 	t.Helper()
-	s, err := scheduler.ParseSpec(expr, loc)
+	s, err := cronspec.Parse(expr, loc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestStatusAssemblesSchedulesNodesAndDrift(t *testing.T) {
 			t.Errorf("nightly last run = %+v, want r2 (the newest)", n.LastRun)
 		}
 		sp := s.Schedules[1]
-		off := scheduler.SpreadOffset(p+"spread", 30*time.Minute)
+		off := cronspec.SpreadOffset(p+"spread", 30*time.Minute)
 		if sp.NextTick == nil || !sp.NextTick.Equal(utc("2026-01-10T13:00:00Z").Add(off)) && !sp.NextTick.Equal(utc("2026-01-10T12:00:00Z").Add(off)) {
 			t.Errorf("spread next tick %v, want the hour + offset %v", sp.NextTick, off)
 		}
@@ -391,7 +392,7 @@ func TestBackfill(t *testing.T) {
 			t.Errorf("second backfill: %v, want ErrBusy", err)
 		}
 		// Spread moves the ticks backfilled as it moves the regular ones.
-		off := scheduler.SpreadOffset(p+"spread", 30*time.Minute)
+		off := cronspec.SpreadOffset(p+"spread", 30*time.Minute)
 		ans, err = svc.Backfill(ctx, p+"spread", utc("2026-01-10T00:00:00Z"), utc("2026-01-10T02:00:00Z"))
 		if err != nil || len(ans.Ticks) == 0 || !ans.Ticks[0].Equal(utc("2026-01-10T00:00:00Z").Add(off)) {
 			t.Errorf("spread backfill %v, %v; want ticks at the hour + %v", ans.Ticks, err, off)

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bext-dev/bext-scheduler/config"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -43,7 +44,7 @@ command = ["x"]
 	for _, s := range Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) {
 		got[s.ID] = s
 	}
-	off := scheduler.SpreadOffset("spread", 10*time.Minute)
+	off := cronspec.SpreadOffset("spread", 10*time.Minute)
 	for _, tc := range []struct {
 		id            string
 		catchup, sprd time.Duration
@@ -54,9 +55,9 @@ command = ["x"]
 		{"spread", 10 * time.Minute, 10 * time.Minute, off},
 	} {
 		s := got[tc.id]
-		if s.CatchupWindow != tc.catchup || s.Spread != tc.sprd || scheduler.SpecOffset(s.Spec) != tc.offset {
+		if s.CatchupWindow != tc.catchup || s.Spread != tc.sprd || cronspec.Offset(s.Spec) != tc.offset {
 			t.Errorf("%s: catchup %v spread %v offset %v, want %v %v %v", tc.id,
-				s.CatchupWindow, s.Spread, scheduler.SpecOffset(s.Spec), tc.catchup, tc.sprd, tc.offset)
+				s.CatchupWindow, s.Spread, cronspec.Offset(s.Spec), tc.catchup, tc.sprd, tc.offset)
 		}
 	}
 	from := time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -219,7 +220,7 @@ func TestCheckTicksFollowZoneAndSpread(t *testing.T) {
 	}
 	// With a spread of 9s, s0's ticks move by its offset.
 	sp.Location, sp.CronExpr, sp.Spread = nil, "*/10 * * * * *", 9*time.Second
-	off := scheduler.SpreadOffset("s0", sp.Spread)
+	off := cronspec.SpreadOffset("s0", sp.Spread)
 	tk := t0.Add(10*time.Second + off)
 	c.ledger.atts = []*attempt{{sched: "s0", tick: tk, node: "node-0", runID: "c", attempt: 1, start: tk, end: tk}}
 	if vs := c.checkTicks(runs(c.ledger.all())); len(vs) != 0 {

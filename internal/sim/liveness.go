@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -58,7 +59,7 @@ func (c *cluster) checkLiveness(all []run) []violation {
 }
 
 // checkSegment checks the ticks of spec in (from, to) for liveness.
-func (c *cluster) checkSegment(sp *schedPlan, spec scheduler.Spec, from, to time.Time, count map[string][]run, all []run) []violation {
+func (c *cluster) checkSegment(sp *schedPlan, spec cronspec.Spec, from, to time.Time, count map[string][]run, all []run) []violation {
 	end := c.plan.start.Add(c.plan.span)
 	var vs []violation
 	{

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 // Operators' actions beyond pause and resume (issue 26): a reload that
@@ -95,7 +95,7 @@ func (p *plan) drawOps(r *rand.Rand) {
 		if r.IntN(4) == 0 {
 			a := at(15, 25)
 			cron, period := p.timing(sp.ID, a)
-			spec, err := scheduler.ParseSpec(cron, time.UTC)
+			spec, err := cronspec.Parse(cron, time.UTC)
 			if err != nil {
 				panic(fmt.Sprintf("sim: plan's spec %q: %v", cron, err))
 			}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -91,7 +92,7 @@ func (s schedPlan) workloadString() string {
 		out += " zone " + s.Location.String()
 	}
 	if s.Spread > 0 {
-		out += fmt.Sprintf(" spread %v (offset %v)", s.Spread, scheduler.SpreadOffset(s.ID, s.Spread))
+		out += fmt.Sprintf(" spread %v (offset %v)", s.Spread, cronspec.SpreadOffset(s.ID, s.Spread))
 	}
 	if s.ignoreTerm {
 		out += " ignores SIGTERM"
@@ -101,16 +102,16 @@ func (s schedPlan) workloadString() string {
 
 // spec is the spec a tick of sp follows under cron (the schedule's own or
 // a reload's): in its zone, with its spread, as the scheduler compiles it.
-func (sp *schedPlan) spec(cron string) scheduler.Spec {
+func (sp *schedPlan) spec(cron string) cronspec.Spec {
 	loc := sp.Location
 	if loc == nil {
 		loc = time.UTC
 	}
-	spec, err := scheduler.ParseSpec(cron, loc)
+	spec, err := cronspec.Parse(cron, loc)
 	if err != nil {
 		panic(fmt.Sprintf("sim: plan's spec %q: %v", cron, err))
 	}
-	return scheduler.ApplySpread(spec, sp.ID, sp.Spread)
+	return cronspec.ApplySpread(spec, sp.ID, sp.Spread)
 }
 
 // outlastTerm is what a job that ignores SIGTERM does once its context

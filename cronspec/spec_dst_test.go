@@ -1,4 +1,4 @@
-package scheduler
+package cronspec
 
 import (
 	"sort"
@@ -46,7 +46,7 @@ func TestNextDSTMatchesReference(t *testing.T) {
 			fields[k] = fieldsOf(walls[k])
 		}
 		for _, expr := range specs {
-			spec, err := ParseSpec(expr, loc)
+			spec, err := Parse(expr, loc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package scheduler
+package cronspec
 
 import (
 	"fmt"
@@ -17,13 +17,13 @@ type Spec interface {
 }
 
 // specParser accepts 5 fields, an optional leading seconds field, and the
-// descriptors (@hourly, @daily, @every 90s, ...). ParseSpec strips the
+// descriptors (@hourly, @daily, @every 90s, ...). Parse strips the
 // CRON_TZ=/TZ= prefix itself (robfig/cron panics on a prefix with nothing
 // after it, and leaves a schedule without one in time.Local).
 var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// ParseSpec parses a cron expression evaluated in loc (nil means UTC). A
+// Parse parses a cron expression evaluated in loc (nil means UTC). A
 // CRON_TZ= or TZ= prefix in expr wins over loc (config refuses the two
 // together unless they agree: see CronTZ).
 //
@@ -39,14 +39,14 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 // aligned to the Unix epoch (ticks at whole multiples of D), not to the
 // moment the process started as in robfig/cron: every node must compute the
 // same tick times or the cluster lock cannot tell one tick from another.
-func ParseSpec(expr string, loc *time.Location) (Spec, error) {
-	sp, _, err := parseShared(expr, loc)
+func Parse(expr string, loc *time.Location) (Spec, error) {
+	sp, _, err := ParseShared(expr, loc)
 	return sp, err
 }
 
-// parseShared is ParseSpec that also returns the expression as interned
+// ParseShared is Parse that also returns the expression as interned
 // with the spec, so the schedules of one expression share its text too.
-func parseShared(expr string, loc *time.Location) (Spec, string, error) {
+func ParseShared(expr string, loc *time.Location) (Spec, string, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
@@ -89,6 +89,9 @@ type specKey struct {
 	loc  *time.Location
 }
 
+// parseSpec's errors keep the "scheduler: " prefix they had when this code
+// was the engine's: the scheduler reports them as they are, and config
+// strips that prefix from its messages.
 func parseSpec(expr string, loc *time.Location) (Spec, error) {
 	expr = strings.TrimSpace(expr)
 	if expr == "" {
@@ -137,17 +140,17 @@ func CronTZ(expr string) (zone string, ok bool) {
 	return zone, ok
 }
 
-// SpecLocation returns the time zone spec fires in (the CRON_TZ= prefix, or
-// the location ParseSpec was given), or nil for a Spec ParseSpec did not
+// Location returns the time zone spec fires in (the CRON_TZ= prefix, or
+// the location Parse was given), or nil for a Spec Parse did not
 // make.
-func SpecLocation(spec Spec) *time.Location {
+func Location(spec Spec) *time.Location {
 	switch s := spec.(type) {
 	case *cronSpec:
 		return s.loc
 	case everySpec:
 		return s.loc
 	case offsetSpec:
-		return SpecLocation(s.spec)
+		return Location(s.spec)
 	}
 	return nil
 }
@@ -216,7 +219,7 @@ type cronSpec struct {
 	wall      *cron.SpecSchedule
 	fixedHour bool // and loc is not UTC: the daylight-saving rules apply
 	// period caches minPeriod (+1, so 0 means not yet computed): it walks
-	// the calendar, and prevTick asks for it on every run.
+	// the calendar, and Prev asks for it on every run.
 	period atomic.Int64
 }
 
@@ -238,10 +241,10 @@ func knownPeriod(spec Spec) time.Duration {
 	return 0
 }
 
-// probeStart is where prevTick starts probing back from now: spec's
+// probeStart is where Prev starts probing back from now: spec's
 // shortest period when known, bounded by limit, at least a second. From a
 // second, a daily spec took 17 doublings (a Next each) to find its
-// previous tick, and every run asks for it (Tick.PrevTime).
+// previous tick, and every run asks for it (scheduler.Tick.PrevTime).
 func probeStart(spec Spec, limit time.Duration) time.Duration {
 	return max(time.Second, min(knownPeriod(spec), limit))
 }

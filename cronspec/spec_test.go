@@ -1,11 +1,11 @@
-package scheduler_test
+package cronspec_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 func mustLoc(t *testing.T, name string) *time.Location {
@@ -26,7 +26,7 @@ func mustTime(t *testing.T, s string) time.Time {
 	return v
 }
 
-func TestParseSpecErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	for _, expr := range []string{
 		"",
 		"   ",
@@ -51,10 +51,10 @@ func TestParseSpecErrors(t *testing.T) {
 		"CRON_TZ=Mars/Olympus 0 3 * * *", // unknown zone
 		"a b c d e",
 	} {
-		if _, err := scheduler.ParseSpec(expr, nil); err == nil {
-			t.Errorf("ParseSpec(%q) = nil error, want one", expr)
+		if _, err := cronspec.Parse(expr, nil); err == nil {
+			t.Errorf("Parse(%q) = nil error, want one", expr)
 		} else if !strings.HasPrefix(err.Error(), "scheduler:") {
-			t.Errorf("ParseSpec(%q) error %q lacks the package prefix", expr, err)
+			t.Errorf("Parse(%q) error %q lacks the scheduler: prefix (kept from before the move out of the engine)", expr, err)
 		}
 	}
 }
@@ -101,9 +101,9 @@ func TestNextTicks(t *testing.T) {
 			[]string{"2026-01-01T08:00:00Z"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := scheduler.ParseSpec(tc.expr, tc.loc)
+			spec, err := cronspec.Parse(tc.expr, tc.loc)
 			if err != nil {
-				t.Fatalf("ParseSpec(%q): %v", tc.expr, err)
+				t.Fatalf("Parse(%q): %v", tc.expr, err)
 			}
 			at := mustTime(t, tc.from)
 			for i, w := range tc.want {
@@ -204,9 +204,9 @@ func TestNextDST(t *testing.T) {
 			[]string{"2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-01T07:30:00Z"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := scheduler.ParseSpec(tc.expr, tc.loc)
+			spec, err := cronspec.Parse(tc.expr, tc.loc)
 			if err != nil {
-				t.Fatalf("ParseSpec(%q): %v", tc.expr, err)
+				t.Fatalf("Parse(%q): %v", tc.expr, err)
 			}
 			at := mustTime(t, tc.from)
 			for i, w := range tc.want {

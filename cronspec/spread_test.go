@@ -1,11 +1,11 @@
-package scheduler_test
+package cronspec_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 func TestSpreadOffsetStableAndInRange(t *testing.T) {
@@ -22,18 +22,18 @@ func TestSpreadOffsetStableAndInRange(t *testing.T) {
 		{"job-1", 999 * time.Millisecond, 0},
 		{"job-1", time.Second, 0},
 	} {
-		if got := scheduler.SpreadOffset(tc.id, tc.spread); got != tc.want {
+		if got := cronspec.SpreadOffset(tc.id, tc.spread); got != tc.want {
 			t.Errorf("SpreadOffset(%q, %v) = %v, want %v", tc.id, tc.spread, got, tc.want)
 		}
 	}
 	for i := range 2000 {
 		id := fmt.Sprintf("s%d", i)
 		for _, spread := range []time.Duration{1500 * time.Millisecond, 7 * time.Second, time.Hour} {
-			o := scheduler.SpreadOffset(id, spread)
+			o := cronspec.SpreadOffset(id, spread)
 			if o < 0 || o >= spread || o%time.Second != 0 {
 				t.Fatalf("SpreadOffset(%q, %v) = %v: not whole seconds in [0, spread)", id, spread, o)
 			}
-			if again := scheduler.SpreadOffset(id, spread); again != o {
+			if again := cronspec.SpreadOffset(id, spread); again != o {
 				t.Fatalf("SpreadOffset(%q, %v) = %v, then %v", id, spread, o, again)
 			}
 		}
@@ -52,11 +52,11 @@ func TestSpreadEvensOutHourly(t *testing.T) {
 	perSecond := map[int64]int{}
 	for i := range n {
 		id := fmt.Sprintf("job-%d", i)
-		spec, err := scheduler.ParseSpec("@hourly", nil)
+		spec, err := cronspec.Parse("@hourly", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tick := scheduler.WithOffset(spec, scheduler.SpreadOffset(id, spread)).Next(from)
+		tick := cronspec.WithOffset(spec, cronspec.SpreadOffset(id, spread)).Next(from)
 		off := tick.Sub(time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC))
 		if off < 0 || off >= spread {
 			t.Fatalf("%s ticks at %s, outside the spread", id, tick)
@@ -89,22 +89,22 @@ func TestSpreadEvensOutHourly(t *testing.T) {
 
 func TestWithOffset(t *testing.T) {
 	paris := mustLoc(t, "Europe/Paris")
-	spec, err := scheduler.ParseSpec("30 2 * * *", paris)
+	spec, err := cronspec.Parse("30 2 * * *", paris)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if scheduler.WithOffset(spec, 0) != spec {
+	if cronspec.WithOffset(spec, 0) != spec {
 		t.Error("WithOffset(spec, 0) is not spec")
 	}
-	o := scheduler.WithOffset(spec, 7*time.Minute)
-	if got := scheduler.SpecOffset(o); got != 7*time.Minute {
-		t.Errorf("SpecOffset = %v", got)
+	o := cronspec.WithOffset(spec, 7*time.Minute)
+	if got := cronspec.Offset(o); got != 7*time.Minute {
+		t.Errorf("Offset = %v", got)
 	}
-	if got := scheduler.SpecOffset(scheduler.WithOffset(o, time.Minute)); got != 8*time.Minute {
+	if got := cronspec.Offset(cronspec.WithOffset(o, time.Minute)); got != 8*time.Minute {
 		t.Errorf("offsets do not compose: %v", got)
 	}
-	if scheduler.SpecLocation(o) != paris {
-		t.Errorf("SpecLocation = %v", scheduler.SpecLocation(o))
+	if cronspec.Location(o) != paris {
+		t.Errorf("Location = %v", cronspec.Location(o))
 	}
 	// The offset tick is the tick: from just before it, and from the cron
 	// time itself (already passed by nobody), Next gives cron time + offset.
@@ -119,11 +119,11 @@ func TestWithOffset(t *testing.T) {
 			t.Errorf("Next(%s) = %s, want %s", tc.from, got.UTC().Format(time.RFC3339), tc.want)
 		}
 	}
-	never, err := scheduler.ParseSpec("0 0 30 2 *", nil)
+	never, err := cronspec.Parse("0 0 30 2 *", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := scheduler.WithOffset(never, time.Minute).Next(mustTime(t, "2026-01-01T00:00:00Z")); !got.IsZero() {
+	if got := cronspec.WithOffset(never, time.Minute).Next(mustTime(t, "2026-01-01T00:00:00Z")); !got.IsZero() {
 		t.Errorf("a schedule that never fires fires at %s once offset", got)
 	}
 }
@@ -150,31 +150,31 @@ func TestMinPeriod(t *testing.T) {
 		{"0 0 29 2 *", 4*365*24*time.Hour + 24*time.Hour},
 		{"0 0 30 2 *", 0}, // never fires
 	} {
-		spec, err := scheduler.ParseSpec(tc.expr, nil)
+		spec, err := cronspec.Parse(tc.expr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := scheduler.MinPeriod(spec); got != tc.want {
+		if got := cronspec.MinPeriod(spec); got != tc.want {
 			t.Errorf("MinPeriod(%q) = %v, want %v", tc.expr, got, tc.want)
 		}
-		if got := scheduler.MinPeriod(scheduler.WithOffset(spec, time.Second)); got != tc.want {
+		if got := cronspec.MinPeriod(cronspec.WithOffset(spec, time.Second)); got != tc.want {
 			t.Errorf("MinPeriod(%q offset) = %v, want %v", tc.expr, got, tc.want)
 		}
 	}
 }
 
 func TestApplySpreadOnce(t *testing.T) {
-	spec, err := scheduler.ParseSpec("@hourly", nil)
+	spec, err := cronspec.Parse("@hourly", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := scheduler.SpreadOffset("nightly-report", 10*time.Minute)
-	once := scheduler.ApplySpread(spec, "nightly-report", 10*time.Minute)
-	twice := scheduler.ApplySpread(once, "nightly-report", 10*time.Minute)
-	if scheduler.SpecOffset(once) != off || scheduler.SpecOffset(twice) != off {
-		t.Errorf("offsets %v then %v, want %v both times", scheduler.SpecOffset(once), scheduler.SpecOffset(twice), off)
+	off := cronspec.SpreadOffset("nightly-report", 10*time.Minute)
+	once := cronspec.ApplySpread(spec, "nightly-report", 10*time.Minute)
+	twice := cronspec.ApplySpread(once, "nightly-report", 10*time.Minute)
+	if cronspec.Offset(once) != off || cronspec.Offset(twice) != off {
+		t.Errorf("offsets %v then %v, want %v both times", cronspec.Offset(once), cronspec.Offset(twice), off)
 	}
-	if scheduler.ApplySpread(spec, "x", 0) != spec {
+	if cronspec.ApplySpread(spec, "x", 0) != spec {
 		t.Error("no spread changed the spec")
 	}
 }

@@ -1,10 +1,10 @@
-package scheduler_test
+package cronspec_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/bext-dev/bext-scheduler/scheduler"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
 // BenchmarkSpecNext: the cost of one Spec.Next, which the scheduler pays
@@ -30,7 +30,7 @@ func BenchmarkSpecNext(b *testing.B) {
 		{"every-90s", "@every 90s", nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			spec, err := scheduler.ParseSpec(bc.expr, bc.loc)
+			spec, err := cronspec.Parse(bc.expr, bc.loc)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package scheduler
+package cronspec
 
 import (
 	"crypto/sha256"
@@ -21,12 +21,22 @@ func WithOffset(spec Spec, d time.Duration) Spec {
 	return offsetSpec{spec: spec, off: d}
 }
 
-// SpecOffset returns the offset WithOffset gave spec; 0 for any other.
-func SpecOffset(spec Spec) time.Duration {
+// Offset returns the offset WithOffset gave spec; 0 for any other.
+func Offset(spec Spec) time.Duration {
 	if o, ok := spec.(offsetSpec); ok {
 		return o.off
 	}
 	return 0
+}
+
+// Base returns spec without the offset WithOffset gave it; spec itself
+// for any other. The scheduler uses it to tell whether a compiled spec is
+// a schedule's spec with its spread applied.
+func Base(spec Spec) Spec {
+	if o, ok := spec.(offsetSpec); ok {
+		return o.spec
+	}
+	return spec
 }
 
 type offsetSpec struct {
@@ -63,7 +73,7 @@ func SpreadOffset(id string, spread time.Duration) time.Duration {
 
 // MinPeriod is the shortest time between two consecutive ticks of spec as
 // its fields are written (daylight-saving shifts aside), or 0 when it
-// cannot tell (a Spec ParseSpec did not make, or one that never fires).
+// cannot tell (a Spec Parse did not make, or one that never fires).
 // Config refuses a spread that is not below it.
 func MinPeriod(spec Spec) time.Duration {
 	switch s := spec.(type) {
@@ -193,7 +203,7 @@ func daysIn(m time.Month, y int) int {
 // built by hand with Spread set) without ever applying a spread twice. An
 // offset that came out 0 is 0 again here.
 func ApplySpread(spec Spec, id string, spread time.Duration) Spec {
-	if spread <= 0 || spec == nil || SpecOffset(spec) != 0 {
+	if spread <= 0 || spec == nil || Offset(spec) != 0 {
 		return spec
 	}
 	return WithOffset(spec, SpreadOffset(id, spread))

@@ -1,4 +1,4 @@
-package scheduler
+package cronspec
 
 import (
 	"math/rand/v2"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// prevTick probes back from the spec's shortest period instead of from a
+// Prev probes back from the spec's shortest period instead of from a
 // second: it must find the same latest tick, wherever one lies within the
 // limit (DST changes in Paris included).
 func TestPrevTickFromThePeriodFindsTheSameTick(t *testing.T) {
@@ -33,7 +33,7 @@ func TestPrevTickFromThePeriodFindsTheSameTick(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	start := time.Date(2026, 3, 20, 0, 0, 0, 0, time.UTC) // the spring change lies ahead
 	for _, expr := range []string{"0 3 * * *", "30 2 * * *", "0 9 * * 1-5", "*/5 * * * *", "@every 90s", "15 4 1 * *"} {
-		spec, err := ParseSpec(expr, paris)
+		spec, err := Parse(expr, paris)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,24 +44,24 @@ func TestPrevTickFromThePeriodFindsTheSameTick(t *testing.T) {
 				if want.IsZero() || now.Sub(want) > limit {
 					continue // beyond the limit the answer may be zero
 				}
-				if got := prevTick(spec, now, limit); !got.Equal(want) {
-					t.Fatalf("%q at %v, limit %v: prevTick %v, want %v", expr, now, limit, got, want)
+				if got := Prev(spec, now, limit); !got.Equal(want) {
+					t.Fatalf("%q at %v, limit %v: Prev %v, want %v", expr, now, limit, got, want)
 				}
 			}
 		}
 	}
 }
 
-// BenchmarkPrevTick: Tick.PrevTime of a daily schedule's run, which every
-// run computes (limit: a one-day window plus an hour, as runJob asks).
+// BenchmarkPrevTick: scheduler.Tick.PrevTime of a daily schedule's run, which every
+// run computes (limit: a one-day window plus an hour, as the scheduler's runJob asks).
 func BenchmarkPrevTick(b *testing.B) {
-	spec, err := ParseSpec("0 3 * * *", nil)
+	spec, err := Parse("0 3 * * *", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	tick := time.Date(2026, 5, 4, 3, 0, 0, 0, time.UTC)
 	for b.Loop() {
-		prevTick(spec, tick.Add(-time.Nanosecond), 25*time.Hour)
+		Prev(spec, tick.Add(-time.Nanosecond), 25*time.Hour)
 	}
 }
 
@@ -94,25 +94,25 @@ func TestPrevTickOfUnknownPeriod(t *testing.T) {
 	var calls int
 	at := time.Date(2026, 5, 4, 3, 0, 0, 0, time.UTC)
 	once := hiddenSpec{onceAt{at}, &calls}
-	if got := prevTick(once, at.Add(-time.Nanosecond), time.Hour); !got.IsZero() {
-		t.Fatalf("prevTick of a once spec before its tick: %v, want none", got)
+	if got := Prev(once, at.Add(-time.Nanosecond), time.Hour); !got.IsZero() {
+		t.Fatalf("Prev of a once spec before its tick: %v, want none", got)
 	}
 	if calls != 1 {
 		t.Errorf("%d Next calls for a once spec before its tick, want 1", calls)
 	}
-	if got := prevTick(once, at.Add(time.Minute), time.Hour); !got.Equal(at) {
-		t.Errorf("prevTick of a once spec after its tick: %v, want %v", got, at)
+	if got := Prev(once, at.Add(time.Minute), time.Hour); !got.Equal(at) {
+		t.Errorf("Prev of a once spec after its tick: %v, want %v", got, at)
 	}
 	for _, expr := range []string{"*/7 * * * * *", "0 3 * * *", "@every 90s"} {
-		spec, err := ParseSpec(expr, nil)
+		spec, err := Parse(expr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, limit := range []time.Duration{time.Minute, 25 * time.Hour} {
 			for k := range 50 {
 				now := at.Add(time.Duration(k) * 37 * time.Minute)
-				want := prevTick(spec, now, limit)
-				if got := prevTick(hiddenSpec{spec, &calls}, now, limit); !got.Equal(want) {
+				want := Prev(spec, now, limit)
+				if got := Prev(hiddenSpec{spec, &calls}, now, limit); !got.Equal(want) {
 					t.Fatalf("%q at %v, limit %v, period unknown: %v, want %v", expr, now, limit, got, want)
 				}
 			}
