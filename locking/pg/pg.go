@@ -56,8 +56,8 @@ type Options struct {
 // Locker is the Postgres lock backend. It implements locking.Locker,
 // locking.TickLocker, locking.TickWatcher, locking.Pauser,
 // locking.LeaseBounder and locking.Pinger, and lists held locks with List;
-// TryLockTicks and ReleaseAll batch (the scheduler's TickBatcher and
-// ReleaseBatcher).
+// TryLockTicks and ReleaseAll batch (locking.TickBatcher and
+// locking.ReleaseBatcher).
 // Safe for concurrent use.
 type Locker struct {
 	opts  Options
@@ -135,6 +135,9 @@ var (
 	_ locking.TickLocker   = (*Locker)(nil)
 	_ locking.Pauser       = (*Locker)(nil)
 	_ locking.LeaseBounder = (*Locker)(nil)
+	// The batching contract (locking/batch.go).
+	_ locking.TickBatcher    = (*Locker)(nil)
+	_ locking.ReleaseBatcher = (*Locker)(nil)
 )
 
 // Open checks opts and parses the URL, without connecting: a node must start
