@@ -165,15 +165,15 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 		problems = append(problems, fmt.Errorf("%w: pg: op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout))
 	}
 	if opts.URL == "" {
-		problems = append(problems, fmt.Errorf("%w: pg: empty url", locking.ErrInvalid))
+		problems = append(problems, &locking.InvalidError{Field: "url", Subject: "pg", Reason: "empty url"})
 	}
 	var cfg *pgx.ConnConfig
 	if opts.URL != "" {
 		var err error
 		if cfg, err = pgx.ParseConfig(opts.URL); err != nil {
-			// Not %w: pgx's error keeps the raw string, password included.
-			problems = append(problems, fmt.Errorf("%w: pg: [locking.pg] url: %s",
-				locking.ErrInvalid, scrubSecrets(err.Error(), opts.URL)))
+			// Not wrapped: pgx's error keeps the raw string, password included.
+			problems = append(problems, &locking.InvalidError{Field: "url", Subject: "pg: [locking.pg] url",
+				Reason: scrubSecrets(err.Error(), opts.URL)})
 		}
 	}
 	if len(problems) > 0 {
