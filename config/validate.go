@@ -13,8 +13,6 @@ import (
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/locking/pg"
-	"github.com/bext-dev/bext-scheduler/locking/redis"
 )
 
 // Validate checks c and resolves each schedule's Location, Spec and
@@ -153,8 +151,8 @@ func (v *validator) locking(l *Locking, at func(string) int) {
 		default:
 			if err := checkRedisURL(r.URL); err != nil {
 				v.add(at("locking.redis.url"), "locking.redis.url %s: %v", RedactURL(r.URL), err)
-			} else if err := redis.CheckURL(r.URL); err != nil {
-				v.add(at("locking.redis.url"), "locking.redis.url %s: %s", RedactURL(r.URL), backendReason(err, "Redis URL "+RedactURL(r.URL)+": "))
+			} else if why := backendURLProblem(BackendRedis, r.URL); why != "" {
+				v.add(at("locking.redis.url"), "locking.redis.url %s: %s", RedactURL(r.URL), why)
 			}
 		}
 		if r.OpTimeout.Duration <= 0 {
@@ -168,8 +166,8 @@ func (v *validator) locking(l *Locking, at func(string) int) {
 		default:
 			if err := checkPGURL(p.URL); err != nil {
 				v.add(at("locking.pg.url"), "locking.pg.url %s: %v", RedactURL(p.URL), err)
-			} else if err := pg.CheckURL(p.URL); err != nil {
-				v.add(at("locking.pg.url"), "locking.pg.url %s: %s", RedactURL(p.URL), backendReason(err, "pg: "))
+			} else if why := backendURLProblem(BackendPG, p.URL); why != "" {
+				v.add(at("locking.pg.url"), "locking.pg.url %s: %s", RedactURL(p.URL), why)
 			}
 		}
 		if p.Namespace == "" {
@@ -362,13 +360,6 @@ func (v *validator) httpJob(s *Schedule) {
 			v.atSchedule(s, "http.success_codes."+strconv.Itoa(i), "http.success_codes: %d is not an HTTP status", code)
 		}
 	}
-}
-
-// backendReason is a backend's URL error without the prefixes the config
-// message already says (the sentinel, and lead naming the URL).
-func backendReason(err error, lead string) string {
-	msg := strings.TrimPrefix(err.Error(), locking.ErrInvalid.Error()+": ")
-	return strings.TrimPrefix(msg, lead)
 }
 
 // resolveEnv settles s's command environment from its own keys, then

@@ -21,4 +21,11 @@
 //
 // Backends live in subpackages (memory, redis, pg) and all pass the same
 // conformance suite in locking/lockertest.
+//
+// Beyond Locker, a backend implements the optional interfaces the scheduler
+// looks for: TickLocker (tick.go), TickWatcher (watch.go), MarkReader
+// (mark.go), Pauser, Pinger, LeaseBounder, and, for how it takes many
+// requests at once, TickBatcher, ReleaseBatcher and InProcessLocker
+// (batch.go). A bad URL in its options is an *InvalidError (invalid.go),
+// which the config prints without parsing the message.
 package locking

@@ -2,6 +2,7 @@ package locking
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,25 @@ func TestCheckKey(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrInvalid) {
 			t.Errorf("CheckKey(%q) = %v, not ErrInvalid", tc.key, err)
+		}
+	}
+}
+
+// TestInvalidError: the typed invalid-argument error reads as the
+// fmt.Errorf("%w: ...", ErrInvalid) it replaced, and is ErrInvalid.
+func TestInvalidError(t *testing.T) {
+	for _, tc := range []struct {
+		err  *InvalidError
+		want string
+	}{
+		{&InvalidError{Field: "url", Subject: "pg", Reason: "empty url"}, "locking: invalid argument: pg: empty url"},
+		{&InvalidError{Field: "url", Reason: "Redis URL is empty"}, "locking: invalid argument: Redis URL is empty"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+		if !errors.Is(fmt.Errorf("open: %w", tc.err), ErrInvalid) {
+			t.Errorf("%v is not ErrInvalid", tc.err)
 		}
 	}
 }

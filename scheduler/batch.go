@@ -15,7 +15,7 @@ import (
 // per tick is what makes them late: the backend answers each request in
 // microseconds, but the requests queue on the connections and on the
 // server's per-command cost. A backend that can decide many requests in one
-// round trip (TickBatcher) gets them together: the ticks that reach step 4
+// round trip (locking.TickBatcher) gets them together: the ticks that reach step 4
 // while a batch is on its way wait for the next one, and the next one takes
 // all of them (group commit). A lone tick is sent at once, alone, as
 // before; under a burst the batches grow by themselves, with no timer
@@ -29,14 +29,6 @@ import (
 // is the error of every request in it: each of those ticks resends its
 // request through the batcher, or is skipped as backend_error, as a failed
 // TryLockTick would be (resend.go).
-
-// TickBatcher is implemented by lock backends that decide many
-// try-lock-ticks in one round trip (locking/redis, locking/pg).
-// answers[i] and errs[i] must be what TryLockTick would have returned for
-// reqs[i]; an error of the round trip is errs[i] for every i.
-type TickBatcher interface {
-	TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (answers []locking.TickAnswer, errs []error)
-}
 
 const (
 	// maxBatch bounds the requests of one TryLockTicks call: enough to
@@ -111,34 +103,17 @@ type tickWait struct {
 	after        time.Time
 }
 
-// InProcessLocker is implemented by lock backends that decide in the
-// caller's goroutine, with no round trip (locking/memory). Their
-// try-lock-ticks are not batched even if they could be: a batch saves
-// nothing there, and it cost what a round trip would have. On the memory
-// backend the batches of a burst held 2 to 4 requests, so a tick paid a
-// batch's costs (its queue, the hand back of its answer to the pool, and
-// a second task for it) alone: a fifth of the CPU each tick spent before
-// its job started (BenchmarkSameSecond10k's p99-start-cpu-ms).
-//
-// The same holds for their releases (newReleaser), and a node-local tick
-// reads their pause flags without a timeout (nodeLocalPaused). Their
-// answers are never lost, so their try-lock-ticks carry no token of the
-// scheduler's for a resend (lockRequest).
-type InProcessLocker interface {
-	InProcess() bool
-}
-
 // inProcess reports whether l decides in the caller's goroutine
-// (InProcessLocker).
+// (locking.InProcessLocker).
 func inProcess(l any) bool {
-	ip, ok := l.(InProcessLocker)
+	ip, ok := l.(locking.InProcessLocker)
 	return ok && ip.InProcess()
 }
 
 // newBatcher returns a tickBatcher for l, nil when l cannot batch, or
-// need not (InProcessLocker).
+// need not (locking.InProcessLocker).
 func newBatcher(l Locker, deliver, sending func([]*tickCall)) *tickBatcher {
-	b, ok := l.(TickBatcher)
+	b, ok := l.(locking.TickBatcher)
 	if !ok {
 		return nil
 	}
@@ -250,7 +225,7 @@ func (b *batcher[R, A, T]) sendOne() bool {
 }
 
 // errShortBatch answers the requests a backend left unanswered: a broken
-// TickBatcher. Such a request is undecided (it wraps ErrUnavailable): it
+// locking.TickBatcher. Such a request is undecided (it wraps ErrUnavailable): it
 // is resent, and skipped as backend_error, rather than run, once it can
 // no longer be.
 var errShortBatch = fmt.Errorf("scheduler: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)

@@ -89,7 +89,7 @@ func TestBatcherGroupsWaitingRequests(t *testing.T) {
 	g := &gatedBatcher{gate: make(chan struct{})}
 	b := newBatcher(struct {
 		Locker
-		TickBatcher
+		locking.TickBatcher
 	}{nil, g}, nil, nil)
 	answers, errs, wait := askAll(b, n)
 	waitQueued(t, b, g, n)
@@ -123,7 +123,7 @@ func TestBatcherErrorIsEachRequests(t *testing.T) {
 			const n = 50
 			b := newBatcher(struct {
 				Locker
-				TickBatcher
+				locking.TickBatcher
 			}{nil, tc.g}, nil, nil)
 			_, errs, wait := askAll(b, n)
 			waitQueued(t, b, tc.g, n)

@@ -9,11 +9,11 @@
 //   - tick.go: where a tick is decided, steps 2 to 8: hint, try-lock-tick and its answer, jitter, run, release, report. Start here.
 //   - loop.go: Run, the firing loop over the heap; step 1's overlap check (popDueLocked); graceful stop.
 //   - resend.go: step 4's request sent again with the same token while undecided; late grants, expired grants, ErrGrantUnknown.
-//   - batch.go: many try-lock-ticks in one round trip (TickBatcher), group commit; InProcessLocker.
+//   - batch.go: many try-lock-ticks in one round trip (locking.TickBatcher), group commit; locking.InProcessLocker.
 //   - prefer.go: the handoff: a preferred node per tick by rendezvous hashing; the others wait handoff_delay per rank.
 //   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
 //   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
-//   - release.go: step 7's release, batched (ReleaseBatcher); a tick that fired while its lock was being given back.
+//   - release.go: step 7's release, batched (locking.ReleaseBatcher); a tick that fired while its lock was being given back.
 //   - pool.go: the workers that carry ticks; ends of runs deferred behind a burst (at most maxDefer).
 //   - catchup.go: catch-up at start, after an outage, after a reload or a manual run; the marks made at load (InitMarks).
 //   - manual.go: manual runs (trigger, backfill) from step 6 on, under a lock the caller took.

@@ -14,7 +14,7 @@ import (
 )
 
 // lateBatcher is a memory backend that decides try-lock-ticks in batches
-// (scheduler.TickBatcher); while late is set, every batch is decided only once
+// (locking.TickBatcher); while late is set, every batch is decided only once
 // its context has ended, as a server that ran the script whose reply came
 // back after the caller's deadline: the locks are taken and the marks
 // raised, and the caller's context has ended meanwhile.

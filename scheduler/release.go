@@ -11,7 +11,7 @@ import (
 // Batching releases.
 //
 // The runs of a burst end together, and each release is a round trip of its
-// own: a backend that can release many locks in one (ReleaseBatcher) gets
+// own: a backend that can release many locks in one (locking.ReleaseBatcher) gets
 // the releases that wait together in one batch, by the same group commit as
 // try-lock-tick (batch.go). A lone release is sent at once, alone, with no
 // timer holding it back: step 7's "release at once" still holds, and the
@@ -24,14 +24,6 @@ import (
 // if its lock is still the handle's, as Release does, and each release's
 // outcome is reported as a single release's is (loop.go's release logs
 // it); an error of the round trip is the error of every handle in it.
-
-// ReleaseBatcher is implemented by lock backends that release many locks
-// in one round trip (locking/redis, locking/memory; locking/pg, one round
-// trip per session holding them). errs[i] must be what Release would have
-// returned for hs[i]; an error of the round trip is errs[i] for every i.
-type ReleaseBatcher interface {
-	ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []error)
-}
 
 // releaser sends a scheduler's releases in batches. A call's tag is the
 // tick whose run the lock was taken for, when the release ends that tick
@@ -51,10 +43,10 @@ type ranTick struct {
 }
 
 // newReleaser returns a releaser for l, nil when l cannot batch releases,
-// or need not (InProcessLocker).
+// or need not (locking.InProcessLocker).
 // deliver ends the ticks whose releases were sent by releaseAfterRun.
 func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
-	rb, ok := l.(ReleaseBatcher)
+	rb, ok := l.(locking.ReleaseBatcher)
 	if !ok {
 		return nil
 	}
@@ -73,7 +65,7 @@ func newReleaser(l Locker, deliver func([]*releaseCall)) *releaser {
 }
 
 // errShortRelease answers the releases a backend left unanswered: a broken
-// ReleaseBatcher. The lock may still be held; it expires with its TTL, as
+// locking.ReleaseBatcher. The lock may still be held; it expires with its TTL, as
 // after any release that failed.
 var errShortRelease = fmt.Errorf("scheduler: the lock backend left a batched release unanswered: %w", locking.ErrUnavailable)
 
@@ -88,7 +80,7 @@ func (s *Scheduler) releaseLock(ctx context.Context, h *locking.Handle) error {
 
 // releaseAfterRun is step 7 for a run tick (c: its lock, and the tick with
 // its outcome), then its end (finish). With a
-// ReleaseBatcher the worker does not wait for the release: it queues it
+// locking.ReleaseBatcher the worker does not wait for the release: it queues it
 // (sending batches itself only while fewer than maxSenders are under way,
 // as any caller of the batcher) and is free to start the next job; the
 // sender of the batch ends the tick once its lock is given back

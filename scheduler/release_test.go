@@ -49,7 +49,7 @@ func (g *gatedReleaser) ReleaseAll(ctx context.Context, hs []*locking.Handle) []
 func newTestReleaser(g *gatedReleaser) *releaser {
 	return newReleaser(struct {
 		Locker
-		ReleaseBatcher
+		locking.ReleaseBatcher
 	}{nil, g}, nil)
 }
 

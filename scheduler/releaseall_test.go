@@ -16,7 +16,7 @@ import (
 )
 
 // batchReleasing is a memory backend that releases through ReleaseAll
-// (scheduler.ReleaseBatcher), counting the handles, and can fail them.
+// (locking.ReleaseBatcher), counting the handles, and can fail them.
 type batchReleasing struct {
 	*faulty
 	mem *memory.Locker

@@ -80,7 +80,7 @@ func (l *lossy) sent() (calls int, tokens []string) {
 	return l.calls, append([]string(nil), l.tokens...)
 }
 
-// lossyBatcher is lossy deciding in batches (scheduler.TickBatcher), each
+// lossyBatcher is lossy deciding in batches (locking.TickBatcher), each
 // batch one round trip whose replies are lost or not.
 type lossyBatcher struct{ *lossy }
 

@@ -53,7 +53,7 @@ func (c *countingLocker) TryLockTick(ctx context.Context, r locking.TickRequest)
 func (c *countingLocker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
 	c.tries.Add(int64(len(reqs)))
 	trip := c.tryTrips.Add(1)
-	if b, ok := c.Locker.(scheduler.TickBatcher); ok {
+	if b, ok := c.Locker.(locking.TickBatcher); ok {
 		answers, errs := b.TryLockTicks(ctx, reqs)
 		for _, a := range answers {
 			if a.Handle != nil {
@@ -92,7 +92,7 @@ func (c *countingLocker) ReleaseAll(ctx context.Context, hs []*locking.Handle) [
 		trips = int64(len(origins))
 	}
 	c.releaseTrips.Add(trips)
-	if b, ok := c.Locker.(scheduler.ReleaseBatcher); ok {
+	if b, ok := c.Locker.(locking.ReleaseBatcher); ok {
 		return b.ReleaseAll(ctx, hs)
 	}
 	// A backend without batched releases: one round trip each.

@@ -24,6 +24,14 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
+// The config validates a backend's URL with the backend's own parser, so
+// that `validate` accepts only the URLs OpenBackend accepts; config imports
+// no backend, so the checks are set here, by the package that opens them.
+func init() {
+	config.SetURLCheck(config.BackendRedis, redis.CheckURL)
+	config.SetURLCheck(config.BackendPG, pg.CheckURL)
+}
+
 // ErrBackend wraps failures to set up the lock backend from the config.
 var ErrBackend = errors.New("service: lock backend")
 

@@ -49,10 +49,10 @@ type link struct {
 }
 
 var (
-	_ scheduler.Locker         = (*link)(nil)
-	_ scheduler.TickBatcher    = (*link)(nil)
-	_ scheduler.ReleaseBatcher = (*link)(nil)
-	_ locking.Pauser           = (*link)(nil)
+	_ scheduler.Locker       = (*link)(nil)
+	_ locking.TickBatcher    = (*link)(nil)
+	_ locking.ReleaseBatcher = (*link)(nil)
+	_ locking.Pauser         = (*link)(nil)
 )
 
 // Errors the link answers with. A lost reply reads as the deadline the

@@ -62,6 +62,11 @@ var (
 	_ locking.Pinger     = (*Locker)(nil)
 	_ locking.TickLocker = (*Locker)(nil)
 	_ locking.Pauser     = (*Locker)(nil)
+	// The batching contract (locking/batch.go): in process, so the
+	// scheduler batches neither.
+	_ locking.TickBatcher     = (*Locker)(nil)
+	_ locking.ReleaseBatcher  = (*Locker)(nil)
+	_ locking.InProcessLocker = (*Locker)(nil)
 )
 
 // Option configures New.
@@ -201,7 +206,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 // ReleaseAll is Release for each handle in turn: errs[i] is its answer for
 // hs[i]. The memory backend has no round trip to save; it implements the
 // batch so that a scheduler on it takes the same path
-// (scheduler.ReleaseBatcher) as on Redis.
+// (locking.ReleaseBatcher) as on Redis.
 func (l *Locker) ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []error) {
 	errs = make([]error, len(hs))
 	for i, h := range hs {

@@ -263,6 +263,6 @@ func (l *Locker) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) (
 }
 
 // InProcess reports that the Locker decides in the caller's goroutine,
-// with no round trip (scheduler.InProcessLocker): the scheduler then asks
+// with no round trip (locking.InProcessLocker): the scheduler then asks
 // for each tick's lock on the tick's own worker instead of batching.
 func (l *Locker) InProcess() bool { return true }

@@ -56,8 +56,8 @@ type Options struct {
 // Locker is the Postgres lock backend. It implements locking.Locker,
 // locking.TickLocker, locking.TickWatcher, locking.Pauser,
 // locking.LeaseBounder and locking.Pinger, and lists held locks with List;
-// TryLockTicks and ReleaseAll batch (the scheduler's TickBatcher and
-// ReleaseBatcher).
+// TryLockTicks and ReleaseAll batch (locking.TickBatcher and
+// locking.ReleaseBatcher).
 // Safe for concurrent use.
 type Locker struct {
 	opts  Options
@@ -135,6 +135,9 @@ var (
 	_ locking.TickLocker   = (*Locker)(nil)
 	_ locking.Pauser       = (*Locker)(nil)
 	_ locking.LeaseBounder = (*Locker)(nil)
+	// The batching contract (locking/batch.go).
+	_ locking.TickBatcher    = (*Locker)(nil)
+	_ locking.ReleaseBatcher = (*Locker)(nil)
 )
 
 // Open checks opts and parses the URL, without connecting: a node must start
@@ -162,15 +165,15 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 		problems = append(problems, fmt.Errorf("%w: pg: op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout))
 	}
 	if opts.URL == "" {
-		problems = append(problems, fmt.Errorf("%w: pg: empty url", locking.ErrInvalid))
+		problems = append(problems, &locking.InvalidError{Field: "url", Subject: "pg", Reason: "empty url"})
 	}
 	var cfg *pgx.ConnConfig
 	if opts.URL != "" {
 		var err error
 		if cfg, err = pgx.ParseConfig(opts.URL); err != nil {
-			// Not %w: pgx's error keeps the raw string, password included.
-			problems = append(problems, fmt.Errorf("%w: pg: [locking.pg] url: %s",
-				locking.ErrInvalid, scrubSecrets(err.Error(), opts.URL)))
+			// Not wrapped: pgx's error keeps the raw string, password included.
+			problems = append(problems, &locking.InvalidError{Field: "url", Subject: "pg: [locking.pg] url",
+				Reason: scrubSecrets(err.Error(), opts.URL)})
 		}
 	}
 	if len(problems) > 0 {

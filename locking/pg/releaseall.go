@@ -12,8 +12,8 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// ReleaseAll is Release for many handles at once (the scheduler's
-// ReleaseBatcher): the runs of a burst end together, and their releases
+// ReleaseAll is Release for many handles at once
+// (locking.ReleaseBatcher): the runs of a burst end together, and their releases
 // cost one round trip per session holding their locks instead of one per
 // lock. A lock can only be given back by the session that took it, so the
 // handles are grouped by session; each group is sent as one pgx batch of

@@ -17,8 +17,8 @@ import (
 // within OpTimeout (a tick statement takes a fraction of a millisecond).
 const tickBatch = 500
 
-// TryLockTicks is TryLockTick for many requests at once (the scheduler's
-// TickBatcher): a burst of ticks due in the same second costs a few round
+// TryLockTicks is TryLockTick for many requests at once
+// (locking.TickBatcher): a burst of ticks due in the same second costs a few round
 // trips instead of one per tick. answers[i] and errs[i] are what
 // TryLockTick would have returned for reqs[i]; TryLockTick is this for one
 // request. Each round trip is a pgx batch on one session of two

@@ -5,7 +5,8 @@ import "time"
 // CheckURL parses raw exactly as Open does, building the client options
 // (and the client, whose construction go-redis may refuse) without
 // connecting anywhere, so `validate` accepts only the URLs every node's
-// `run` accepts. Its error wraps locking.ErrInvalid and shows no secret.
+// `run` accepts. Its error is a *locking.InvalidError (so it wraps
+// locking.ErrInvalid) and shows no secret.
 func CheckURL(raw string) error {
 	c, err := newClient(raw, time.Second)
 	if err != nil {

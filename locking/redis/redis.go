@@ -113,6 +113,9 @@ type Locker struct {
 var (
 	_ locking.Locker = (*Locker)(nil)
 	_ locking.Pinger = (*Locker)(nil)
+	// The batching contract (locking/batch.go).
+	_ locking.TickBatcher    = (*Locker)(nil)
+	_ locking.ReleaseBatcher = (*Locker)(nil)
 )
 
 // heldLock is a handle's backend state: the keys it names and the exact value

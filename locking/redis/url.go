@@ -64,7 +64,7 @@ const noRetries = -1
 // time, and context deadlines honoured on the socket.
 func parseOptions(raw string, opTimeout time.Duration) (clientOptions, error) {
 	if strings.TrimSpace(raw) == "" {
-		return clientOptions{}, fmt.Errorf("%w: Redis URL is empty", locking.ErrInvalid)
+		return clientOptions{}, &locking.InvalidError{Field: "url", Reason: "Redis URL is empty"}
 	}
 	u, err := parseURL(raw)
 	if err != nil {
@@ -202,9 +202,10 @@ func capTimeouts(limit time.Duration, ds ...*time.Duration) {
 
 // invalidURL reports a bad URL without ever showing its secrets: the URL
 // is shown as scheme://host[:port] and the cause's text is scrubbed (the
-// cause itself is not wrapped, because its message may quote them).
+// cause itself is not wrapped, because its message may quote them). It
+// is a *locking.InvalidError, whose Reason is the scrubbed cause.
 func invalidURL(raw string, cause error) error {
-	return fmt.Errorf("%w: Redis URL %s: %s", locking.ErrInvalid, redact.URL(raw), redact.Scrub(cause.Error(), raw))
+	return &locking.InvalidError{Field: "url", Subject: "Redis URL " + redact.URL(raw), Reason: redact.Scrub(cause.Error(), raw)}
 }
 
 // RedactURL shows raw as scheme://host[:port], for logs and errors: the
