@@ -40,11 +40,6 @@ type backend interface {
 // crashed holder's lock for its TTL, and their clients need no telling.
 type crasher interface{ crash() }
 
-// renewRefusal is refusal for a renewal.
-func (l *link) renewRefusal(ctx context.Context, f fate) error {
-	return l.refusal(ctx, f)
-}
-
 // A stateLoser is a backend the harness can make lose state (loss.go), as
 // a store restarted without persistence does: the memory backend.
 type stateLoser interface {

@@ -58,10 +58,7 @@ const holeTriggerConfirmLost = "a trigger whose confirming renewal was applied b
 // that the run ended, counting a trigger whose take's lock lapsed unheard
 // (Queued puts it back first).
 func (c *cluster) queuedAtEnd(schedule, id string) bool {
-	q, ok := c.mem.(interface {
-		Queued(context.Context) ([]string, error)
-		Requests(context.Context, string) ([]store.Request, error)
-	})
+	q, ok := c.mem.(requestLister)
 	if !ok {
 		return false
 	}
@@ -76,13 +73,11 @@ func (c *cluster) queuedAtEnd(schedule, id string) bool {
 // endedUnstarted reports whether manual run id ended in history with no
 // attempt started (its take's confirming renewal failed).
 func (c *cluster) endedUnstarted(id string) bool {
+	if c.started(id) {
+		return false
+	}
 	c.ledger.mu.Lock()
 	defer c.ledger.mu.Unlock()
-	for _, a := range c.ledger.atts {
-		if a.runID == id {
-			return false
-		}
-	}
 	for _, h := range c.history {
 		if h.RunID == id && h.Result == scheduler.ResultLockLost {
 			return true

@@ -250,14 +250,19 @@ func (c *cluster) handOver(now time.Time) {
 // queued reports whether the backend's queue lists schedule id
 // (cluster.Store.Queued, as the agent's poll reads it).
 func (c *cluster) queued(id string) bool {
-	q, ok := c.mem.(interface {
-		Queued(context.Context) ([]string, error)
-	})
+	q, ok := c.mem.(requestLister)
 	if !ok {
 		return false
 	}
 	ids, err := q.Queued(context.Background())
 	return err == nil && slices.Contains(ids, id)
+}
+
+// requestLister is what the agents' polls and the checks read of the
+// request queues: the memory backend's.
+type requestLister interface {
+	Queued(context.Context) ([]string, error)
+	Requests(context.Context, string) ([]store.Request, error)
 }
 
 // started reports whether an attempt of run id started.

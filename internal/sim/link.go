@@ -313,12 +313,12 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return err
 	}
 	if f == loseFirst || f == failCall {
-		return l.renewRefusal(ctx, f)
+		return l.refusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
 	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), false, l.dupRenew(h))
 	if f == loseReply || l.cut.Load() {
-		return l.renewRefusal(ctx, loseReply)
+		return l.refusal(ctx, loseReply)
 	}
 	if err == nil {
 		l.c.leases.heard(h.Token(), sent)
