@@ -532,10 +532,22 @@ func (l *Locker) opError(ctx context.Context, op, key string, err error) error {
 		// The caller's own deadline ran out while Redis had not answered:
 		// the backend was too slow, which is what ErrUnavailable means.
 		return fmt.Errorf("locking/redis: %s: %w: %w", what, locking.ErrUnavailable, context.Cause(ctx))
+	case deadlinePassed(ctx):
+		// go-redis sets the socket's deadline to the context's, and the
+		// socket's timer can fire a moment before the context's own: the
+		// i/o timeout is still the caller's deadline, and says so.
+		return fmt.Errorf("locking/redis: %s: %w: %w (%w)", what, locking.ErrUnavailable, context.DeadlineExceeded, err)
 	case errors.Is(err, errReply):
 		return fmt.Errorf("locking/redis: %s: %w", what, err)
 	}
 	return fmt.Errorf("locking/redis: %s: %w: %w", what, locking.ErrUnavailable, err)
+}
+
+// deadlinePassed reports whether ctx's deadline is behind us, whether or
+// not its timer has fired yet.
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // errReply marks a reply of an unexpected shape.
