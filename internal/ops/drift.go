@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"maps"
 	"reflect"
 	"slices"
@@ -15,8 +14,6 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/cronspec"
-	"github.com/bext-dev/bext-scheduler/internal/redact"
-	"github.com/bext-dev/bext-scheduler/jobs"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -145,7 +142,7 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	var digits strings.Builder
 	digits.Grow(len(schedules) * hashLen)
 	var buf [hashLen]byte
-	commands := map[*jobs.Command][]byte{}
+	jobCache := map[scheduler.Job][]byte{}
 	for _, s := range schedules {
 		h.Reset()
 		f.b = f.b[:0]
@@ -167,18 +164,7 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		f.add("retry_backoff", s.RetryBackoff)
 		f.add("pause_after_failures", int64(s.PauseAfterFailures))
 		_, _ = h.Write(f.b) // a hash.Hash never fails
-		if c, ok := s.Job.(*jobs.Command); ok {
-			// Schedules with equal jobs share one (service.Schedules):
-			// its fields are encoded once.
-			b, ok := commands[c]
-			if !ok {
-				b = commandFields(c)
-				commands[c] = b
-			}
-			_, _ = h.Write(b)
-		} else {
-			hashJob(h, s.Job)
-		}
+		_, _ = h.Write(jobFields(s.Job, jobCache))
 		if spec := effectiveSpec(s); spec != nil {
 			_, _ = h.Write(ticks.of(spec))
 		}
@@ -193,29 +179,6 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		out[s.ID] = all[i*hashLen : (i+1)*hashLen]
 	}
 	return out
-}
-
-// quoted encodes fields as fmt's "%s=%q\x00" does, for strings and
-// string slices.
-type quoted struct{ b []byte }
-
-func (q *quoted) str(name, v string) {
-	q.b = append(q.b, name...)
-	q.b = append(q.b, '=')
-	q.b = strconv.AppendQuote(q.b, v)
-	q.b = append(q.b, 0)
-}
-
-func (q *quoted) strs(name string, vs []string) {
-	q.b = append(q.b, name...)
-	q.b = append(q.b, "=["...)
-	for i, v := range vs {
-		if i > 0 {
-			q.b = append(q.b, ' ')
-		}
-		q.b = strconv.AppendQuote(q.b, v)
-	}
-	q.b = append(q.b, ']', 0)
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,
@@ -241,37 +204,34 @@ func (f *fields) add(name string, v any) {
 	f.b = append(f.b, 0)
 }
 
-// commandFields is what a command job adds to its schedule's hash, printed
-// without fmt (as %q prints it).
-func commandFields(j *jobs.Command) []byte {
-	var f quoted
-	f.str("job", "command")
-	f.strs("argv", j.Argv)
-	f.str("dir", j.Dir)
-	f.strs("env", slices.Sorted(maps.Keys(j.Env)))
-	// %q of a bool, as the first version hashed it: fmt's bad-verb form.
-	f.b = append(f.b, "env_clean=%!q(bool="+strconv.FormatBool(j.BaseEnv.Clean)+")\x00"...)
-	f.strs("env_allow", j.BaseEnv.Allow)
-	return f.b
+// Fingerprinter is a job that says what its schedule's hash takes of it
+// (jobs.Command and jobs.HTTP do): what it runs, no secret. A job that
+// does not (a Go function) is hashed by its type, all it shows.
+type Fingerprinter interface {
+	Fingerprint() []byte
 }
 
-func hashJob(h hash.Hash, j scheduler.Job) {
-	field := func(name string, v any) { fmt.Fprintf(h, "%s=%q\x00", name, v) }
-	switch j := j.(type) {
-	case *jobs.Command:
-		_, _ = h.Write(commandFields(j))
-	case *jobs.HTTP:
-		field("job", "http")
-		field("method", j.Method)
-		field("url", redact.URL(j.URL))
-		field("headers", slices.Sorted(maps.Keys(j.Headers)))
-		field("timeout", j.Timeout)
-		field("success_codes", j.SuccessCodes)
-	case nil:
-		field("job", "none")
-	default:
-		field("job", fmt.Sprintf("%T", j)) // a Go function: its type is all it shows
+// jobFields is what a job adds to its schedule's hash. Schedules with
+// equal jobs share one job value (service.Schedules): a comparable job's
+// fingerprint is taken once, in cache.
+func jobFields(j scheduler.Job, cache map[scheduler.Job][]byte) []byte {
+	fp, ok := j.(Fingerprinter)
+	if !ok {
+		if j == nil {
+			return []byte("job=\"none\"\x00")
+		}
+		// A Go function: its type is all it shows.
+		return fmt.Appendf(nil, "%s=%q\x00", "job", fmt.Sprintf("%T", j))
 	}
+	if !reflect.TypeOf(j).Comparable() {
+		return fp.Fingerprint()
+	}
+	b, ok := cache[j]
+	if !ok {
+		b = fp.Fingerprint()
+		cache[j] = b
+	}
+	return b
 }
 
 // ConfigHash is one hash over a node's schedule hashes (ScheduleHashes):

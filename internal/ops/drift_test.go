@@ -127,6 +127,12 @@ func TestScheduleHashesStable(t *testing.T) {
 		{scheduler.Schedule{ID: "clean", CronExpr: "@every 90s", Spec: mustSpec(t, "@every 90s", time.UTC),
 			Job: &jobs.Command{Argv: []string{"sh", "-c", "echo \"hi\"\n"}, Dir: "/srv/x y", Env: map[string]string{"B": "1", "A": "2"},
 				BaseEnv: jobs.EnvPolicy{Clean: true, Allow: []string{"PATH", "HOME"}}}}, "ba3580ba9b93c11b"},
+		// Header names and success codes, and a Go function (its type):
+		// pinned when the jobs began to report their own fingerprint.
+		{scheduler.Schedule{ID: "http", CronExpr: "0 * * * *", Job: &jobs.HTTP{URL: "https://u:p@example.com/secret?x=1", Method: "POST",
+			Headers: map[string]string{"X-A": "1"}, Timeout: 3 * time.Second, SuccessCodes: []int{200, 204}}}, "d0aaf00c57b80578"},
+		{scheduler.Schedule{ID: "fn", CronExpr: "0 0 * * *", Job: scheduler.JobFunc(nil)}, "e60ac5416a266a0c"},
+		{scheduler.Schedule{ID: "none", CronExpr: "0 0 * * *"}, "6bca92871382d0e1"},
 	} {
 		if got := hashOf(t, c.s, now); got != c.want {
 			t.Errorf("%s: hash %s, want %s", c.s.ID, got, c.want)
