@@ -25,7 +25,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/metrics"
 	"github.com/bext-dev/bext-scheduler/notify"
 	"github.com/bext-dev/bext-scheduler/scheduler"
-	"github.com/bext-dev/bext-scheduler/server"
+	"github.com/bext-dev/bext-scheduler/internal/server"
 )
 
 func newRunCmd() *cobra.Command {
