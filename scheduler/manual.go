@@ -33,7 +33,8 @@ type Manual struct {
 	// request that took it was sent: the lease runs from there.
 	Handle *locking.Handle
 	Sent   time.Time
-	// Done, when set, is called once the run ended, with its result.
+	// Done, when set, is called once the run ended, with its result,
+	// while the run still holds Handle (before its release).
 	Done func(RunResult)
 	// Backfill marks a backfilled tick: Tick is one of the schedule's
 	// own ticks, run again.
@@ -99,6 +100,12 @@ func (s *Scheduler) handleManual(f fired) {
 	} else {
 		out = s.runJob(f, l)
 	}
+	// Done before the release: the agent's takes a backfilled tick off
+	// its queue, and with the lock free first a take in between would
+	// find the tick still at the head of its queue and run it again.
+	if m.Done != nil {
+		m.Done(out.result)
+	}
 	if l != nil { // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
@@ -109,9 +116,6 @@ func (s *Scheduler) handleManual(f fired) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.finish(f, out)
-	if m.Done != nil {
-		m.Done(out.result)
-	}
 	// A regular tick due meanwhile found the lock held by this run: try
 	// it now, late, within its catch-up window (the mark decides).
 	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st == f.st })

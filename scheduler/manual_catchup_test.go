@@ -56,3 +56,36 @@ func TestTriggerHeldTickRunsLateNearTheNextTick(t *testing.T) {
 		t.Fatalf("after the trigger ended at 00:08 the job ran for %v; want the 00:05 tick, late", ticks)
 	}
 }
+
+// A manual run's Done (the agent's: it takes a backfilled tick off its
+// queue) is called while the run still holds the schedule's lock. Called
+// after the release, a take in between found the lock free and the tick
+// still at the head of its queue, and ran it again: seen on Postgres in
+// TestClusterBackfillResumesAfterKill under load (the same run_id run
+// twice by one node, 0.6 s apart).
+func TestManualDoneBeforeItsLockIsReleased(t *testing.T) {
+	s := sched("m", "0 0 1 1 *", hints.RequireGlobal, scheduler.JobFunc(func(context.Context, scheduler.Tick) error { return nil }))
+	h := newHarness(t, scheduler.Options{}, s).start()
+	lk, err := h.mem.TryLock(context.Background(), "m", time.Hour)
+	if err != nil || lk == nil {
+		t.Fatal(lk, err)
+	}
+	held := make(chan bool, 1)
+	done := func(scheduler.RunResult) {
+		other, err := h.mem.TryLock(context.Background(), "m", time.Hour)
+		if err != nil {
+			t.Error(err)
+		}
+		if other != nil {
+			_ = h.mem.Release(context.Background(), other)
+		}
+		held <- other == nil
+	}
+	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req", Handle: lk, Sent: h.clock.Now(), Done: done}); err != nil {
+		t.Fatal(err)
+	}
+	if !<-held {
+		t.Fatal("Done was called once the manual run's lock was free: a take in between runs a backfilled tick again")
+	}
+	h.idle()
+}
