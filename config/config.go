@@ -15,7 +15,6 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
-	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // ErrInvalid is matched (errors.Is) by every error Load, Parse and Validate
@@ -274,6 +273,11 @@ type Schedule struct {
 
 	// An HTTP job.
 	HTTP *HTTPJob `toml:"http"`
+	// GoJob: the job is a Go function the embedding program supplies
+	// (node.Options.Jobs), so the schedule sets neither command nor
+	// [scheduled.http]. Never read from a file: set by Parse's
+	// WithGoJobs, or by hand before Validate.
+	GoJob bool `toml:"-"`
 
 	// PingURL is a dead-man's switch speaking the healthchecks.io
 	// protocol, pinged once per run by the node that ran it; "" for none.
@@ -297,15 +301,19 @@ type Schedule struct {
 	at keyLines // lines of its keys ("cron", "http.url"), when loaded from a file
 }
 
-// Catchup is the schedule's catch-up window as scheduler.Schedule wants
-// it: 0 (the scheduler's default, one period) when unset, and
-// scheduler.NoCatchup for an explicit "0s".
+// NoCatchup is Catchup's answer for an explicit catchup_window = "0s":
+// never run a tick late (the node maps it to scheduler.NoCatchup; config
+// does not import the engine).
+const NoCatchup time.Duration = -1
+
+// Catchup is the schedule's catch-up window: 0 (the default, one period)
+// when unset, and NoCatchup for an explicit "0s".
 func (s *Schedule) Catchup() time.Duration {
 	switch {
 	case s.CatchupWindow == nil:
 		return 0
 	case s.CatchupWindow.Duration == 0:
-		return scheduler.NoCatchup
+		return NoCatchup
 	}
 	return s.CatchupWindow.Duration
 }

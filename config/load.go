@@ -24,17 +24,33 @@ import (
 // expands ${VAR}, fills defaults and validates. When anything is wrong the
 // error is an *Error listing every problem; it matches ErrInvalid, and
 // fs.ErrNotExist when the file is missing.
-func Load(path string) (*Config, error) {
+func Load(path string, opts ...Option) (*Config, error) {
 	data, err := readFile(path)
 	if err != nil {
 		return nil, &Error{Problems: []Problem{{File: path, Msg: err.Error()}}, causes: []error{err}}
 	}
-	return Parse(data, path)
+	return Parse(data, path, opts...)
+}
+
+// Option changes how Load and Parse read a config.
+type Option func(*loadOptions)
+
+type loadOptions struct{ goJobs []string }
+
+// WithGoJobs names the schedules whose job the embedding program supplies
+// as a Go function (node.Options.Jobs): each must be declared, and sets
+// neither command nor [scheduled.http] (Schedule.GoJob).
+func WithGoJobs(ids ...string) Option {
+	return func(o *loadOptions) { o.goJobs = append(o.goJobs, ids...) }
 }
 
 // Parse is Load on the main file's bytes; path names the file in messages
 // and include globs are resolved relative to its directory.
-func Parse(data []byte, path string) (*Config, error) {
+func Parse(data []byte, path string, opts ...Option) (*Config, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if blank(data) {
 		// Almost always a mistake (a truncated deploy, the wrong path, a
 		// directory mounted as a file): a node running it would idle forever.
@@ -43,6 +59,7 @@ func Parse(data []byte, path string) (*Config, error) {
 	b := &builder{}
 	c := b.parseMain(data, path)
 	if c != nil {
+		b.markGoJobs(c, o.goJobs)
 		for _, p := range c.validate() {
 			// A value whose ${VAR} failed is reported once, for the variable.
 			if !b.unexpanded[fileLine{p.File, p.Line}] {
@@ -54,6 +71,22 @@ func Parse(data []byte, path string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// markGoJobs sets GoJob on the schedules ids names, and reports an id
+// no schedule has.
+func (b *builder) markGoJobs(c *Config, ids []string) {
+	for _, id := range ids {
+		found := false
+		for i := range c.Scheduled {
+			if c.Scheduled[i].ID == id {
+				c.Scheduled[i].GoJob, found = true, true
+			}
+		}
+		if !found {
+			b.problems = append(b.problems, Problem{File: c.Path, Msg: fmt.Sprintf("Go job %q: no [[scheduled]] has that id", id)})
+		}
+	}
 }
 
 // builder collects the problems of one Load.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cronspec"
-	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // The keys issue 13 adds to [[scheduled]]: catchup_window and spread, and
@@ -38,8 +37,8 @@ command = ["x"]
 		catchup time.Duration
 		spread  time.Duration
 	}{
-		{"unset", 0, 0},                        // the scheduler's default: one period
-		{"never-late", scheduler.NoCatchup, 0}, // "0s" is not "unset"
+		{"unset", 0, 0},              // the scheduler's default: one period
+		{"never-late", NoCatchup, 0}, // "0s" is not "unset"
 		{"a-day", 24 * time.Hour, 59 * time.Minute},
 	} {
 		s := schedule(t, c, tc.id)

@@ -258,6 +258,9 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	}
 
 	switch {
+	case s.GoJob && (s.Command != nil || s.HTTP != nil):
+		v.atSchedule(s, "command", "its job is a Go function of the program; it sets no command or [scheduled.http]")
+	case s.GoJob:
 	case s.Command == nil && s.HTTP == nil:
 		v.atSchedule(s, "", "no job: set command = [...] or a [scheduled.http] table")
 	case s.Command != nil && s.HTTP != nil:
