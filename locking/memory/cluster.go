@@ -96,11 +96,11 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		return err
 	}
 	if err := cluster.CheckKeep(keep); err != nil {
-		return fmt.Errorf("memory: record runs: %w", err)
+		return fmt.Errorf("locking/memory: record runs: %w", err)
 	}
 	for _, r := range runs {
 		if err := cluster.CheckRun(r); err != nil {
-			return fmt.Errorf("memory: record runs: %w", err)
+			return fmt.Errorf("locking/memory: record runs: %w", err)
 		}
 	}
 	for _, r := range runs {
@@ -138,7 +138,7 @@ func (l *Locker) Runs(ctx context.Context, schedule string, limit int) ([]cluste
 		return nil, err
 	}
 	if err := cluster.CheckLimit(limit); err != nil {
-		return nil, fmt.Errorf("memory: runs of %q: %w", schedule, err)
+		return nil, fmt.Errorf("locking/memory: runs of %q: %w", schedule, err)
 	}
 	s := l.tab.shardFor(schedule)
 	s.mu.Lock()
@@ -158,7 +158,7 @@ func (l *Locker) LastRuns(ctx context.Context, schedules []string) (map[string]c
 	}
 	for _, id := range schedules {
 		if err := cluster.CheckSchedule(id); err != nil {
-			return nil, fmt.Errorf("memory: last runs: %w", err)
+			return nil, fmt.Errorf("locking/memory: last runs: %w", err)
 		}
 	}
 	out := make(map[string]cluster.Run)
@@ -183,7 +183,7 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 		return err
 	}
 	if err := cluster.CheckNode(n, ttl); err != nil {
-		return fmt.Errorf("memory: announce: %w", err)
+		return fmt.Errorf("locking/memory: announce: %w", err)
 	}
 	wall, now := l.tab.now()
 	n.LastSeen = wall
@@ -228,7 +228,7 @@ func (l *Locker) Leave(ctx context.Context, nodeID string) error {
 		return err
 	}
 	if err := cluster.CheckNodeID(nodeID); err != nil {
-		return fmt.Errorf("memory: leave: %w", err)
+		return fmt.Errorf("locking/memory: leave: %w", err)
 	}
 	nt := &l.tab.nodes
 	nt.mu.Lock()
@@ -246,7 +246,7 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []cluster.Request) error {
 	keys := make([]string, 0, len(reqs))
 	for _, r := range reqs {
 		if err := cluster.CheckRequest(r); err != nil {
-			return fmt.Errorf("memory: enqueue: %w", err)
+			return fmt.Errorf("locking/memory: enqueue: %w", err)
 		}
 		keys = append(keys, r.Schedule)
 	}
@@ -254,7 +254,7 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []cluster.Request) error {
 	defer unlock()
 	for _, r := range reqs {
 		if r.Backfill && slices.ContainsFunc(l.tab.shardFor(r.Schedule).queues[r.Schedule], isBackfill) {
-			return fmt.Errorf("memory: enqueue %q: %w", r.Schedule, cluster.ErrBusy)
+			return fmt.Errorf("locking/memory: enqueue %q: %w", r.Schedule, cluster.ErrBusy)
 		}
 	}
 	for _, r := range reqs {
@@ -323,7 +323,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 		return cluster.Taken{}, err
 	}
 	if err := cluster.CheckTake(r); err != nil {
-		return cluster.Taken{}, fmt.Errorf("memory: take request: %w", err)
+		return cluster.Taken{}, fmt.Errorf("locking/memory: take request: %w", err)
 	}
 	schedule := r.Schedule
 	s := l.tab.shardFor(schedule)
@@ -332,7 +332,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 	// Checked again under the shard lock, as in TryLock: Close cannot miss
 	// a lock taken here.
 	if l.closed.Load() {
-		return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, locking.ErrClosed)
+		return cluster.Taken{}, fmt.Errorf("locking/memory: take request %q: %w", schedule, locking.ErrClosed)
 	}
 	wall, now := l.tab.now()
 	if r.Token != "" {
@@ -353,7 +353,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 	if token == "" {
 		tok, err := s.token()
 		if err != nil {
-			return cluster.Taken{}, fmt.Errorf("memory: take request %q: %w", schedule, err)
+			return cluster.Taken{}, fmt.Errorf("locking/memory: take request %q: %w", schedule, err)
 		}
 		token = hex.EncodeToString(tok[:])
 	}
@@ -525,7 +525,7 @@ func (l *Locker) Done(ctx context.Context, req cluster.Request) error {
 		return err
 	}
 	if err := cluster.CheckRequest(req); err != nil {
-		return fmt.Errorf("memory: done: %w", err)
+		return fmt.Errorf("locking/memory: done: %w", err)
 	}
 	s := l.tab.shardFor(req.Schedule)
 	s.mu.Lock()
@@ -543,7 +543,7 @@ func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, err
 		return "", err
 	}
 	if id == "" {
-		return "", fmt.Errorf("memory: accepted: %w: empty request id for %q", cluster.ErrInvalid, schedule)
+		return "", fmt.Errorf("locking/memory: accepted: %w: empty request id for %q", cluster.ErrInvalid, schedule)
 	}
 	s := l.tab.shardFor(schedule)
 	s.mu.Lock()
@@ -570,10 +570,10 @@ func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
 // usable does what every Store method does first: context, closed Locker.
 func (l *Locker) usable(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
+		return fmt.Errorf("locking/memory: %s: %w", op, err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("memory: %s: %w", op, locking.ErrClosed)
+		return fmt.Errorf("locking/memory: %s: %w", op, locking.ErrClosed)
 	}
 	return nil
 }
@@ -584,7 +584,7 @@ func (l *Locker) checkSchedule(ctx context.Context, op, schedule string) error {
 		return err
 	}
 	if err := cluster.CheckSchedule(schedule); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
+		return fmt.Errorf("locking/memory: %s: %w", op, err)
 	}
 	return nil
 }

@@ -32,5 +32,5 @@ func Example() {
 	// Output:
 	// nightly-report: held, run the job
 	// nightly-report: contended, skip this tick
-	// error: memory: try-lock: locking: invalid argument: empty key
+	// error: locking/memory: try-lock: locking: invalid argument: empty key
 }

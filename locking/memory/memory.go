@@ -116,13 +116,13 @@ func (l *Locker) Peer(holder string) *Locker {
 // another holder (this Locker included) has it and its TTL has not run out.
 func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
+		return nil, fmt.Errorf("locking/memory: try-lock %q: %w", key, err)
 	}
 	if l.closed.Load() {
-		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
+		return nil, fmt.Errorf("locking/memory: try-lock %q: %w", key, locking.ErrClosed)
 	}
 	if err := locking.CheckTryLock(key, ttl); err != nil {
-		return nil, fmt.Errorf("memory: try-lock: %w", err)
+		return nil, fmt.Errorf("locking/memory: try-lock: %w", err)
 	}
 	s := l.tab.shardFor(key)
 	s.mu.Lock()
@@ -131,7 +131,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	// inserted before Close sweeps this shard (and removed by it) or never.
 	if l.closed.Load() {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("memory: try-lock %q: %w", key, locking.ErrClosed)
+		return nil, fmt.Errorf("locking/memory: try-lock %q: %w", key, locking.ErrClosed)
 	}
 	wall, now := l.tab.now()
 	if cur, ok := s.m[key]; ok && now < cur.expires {
@@ -141,7 +141,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	tok, err := s.token()
 	if err != nil {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("memory: try-lock %q: %w", key, err)
+		return nil, fmt.Errorf("locking/memory: try-lock %q: %w", key, err)
 	}
 	fence := s.nextFence(wall)
 	// memory recognises an acquisition by its fence; the token serves the
@@ -168,7 +168,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	now := l.tab.elapsed()
 	e, err := s.own(h.Key(), h.Fence(), now)
 	if err != nil {
-		return fmt.Errorf("memory: renew %v: %w", h, err)
+		return fmt.Errorf("locking/memory: renew %v: %w", h, err)
 	}
 	e.expires = expiry(now, h.TTL())
 	s.m[h.Key()] = e
@@ -194,7 +194,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 		// A take's lock that lapsed before its taker renewed it: the
 		// taker never started the run (see requeueLapsed), and its trigger
 		// goes back to the queue, so its record stays for that.
-		return fmt.Errorf("memory: release %v: %w", h, err)
+		return fmt.Errorf("locking/memory: release %v: %w", h, err)
 	}
 	// A take's lock released while live: its taker heard, and ran the
 	// trigger or refused it.
@@ -240,7 +240,7 @@ func (l *Locker) Close(ctx context.Context) error {
 // (an in-process table is always reachable).
 func (l *Locker) Ping(ctx context.Context) error {
 	if l.closed.Load() {
-		return fmt.Errorf("memory: ping: %w", locking.ErrClosed)
+		return fmt.Errorf("locking/memory: ping: %w", locking.ErrClosed)
 	}
 	return nil
 }
@@ -250,10 +250,10 @@ func (l *Locker) Ping(ctx context.Context) error {
 // name (WithHolder). Expired entries it meets are swept.
 func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memory: list: %w", err)
+		return nil, fmt.Errorf("locking/memory: list: %w", err)
 	}
 	if l.closed.Load() {
-		return nil, fmt.Errorf("memory: list: %w", locking.ErrClosed)
+		return nil, fmt.Errorf("locking/memory: list: %w", locking.ErrClosed)
 	}
 	var out []locking.LockInfo
 	for i := range l.tab.shards {
@@ -279,15 +279,15 @@ func (l *Locker) List(ctx context.Context) ([]locking.LockInfo, error) {
 // context, closed Locker, and a handle this Locker issued.
 func (l *Locker) check(ctx context.Context, op string, h *locking.Handle) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s %v: %w", op, h, err)
+		return fmt.Errorf("locking/memory: %s %v: %w", op, h, err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("memory: %s %v: %w", op, h, locking.ErrClosed)
+		return fmt.Errorf("locking/memory: %s %v: %w", op, h, locking.ErrClosed)
 	}
 	// The handle's fence names the acquisition; HandleState only proves the
 	// handle is this Locker's (it carries no state).
 	if _, err := locking.HandleState(h, l); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
+		return fmt.Errorf("locking/memory: %s: %w", op, err)
 	}
 	return nil
 }

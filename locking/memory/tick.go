@@ -30,13 +30,13 @@ func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 
 func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
 	if err := ctx.Err(); err != nil {
-		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
+		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
 	}
 	if l.closed.Load() {
-		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
 	}
 	if err := locking.CheckTickRequest(r); err != nil {
-		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick: %w", err)
+		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick: %w", err)
 	}
 	lockKey := r.Key
 	if r.PerTick {
@@ -47,7 +47,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	// Checked again under the shard locks, as in TryLock: Close cannot miss
 	// a lock taken here.
 	if l.closed.Load() {
-		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
 	}
 	wall, now := l.tab.now()
 	ans := locking.TickAnswer{Now: wall}
@@ -109,7 +109,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	}
 	v, newMark, ahead := locking.DecideTick(r, wall, mark, hasMark, paused, held)
 	if ahead != 0 {
-		return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick: %w",
+		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick: %w",
 			&locking.AheadError{Key: r.Key, Tick: r.Tick, Offset: ahead, MaxSkew: r.MaxSkew})
 	}
 	var token string
@@ -119,7 +119,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		if token == "" {
 			tok, err := ls.tokenString()
 			if err != nil {
-				return locking.TickAnswer{}, fmt.Errorf("memory: try-lock-tick %q: %w", r.Key, err)
+				return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
 			}
 			token = tok
 		}
@@ -171,14 +171,14 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 // creates any.
 func (l *Locker) InitMarks(ctx context.Context, keys []string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: init marks: %w", err)
+		return fmt.Errorf("locking/memory: init marks: %w", err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("memory: init marks: %w", locking.ErrClosed)
+		return fmt.Errorf("locking/memory: init marks: %w", locking.ErrClosed)
 	}
 	for _, k := range keys {
 		if err := locking.CheckKey(k); err != nil {
-			return fmt.Errorf("memory: init marks: %w", err)
+			return fmt.Errorf("locking/memory: init marks: %w", err)
 		}
 	}
 	var per [numShards]int
@@ -239,13 +239,13 @@ func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error
 // checkKey does what the pause methods share: context, closed Locker, key.
 func (l *Locker) checkKey(ctx context.Context, op, key string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s %q: %w", op, key, err)
+		return fmt.Errorf("locking/memory: %s %q: %w", op, key, err)
 	}
 	if l.closed.Load() {
-		return fmt.Errorf("memory: %s %q: %w", op, key, locking.ErrClosed)
+		return fmt.Errorf("locking/memory: %s %q: %w", op, key, locking.ErrClosed)
 	}
 	if err := locking.CheckKey(key); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
+		return fmt.Errorf("locking/memory: %s: %w", op, err)
 	}
 	return nil
 }

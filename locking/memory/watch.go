@@ -29,7 +29,7 @@ type watchers struct {
 // is always reported.
 func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 	if l.closed.Load() {
-		return fmt.Errorf("memory: watch ticks: %w", locking.ErrClosed)
+		return fmt.Errorf("locking/memory: watch ticks: %w", locking.ErrClosed)
 	}
 	ws := &l.tab.watches
 	ws.mu.Lock()

@@ -58,7 +58,7 @@ func (l *Locker) ensureClusterConn(ctx context.Context, conn *pgx.Conn) error {
 // mid-query, closing) a session.
 func (l *Locker) withCluster(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pg: %w", err)
+		return fmt.Errorf("locking/pg: %w", err)
 	}
 	return l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		if err := l.ensureClusterConn(ctx, conn); err != nil {
@@ -83,7 +83,7 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []store.Run, keep int) err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pg: record runs: %w", err)
+		return fmt.Errorf("locking/pg: record runs: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -234,7 +234,7 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 	}
 	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules})
 	if err != nil {
-		return fmt.Errorf("%w: pg: announce %q: %w", store.ErrInvalid, n.NodeID, err)
+		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
 	return l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		var up, gone int64
@@ -306,7 +306,7 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []store.Request) error {
 		}
 		doc, err := json.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("%w: pg: enqueue %q: %w", store.ErrInvalid, r.ID, err)
+			return fmt.Errorf("locking/pg: %w: enqueue %q: %w", store.ErrInvalid, r.ID, err)
 		}
 		schedules[i], ids[i], backfill[i], docs[i] = r.Schedule, r.ID, r.Backfill, string(doc)
 		if r.Backfill {
@@ -314,7 +314,7 @@ func (l *Locker) Enqueue(ctx context.Context, reqs []store.Request) error {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pg: enqueue: %w", err)
+		return fmt.Errorf("locking/pg: enqueue: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -407,7 +407,7 @@ func (l *Locker) Done(ctx context.Context, req store.Request) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pg: done %q: %w", req.ID, err)
+		return fmt.Errorf("locking/pg: done %q: %w", req.ID, err)
 	}
 	if !req.Backfill {
 		return nil
@@ -425,7 +425,7 @@ func (l *Locker) Accepted(ctx context.Context, schedule, id string) (string, err
 		return "", err
 	}
 	if id == "" {
-		return "", fmt.Errorf("%w: pg: accepted: empty request id", store.ErrInvalid)
+		return "", fmt.Errorf("locking/pg: %w: accepted: empty request id", store.ErrInvalid)
 	}
 	var node string
 	err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
@@ -448,7 +448,7 @@ func (l *Locker) Held(ctx context.Context, schedule string) (bool, error) {
 	hi, lo := splitID(lockID(l.opts.Namespace, schedule))
 	var held bool
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("pg: held %q: %w", schedule, err)
+		return false, fmt.Errorf("locking/pg: held %q: %w", schedule, err)
 	}
 	err := l.withSession(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, heldSQL, hi, lo).Scan(&held)
@@ -477,7 +477,7 @@ func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken,
 	}
 	schedule, ttl := r.Schedule, r.TTL
 	if err := ctx.Err(); err != nil {
-		return store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, err)
+		return store.Taken{}, fmt.Errorf("locking/pg: take request %q: %w", schedule, err)
 	}
 	tok := r.Token
 	if tok == "" {
@@ -555,13 +555,13 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 			}
 			l.release(s)
 			if pe := poolerErr(err); pe != nil {
-				return nil, store.Taken{}, true, fmt.Errorf("pg: take request %q: %w", schedule, pe)
+				return nil, store.Taken{}, true, fmt.Errorf("locking/pg: take request %q: %w", schedule, pe)
 			}
-			return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+			return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
 		}
 	}
 	if err != nil {
-		return nil, store.Taken{}, true, fmt.Errorf("pg: take request %q: %w", schedule, err)
+		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: take request %q: %w", schedule, err)
 	}
 	var (
 		v               string
@@ -593,7 +593,7 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 	switch {
 	case v == "retake" && (jerr != nil || fence == nil || up != 1 || acc != 1 || syncCommit != "on"):
 		l.giveBack(ctx, s, id)
-		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: took a resent take's request again with fence %v, %d records, %d acceptances, synchronous_commit %q: %v",
+		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: took a resent take's request again with fence %v, %d records, %d acceptances, synchronous_commit %q: %v",
 			locking.ErrUnavailable, schedule, fence, up, acc, syncCommit, jerr)
 	case v == "retake":
 		ls := &lease{id: id, key: schedule, sess: s, fenceVal: *fence, token: tok, req: &req}
@@ -604,16 +604,16 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 	l.release(s)
 	switch {
 	case jerr != nil:
-		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: a resent take's record: %w", locking.ErrUnavailable, schedule, jerr)
+		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: a resent take's record: %w", locking.ErrUnavailable, schedule, jerr)
 	case v == "held":
 		// Not definite: the caller resends until the server drops the
 		// first attempt's session (within MaxLease).
-		return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: the session of this take's first attempt still holds the lock (Postgres drops it within %v)",
+		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: the session of this take's first attempt still holds the lock (Postgres drops it within %v)",
 			locking.ErrResendHeld, schedule, l.MaxLease())
 	case v == "requeue" && queued == 2:
 		return nil, store.Taken{Request: &req, Contended: true}, true, nil
 	}
-	return nil, store.Taken{}, true, fmt.Errorf("%w: pg: take request %q: a resent take answered %q (%d rows changed)", locking.ErrUnavailable, schedule, v, queued)
+	return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: a resent take answered %q (%d rows changed)", locking.ErrUnavailable, schedule, v, queued)
 }
 
 // takeRequest runs takeRequestSQL on a shared session, retrying once on a
@@ -631,13 +631,13 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 				}
 				l.release(s)
 				if pe := poolerErr(err); pe != nil {
-					return nil, store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, pe)
+					return nil, store.Taken{}, fmt.Errorf("locking/pg: take request %q: %w", schedule, pe)
 				}
-				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
 			}
 		}
 		if err != nil {
-			return nil, store.Taken{}, fmt.Errorf("pg: take request %q: %w", schedule, err)
+			return nil, store.Taken{}, fmt.Errorf("locking/pg: take request %q: %w", schedule, err)
 		}
 		var (
 			queued, ok bool
@@ -667,7 +667,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 			if ok && (unlocked == nil || !*unlocked) {
 				// The lock was taken and not given back: end it.
 				l.giveBack(ctx, s, id)
-				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
+				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: the lock was not given back", locking.ErrUnavailable, schedule)
 			}
 			l.release(s)
 			if !queued || ok || head == nil {
@@ -678,7 +678,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 			}
 			var req store.Request
 			if err := json.Unmarshal(head, &req); err != nil {
-				return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: the queue's head: %w", locking.ErrUnavailable, schedule, err)
+				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: the queue's head: %w", locking.ErrUnavailable, schedule, err)
 			}
 			return nil, store.Taken{Request: &req, Contended: true}, nil
 		}
@@ -686,7 +686,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 		jerr := json.Unmarshal(doc, &req)
 		if jerr != nil || fence == nil || accepted != 1 || syncCommit != "on" {
 			l.giveBack(ctx, s, id)
-			return nil, store.Taken{}, fmt.Errorf("%w: pg: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
+			return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: took a request with fence %v, %d acceptances, synchronous_commit %q: %v",
 				locking.ErrUnavailable, schedule, fence, accepted, syncCommit, jerr)
 		}
 		// Its token and request answer a resend of this take (TakeRequest).

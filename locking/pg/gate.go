@@ -44,7 +44,7 @@ type gateConn struct {
 }
 
 // errGivenUp is what a gate that stopped traffic answers pgx.
-var errGivenUp = fmt.Errorf("pg: session given up: %w", net.ErrClosed)
+var errGivenUp = fmt.Errorf("locking/pg: session given up: %w", net.ErrClosed)
 
 // gateDial wraps dial's connections in a gateConn.
 func gateDial(dial pgconn.DialFunc) pgconn.DialFunc {

@@ -24,7 +24,7 @@ var (
 	// ErrTransactionPooler: the sessions do not stay on one Postgres backend,
 	// so advisory locks would not exclude anything. Not wrapped with
 	// ErrUnavailable: it is a configuration mistake, not a passing outage.
-	ErrTransactionPooler = errors.New("pg: session advisory locks do not work behind a transaction-pooling PgBouncer: point [locking.pg] url at Postgres or a session-pooling pool")
+	ErrTransactionPooler = errors.New("locking/pg: session advisory locks do not work behind a transaction-pooling PgBouncer: point [locking.pg] url at Postgres or a session-pooling pool")
 )
 
 // Defaults for Options fields left zero.
@@ -159,10 +159,10 @@ func Open(ctx context.Context, opts Options) (*Locker, error) {
 	}
 	var problems []error
 	if opts.MaxSessions < 0 {
-		problems = append(problems, fmt.Errorf("%w: pg: max sessions %d is negative", locking.ErrInvalid, opts.MaxSessions))
+		problems = append(problems, fmt.Errorf("locking/pg: %w: max sessions %d is negative", locking.ErrInvalid, opts.MaxSessions))
 	}
 	if opts.OpTimeout < 0 {
-		problems = append(problems, fmt.Errorf("%w: pg: op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout))
+		problems = append(problems, fmt.Errorf("locking/pg: %w: op timeout %v is negative", locking.ErrInvalid, opts.OpTimeout))
 	}
 	if opts.URL == "" {
 		problems = append(problems, &locking.InvalidError{Field: "url", Subject: "pg", Reason: "empty url"})
@@ -261,7 +261,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
+		return nil, fmt.Errorf("locking/pg: try-lock %q: %w", key, err)
 	}
 	tok, err := locking.NewToken()
 	if err != nil {
@@ -292,7 +292,7 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 	for attempt := 0; ; attempt++ {
 		s, fresh, err := l.acquireReady(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("pg: try-lock %q: %w", key, err)
+			return nil, fmt.Errorf("locking/pg: try-lock %q: %w", key, err)
 		}
 		var (
 			ok    bool
@@ -319,7 +319,7 @@ func (l *Locker) tryLock(ctx context.Context, id int64, key string) (*lease, err
 		}
 		if fence == nil {
 			l.giveBack(ctx, s, id)
-			return nil, fmt.Errorf("%w: pg: try-lock %q: won the lock but got no fencing token", locking.ErrUnavailable, key)
+			return nil, fmt.Errorf("locking/pg: %w: try-lock %q: won the lock but got no fencing token", locking.ErrUnavailable, key)
 		}
 		ls := &lease{id: id, key: key, sess: s, fenceVal: *fence}
 		l.hold(ls)
@@ -342,7 +342,7 @@ func (l *Locker) acquireReady(ctx context.Context) (*session, bool, error) {
 		if pe := poolerErr(err); pe != nil {
 			return nil, false, pe
 		}
-		return nil, false, fmt.Errorf("%w: pg: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
+		return nil, false, fmt.Errorf("locking/pg: %w: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
 	}
 	return s, fresh, nil
 }
@@ -351,9 +351,9 @@ func (l *Locker) acquireReady(ctx context.Context) (*session, bool, error) {
 // when it shows a pooler, else ErrUnavailable (Postgres could not answer).
 func queryErr(op, key string, err error) error {
 	if pe := poolerErr(err); pe != nil {
-		return fmt.Errorf("pg: %s %q: %w", op, key, pe)
+		return fmt.Errorf("locking/pg: %s %q: %w", op, key, pe)
 	}
-	return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrUnavailable, op, key, err)
+	return fmt.Errorf("locking/pg: %w: %s %q: %w", locking.ErrUnavailable, op, key, err)
 }
 
 // lostErr wraps the failure of a statement on a held lock's session: the
@@ -362,12 +362,12 @@ func queryErr(op, key string, err error) error {
 // outage reads as one and not only as lost locks.
 func lostErr(op, key string, err error) error {
 	if pe := poolerErr(err); pe != nil {
-		return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrLockLost, op, key, pe)
+		return fmt.Errorf("locking/pg: %w: %s %q: %w", locking.ErrLockLost, op, key, pe)
 	}
 	if isConnError(err) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %w: pg: %s %q: %w", locking.ErrLockLost, locking.ErrUnavailable, op, key, err)
 	}
-	return fmt.Errorf("%w: pg: %s %q: %w", locking.ErrLockLost, op, key, err)
+	return fmt.Errorf("locking/pg: %w: %s %q: %w", locking.ErrLockLost, op, key, err)
 }
 
 // Renew proves the handle's session is alive and still holds its lock. It
@@ -395,7 +395,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	if err := ctx.Err(); err != nil {
 		// Not asked: the session is not in doubt and keeps the lock, but the
 		// caller must act as if it were lost.
-		return fmt.Errorf("pg: renew %q: %w", ls.key, err)
+		return fmt.Errorf("locking/pg: renew %q: %w", ls.key, err)
 	}
 	if err := l.check(ctx, ls); err != nil {
 		return err
@@ -419,9 +419,9 @@ func (l *Locker) hearTake(ctx context.Context, ls *lease) error {
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: pg: renew %q: the take's record: %w", locking.ErrUnavailable, ls.key, err)
+		return fmt.Errorf("locking/pg: %w: renew %q: the take's record: %w", locking.ErrUnavailable, ls.key, err)
 	case n == 0:
-		return fmt.Errorf("%w: pg: renew %q: the take's trigger went back to its queue", locking.ErrLockLost, ls.key)
+		return fmt.Errorf("locking/pg: %w: renew %q: the take's trigger went back to its queue", locking.ErrLockLost, ls.key)
 	}
 	ls.heard = true
 	return nil
@@ -441,7 +441,7 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 	case <-ctx.Done():
 		// The round goes on without this caller and ends s if it fails;
 		// the lock may still be held, but the caller must act as if lost.
-		return fmt.Errorf("%w: pg: renew %q: session %d did not answer by the caller's deadline: %w",
+		return fmt.Errorf("locking/pg: %w: renew %q: session %d did not answer by the caller's deadline: %w",
 			locking.ErrUnavailable, ls.key, s.pid, context.Cause(ctx))
 	}
 	if r.err != nil {
@@ -454,7 +454,7 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 			if errors.Is(r.err, locking.ErrClosed) {
 				return locking.ErrClosed
 			}
-			return fmt.Errorf("pg: renew %q: %w", ls.key, r.err)
+			return fmt.Errorf("locking/pg: renew %q: %w", ls.key, r.err)
 		}
 		// No answer in time: the session is in doubt.
 		l.kill(s, r.err)
@@ -465,11 +465,11 @@ func (l *Locker) check(ctx context.Context, ls *lease) error {
 		err := fmt.Errorf("%w: backend %d, the session's is %d", ErrTransactionPooler, r.pid, s.pid)
 		l.kill(s, err)
 		ls.done = true
-		return fmt.Errorf("%w: pg: renew %q: %w", locking.ErrLockLost, ls.key, err)
+		return fmt.Errorf("locking/pg: %w: renew %q: %w", locking.ErrLockLost, ls.key, err)
 	}
 	if _, ok := r.held[ls.id]; r.held != nil && !ok {
 		l.forget(ls)
-		return fmt.Errorf("%w: pg: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
+		return fmt.Errorf("locking/pg: %w: renew %q: the session no longer holds the advisory lock", locking.ErrLockLost, ls.key)
 	}
 	return nil
 }
@@ -508,7 +508,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 		if ls.done {
 			return l.doneErr(ls)
 		}
-		return fmt.Errorf("pg: release %q: %w", ls.key, err)
+		return fmt.Errorf("locking/pg: release %q: %w", ls.key, err)
 	}
 	if ls.done {
 		// Lost before (its session died, a renewal failed): the grant is
@@ -567,7 +567,7 @@ func (l *Locker) leaseOf(h *locking.Handle) (*lease, error) {
 	}
 	ls, ok := st.(*lease)
 	if !ok {
-		return nil, fmt.Errorf("%w: pg: %v carries no pg lease", locking.ErrInvalid, h)
+		return nil, fmt.Errorf("locking/pg: %w: %v carries no pg lease", locking.ErrInvalid, h)
 	}
 	if l.isClosed() {
 		return nil, locking.ErrClosed
@@ -579,7 +579,7 @@ func (l *Locker) doneErr(ls *lease) error {
 	if l.isClosed() {
 		return locking.ErrClosed
 	}
-	return fmt.Errorf("%w: pg: %q was already released or lost", locking.ErrLockLost, ls.key)
+	return fmt.Errorf("locking/pg: %w: %q was already released or lost", locking.ErrLockLost, ls.key)
 }
 
 func (l *Locker) isClosed() bool {

@@ -55,7 +55,7 @@ func newSession(conn *pgx.Conn, pid uint32) *session {
 
 // errSessionDead is the cause given to a call that waited for a session
 // killed meanwhile.
-var errSessionDead = errors.New("pg: the session was closed")
+var errSessionDead = errors.New("locking/pg: the session was closed")
 
 // acquire returns a session whose statement slot (sem) the caller now
 // holds: an existing session nobody uses, else a new one while fewer than
@@ -89,7 +89,7 @@ func (l *Locker) acquire(ctx context.Context) (s *session, fresh bool, err error
 					continue
 				case <-wctx.Done():
 					cancel()
-					return nil, false, fmt.Errorf("%w: pg: waiting for a session: %w", locking.ErrUnavailable, wctx.Err())
+					return nil, false, fmt.Errorf("locking/pg: %w: waiting for a session: %w", locking.ErrUnavailable, wctx.Err())
 				}
 			}
 			l.open++
@@ -144,7 +144,7 @@ func (l *Locker) enter(ctx context.Context, s *session, urgent bool) error {
 			wait = l.waitUrgent
 		}
 		if err := wait(ctx, s); err != nil {
-			return fmt.Errorf("%w: pg: waiting for session %d: %w", locking.ErrUnavailable, s.pid, err)
+			return fmt.Errorf("locking/pg: %w: waiting for session %d: %w", locking.ErrUnavailable, s.pid, err)
 		}
 	}
 	l.mu.Lock()

@@ -65,7 +65,7 @@ func (l *Locker) ReleaseAll(ctx context.Context, hs []*locking.Handle) (errs []e
 		ls := it.ls
 		if err := ctx.Err(); err != nil {
 			// Not asked: the lock stays held and the session usable.
-			errs[it.i] = fmt.Errorf("pg: release %q: %w", ls.key, err)
+			errs[it.i] = fmt.Errorf("locking/pg: release %q: %w", ls.key, err)
 			if ls.done {
 				errs[it.i] = l.doneErr(ls)
 			}
@@ -202,7 +202,7 @@ func (l *Locker) unlockOn(ctx context.Context, s *session, leases []*lease, errs
 			one = unlocked[j]
 		}
 		if !one {
-			errs[j] = fmt.Errorf("%w: pg: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
+			errs[j] = fmt.Errorf("locking/pg: %w: release %q: the session did not hold the advisory lock", locking.ErrLockLost, ls.key)
 		} else {
 			ls.grantOpen = false // releaseTickSQL forgot it with the unlock
 		}

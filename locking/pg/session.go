@@ -185,9 +185,9 @@ func (l *Locker) dialProbe(ctx context.Context) (*session, uint32, error) {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg)
 	if err != nil {
 		if strings.Contains(err.Error(), "unsupported startup parameter") {
-			return nil, 0, fmt.Errorf("%w: pg: connecting: a pooler refused a startup parameter of [locking.pg] url (set it with SET in the pooler's connect_query, or drop it): %w", locking.ErrUnavailable, err)
+			return nil, 0, fmt.Errorf("locking/pg: %w: connecting: a pooler refused a startup parameter of [locking.pg] url (set it with SET in the pooler's connect_query, or drop it): %w", locking.ErrUnavailable, err)
 		}
-		return nil, 0, fmt.Errorf("%w: pg: connecting: %w", locking.ErrUnavailable, err)
+		return nil, 0, fmt.Errorf("locking/pg: %w: connecting: %w", locking.ErrUnavailable, err)
 	}
 	pid, err := l.probeSession(ctx, conn)
 	if err != nil {
@@ -215,7 +215,7 @@ func (l *Locker) leakTest(ctx context.Context) (*session, error) {
 	err = t.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int, $2::int)`, simple, leakClass, nonce).Scan(&ok)
 	closeConn(l, ctx, t.conn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, err)
+		return nil, fmt.Errorf("locking/pg: %w: testing the pooler: %w", locking.ErrUnavailable, err)
 	}
 	s, _, err := l.dialProbe(ctx)
 	if err != nil {
@@ -233,7 +233,7 @@ WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid 
 			simple, leakClass, nonce).Scan(&held, &mine)
 		if err != nil {
 			closeConn(l, ctx, s.conn)
-			return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, err)
+			return nil, fmt.Errorf("locking/pg: %w: testing the pooler: %w", locking.ErrUnavailable, err)
 		}
 		if !held {
 			return s, nil
@@ -248,7 +248,7 @@ WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid 
 		}
 		closeConn(l, ctx, s.conn)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: pg: testing the pooler: %w", locking.ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("locking/pg: %w: testing the pooler: %w", locking.ErrUnavailable, ctx.Err())
 		}
 		return nil, fmt.Errorf("%w (a pooler answers for Postgres, and a session lock outlived the client that took it by %v: transaction or statement pooling, or session pooling without server_reset_query)",
 			ErrTransactionPooler, leakWait)
@@ -364,7 +364,7 @@ func probeErr(err error) error {
 	if pe := poolerErr(err); pe != nil {
 		return pe
 	}
-	return fmt.Errorf("%w: pg: probing a new session: %w", locking.ErrUnavailable, err)
+	return fmt.Errorf("locking/pg: %w: probing a new session: %w", locking.ErrUnavailable, err)
 }
 
 // ensureSchema creates bext_lock_fences once per Locker, if it is missing.
@@ -404,9 +404,9 @@ func (l *Locker) ensureSchemaConn(ctx context.Context, conn *pgx.Conn) error {
 
 func sessionErr(err error) error {
 	if pe := poolerErr(err); pe != nil {
-		return fmt.Errorf("pg: %w", pe)
+		return fmt.Errorf("locking/pg: %w", pe)
 	}
-	return fmt.Errorf("%w: pg: %w", locking.ErrUnavailable, err)
+	return fmt.Errorf("locking/pg: %w: %w", locking.ErrUnavailable, err)
 }
 
 // isConnError tells a broken connection (worth one retry on a fresh one)

@@ -56,7 +56,7 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 		return c, ans, err, true
 	}
 	if err := ctx.Err(); err != nil {
-		return c, ans, fmt.Errorf("pg: try-lock-tick %q: %w", req.Key, err), true
+		return c, ans, fmt.Errorf("locking/pg: try-lock-tick %q: %w", req.Key, err), true
 	}
 	token := req.Token
 	if token == "" {
@@ -153,7 +153,7 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 	switch row.verdict {
 	case "granted":
 		if row.fence == nil || row.syncCommit != "on" {
-			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
+			return nil, locking.TickAnswer{}, fmt.Errorf("locking/pg: %w: try-lock-tick %q: granted with fence %v and synchronous_commit %q",
 				locking.ErrUnavailable, req.Key, row.fence, row.syncCommit), true
 		}
 		ans.Verdict = locking.TickGranted
@@ -171,7 +171,7 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 		ans.Verdict = locking.TickMissed
 	case "expired":
 		if row.fence == nil {
-			return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: expired without the grant's fence", locking.ErrUnavailable, req.Key), true
+			return nil, locking.TickAnswer{}, fmt.Errorf("locking/pg: %w: try-lock-tick %q: expired without the grant's fence", locking.ErrUnavailable, req.Key), true
 		}
 		ans.Verdict, ans.Fence = locking.TickExpired, *row.fence
 	case "ahead":
@@ -179,10 +179,10 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 			Offset: req.Tick.Sub(ans.Now), MaxSkew: req.MaxSkew}, false
 	case "resend_held":
 		// Not definite: the caller resends until decided.
-		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
+		return nil, locking.TickAnswer{}, fmt.Errorf("locking/pg: %w: try-lock-tick %q: this request already claimed %s, and the session of its first attempt still holds the lock (Postgres drops it within %v)",
 			locking.ErrResendHeld, req.Key, req.Tick.UTC().Format(time.RFC3339Nano), l.MaxLease()), false
 	default:
-		return nil, locking.TickAnswer{}, fmt.Errorf("%w: pg: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, row.verdict), true
+		return nil, locking.TickAnswer{}, fmt.Errorf("locking/pg: %w: try-lock-tick %q: unknown verdict %q", locking.ErrUnavailable, req.Key, row.verdict), true
 	}
 	return nil, ans, nil, false
 }

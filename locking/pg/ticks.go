@@ -92,7 +92,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 	for attempt := 0; ; attempt++ {
 		s, fresh, err := l.acquireReady(ctx)
 		if err != nil {
-			return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
+			return fail(func(c *tickCall) error { return fmt.Errorf("locking/pg: try-lock-tick %q: %w", c.req.Key, err) })
 		}
 		rows := make([]tickRow, n)
 		br := s.conn.SendBatch(ctx, l.tickStatements(params, l.lockTimeoutOn(s)))
@@ -121,7 +121,7 @@ func (l *Locker) tryLockTickBatch(ctx context.Context, calls []tickCall) (leases
 				err := fmt.Errorf("%w: try-lock-tick ran on backend %d, the session's is %d", ErrTransactionPooler, rows[j].pid, s.pid)
 				l.killOwned(s, err)
 				l.release(s)
-				return fail(func(c *tickCall) error { return fmt.Errorf("pg: try-lock-tick %q: %w", c.req.Key, err) })
+				return fail(func(c *tickCall) error { return fmt.Errorf("locking/pg: try-lock-tick %q: %w", c.req.Key, err) })
 			}
 		}
 		var giveBack []int64
@@ -274,7 +274,7 @@ func readTickRows(br pgx.BatchResults, rows []tickRow) error {
 			return err
 		}
 		if ord < 1 || ord > int64(len(rows)) || rows[ord-1].verdict != "" {
-			return fmt.Errorf("%w: pg: try-lock-tick answered request %d of %d twice or out of range", locking.ErrUnavailable, ord, len(rows))
+			return fmt.Errorf("locking/pg: %w: try-lock-tick answered request %d of %d twice or out of range", locking.ErrUnavailable, ord, len(rows))
 		}
 		rows[ord-1] = row
 		answered++
@@ -283,7 +283,7 @@ func readTickRows(br pgx.BatchResults, rows []tickRow) error {
 		return err
 	}
 	if answered != len(rows) {
-		return fmt.Errorf("%w: pg: try-lock-tick answered %d of %d requests", locking.ErrUnavailable, answered, len(rows))
+		return fmt.Errorf("locking/pg: %w: try-lock-tick answered %d of %d requests", locking.ErrUnavailable, answered, len(rows))
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ const (
 // (DISCARD ALL) unlistens, so no other client inherits the LISTEN.
 func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 	if l.isClosed() {
-		return fmt.Errorf("pg: watch ticks: %w", locking.ErrClosed)
+		return fmt.Errorf("locking/pg: watch ticks: %w", locking.ErrClosed)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,7 +73,7 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, ErrTransactionPooler), errors.Is(err, locking.ErrClosed):
-			return fmt.Errorf("pg: watch ticks: %w", err)
+			return fmt.Errorf("locking/pg: watch ticks: %w", err)
 		case listened:
 			wait = watchRetryMin
 		}
