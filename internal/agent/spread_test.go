@@ -140,7 +140,7 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 	}
 	url := testenv.RedisURL(t)
 	prefix := "bext:test:" + testenv.UniqueName(t) + ":"
-	spreadFiveNodes(t, 1.5, 2, func(id string) spreadLocker {
+	spreadFiveNodes(t, spreadMaxTries, spreadMaxTrips, func(id string) spreadLocker {
 		lk, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Holder: id})
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ func TestSpreadFiveNodesOnPostgres(t *testing.T) {
 		}
 		_ = admin.Close(ctx)
 	})
-	spreadFiveNodes(t, 1.5, 2, func(id string) spreadLocker {
+	spreadFiveNodes(t, spreadMaxTries, spreadMaxTrips, func(id string) spreadLocker {
 		lk, err := pg.Open(context.Background(), pg.Options{URL: url, Namespace: ns, Holder: id})
 		if err != nil {
 			t.Fatal(err)
@@ -192,6 +192,17 @@ type spreadLocker interface {
 	scheduler.Locker
 	locking.TickWatcher
 }
+
+// The bounds sit between what the handoff achieves and what
+// five nodes cost without it (5 try-lock-ticks and 6 round trips per
+// tick): a handoff that stopped working fails them on any machine, and
+// a loaded CI machine (marks delivered after a node's 100 ms turn:
+// 1.59 try-lock-ticks per tick seen at load average 10, 1.02 on a quiet
+// one) does not. The figures themselves are logged, for the note.
+const (
+	spreadMaxTries = 2.5
+	spreadMaxTrips = 3.0
+)
 
 // spreadFiveNodes runs the test on the nodes open returns; maxTries bounds
 // the try-lock-ticks per tick, maxTrips the round trips per tick.
