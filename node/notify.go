@@ -1,8 +1,7 @@
-package main
+package node
 
-// Issue 19 wiring (notify): the dead-man's switch pings, the failure
-// streak webhook and the min_runtime anomalies. Kept apart from run.go so
-// the node's wiring there changes by a few marked lines only.
+// The notifier's wiring: the dead-man's switch pings, the failure streak
+// webhook and the min_runtime anomalies.
 
 import (
 	"log/slog"

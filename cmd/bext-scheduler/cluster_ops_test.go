@@ -368,7 +368,7 @@ func TestClusterTriggerRunsOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			svc := ops.New(st, service.Schedules(cfg, slog.New(slog.DiscardHandler)), ops.Options{By: "test"})
+			svc := ops.New(st, service.Schedules(cfg, slog.New(slog.DiscardHandler), nil), ops.Options{By: "test"})
 			type answer struct {
 				a   ops.TriggerAnswer
 				err error

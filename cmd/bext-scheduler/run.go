@@ -2,30 +2,20 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/bext-dev/bext-scheduler/config"
-	"github.com/bext-dev/bext-scheduler/internal/agent"
-	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/service"
 	"github.com/bext-dev/bext-scheduler/locking"
-	"github.com/bext-dev/bext-scheduler/metrics"
-	"github.com/bext-dev/bext-scheduler/notify"
-	"github.com/bext-dev/bext-scheduler/scheduler"
-	"github.com/bext-dev/bext-scheduler/internal/server"
+	"github.com/bext-dev/bext-scheduler/node"
 )
 
 func newRunCmd() *cobra.Command {
@@ -83,24 +73,7 @@ func (o overrides) apply(cfg *config.Config) {
 	}
 }
 
-func newLogger(w io.Writer, lc config.Log) *slog.Logger {
-	var level slog.Level
-	switch strings.ToLower(lc.Level) {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	default:
-		level = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if strings.ToLower(lc.Format) == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+func newLogger(w io.Writer, lc config.Log) *slog.Logger { return service.Logger(w, lc) }
 
 // startupGC makes the garbage collector run at a quarter of its default
 // pace while the node loads its config and builds its schedules, and
@@ -117,108 +90,27 @@ func startupGC() (restore func()) {
 	return sync.OnceFunc(func() { debug.SetGCPercent(prev) })
 }
 
-// serve runs the node until SIGINT/SIGTERM (or ctx ends). restoreGC ends
-// startupGC's pace once the node is built.
+// serve runs the node until SIGINT/SIGTERM (or ctx ends): the signals
+// and the SIGHUP reload are the CLI's, the node is package node's.
+// restoreGC ends startupGC's pace once the node is built.
 func serve(parent context.Context, path string, cfg *config.Config, o overrides, stderr io.Writer, restoreGC func()) error {
 	defer restoreGC() // on the early returns
 	if parent == nil {
 		parent = context.Background()
 	}
 	logger := newLogger(stderr, cfg.Log).With("node", cfg.NodeID)
-
-	clock, err := service.Clock()
-	if err != nil {
-		return withCode(exitUsage, err)
-	}
-	backend, err := service.OpenBackend(parent, cfg, logger)
-	if err != nil {
-		return withCode(exitUsage, err)
-	}
 	v, cm := buildVersion()
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: v, Commit: cm, GoVersion: runtime.Version()},
-		metrics.WithPerScheduleHistograms(cfg.Metrics.HistogramsPerSchedule(len(cfg.Scheduled))))
-	var locker scheduler.Locker
-	var closer locking.Locker
-	if backend.Locker != nil {
-		il := metrics.InstrumentLocker(backend.Locker, backend.Name, m)
-		locker, closer = il, il
-	}
-	// The schedules are built first, so everything else holds their ids
-	// (compacted into one string) rather than the config's.
-	schedules := service.Schedules(cfg, logger)
-	service.CompactIDs(schedules)
-	for _, s := range schedules {
-		m.AddSchedule(s.ID)
-	}
-	// The notifier tells someone (ping_url, [notify] url); the agent does
-	// the node's cluster duties (announce, history, manual runs, drift) on
-	// the uninstrumented backend (its calls are not lock operations) and
-	// runs manual runs through the scheduler.
-	notifier := newNotifier(cfg, backend.Locker, m, logger)
-	applyNotify(cfg, notifier, m)
-	var ag *agent.Agent
-	var sched *scheduler.Scheduler
-	observer := scheduler.Observers(m, notifierObserver{n: notifier})
-	if ab, err := agent.For(backend.Locker); err == nil {
-		ag = agent.New(ab, runner{&sched}, agent.Options{
-			NodeID: cfg.NodeID, Version: v, StartedAt: time.Now(), Keep: cfg.History.Keep,
-			Mask: service.Masker(cfg), Drift: m.ConfigDrift, Paused: notifier.Paused, Logger: logger,
-		})
-		observer = scheduler.Observers(m, notifierObserver{n: notifier}, ag.Observer())
-	}
-	schedOpts := scheduler.Options{
-		NodeID:        cfg.NodeID,
-		Locker:        locker,
-		Backend:       backend.Kind,
-		SafetyMargin:  cfg.Locking.SafetyMargin.Duration,
-		MaxClockSkew:  cfg.Locking.MaxClockSkew.Duration,
-		ShutdownGrace: cfg.ShutdownGrace.Duration,
-		Clock:         clock,
-		Observer:      observer,
-		Logger:        logger,
-	}
-	if ag != nil { // a typed nil would not be a nil Preferrers
-		service.Handoff(&schedOpts, cfg, backend, ag)
-	}
-	sched, err = scheduler.New(schedOpts, schedules)
+	n, err := node.New(parent, cfg, node.Options{Logger: logger, Version: v, Commit: cm, ReleaseSchedules: true})
 	if err != nil {
-		closeLocker(closer, logger)
-		return withCode(exitUsage, fmt.Errorf("invalid config: %w", err))
+		return withCode(exitUsage, err)
 	}
-	if ag != nil {
-		setAgentSchedules(ag, cfg, schedules)
-	}
-
-	// The operators' API answers from the backend's cluster state (the
-	// uninstrumented backend: its reads are not lock operations).
-	var store ops.Store
-	if st, ok := backend.Locker.(ops.Store); ok {
-		store = st
-	}
-	opsSvc := ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration})
-
-	// Everything is built from the config's schedules: drop them, and give
-	// the memory that loading them took back to the system now, before
-	// the node reports ready, rather than over the next minutes (at
-	// 100,000 schedules the parse's garbage is several times what the
+	// Everything is built from the config's schedules, which New dropped:
+	// give the memory that loading them took back to the system now,
+	// before the node reports ready, rather than over the next minutes
+	// (at 100,000 schedules the parse's garbage is several times what the
 	// node keeps).
-	nScheduled := len(cfg.Scheduled)
-	cfg.ReleaseSchedules()
 	restoreGC()
 	debug.FreeOSMemory()
-
-	var srv *server.Server
-	if l := cfg.HTTP.Listen; l != "" && l != "off" {
-		srv = server.New(l, reg, m.Ready, logger, server.WithAPI(server.APIConfig{
-			Ops: opsSvc, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,
-		}), server.WithMetrics(m.Handler(slog.NewLogLogger(logger.Handler(), slog.LevelError))))
-		if err := srv.Start(); err != nil {
-			closeLocker(closer, logger)
-			return withCode(exitFailure, err)
-		}
-		logger.Info("serving metrics and health", "addr", srv.Addr(), "api_writes", cfg.HTTP.Token != "", "api_read_token", cfg.HTTP.ReadToken != "")
-	}
 
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
@@ -229,10 +121,9 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	ran := make(chan struct{}) // closed when sched.Run has returned
-	sigDone := make(chan struct{})
-	go func() { // owned by serve, which waits for it after ran is closed
-		defer close(sigDone)
+	ran := make(chan struct{}) // closed when the node's Run has returned
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		select {
 		case s := <-term:
 			logger.Info("signal received: stopping", "signal", s.String(), "grace", cfg.ShutdownGrace.Duration)
@@ -244,149 +135,44 @@ func serve(parent context.Context, path string, cfg *config.Config, o overrides,
 		select {
 		case s := <-term:
 			logger.Warn("second signal: ending the shutdown grace now, cancelling running jobs", "signal", s.String())
-			sched.EndGrace()
+			n.EndGrace()
 		case <-ran:
 		}
-	}()
-
-	reloadDone := make(chan struct{})
-	go func() { // owned by serve: ends when ctx does, and serve waits for it
-		defer close(reloadDone)
+	})
+	wg.Go(func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				reload(path, cfg, o, sched, opsSvc, ag, m, notifier, logger)
+				reload(path, o, n, logger)
 			}
 		}
-	}()
-
-	backendName := backend.Name
-	if backendName == "" {
-		backendName = "none"
-	}
-	// issue 19 (notify): the notifier outlives the scheduler, so the
-	// results of runs that end during shutdown are still sent.
-	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(parent))
-	notifyDone := make(chan struct{})
-	go func() { defer close(notifyDone); notifier.Run(notifyCtx) }()
-
-	logger.Info("bext-scheduler started", "version", v, "config", cfg.Path,
-		"schedules", nScheduled, "backend", backendName)
-	agentDone := make(chan struct{})
-	go func() { // owned by serve, which waits for it below
-		defer close(agentDone)
-		if ag != nil {
-			// Its duties end with ctx; the history only once the
-			// scheduler's runs have all ended (ran), so that runs ending
-			// during the shutdown grace are recorded before the node exits.
-			ag.Run(ctx, ran)
-		}
-	}()
-	runErr := sched.Run(ctx)
+	})
+	runErr := n.Run(ctx)
 	stop()
 	close(ran)
-	<-sigDone
-	<-reloadDone
-	<-agentDone
-	stopNotify() // after the run and the agent: results of runs ended at shutdown still go out
-	<-notifyDone
-
-	// Cleanup runs on a fresh context: the run context is already cancelled.
-	closeLocker(closer, logger)
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 5*time.Second)
-		if err := srv.Shutdown(sctx); err != nil {
-			logger.Warn("http server shutdown", "err", err)
-		}
-		cancel()
-	}
+	wg.Wait()
 	if runErr != nil {
 		return withCode(exitFailure, runErr)
 	}
-	logger.Info("bext-scheduler stopped")
 	return nil
 }
 
-// runner hands the agent's manual runs to the scheduler, made after the
-// agent (the scheduler's observer includes the agent).
-type runner struct{ s **scheduler.Scheduler }
+func closeLocker(l locking.Locker, logger *slog.Logger) { service.CloseBackend(l, logger) }
 
-func (r runner) RunManual(m scheduler.Manual) error { return (*r.s).RunManual(m) }
-
-// setAgentSchedules tells the agent the schedules it runs: their lock TTL
-// (for a manual run), pause_after_failures, and definition hashes (drift).
-func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []scheduler.Schedule) {
-	defs := make([]agent.Schedule, len(schedules))
-	for i, s := range schedules {
-		exp := s.ExpectedRuntime
-		if exp == 0 {
-			exp = scheduler.DefaultExpectedRuntime
-		}
-		margin := cfg.Locking.SafetyMargin.Duration
-		if margin == 0 {
-			margin = scheduler.DefaultSafetyMargin
-		}
-		defs[i] = agent.Schedule{
-			ID:                 s.ID,
-			TTL:                scheduler.LockTTL(exp, s.Jitter, margin, 0),
-			PauseAfterFailures: s.PauseAfterFailures,
-		}
-	}
-	hashes := ops.ScheduleHashes(schedules, time.Now())
-	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
-}
-
-func closeLocker(l locking.Locker, logger *slog.Logger) {
-	if l == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := l.Close(ctx); err != nil {
-		logger.Error("closing the lock backend", "err", err)
-	}
-}
-
-// reload applies a re-read config. An invalid file keeps the running one;
-// the lock backend, node id and listen address need a restart (a backend
-// swap under running jobs would drop their locks), so those changes are
-// logged and not applied.
-// started is the config the process started with: what is compared
-// against is what is actually running, however many reloads came between.
-func reload(path string, started *config.Config, o overrides, sched *scheduler.Scheduler, opsSvc *ops.Service,
-	ag *agent.Agent, m *metrics.Metrics, n *notify.Notifier, logger *slog.Logger) {
+// reload re-reads the config on SIGHUP and gives it to the node. An
+// invalid file, or schedules the engine refuses, keep the running ones.
+func reload(path string, o overrides, n *node.Node, logger *slog.Logger) {
 	next, err := config.Load(path)
 	if err != nil {
 		logger.Error("SIGHUP: config is invalid; keeping the running one", "err", err.Error())
 		return
 	}
 	o.apply(next)
-	if !service.SameBackend(started, next) {
-		logger.Warn("SIGHUP: [locking] backend settings changed; they apply at the next restart")
-	}
-	if next.NodeID != started.NodeID || next.HTTP.Listen != started.HTTP.Listen {
-		logger.Warn("SIGHUP: node_id and [http] listen changes apply at the next restart")
-	}
-	for _, s := range next.Scheduled {
-		m.AddSchedule(s.ID)
-	}
-	schedules := service.Schedules(next, logger)
-	if err := sched.Reload(schedules); err != nil {
+	if err := n.Reload(next); err != nil {
 		logger.Error("SIGHUP: new schedules rejected; keeping the running ones", "err", err)
 		return
-	}
-	opsSvc.SetSchedules(schedules)
-	if ag != nil {
-		setAgentSchedules(ag, next, schedules)
-	}
-	if next.HTTP.Token != started.HTTP.Token || next.HTTP.ReadToken != started.HTTP.ReadToken {
-		logger.Warn("SIGHUP: [http] token and read_token changes apply at the next restart")
-	}
-	applyNotify(next, n, m)
-	if next.Notify != started.Notify {
-		logger.Warn("SIGHUP: [notify] changes apply at the next restart")
 	}
 	logger.Info("SIGHUP: config reloaded", "schedules", len(next.Scheduled))
 }

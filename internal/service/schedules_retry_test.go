@@ -29,7 +29,7 @@ command = ["x"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	out := Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if len(out) != 2 {
 		t.Fatalf("%d schedules", len(out))
 	}

@@ -1,15 +1,18 @@
-// Package service turns a loaded config into a running node: it opens the
-// lock backend, builds the jobs and schedules, wires metrics and the HTTP
-// server, and reloads on demand. The CLI's `run` is a thin shell over it.
+// Package service holds the pieces a node is built of, shared by the
+// composition root (package node) and the CLI's other commands: it opens
+// the lock backend, builds the jobs and schedules from a config, and
+// builds the logger the config asks for.
 package service
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -123,14 +126,18 @@ func SameBackend(a, b *config.Config) bool {
 
 // Schedules builds the scheduler's schedules from the config's. Schedules
 // whose jobs are equal share one job value, and equal cron expressions one
-// string (see sharer).
-func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
+// string (see sharer). goJobs supplies the jobs of schedules marked GoJob
+// (an embedding program's functions, node.Options.Jobs), by id.
+func Schedules(cfg *config.Config, logger *slog.Logger, goJobs map[string]scheduler.Job) []scheduler.Schedule {
 	out := make([]scheduler.Schedule, 0, len(cfg.Scheduled))
 	mask := Masker(cfg)
 	sh := newSharer()
 	for i := range cfg.Scheduled {
 		s := &cfg.Scheduled[i]
 		job := Job(s, logger)
+		if s.GoJob {
+			job = goJobs[s.ID]
+		}
 		if c, ok := job.(*jobs.Command); ok {
 			c.Mask = mask
 			if s.HintValue != hints.NodeLocal {
@@ -139,6 +146,10 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 				// SIGTERM→SIGKILL grace must end well within it.
 				c.KillGrace = min(jobs.DefaultKillGrace, max(cfg.Locking.SafetyMargin.Duration/2, time.Second))
 			}
+		}
+		catchup := s.Catchup()
+		if catchup == config.NoCatchup {
+			catchup = scheduler.NoCatchup
 		}
 		out = append(out, scheduler.Schedule{
 			ID:              s.ID,
@@ -150,7 +161,7 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 			Jitter:          s.Jitter.Duration,
 			Timeout:         s.Timeout.Duration,
 			Overlap:         scheduler.Overlap(s.Overlap),
-			CatchupWindow:   s.Catchup(),
+			CatchupWindow:   catchup,
 			// s.Spec already carries the spread offset (config resolves
 			// it); Spread is for display and must not be applied again.
 			Spread:             s.Spread.Duration,
@@ -163,8 +174,12 @@ func Schedules(cfg *config.Config, logger *slog.Logger) []scheduler.Schedule {
 	return out
 }
 
-// Job builds the job a config schedule declares.
+// Job builds the job a config schedule declares (nil for a GoJob: the
+// program supplies it).
 func Job(s *config.Schedule, logger *slog.Logger) scheduler.Job {
+	if s.GoJob {
+		return nil
+	}
 	if s.HTTP != nil {
 		return &jobs.HTTP{
 			URL: s.HTTP.URL, Method: s.HTTP.Method, Headers: s.HTTP.Headers, Body: s.HTTP.Body,
@@ -173,4 +188,42 @@ func Job(s *config.Schedule, logger *slog.Logger) scheduler.Job {
 	}
 	return &jobs.Command{Argv: s.Command, Dir: s.Dir, Env: s.Env, Logger: logger,
 		BaseEnv: jobs.EnvPolicy{Clean: s.EnvMode == config.EnvClean, Allow: s.EnvAllow, Mask: s.EnvMask}}
+}
+
+// Logger builds the logger the config's [log] asks for, writing to w
+// (stderr when nil).
+func Logger(w io.Writer, lc config.Log) *slog.Logger {
+	if w == nil {
+		w = os.Stderr
+	}
+	var level slog.Level
+	switch strings.ToLower(lc.Level) {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.ToLower(lc.Format) == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// CloseBackend closes l (nil: nothing) on a fresh context of its own: it
+// runs at shutdown, once the run's context is already cancelled, and gives
+// every lock back.
+func CloseBackend(l locking.Locker, logger *slog.Logger) {
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Close(ctx); err != nil {
+		logger.Error("closing the lock backend", "err", err)
+	}
 }

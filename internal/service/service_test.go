@@ -41,7 +41,7 @@ command = ["x"]
 		t.Fatal(err)
 	}
 	got := map[string]scheduler.Schedule{}
-	for _, s := range Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) {
+	for _, s := range Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) {
 		got[s.ID] = s
 	}
 	off := cronspec.SpreadOffset("spread", 10*time.Minute)

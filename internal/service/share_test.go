@@ -85,7 +85,7 @@ http = { url = "http://example.com/a", body = "b" }
 		t.Fatal(err)
 	}
 	byID := map[string]any{}
-	for _, s := range Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) {
+	for _, s := range Schedules(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) {
 		byID[s.ID] = s.Job
 	}
 	if byID["a"] != byID["same"] || byID["http"] != byID["http-same"] {
