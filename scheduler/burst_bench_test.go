@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/internal/rendezvous"
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 	"github.com/bext-dev/bext-scheduler/locking/pg"
 	"github.com/bext-dev/bext-scheduler/locking/redis"
@@ -27,9 +28,9 @@ import (
 // starts (from T until the one node granted T starts its job), p50, p99
 // and max; the target is a p99 under 100 ms. handoff=off: each node asks
 // for every tick. handoff=on: the nodes know each other (a fixed
-// scheduler.Peers) and only a tick's preferred node asks at once; the
+// rendezvous.Peers) and only a tick's preferred node asks at once; the
 // others wait their turn and drop the tick when they hear its mark raised
-// (prefer.go).
+// (handoff.go).
 func BenchmarkBurstRedis(b *testing.B) {
 	for _, handoff := range []bool{false, true} {
 		name := "handoff=off"
@@ -159,7 +160,7 @@ func benchBurst(b *testing.B, n int, handoff bool, serverCPU func() time.Duratio
 				for k := range nodes {
 					nodes[k] = fmt.Sprintf("n%d", k)
 				}
-				opts.Preferrer = scheduler.NewPeers(opts.NodeID, nodes)
+				opts.Preferrer = rendezvous.New(opts.NodeID, nodes)
 			}
 			s, err := scheduler.New(opts, scheds)
 			if err != nil {

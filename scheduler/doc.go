@@ -10,7 +10,7 @@
 //   - loop.go: Run, the firing loop over the heap; step 1's overlap check (popDueLocked); graceful stop.
 //   - resend.go: step 4's request sent again with the same token while undecided; late grants, expired grants, ErrGrantUnknown.
 //   - batch.go: many try-lock-ticks in one round trip (locking.TickBatcher), group commit; locking.InProcessLocker.
-//   - prefer.go: the handoff: a preferred node per tick by rendezvous hashing; the others wait handoff_delay per rank.
+//   - handoff.go: the handoff: a preferred node per tick (internal/rendezvous ranks the nodes); the others wait handoff_delay per rank.
 //   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
 //   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
 //   - release.go: step 7's release, batched (locking.ReleaseBatcher); a tick that fired while its lock was being given back.

@@ -32,7 +32,7 @@ type task struct {
 	f    fired
 	call *tickCall
 	ran  *releaseCall
-	// turn: f waited for its turn (prefer.go) and now asks.
+	// turn: f waited for its turn (handoff.go) and now asks.
 	turn taskTurn
 }
 

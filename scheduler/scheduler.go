@@ -94,7 +94,7 @@ type Options struct {
 	// Preferrer, when set, spreads locked ticks over the live nodes: a
 	// node not preferred for a tick waits its turn, HandoffDelay (default
 	// DefaultHandoffDelay, at most MaxClockSkew/2) per rank, before it
-	// asks (prefer.go). nil: every node asks at once.
+	// asks (handoff.go). nil: every node asks at once.
 	Preferrer    Preferrer
 	HandoffDelay time.Duration
 	// Watcher tells a waiting node that its tick was decided elsewhere;
@@ -147,7 +147,7 @@ type Scheduler struct {
 	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
-	hand      *handoff         // nil: no handoff (prefer.go)
+	hand      *handoff         // nil: no handoff (handoff.go)
 	// idleWanted: some WaitIdle or WaitSettled (tests) has waited since
 	// the last notifyLocked; a handoff waiter notifies only then.
 	idleWanted atomic.Bool

@@ -34,7 +34,7 @@ type fired struct {
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
 	burst    *burst  // bounds its try-lock-tick; set when the tick locks
 	// preferred: this node is the tick's preferred one and counts its
-	// try-lock-tick in the handoff's asking until answered (prefer.go).
+	// try-lock-tick in the handoff's asking until answered (handoff.go).
 	preferred bool
 	// handed: its handoff was decided already (handOffAll) and it asks.
 	handed bool
@@ -106,7 +106,7 @@ func (s *Scheduler) handleTick(f fired) *releaseCall {
 	}
 
 	// A node that is not the tick's preferred one waits its turn, and
-	// drops the tick if it hears meanwhile that it was decided (prefer.go).
+	// drops the tick if it hears meanwhile that it was decided (handoff.go).
 	// (dispatch decided it already for the loop's ticks: handed.)
 	turn := handoffAsk
 	if !f.handed {
@@ -164,7 +164,7 @@ func (s *Scheduler) sendingRequests(calls []*tickCall) {
 }
 
 // preferredAnswered ends the count of f's try-lock-tick in the handoff's
-// asking (prefer.go) once it was answered.
+// asking (handoff.go) once it was answered.
 func (s *Scheduler) preferredAnswered(f fired) {
 	if f.preferred {
 		s.answered(f.tick)

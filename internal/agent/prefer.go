@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/rendezvous"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // liveNodes is one reading of the node registry.
 type liveNodes struct {
-	peers *scheduler.Peers
+	peers *rendezvous.Peers
 	at    time.Time // when it was read (Options.Now)
 }
 
@@ -20,7 +21,7 @@ func (a *Agent) setLive(nodes []cluster.Node) {
 	for i, n := range nodes {
 		ids[i] = n.NodeID
 	}
-	a.live.Store(&liveNodes{peers: scheduler.NewPeers(a.opts.NodeID, ids), at: a.opts.Now()})
+	a.live.Store(&liveNodes{peers: rendezvous.New(a.opts.NodeID, ids), at: a.opts.Now()})
 }
 
 // Preferrer returns the agent as the scheduler's scheduler.Preferrer: it

@@ -13,7 +13,7 @@ type Preferrers interface {
 	Preferrer() scheduler.Preferrer
 }
 
-// Handoff sets the scheduler options of the handoff (scheduler/prefer.go)
+// Handoff sets the scheduler options of the handoff (scheduler/handoff.go)
 // from [cluster] handoff_delay: the agent's registry as the Preferrer, and
 // the backend itself as the watcher of raised marks (opts.Locker may be an
 // instrumented wrapper that hides it). It leaves the handoff off with no

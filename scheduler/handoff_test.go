@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/internal/rendezvous"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 	"github.com/bext-dev/bext-scheduler/scheduler/fakeclock"
 )
 
-// The handoff (prefer.go) on a one-process cluster: five schedulers on one
+// The handoff (handoff.go) on a one-process cluster: five schedulers on one
 // memory lock table, each on its own view of one fake clock, every node
 // knowing the same live nodes. The clock moves in steps of handoffStep,
 // and after each step the test waits until every node has settled: all
@@ -134,7 +135,7 @@ func driveHandoff(t *testing.T, setup handoffSetup) *handoffCluster {
 			NodeID:   id, Locker: l, Backend: hints.Distributed,
 			MaxClockSkew: time.Second, SafetyMargin: 5 * time.Second,
 			Clock:     scheduler.OffsetClock(base, off),
-			Preferrer: scheduler.NewPeers(id, all), HandoffDelay: handoffDelay,
+			Preferrer: rendezvous.New(id, all), HandoffDelay: handoffDelay,
 			Watcher: peer,
 		}
 		if setup.noWatch {
@@ -276,7 +277,7 @@ func TestHandoffSpreadsTicksAndCutsRoundTrips(t *testing.T) {
 	}
 	// Every tick ran on its preferred node, at once.
 	for tick, r := range byTick {
-		if p := preferredOf("spread", c.ids, tick); r.node != p {
+		if p := rendezvous.Preferred("spread", c.ids, tick); r.node != p {
 			t.Errorf("tick %v ran on %s, preferred %s", tick, r.node, p)
 		}
 		if late := r.at.Sub(tick); late != 0 {
@@ -299,7 +300,7 @@ func TestHandoffWithoutWatcherSpreadsButAsksEverywhere(t *testing.T) {
 		steps: ticks * int(handoffPeriod/handoffStep)})
 	byTick := c.checkOnce(t, ticks)
 	for tick, r := range byTick {
-		if p := preferredOf("spread", c.ids, tick); r.node != p {
+		if p := rendezvous.Preferred("spread", c.ids, tick); r.node != p {
 			t.Errorf("tick %v ran on %s, preferred %s", tick, r.node, p)
 		}
 	}
@@ -325,7 +326,7 @@ func TestHandoffDeadPreferredNodeCostsTheDelay(t *testing.T) {
 			continue
 		}
 		want := time.Duration(0)
-		if preferredOf("spread", all, tick) == "node-4" {
+		if rendezvous.Preferred("spread", all, tick) == "node-4" {
 			want = handoffDelay
 			deadTicks++
 		}
@@ -361,7 +362,7 @@ func TestHandoffStuckPreferredNodeCostsTheDelay(t *testing.T) {
 			t.Errorf("the stuck node ran tick %v", tick)
 		}
 		want := time.Duration(0)
-		if preferredOf("spread", c.ids, tick) == "node-0" {
+		if rendezvous.Preferred("spread", c.ids, tick) == "node-0" {
 			want = handoffDelay
 			stuckTicks++
 		}
@@ -420,62 +421,6 @@ func TestHandoffLeavesNoRoomForTheNextTickToOvertake(t *testing.T) {
 	}
 }
 
-func TestNodeRankIsOneOrderOnEveryNode(t *testing.T) {
-	ids := []string{"a", "b", "c", "d", "e"}
-	counts := map[string]int{}
-	for i := range 10000 {
-		tick := t0.Add(time.Duration(i) * time.Second)
-		ranks := make([]bool, len(ids))
-		for _, id := range ids {
-			r, n := scheduler.NewPeers(id, ids).Rank("s", tick)
-			if n != len(ids) {
-				t.Fatalf("n = %d, want %d", n, len(ids))
-			}
-			if ranks[r] {
-				t.Fatalf("tick %v: two nodes have rank %d", tick, r)
-			}
-			ranks[r] = true
-			if r == 0 {
-				counts[id]++
-			}
-		}
-	}
-	for id, n := range counts {
-		if n < 1800 || n > 2200 {
-			t.Errorf("%s preferred for %d of 10000 ticks, want about 2000", id, n)
-		}
-	}
-	// Alone, or self only: rank 0 of 1.
-	if r, n := scheduler.NewPeers("a", nil).Rank("s", t0); r != 0 || n != 1 {
-		t.Errorf("alone: rank %d of %d", r, n)
-	}
-	// A node leaving moves only the ticks it was preferred for.
-	moved := 0
-	for i := range 1000 {
-		tick := t0.Add(time.Duration(i) * time.Second)
-		before := preferredOf("s", ids, tick)
-		after := preferredOf("s", ids[:4], tick)
-		if before != after {
-			moved++
-			if before != "e" {
-				t.Fatalf("tick %v moved from %s to %s when e left", tick, before, after)
-			}
-		}
-	}
-	t.Logf("preferred per node over 10000 ticks: %v; e leaving moved %d of 1000", counts, moved)
-}
-
-// preferredOf is the node the registry ids prefers for tick T of
-// schedule id.
-func preferredOf(id string, ids []string, tick time.Time) string {
-	for _, n := range ids {
-		if r, _ := scheduler.NewPeers(n, ids).Rank(id, tick); r == 0 {
-			return n
-		}
-	}
-	return ""
-}
-
 // The channel of raised marks carries the whole cluster's: a node keeps
 // only its own schedules' (others would pile up for good).
 func TestHandoffKeepsOnlyItsSchedulesMarks(t *testing.T) {
@@ -483,7 +428,7 @@ func TestHandoffKeepsOnlyItsSchedulesMarks(t *testing.T) {
 	mem := memory.New(memory.WithClock(base.Now))
 	peer := mem.Peer("a")
 	s, err := scheduler.New(scheduler.Options{NodeID: "a", Locker: peer, Backend: hints.Distributed,
-		MaxClockSkew: time.Second, Clock: base, Preferrer: scheduler.NewPeers("a", []string{"a", "b"}),
+		MaxClockSkew: time.Second, Clock: base, Preferrer: rendezvous.New("a", []string{"a", "b"}),
 		HandoffDelay: handoffDelay, Watcher: peer},
 		[]scheduler.Schedule{{ID: "mine", CronExpr: "0 0 1 1 *", Hint: hints.RequireGlobal, Job: nopJob}})
 	if err != nil {
