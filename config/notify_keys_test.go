@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The keys issue 19 adds: ping_url and min_runtime per schedule, and the
+// The keys ping_url and min_runtime per schedule, and the
 // [notify] table. URLs are secrets: expanded from ${VAR}, and shown only
 // as scheme://host[:port].
 

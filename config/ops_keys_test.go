@@ -10,7 +10,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/cluster"
 )
 
-// The keys issue 15 adds: [http] token and read_token, [history] keep, and
+// The keys [http] token and read_token, [history] keep, and
 // per schedule retries, retry_backoff and pause_after_failures.
 
 func TestOpsKeys(t *testing.T) {

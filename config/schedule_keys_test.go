@@ -9,7 +9,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
-// The keys issue 13 adds to [[scheduled]]: catchup_window and spread, and
+// The [[scheduled]] keys catchup_window and spread, and
 // the cron rules config enforces (@every, CRON_TZ= against timezone).
 
 func TestCatchupWindowAndSpread(t *testing.T) {

@@ -287,7 +287,7 @@ func (v *validator) notify(n Notify, at func(string) int) {
 	}
 }
 
-// pingAndMinRuntime checks ping_url and min_runtime (issue 19).
+// pingAndMinRuntime checks ping_url and min_runtime.
 func (v *validator) pingAndMinRuntime(s *Schedule) {
 	if s.PingURL != "" {
 		if err := checkHTTPURL(s.PingURL); err != nil {

@@ -7,7 +7,7 @@
 // check the ledger: runs per tick, overlapping runs, stale writes refused.
 //
 // `go test ./e2e/` runs the short scenarios (a few ticks each, in
-// parallel), among them issue 13's proofs: graceful handovers lose no tick,
+// parallel), among them the handover proofs: graceful handovers lose no tick,
 // a killed holder's lease is respected and ticks then resume, a single
 // node stopped across a tick runs it late, and a rolling deploy of 20s jobs
 // under overlap = "skip" never overlaps. `make cluster-test` runs

@@ -14,11 +14,11 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
 )
 
-// The proofs of issue 13 ("Tests that must exist", the e2e items): the
+// The handover proofs: the
 // tick mark and release-at-once lose no tick on a handover, a killed
 // holder's lease is respected, then ticks resume.
 
-// TestGracefulHandoverRunsEveryTickOnce is issue 13's first e2e proof:
+// TestGracefulHandoverRunsEveryTickOnce is the first handover proof:
 // three nodes, a require_global schedule every second; the holder (the
 // node that ran the last tick) is stopped with SIGTERM twice and started
 // again each time within 20s. Every tick of the window runs exactly once:

@@ -18,7 +18,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
 )
 
-// Issue 19: three real nodes on Redis and on Postgres, a require_global
+// three real nodes on Redis and on Postgres, a require_global
 // schedule every second with a ping_url, and a local receiver standing in
 // for healthchecks.io (and for the [notify] webhook).
 

@@ -8,7 +8,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/e2e/internal/ledger"
 )
 
-// The standing rolling-deploy test (issue 13): three nodes, a
+// The standing rolling-deploy test: three nodes, a
 // require_global schedule every second whose job takes 20s, under
 // overlap = "skip" (at most one run of the schedule in the cluster at any
 // moment). Every node is restarted in turn (SIGTERM: the holder's job gets

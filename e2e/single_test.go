@@ -8,7 +8,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/e2e/internal/ledger"
 )
 
-// TestSingleNodeStoppedAcrossTickRunsItLate is issue 13's single-node
+// TestSingleNodeStoppedAcrossTickRunsItLate is the single-node
 // proof: one node on the memory backend, a require_global schedule, the
 // process stopped with SIGSTOP for 3s across a tick, then continued. The
 // tick runs late, once, and nothing is skipped as backend_error (the old

@@ -10,8 +10,8 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// Duration anomalies and the last-success gauge come from run records
-// (issue 19): a success under min_runtime is too_fast, a run over its
+// Duration anomalies and the last-success gauge come from run records:
+// a success under min_runtime is too_fast, a run over its
 // expected runtime an overrun; the gauge is the end of this node's last
 // success, and absent before one (no false "stale" on a fresh deploy).
 func TestAnomaliesAndLastSuccess(t *testing.T) {

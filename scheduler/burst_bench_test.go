@@ -22,7 +22,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// BenchmarkBurstRedis is issue 18's burst on Redis: 10,000 require_global
+// BenchmarkBurstRedis is the burst on Redis: 10,000 require_global
 // schedules due in the same second, three schedulers (nodes) in one
 // process sharing the real Redis. Reported: the lateness of the runs'
 // starts (from T until the one node granted T starts its job), p50, p99

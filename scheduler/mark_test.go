@@ -42,7 +42,7 @@ func TestLockReleasedAtOnceAfterRun(t *testing.T) {
 	}
 }
 
-// The reproduction of issue 13: node A on time, node B 1.5s behind,
+// The reproduction of the drift double run: node A on time, node B 1.5s behind,
 // max_clock_skew 2s, every second with 500ms of jitter; A stops during
 // the jitter of a tick. Under the old design (a lock held until
 // T+2×skew and reused for the next tick) tick 00:00:01 ran on A and B.

@@ -337,7 +337,7 @@ func TestUndecidedTickGivesUpPastItsWindow(t *testing.T) {
 // resends ended) is in history as not run, its error saying the grant is
 // unknown: the backend may have granted it (its mark raised, so no node
 // runs it), and an operator reading history must find the tick accounted
-// for, not missing without a word (issue 26's invariant 2; sim seeds with
+// for, not missing without a word (invariant 2, no grant lost; sim seeds with
 // a reply lost and its resend lost again).
 func TestTickGivenUpWithItsGrantUnknownIsInHistory(t *testing.T) {
 	for _, batched := range []bool{false, true} {

@@ -25,7 +25,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/service"
 )
 
-// The cluster-wide tests of issue 15: two or three real nodes (the built
+// The cluster-wide operator tests: two or three real nodes (the built
 // binary) on real Redis and real Postgres, steered by the CLI with only
 // the config, checked through the jobs' own side effects (a file per run)
 // and the cluster's history.

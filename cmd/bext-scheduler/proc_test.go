@@ -18,7 +18,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
 )
 
-// Issue 14 item 2: `kill -9` of lock run left CMD, and what it forked,
+// `kill -9` of lock run left CMD, and what it forked,
 // running re-parented to PID 1 while a second lock run took the lock.
 func TestLockRunKilledTakesItsCommandAlong(t *testing.T) {
 	for _, b := range lockBackends {
@@ -67,7 +67,7 @@ env = { PIDFILE = %q }
 	n.Wait(30 * time.Second)
 }
 
-// Issue 14 item 5: from a terminal, CMD was put in a background group of
+// from a terminal, CMD was put in a background group of
 // it, so reading stdin stopped it (SIGTTIN) and lock run renewed forever.
 // A real pty: lock run is a session leader with the pty as its
 // controlling terminal, in the foreground, as under an interactive shell.
@@ -181,7 +181,7 @@ func states(sid int) string {
 	return b.String()
 }
 
-// Issue 14 item 10: a signal while --wait waits is an interruption
+// a signal while --wait waits is an interruption
 // (128+N), not "held elsewhere" (75), which a caller may retry.
 func TestLockRunWaitInterrupted(t *testing.T) {
 	cfg, _ := lockBackends[0].setup(t)
@@ -204,7 +204,7 @@ func TestLockRunWaitInterrupted(t *testing.T) {
 	holder.Wait(30 * time.Second)
 }
 
-// Issue 14 item 10: a second SIGTERM during the shutdown grace ends it:
+// a second SIGTERM during the shutdown grace ends it:
 // the running job is cancelled, its lock released, the node exits.
 func TestRunSecondSignalEndsGrace(t *testing.T) {
 	cfgLock, _ := lockBackends[0].setup(t)
@@ -247,7 +247,7 @@ command = ["/bin/sh", "-c", "echo slow-start; sleep 300 & wait"]
 	}
 }
 
-// Issue 14 item 5: SIGHUP and SIGQUIT reach the command too.
+// SIGHUP and SIGQUIT reach the command too.
 func TestLockRunForwardsHUPAndQUIT(t *testing.T) {
 	cfg, _ := lockBackends[0].setup(t)
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {

@@ -380,7 +380,7 @@ func spreadFiveNodes(t *testing.T, maxTries, maxTrips float64, open func(id stri
 	rtt := per(trips1.all - trips0.all)
 	t.Logf("round trips (batches counted once) from the first tick to the last checked: %.3f per tick (%.3f try-lock-tick, %.3f release in %.3f ReleaseAll calls)",
 		rtt, per(trips1.try-trips0.try), per(trips1.release-trips0.release), per(trips1.batches-trips0.batches))
-	// Redis: 1.42 measured on a quiet machine (issue 18's target: 1.5,
+	// Redis: 1.42 measured on a quiet machine (the target: 1.5,
 	// from 6); Postgres: 1.59-1.96 with batched releases on a loaded one
 	// (load average 5-8; 1.97-2.09 before), where its marks arrive late
 	// and more nodes ask. Bounded at maxTrips (2), as a loaded machine

@@ -1,7 +1,7 @@
 // Package mutation names the deliberate bugs ("mutations") that the
 // simulation's TestMutations (internal/sim, build tag simmut) plants in the
 // production code, one at a time, to prove that each invariant it checks
-// catches the bug it is there for (issue 26: "proof that it bites").
+// catches the bug it is there for ("proof that it bites").
 //
 // Each mutation is one line at its site in the production code:
 //

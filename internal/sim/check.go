@@ -15,7 +15,7 @@ import (
 )
 
 // The invariants, checked on the ledger, the grant log and the history
-// once a seed's cluster has stopped. Numbers follow issue 26's list.
+// once a seed's cluster has stopped. Numbers follow docs/RELIABILITY.md's list.
 
 // violation is one broken invariant.
 type violation struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// Frozen nodes (issue 26): a node life stops dead for a while (a long GC
+// Frozen nodes: a node life stops dead for a while (a long GC
 // pause, SIGSTOP, a VM paused by its host) and then goes on. While it is
 // frozen its clock still moves (it reads the true time plus its offset on
 // resume), but none of its timers fire, none of its calls go out and no

@@ -10,7 +10,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// Duplicated calls (issue 26): in a node's dup windows, a call the backend
+// Duplicated calls: in a node's dup windows, a call the backend
 // applied is applied once more a little later: a renewal or a release of
 // the same handle (a proxy that resends on a timeout it saw, the first copy
 // having got through), and a resent try-lock-tick's earlier attempt, which

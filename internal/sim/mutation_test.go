@@ -14,7 +14,7 @@ import (
 // default set of TestSim.
 const mutationSeeds = 300
 
-// TestMutations proves that the simulation bites (issue 26): for each
+// TestMutations proves that the simulation bites: for each
 // mutation of the production code (package internal/mutation, compiled in
 // only with the simmut build tag), it runs the default seeds from 1 with
 // the mutation on until one breaks the invariant the mutation is meant to

@@ -9,12 +9,12 @@ import (
 	"github.com/bext-dev/bext-scheduler/cronspec"
 )
 
-// Operators' actions beyond pause and resume (issue 26): a reload that
+// Operators' actions beyond pause and resume: a reload that
 // changes a schedule's timing on every node, a trigger (a manual run) and
 // a backfill of one tick. They are drawn from a stream of their own, so
 // that the rest of a seed's plan stays what it was before they were.
 //
-// Issue 26 also names "stop" (stopping a running run): no such operator
+// The contract also names "stop" (stopping a running run): no such operator
 // action exists in the code (no CLI command, no scheduler or ops entry
 // point cancels one run), so there is nothing to simulate yet.
 

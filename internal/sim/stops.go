@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Where the graceful stops landed (issue 26: a stop at any point, in the
+// Where the graceful stops landed (a stop at any point, in the
 // jitter, in a run, in the grace): counted, so that a run of many seeds
 // tells whether the plan's stop times reach every point. The plan draws
 // them uniformly over a life; the runs are dense enough for that to hit

@@ -10,7 +10,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// The wider workload (issue 26), drawn from streams of their own so that
+// The wider workload, drawn from streams of their own so that
 // the rest of a seed's plan stays what it was:
 //
 //   - a daylight-saving change inside the span: a sixth of the seeds start

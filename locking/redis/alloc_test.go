@@ -7,7 +7,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
-// maxLockReleaseAllocs is issue 18's bound on a try-lock + release: the
+// maxLockReleaseAllocs is the bound on a try-lock + release: the
 // fenced floor (bare go-redis running the same scripts) takes 21 on go-redis
 // v9.23, so the Locker's own handle, token and bookkeeping get at most 4.
 const maxLockReleaseAllocs = 25

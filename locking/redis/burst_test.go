@@ -90,7 +90,7 @@ func TestTryLockTicksBurst(t *testing.T) {
 	}
 }
 
-// BenchmarkBurst is issue 18's burst: 10,000 ticks due in the same
+// BenchmarkBurst is the burst: 10,000 ticks due in the same
 // second, three nodes in one process sharing one Redis, each asking for
 // every tick at once. Pipelined: each node sends TryLockTicks (batches of
 // tickBatch) from 4 goroutines. One by one: each node runs TryLockTick

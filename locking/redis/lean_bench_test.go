@@ -15,7 +15,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
-// The lean path's target (issue 18): a try-lock + release through the
+// The lean path's target: a try-lock + release through the
 // Locker costs at most 1.1× the fenced floor in time and in client CPU, at
 // 1 and 16 goroutines, and at most 25 allocations. The fenced floor is bare
 // go-redis running the Locker's own scripts (acquire.lua by EVALSHA, then
@@ -24,7 +24,7 @@ import (
 // is left between the two is this package's client overhead.
 //
 // bsm/redislock and go-redsync are not dependencies of this module, so they
-// are not measured here (issue 18's figures for them came from a scratch
+// are not measured here (the figures for them came from a scratch
 // module); the floor is the yardstick.
 
 // fencedFloor is bare go-redis running acquire.lua and release.lua.

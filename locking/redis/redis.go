@@ -454,7 +454,7 @@ func (l *Locker) opContextIn(ctx context.Context, dc *deadlineCtx) context.Conte
 // deadlineCtx is ctx with an earlier deadline and no timer behind it.
 // context.WithTimeout costs a timer, a channel and four allocations per
 // call, and the timer's start and stop contend between goroutines: most of
-// this package's overhead over bare go-redis (issue 18). go-redis needs no
+// this package's overhead over bare go-redis. go-redis needs no
 // timer to honour the deadline: every wait of a command reads Deadline
 // (the socket's read and write deadlines, the dial) or has its own bound
 // no longer than OpTimeout (the pool wait, PoolTimeout); a retry after

@@ -2,7 +2,7 @@
 // way scripts/fleet measures a bext-scheduler node: the process's RSS once
 // every schedule is added and the cron is started, divided by the number
 // of schedules (the Go runtime's own few MiB included, as they are in the
-// node's figure). It is the baseline of issue 17's "under 2x robfig/cron's
+// node's figure). It is the baseline of the target "under 2x robfig/cron's
 // RSS per schedule".
 //
 // Each schedule is what scripts/fleet gen writes: the spec "0 0 1 1 *" in
