@@ -259,3 +259,69 @@ func TestCheckOverlapAcrossLossFollowsGrantOrder(t *testing.T) {
 		}
 	}
 }
+
+// A trigger's take heard, and its node crashed while the renewal that
+// confirms it hung (seeds 381272, 398750, 289678, 282755: a client that
+// does not watch its deadline, the crash up to 11s after the take, past
+// one TTL): the node died holding the grant, which owes no run of its
+// own as long as its request is not lost with it: the trigger, unheard,
+// went back to its queue and ran from a later take (or is queued at the
+// end, or its confirming renewal was applied, making it the dead taker's).
+func TestCheckTakeWhoseNodeCrashedConfirmingIt(t *testing.T) {
+	take := func(c *cluster, crashedRenewing bool) {
+		c.plan.nodes[0].lives[0].to = t0.Add(25 * time.Second) // crashed, 9.5s after the take
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(15500 * time.Millisecond), fence: 300, token: "take",
+			ttl: 3 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, delivered: true,
+			manual: true, runID: "trigger-0"})
+		if crashedRenewing {
+			c.leases.diedRenewing("take")
+		}
+	}
+	t.Run("requeued and run", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		wantOnly(t, c.check(), invLost) // never run anywhere: lost
+		c.ranManual("node-1", "trigger-0", 27_000, 301, false)
+		if vs := c.check(); len(vs) != 0 {
+			t.Fatalf("violations once the requeued trigger ran from a later take: %+v", vs)
+		}
+	})
+	t.Run("its confirmation applied", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		c.leases.applied("take")
+		if vs := c.check(); len(vs) != 0 {
+			t.Fatalf("violations for a trigger confirmed, its taker dead before the answer: %+v", vs)
+		}
+	})
+	t.Run("not confirming at the crash", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, false) // heard, no renewal under way: it should have run or been recorded
+		c.ranManual("node-1", "trigger-0", 27_000, 301, false)
+		wantOnly(t, c.check(), invLost)
+	})
+	t.Run("the retake's confirmation lost", func(t *testing.T) {
+		// Seed 282755: the trigger went back to its queue, and the next
+		// take's confirming renewal was applied, its reply lost, its run
+		// never started: the known hole.
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-1", key: "s0", tick: t0.Add(20 * time.Second), fence: 301, token: "retake",
+			ttl: 3 * time.Second, at: t0.Add(20 * time.Second), issued: seq - 1, returned: seq, delivered: true,
+			manual: true, runID: "trigger-0"})
+		c.leases.applied("retake")
+		c.history = append(c.history, histRec{RunRecord: scheduler.RunRecord{Schedule: "s0", Tick: t0.Add(20 * time.Second),
+			Node: "node-1", Fence: 301, RunID: "trigger-0", Manual: true, Result: scheduler.ResultLockLost}})
+		vs := c.check()
+		wantOnly(t, vs, invLost)
+		if len(vs) != 1 || vs[0].known != holeTriggerConfirmLost {
+			t.Fatalf("violations %+v, want one, of the known hole %q", vs, holeTriggerConfirmLost)
+		}
+	})
+}

@@ -416,7 +416,13 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 		m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
 			Done: func(res scheduler.RunResult) {
 				c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
-				done()
+				if !l.link.cut.Load() {
+					// A crashed node's agent tells the queue nothing: its
+					// backfill stays queued for another poll (seed 381272:
+					// crashed while its run's take was being confirmed,
+					// the dead life's Done removed the backfill).
+					done()
+				}
 				if res == scheduler.ResultLockLost && !req.Backfill && !c.started(req.ID) {
 					// Its take's confirming renewal failed: the trigger,
 					// never heard back, goes back to its queue for the
