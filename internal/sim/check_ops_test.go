@@ -18,7 +18,7 @@ func (c *cluster) ranManual(node, id string, tickMs int, fence int64, backfill b
 	seq := c.seq.Add(2)
 	tok := "manual-" + id + "-" + node
 	c.grants.add(grant{node: node, key: "s0", tick: tk, fence: fence, token: tok, ttl: 8 * time.Second,
-		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill})
+		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill, runID: id})
 	c.leases.heard(tok, tk)
 	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: tk, node: node, runID: id,
 		attempt: 1, fence: fence, manual: true, start: tk, end: tk.Add(100 * time.Millisecond)})
@@ -324,4 +324,43 @@ func TestCheckTakeWhoseNodeCrashedConfirmingIt(t *testing.T) {
 			t.Fatalf("violations %+v, want one, of the known hole %q", vs, holeTriggerConfirmLost)
 		}
 	})
+}
+
+// A backfilled tick stays at the head of its queue until Done: a node
+// that loses its lease mid-backfill (frozen, seed 193) leaves it to
+// another take, which runs it again under a higher fence. A run from a
+// take after the Done, or twice from one take, is a second run.
+func TestCheckBackfillRetakenBeforeItsDone(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fence    int64
+		doneSeq  func(retake uint64) uint64 // 0: never done
+		violates bool
+	}{
+		{"retaken, never done", 201, func(uint64) uint64 { return 0 }, false},
+		{"retaken before its done", 201, func(r uint64) uint64 { return r + 1 }, false},
+		{"taken again after its done", 201, func(r uint64) uint64 { return r - 1 }, true},
+		{"the same take run twice", 200, func(uint64) uint64 { return 0 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.everyTick(-1)
+			c.markRead = map[string]markRead{"node-0/s0": {seq: c.seq.Add(1), at: t0.Add(12 * time.Second)}}
+			c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
+				read: c.markRead["node-0/s0"], fence: 200, at: t0.Add(12 * time.Second)})
+			c.ranManual("node-0", "backfill-0", 6_000, 200, true)
+			c.ranManual("node-1", "backfill-0", 6_000, tc.fence, true)
+			retake := c.grants.gs[len(c.grants.gs)-1].issued
+			if d := tc.doneSeq(retake); d != 0 {
+				c.doneSeq = map[string]uint64{"backfill-0": d}
+			}
+			got := false
+			for _, v := range c.check() {
+				got = got || v.inv == invTwice
+			}
+			if got != tc.violates {
+				t.Errorf("violation of %q: %v, want %v", invTwice, got, tc.violates)
+			}
+		})
+	}
 }
