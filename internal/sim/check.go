@@ -86,6 +86,17 @@ func (c *cluster) endedUnstarted(id string) bool {
 	return false
 }
 
+// takeRenewed reports whether the backend applied a renewal of a take of
+// manual request id, on any node: the trigger was then that taker's.
+func (c *cluster) takeRenewed(id string) bool {
+	for _, g := range c.grants.all() {
+		if g.manual && g.runID == id && c.leases.everRenewed(g.token) {
+			return true
+		}
+	}
+	return false
+}
+
 // Invariant names.
 const (
 	invTwice    = "1 no locked tick runs twice"
@@ -520,6 +531,23 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(hold)) {
 			continue
 		}
+		if g.manual && g.delivered && c.leases.renewingAtCrash(g.token) &&
+			(ranRequest[g.runID] || refusedLater || c.queuedAtEnd(g.key, g.runID) || c.leases.everRenewed(g.token)) {
+			// A manual run's take heard, and its node crashed while the
+			// renewal that confirms it (scheduler's confirmTake: the run
+			// starts only once it answered) was still under way: hung in
+			// a client that does not watch its deadline, or stalled
+			// (seeds 381272, 398750, 289678, 282755: crashed in a hang
+			// window, up to 11s after the take). The node died holding
+			// the grant, as within a TTL above; what the renewal does not
+			// confirm, its request is not lost with: a backfill stays
+			// queued until Done, a trigger unheard goes back to its queue
+			// and runs from a later take (or is queued at the end). A
+			// renewal applied but never answered made the trigger its
+			// taker's, lost with it, at most once (cluster.Store's
+			// TakeRequest).
+			continue
+		}
 		if !g.delivered && c.plan.lostLocks(g.at, g.at.Add(2*g.ttl)) {
 			// The backend lost the grant with its lock before the resend
 			// that would have found it (loss.go): the resend is decided
@@ -561,6 +589,13 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// tick to a node that moved on: no hole since the backends
 			// record a resend's verdict (link_dup.go); a violation.
 		case g.manual && !g.delivered && c.endedUnstarted(g.runID):
+			v.known = holeTriggerConfirmLost
+		case g.manual && g.delivered && !g.backfill && c.leases.renewingAtCrash(g.token) &&
+			c.endedUnstarted(g.runID) && c.takeRenewed(g.runID):
+			// Its node crashed confirming it, the trigger went back to
+			// its queue, and a later take's confirming renewal was
+			// applied, its reply lost, its run never started (seed
+			// 282755): the trigger is lost there.
 			v.known = holeTriggerConfirmLost
 		case g.manual && !g.delivered:
 			// A trigger's take never heard back whose trigger never ran,

@@ -18,7 +18,7 @@ func (c *cluster) ranManual(node, id string, tickMs int, fence int64, backfill b
 	seq := c.seq.Add(2)
 	tok := "manual-" + id + "-" + node
 	c.grants.add(grant{node: node, key: "s0", tick: tk, fence: fence, token: tok, ttl: 8 * time.Second,
-		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill})
+		at: tk, issued: seq - 1, returned: seq, delivered: true, manual: true, backfill: backfill, runID: id})
 	c.leases.heard(tok, tk)
 	c.ledger.atts = append(c.ledger.atts, &attempt{sched: "s0", tick: tk, node: node, runID: id,
 		attempt: 1, fence: fence, manual: true, start: tk, end: tk.Add(100 * time.Millisecond)})
@@ -257,5 +257,110 @@ func TestCheckOverlapAcrossLossFollowsGrantOrder(t *testing.T) {
 		if found != tc.want {
 			t.Errorf("later grant's fence %d: overlap reported %v, want %v", tc.fence, found, tc.want)
 		}
+	}
+}
+
+// A trigger's take heard, and its node crashed while the renewal that
+// confirms it hung (seeds 381272, 398750, 289678, 282755: a client that
+// does not watch its deadline, the crash up to 11s after the take, past
+// one TTL): the node died holding the grant, which owes no run of its
+// own as long as its request is not lost with it: the trigger, unheard,
+// went back to its queue and ran from a later take (or is queued at the
+// end, or its confirming renewal was applied, making it the dead taker's).
+func TestCheckTakeWhoseNodeCrashedConfirmingIt(t *testing.T) {
+	take := func(c *cluster, crashedRenewing bool) {
+		c.plan.nodes[0].lives[0].to = t0.Add(25 * time.Second) // crashed, 9.5s after the take
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(15500 * time.Millisecond), fence: 300, token: "take",
+			ttl: 3 * time.Second, at: t0.Add(15500 * time.Millisecond), issued: seq - 1, returned: seq, delivered: true,
+			manual: true, runID: "trigger-0"})
+		if crashedRenewing {
+			c.leases.diedRenewing("take")
+		}
+	}
+	t.Run("requeued and run", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		wantOnly(t, c.check(), invLost) // never run anywhere: lost
+		c.ranManual("node-1", "trigger-0", 27_000, 301, false)
+		if vs := c.check(); len(vs) != 0 {
+			t.Fatalf("violations once the requeued trigger ran from a later take: %+v", vs)
+		}
+	})
+	t.Run("its confirmation applied", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		c.leases.applied("take")
+		if vs := c.check(); len(vs) != 0 {
+			t.Fatalf("violations for a trigger confirmed, its taker dead before the answer: %+v", vs)
+		}
+	})
+	t.Run("not confirming at the crash", func(t *testing.T) {
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, false) // heard, no renewal under way: it should have run or been recorded
+		c.ranManual("node-1", "trigger-0", 27_000, 301, false)
+		wantOnly(t, c.check(), invLost)
+	})
+	t.Run("the retake's confirmation lost", func(t *testing.T) {
+		// Seed 282755: the trigger went back to its queue, and the next
+		// take's confirming renewal was applied, its reply lost, its run
+		// never started: the known hole.
+		c := handMade(scheduler.OverlapAllow)
+		c.everyTick(-1)
+		take(c, true)
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-1", key: "s0", tick: t0.Add(20 * time.Second), fence: 301, token: "retake",
+			ttl: 3 * time.Second, at: t0.Add(20 * time.Second), issued: seq - 1, returned: seq, delivered: true,
+			manual: true, runID: "trigger-0"})
+		c.leases.applied("retake")
+		c.history = append(c.history, histRec{RunRecord: scheduler.RunRecord{Schedule: "s0", Tick: t0.Add(20 * time.Second),
+			Node: "node-1", Fence: 301, RunID: "trigger-0", Manual: true, Result: scheduler.ResultLockLost}})
+		vs := c.check()
+		wantOnly(t, vs, invLost)
+		if len(vs) != 1 || vs[0].known != holeTriggerConfirmLost {
+			t.Fatalf("violations %+v, want one, of the known hole %q", vs, holeTriggerConfirmLost)
+		}
+	})
+}
+
+// A backfilled tick stays at the head of its queue until Done: a node
+// that loses its lease mid-backfill (frozen, seed 193) leaves it to
+// another take, which runs it again under a higher fence. A run from a
+// take after the Done, or twice from one take, is a second run.
+func TestCheckBackfillRetakenBeforeItsDone(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fence    int64
+		doneSeq  func(retake uint64) uint64 // 0: never done
+		violates bool
+	}{
+		{"retaken, never done", 201, func(uint64) uint64 { return 0 }, false},
+		{"retaken before its done", 201, func(r uint64) uint64 { return r + 1 }, false},
+		{"taken again after its done", 201, func(r uint64) uint64 { return r - 1 }, true},
+		{"the same take run twice", 200, func(uint64) uint64 { return 0 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.everyTick(-1)
+			c.markRead = map[string]markRead{"node-0/s0": {seq: c.seq.Add(1), at: t0.Add(12 * time.Second)}}
+			c.backfills = append(c.backfills, acceptedBackfill{node: "node-0", sched: "s0", tick: t0.Add(6 * time.Second),
+				read: c.markRead["node-0/s0"], fence: 200, at: t0.Add(12 * time.Second)})
+			c.ranManual("node-0", "backfill-0", 6_000, 200, true)
+			c.ranManual("node-1", "backfill-0", 6_000, tc.fence, true)
+			retake := c.grants.gs[len(c.grants.gs)-1].issued
+			if d := tc.doneSeq(retake); d != 0 {
+				c.doneSeq = map[string]uint64{"backfill-0": d}
+			}
+			got := false
+			for _, v := range c.check() {
+				got = got || v.inv == invTwice
+			}
+			if got != tc.violates {
+				t.Errorf("violation of %q: %v, want %v", invTwice, got, tc.violates)
+			}
+		})
 	}
 }

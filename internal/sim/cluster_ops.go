@@ -50,6 +50,9 @@ type opsState struct {
 	// handedOver counts each request's hand-overs (handOver's: the
 	// harness's loop only).
 	handedOver map[string]int
+	// doneSeq is opsMu's: per backfill request, cluster.seq after its
+	// Done was applied (removed from its queue: no take gets it after).
+	doneSeq map[string]uint64
 }
 
 // maxHandovers bounds the hand-overs of one request: a poll handed back
@@ -352,12 +355,11 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 		trueSent := c.clock.Now()
 		sent := trueSent.Add(l.plan.offset) // the node's clock
 		if !resending {
-			tick = req.Tick
-			if !req.Backfill {
-				// A trigger's BEXT_TICK_TIME is when it was accepted:
-				// its first take's send, kept by the take's resends.
-				tick = sent.UTC().Truncate(time.Millisecond)
-			}
+			// A trigger's BEXT_TICK_TIME is when it was accepted: its
+			// first take's send, kept by the take's resends. A backfill
+			// runs its own tick (the link logs its grant with it). The
+			// take may answer with either, whichever heads the queue.
+			tick = sent.UTC().Truncate(time.Millisecond)
 		}
 		// The agent bounds a poll's calls by max(poll interval, 2s).
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -406,64 +408,104 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 		case tk.Handle == nil:
 			continue // contended: the next poll
 		}
-		done := func() {
-			if req.Backfill {
-				if err := c.mem.(requestStore).Done(context.Background(), req); err != nil {
-					panic(fmt.Sprintf("sim: the memory backend refused Done: %v", err))
-				}
+		if tk.Request.ID != req.ID {
+			// The take answered with the head of the schedule's queue,
+			// another request than the one this poll was started for (a
+			// trigger put back at the head once its take's lock lapsed
+			// unheard): the agent runs what it took, as that request
+			// (seed 400975: a backfill's poll took a requeued trigger and
+			// ran it as the backfill, which the scheduler refused as
+			// undecided, and the release dropped the trigger as heard).
+			// It polls on for its own request.
+			got, gotOp, gotTick := *tk.Request, op, tick
+			gotOp.id, gotOp.kind, gotOp.tick = got.ID, opTrigger, got.Tick
+			if got.Backfill {
+				gotOp.kind, gotTick = opBackfill, got.Tick
 			}
+			c.runTaken(l, gotOp, got, tk, gotTick, sent)
+			continue
 		}
-		m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
-			Done: func(res scheduler.RunResult) {
-				c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
-				done()
-				if res == scheduler.ResultLockLost && !req.Backfill && !c.started(req.ID) {
-					// Its take's confirming renewal failed: the trigger,
-					// never heard back, goes back to its queue for the
-					// other nodes' polls (unless the renewal was applied
-					// and only its reply lost: check.go's
-					// holeTriggerConfirmLost).
-					c.handOff(l, op, req)
-				}
-			}}
-		err = l.s.RunManual(m)
-		c.opsMu.Lock()
-		if err != nil {
-			if c.refused == nil {
-				c.refused = map[string]bool{}
-			}
-			c.refused[tk.Handle.Token()] = true
-			if c.refusedReq == nil {
-				c.refusedReq = map[string]bool{}
-			}
-			c.refusedReq[req.ID] = true
-			c.opStats.refused++
-			if errors.Is(err, scheduler.ErrTickUndecided) {
-				c.opStats.undecided++
-			}
-		} else if req.Backfill {
-			c.opStats.backfills++
-			c.backfills = append(c.backfills, acceptedBackfill{node: l.node, sched: op.sched, tick: tick,
-				read: c.markRead[l.node+"/"+op.sched], fence: tk.Handle.Fence(), at: c.clock.Now()})
-		} else {
-			c.opStats.triggers++
+		if req.Backfill {
+			tick = req.Tick
 		}
-		c.opsMu.Unlock()
-		if err != nil {
-			c.event(c.clock.Now(), "%s/%d refused manual run %s of %s: %v", l.node, l.life, req.ID, op.sched, err)
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = l.link.Release(rctx, tk.Handle)
-			cancel()
-			if errors.Is(err, scheduler.ErrTickUndecided) {
-				done() // dropped: its regular tick runs it
-			}
-			return
-		}
-		c.event(c.clock.Now(), "%s/%d accepted manual run %s of %s, tick %s", l.node, l.life, req.ID, op.sched, c.at(tick))
+		c.runTaken(l, op, req, tk, tick, sent)
 		return
 	}
 	c.event(c.clock.Now(), "%s/%d gave up taking %s after %d polls", l.node, l.life, op.id, tries)
 	if !req.Backfill && (token != "" || unheard) {
 		c.handOff(l, op, req)
 	}
+}
+
+// runTaken runs req, taken by l's poll with tk, on l's scheduler, as the
+// agent does: RunManual, and the lock released when it is refused.
+func (c *cluster) runTaken(l *lifeState, op opAction, req store.Request, tk store.Taken, tick, sent time.Time) {
+	done := func() {
+		if req.Backfill {
+			if err := c.mem.(requestStore).Done(context.Background(), req); err != nil {
+				panic(fmt.Sprintf("sim: the memory backend refused Done: %v", err))
+			}
+			c.opsMu.Lock()
+			if c.doneSeq == nil {
+				c.doneSeq = map[string]uint64{}
+			}
+			if _, ok := c.doneSeq[req.ID]; !ok {
+				c.doneSeq[req.ID] = c.seq.Add(1)
+			}
+			c.opsMu.Unlock()
+		}
+	}
+	m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
+		Done: func(res scheduler.RunResult) {
+			c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
+			if !l.link.cut.Load() {
+				// A crashed node's agent tells the queue nothing: its
+				// backfill stays queued for another poll (seed 381272:
+				// crashed while its run's take was being confirmed,
+				// the dead life's Done removed the backfill).
+				done()
+			}
+			if res == scheduler.ResultLockLost && !req.Backfill && !c.started(req.ID) {
+				// Its take's confirming renewal failed: the trigger,
+				// never heard back, goes back to its queue for the
+				// other nodes' polls (unless the renewal was applied
+				// and only its reply lost: check.go's
+				// holeTriggerConfirmLost).
+				c.handOff(l, op, req)
+			}
+		}}
+	err := l.s.RunManual(m)
+	c.opsMu.Lock()
+	if err != nil {
+		if c.refused == nil {
+			c.refused = map[string]bool{}
+		}
+		c.refused[tk.Handle.Token()] = true
+		if c.refusedReq == nil {
+			c.refusedReq = map[string]bool{}
+		}
+		c.refusedReq[req.ID] = true
+		c.opStats.refused++
+		if errors.Is(err, scheduler.ErrTickUndecided) {
+			c.opStats.undecided++
+		}
+	} else if req.Backfill {
+		c.opStats.backfills++
+		c.backfills = append(c.backfills, acceptedBackfill{node: l.node, sched: op.sched, tick: tick,
+			read: c.markRead[l.node+"/"+op.sched], fence: tk.Handle.Fence(), at: c.clock.Now()})
+	} else {
+		c.opStats.triggers++
+	}
+	c.opsMu.Unlock()
+	if err != nil {
+		c.event(c.clock.Now(), "%s/%d refused manual run %s of %s: %v", l.node, l.life, req.ID, op.sched, err)
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = l.link.Release(rctx, tk.Handle)
+		cancel()
+		if errors.Is(err, scheduler.ErrTickUndecided) {
+			done() // dropped: its regular tick runs it
+		}
+		return
+	}
+	c.event(c.clock.Now(), "%s/%d accepted manual run %s of %s, tick %s", l.node, l.life, req.ID, op.sched, c.at(tick))
 }

@@ -68,12 +68,16 @@ func (c *cluster) frozenWithin(node string, life int, from, to time.Time) (freez
 // frozenPast reports whether attempt a ran past its lease deadline only
 // because its life was frozen over the deadline: a frozen process can do
 // nothing about it, and its job, frozen too, did nothing meanwhile. It
-// must end within a step (the kill grace of checkLeases) of the resume.
+// must end within its endLag (the kill grace of checkLeases) of the resume.
 func (c *cluster) frozenPast(a attempt, deadline time.Time) bool {
-	// The deadline's timer fires at the grid point after it: a freeze
-	// starting within a step after it holds the cancel back too.
-	f, ok := c.frozenWithin(a.node, a.life, deadline, deadline.Add(step))
-	return ok && !a.end.After(f.to.Add(c.endLag(a.sched)))
+	// The deadline's timer fires at the grid point after it, and a job
+	// that ignores SIGTERM runs on for the kill grace after that: a
+	// freeze starting before the job had to end holds its end back too
+	// (seeds 367797, 232827: frozen in the kill grace, a step after the
+	// deadline; the grace's timer is on the frozen clock).
+	lag := c.endLag(a.sched)
+	f, ok := c.frozenWithin(a.node, a.life, deadline, deadline.Add(lag))
+	return ok && !a.end.After(f.to.Add(lag))
 }
 
 // frozenOver reports whether run prev, still running at t by the ledger,

@@ -50,3 +50,38 @@ func TestCheckFindsAFrozenRunGoingOnAfterItsResume(t *testing.T) {
 		t.Fatalf("a run going on 3s after its resume: found %v, want %q and %q", found, invLease, invOverlap)
 	}
 }
+
+// A job that ignores SIGTERM runs on for the kill grace after its lease
+// deadline's cancel; a freeze that starts within that grace holds it back
+// as one over the deadline does (seeds 367797, 232827: frozen 1.0s and
+// 1.02s after the deadline, ended within the grace after the resume). A
+// job that heeds SIGTERM had ended by then, and one that runs on a step
+// past its resumed grace is a violation still.
+func TestCheckFrozenInTheKillGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ignoreTerm bool
+		end        time.Duration // from t0; the lease deadline is +8s
+		want       bool          // a violation of invariant 5
+	}{
+		{"ignores SIGTERM, ends in the grace after the resume", true, 15500 * time.Millisecond, false},
+		{"ignores SIGTERM, runs on past the grace", true, 17500 * time.Millisecond, true},
+		{"heeds SIGTERM, ended before the freeze", false, 15500 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapSkip)
+			c.plan.scheds[0].ignoreTerm = tc.ignoreTerm
+			// Tick 2's lease (heard at +2s, 6s) ends at +8s; the node
+			// freezes at +9.5s, after the deadline's step, until +15s.
+			c.plan.freezes = []freezeWindow{{node: "node-0", from: t0.Add(9500 * time.Millisecond), to: t0.Add(15 * time.Second)}}
+			c.ran(2, tc.end-2*time.Second, 2)
+			got := false
+			for _, v := range c.check() {
+				got = got || v.inv == invLease
+			}
+			if got != tc.want {
+				t.Errorf("violation of %q: %v, want %v", invLease, got, tc.want)
+			}
+		})
+	}
+}

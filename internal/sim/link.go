@@ -43,6 +43,10 @@ type link struct {
 	// land after it (link_dup.go). true: an attempt was lost before the
 	// backend saw it, which a delay looks like to the caller.
 	sent map[string]bool
+	// renewing counts, per token, the renewals under way (sent, not yet
+	// returned): those still under way when the life crashes were never
+	// heard (leaseLog.diedRenewing).
+	renewing map[string]int
 
 	// frz is the life's freezer (freeze.go), nil when it never freezes.
 	frz *freezer
@@ -72,6 +76,13 @@ func newLink(c *cluster, node string, life int, faults []faultWindow) *link {
 // kill cuts the link (a crash).
 func (l *link) kill() {
 	if l.cut.CompareAndSwap(false, true) {
+		l.mu.Lock()
+		for tok, n := range l.renewing {
+			if n > 0 {
+				l.c.leases.diedRenewing(tok)
+			}
+		}
+		l.mu.Unlock()
 		close(l.dead)
 		if c, ok := l.mem.(crasher); ok {
 			c.crash()
@@ -305,7 +316,8 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 
 // Renew extends the lock; a lost reply extended it all the same.
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
-	defer l.hold()() // a frozen node's calls neither go out nor come back
+	defer l.renewal(h.Token())() // counted until the node hears the answer
+	defer l.hold()()             // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
 	l.hung(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
 	f, err := l.decide(ctx, fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()))
@@ -316,6 +328,9 @@ func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.Renew(ctx, h)
+	if err == nil {
+		l.c.leases.applied(h.Token())
+	}
 	l.dupLater(fmt.Sprintf("renew %s fence %d", h.Key(), h.Fence()), false, l.dupRenew(h))
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
@@ -438,6 +453,61 @@ func (g *grantLog) all() []grant {
 type leaseLog struct {
 	mu    sync.Mutex
 	sends map[string][]time.Time
+	// died: the tokens a renewal of which was under way when its node
+	// crashed (link.kill): the node never heard its answer.
+	died map[string]bool
+	// renewed: the tokens a renewal of which the backend applied, heard
+	// or not.
+	renewed map[string]bool
+}
+
+func (g *leaseLog) applied(token string) {
+	g.mu.Lock()
+	if g.renewed == nil {
+		g.renewed = map[string]bool{}
+	}
+	g.renewed[token] = true
+	g.mu.Unlock()
+}
+
+// everRenewed reports whether the backend applied a renewal of token.
+func (g *leaseLog) everRenewed(token string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.renewed[token]
+}
+
+// renewal counts a renewal of token under way on l until the returned
+// func is called.
+func (l *link) renewal(token string) func() {
+	l.mu.Lock()
+	if l.renewing == nil {
+		l.renewing = map[string]int{}
+	}
+	l.renewing[token]++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.renewing[token]--
+		l.mu.Unlock()
+	}
+}
+
+func (g *leaseLog) diedRenewing(token string) {
+	g.mu.Lock()
+	if g.died == nil {
+		g.died = map[string]bool{}
+	}
+	g.died[token] = true
+	g.mu.Unlock()
+}
+
+// renewingAtCrash reports whether a renewal of token was under way when
+// its node crashed.
+func (g *leaseLog) renewingAtCrash(token string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.died[token]
 }
 
 func (g *leaseLog) heard(token string, sent time.Time) {

@@ -156,7 +156,13 @@ func (l *link) dupTick(reqs []locking.TickRequest, heard bool) func(ctx context.
 
 // dupRenew applies a renewal again.
 func (l *link) dupRenew(h *locking.Handle) func(ctx context.Context) string {
-	return func(ctx context.Context) string { return fmt.Sprint(l.mem.Renew(ctx, h)) }
+	return func(ctx context.Context) string {
+		err := l.mem.Renew(ctx, h)
+		if err == nil {
+			l.c.leases.applied(h.Token()) // the copy confirms a take as well
+		}
+		return fmt.Sprint(err)
+	}
 }
 
 // dupRelease applies a release (or a batch of them) again.

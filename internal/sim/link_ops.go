@@ -21,7 +21,8 @@ var _ locking.MarkReader = (*link)(nil)
 // (the poll resends a take whose answer was not definite with the same
 // token, as the agent does: the backend answers it from its record of the
 // take). A lost reply took them all the same. A lock it took goes to the
-// grant log, marked manual, with tick as the run's tick.
+// grant log, marked manual, with the run's tick: tick (when the trigger
+// was accepted) for a trigger, the backfilled tick for a backfill.
 func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Duration, tick time.Time, token string) (store.Taken, error) {
 	defer l.hold()() // a frozen node's calls neither go out nor come back
 	sent := l.c.clock.Now()
@@ -43,6 +44,9 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 	}
 	if err == nil && tk.Handle != nil {
 		h := tk.Handle
+		if tk.Request.Backfill {
+			tick = tk.Request.Tick
+		}
 		if f == pass {
 			l.c.leases.heard(h.Token(), sent)
 		}
