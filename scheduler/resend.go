@@ -241,14 +241,23 @@ func (s *Scheduler) grantExpired(f fired, fence int64) {
 	s.wg.Done()
 }
 
-// pastKeep reports whether a resend of f answered done or contended may
-// have been decided by a backend that no longer kept the record of a grant
-// of an earlier attempt: it came GrantKeep or more after the first send
-// (a resend delayed on its way). Such an answer proves nothing: the grant
-// may be what raised the mark, or hold the lock.
+// pastKeep reports whether a resend of f answered done, contended, missed
+// or paused may have been decided by a backend that no longer kept the
+// record of a grant of an earlier attempt: it came GrantKeep or more after
+// the first send (a resend delayed on its way). Such an answer proves
+// nothing: the grant may be what raised the mark, or hold the lock; and a
+// backend whose mark was set back below T (lost state) answers missed or
+// paused for a T it granted (sim seed 366805). Only granted (a new grant,
+// which runs or is given back as late) and expired (from the record) say
+// what became of the earlier attempt.
 func (s *Scheduler) pastKeep(f fired, v locking.TickVerdict) bool {
 	r := f.resend
-	if r == nil || (v != locking.TickDone && v != locking.TickContended) {
+	if r == nil {
+		return false
+	}
+	switch v {
+	case locking.TickDone, locking.TickContended, locking.TickMissed, locking.TickPaused:
+	default:
 		return false
 	}
 	return !s.leaseNow().Before(r.first.Add(locking.GrantKeep(f.def.ttl, s.maxLease)))

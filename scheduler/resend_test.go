@@ -428,6 +428,69 @@ func TestResendAnsweredPastTheGrantKeepIsGrantUnknown(t *testing.T) {
 	}
 }
 
+// So does a resend answered missed or paused past the keep: the backend,
+// its grant's record gone and the mark set back (a store restored from an
+// old snapshot), decides the tick anew, and T being past its window (or
+// the key paused) says nothing of the grant the first attempt got (sim
+// seed 366805: the first reply lost, marks set back 27 s, the resend
+// stalled until the keep ended and was answered missed; the tick was
+// skipped as missed, its grant in no record).
+func TestResendAnsweredMissedOrPausedPastTheGrantKeepIsGrantUnknown(t *testing.T) {
+	for _, verdict := range []string{"missed", "paused"} {
+		for _, batched := range []bool{false, true} {
+			t.Run(verdict+"/"+pathNames[batched], func(t *testing.T) {
+				t.Parallel()
+				clock := fakeclock.New(t0)
+				l, locker := newLossy(clock, batched)
+				jb := &countingJob{}
+				s := sched("s", everyMinute, hints.RequireGlobal, jb)
+				s.ExpectedRuntime = time.Second
+				s.CatchupWindow = 10 * time.Second
+				hist := &history{recorder: newRecorder()}
+				h := newHarness(t, scheduler.Options{Clock: clock, Locker: locker, Backend: hints.Distributed,
+					Observer: hist, SafetyMargin: time.Second}, s)
+				h.rec = hist.recorder
+				h.start()
+				l.losing(1) // the first attempt is granted, its reply lost
+				l.mu.Lock()
+				l.onCall = func(call int) {
+					if call != 2 {
+						return
+					}
+					// The resend reaches the backend long after the
+					// grant's record lapsed, T past its window, and the
+					// mark set back before T (or the key paused).
+					clock.Advance(30 * time.Second)
+					l.mem.RewindMarks(time.Hour, "s")
+					if verdict == "paused" {
+						if err := l.mem.SetPause(context.Background(), "s", locking.Pause{Paused: true}); err != nil {
+							t.Errorf("pause: %v", err)
+						}
+					}
+				}
+				l.mu.Unlock()
+
+				clock.Advance(time.Minute)
+				h.rec.waitSkips(t, 1)
+				h.idle()
+				if got := jb.got(); len(got) != 0 {
+					t.Fatalf("ran %v, want no run", got)
+				}
+				var found bool
+				for _, r := range hist.records() {
+					if r.Tick.Equal(t0.Add(time.Minute)) && r.Result == scheduler.ResultNotRun && errors.Is(r.Err, scheduler.ErrGrantUnknown) {
+						found = true
+					}
+				}
+				if !found {
+					_, skips, _ := h.rec.snapshot()
+					t.Errorf("records %+v (skips %v), want the tick at %v not run, its grant unknown", hist.records(), skips, t0.Add(time.Minute))
+				}
+			})
+		}
+	}
+}
+
 // aheadOnResend is a memory backend behind a link that loses every first
 // attempt of a try-lock-tick before the backend saw it (delayed, as it
 // turns out: the test applies it later) and refuses every resend as ahead

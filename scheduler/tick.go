@@ -393,8 +393,8 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
 				Start: s.clock.Now(), Err: err, RunID: f.runID()})
 		}
-		if ans.Verdict == locking.TickDone {
-			st.decided.raise(f.tick)
+		if ans.Verdict != locking.TickContended {
+			st.decided.raise(f.tick) // done, missed, paused: the mark is at T or past it
 		}
 		return nil, SkipBackendError
 	}
