@@ -110,6 +110,31 @@ func TestSim(t *testing.T) {
 // hole in check.go until it was.)
 var knownBad = map[uint64]bool{}
 
+// triagedSeeds failed -strict once and were fixed since, each with a
+// test of its own (docs/RELIABILITY.md's found table names them): they run
+// strict on every default run too, outside the default seeds, so that the
+// harness, checker or scheduler change that made each pass cannot be
+// undone unseen.
+var triagedSeeds = []uint64{
+	193, 232827, 289678, 300100, 330012, 343749, 358971, 366805,
+	367797, 381272, 398750, 400975, 301401,
+}
+
+func TestSimTriagedSeeds(t *testing.T) {
+	oneProc(t)
+	for _, seed := range triagedSeeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			c, err := simulate(newPlan(seed))
+			if err != nil {
+				t.Fatalf("the harness failed: %v\nreplay: %s -strict", err, replay(seed))
+			}
+			if vs := c.check(); len(vs) > 0 {
+				t.Errorf("%s", report(c, vs))
+			}
+		})
+	}
+}
+
 // oneProc runs the rest of the test on one P (GOMAXPROCS 1), restored at
 // its end. After each step the harness waits for every goroutine to block,
 // taking goroutine dumps: with two Ps on an idle machine a goroutine woken
