@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
-	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -300,10 +299,10 @@ func (a *Agent) announce(ctx context.Context) {
 }
 
 // describeDrift names the schedules on which live nodes disagree and the
-// nodes on each side ("" when they agree), from ops.Drift: the same
+// nodes on each side ("" when they agree), from cluster.Drift: the same
 // comparison status and the API show.
 func describeDrift(nodes []cluster.Node) string {
-	d := ops.Drift(nodes)
+	d := cluster.Drift(nodes)
 	if !d.Drifted {
 		return ""
 	}

@@ -110,9 +110,9 @@ type Node struct {
 
 // Status is `status --json` and GET /api/v1/status.
 type Status struct {
-	Schedules   []Schedule  `json:"schedules"`
-	Nodes       []Node      `json:"nodes"`
-	ConfigDrift ConfigDrift `json:"config_drift"`
+	Schedules   []Schedule          `json:"schedules"`
+	Nodes       []Node              `json:"nodes"`
+	ConfigDrift cluster.ConfigDrift `json:"config_drift"`
 }
 
 // PauseRequest is the body of POST .../pause: both fields optional.
@@ -279,20 +279,20 @@ func (s *Service) Nodes(ctx context.Context) ([]Node, error) {
 	return nodes, err
 }
 
-func (s *Service) nodes(ctx context.Context) ([]Node, ConfigDrift, error) {
+func (s *Service) nodes(ctx context.Context) ([]Node, cluster.ConfigDrift, error) {
 	out := []Node{}
 	if s.store == nil {
-		return out, Drift(nil), nil
+		return out, cluster.Drift(nil), nil
 	}
 	ns, err := s.store.Nodes(ctx)
 	if err != nil {
-		return nil, ConfigDrift{}, backendErr("listing nodes", err)
+		return nil, cluster.ConfigDrift{}, backendErr("listing nodes", err)
 	}
 	for _, n := range ns {
 		out = append(out, Node{NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UTC(),
 			LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash})
 	}
-	return out, Drift(ns), nil
+	return out, cluster.Drift(ns), nil
 }
 
 // pauseFanOut bounds the pause flags read at once for a status.

@@ -158,7 +158,7 @@ func TestJSONShape(t *testing.T) {
 			{ID: "t", Cron: "@hourly", Timezone: "UTC", Hint: "prefer_global"},
 		},
 		Nodes:       []ops.Node{{NodeID: "a", Version: "v", StartedAt: now, LastSeen: now, ConfigHash: "h"}},
-		ConfigDrift: ops.Drift(nil),
+		ConfigDrift: cluster.Drift(nil),
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -201,7 +201,7 @@ func TestJSONShape(t *testing.T) {
 		t.Errorf("config_drift = %v, want drifted false and schedules []", d)
 	}
 	// An empty status still has its arrays, not nulls.
-	raw, _ = json.Marshal(ops.Status{Schedules: []ops.Schedule{}, Nodes: []ops.Node{}, ConfigDrift: ops.Drift(nil)})
+	raw, _ = json.Marshal(ops.Status{Schedules: []ops.Schedule{}, Nodes: []ops.Node{}, ConfigDrift: cluster.Drift(nil)})
 	if string(raw) != `{"schedules":[],"nodes":[],"config_drift":{"drifted":false,"schedules":[]}}` {
 		t.Errorf("empty status = %s", raw)
 	}

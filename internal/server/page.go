@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 )
 
@@ -147,7 +148,7 @@ type statusData struct {
 	pageCommon
 	Schedules []scheduleRow
 	Nodes     []nodeRow
-	Drift     ops.ConfigDrift
+	Drift     cluster.ConfigDrift
 	Paused    int
 	Failing   int
 }
