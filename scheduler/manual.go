@@ -39,6 +39,12 @@ type Manual struct {
 	// Backfill marks a backfilled tick: Tick is one of the schedule's
 	// own ticks, run again.
 	Backfill bool
+	// GiveBack, when set, gives the take back to the cluster
+	// (cluster.Store.GiveBack, resent while its answer is not definite)
+	// when the run ends unstarted: its confirming renewal failed. It is
+	// called instead of releasing Handle, on the run's worker, before
+	// Done, and returns once the take was given back or given up.
+	GiveBack func()
 }
 
 // Errors of RunManual.
@@ -97,6 +103,14 @@ func (s *Scheduler) handleManual(f fired) {
 	if err := s.confirmTake(l); err != nil {
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
 		s.reportRan(f, out, ran{runID: f.runID(), manual: true, fence: l.h.Fence()})
+		if m.GiveBack != nil {
+			// Not started: the trigger goes back to its queue, whatever
+			// the failed renewal did (applied, its reply lost, it was the
+			// node's word that it heard the take); the give-back releases
+			// the lock too. A plain release would be that word as well.
+			m.GiveBack()
+			l = nil
+		}
 	} else {
 		out = s.runJob(f, l)
 	}
@@ -133,10 +147,11 @@ func (s *Scheduler) handleManual(f fired) {
 // back on its queue (cluster.Store.TakeRequest), so that a trigger whose
 // take's replies were all lost is not lost with them; a run that started
 // has been confirmed, and is never requeued. A renewal that failed
-// (ErrLockLost: the lock lapsed, and the trigger goes back to its queue;
-// or no answer: it may have been applied, and the trigger is then lost
-// with its confirmation, at most once) leaves the run not started, ended
-// lock_lost. l nil (no lock): nothing to confirm.
+// (ErrLockLost: the lock lapsed; or no answer: it may have been applied,
+// the backend then counting the take heard) leaves the run not started,
+// ended lock_lost, and the take is given back (Manual.GiveBack: the
+// trigger goes back to its queue once, whichever way the renewal went).
+// l nil (no lock): nothing to confirm.
 func (s *Scheduler) confirmTake(l *lease) error {
 	if l == nil {
 		return nil
