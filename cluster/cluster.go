@@ -185,8 +185,8 @@ type Store interface {
 	// (every reply and resend lost, the taker gone or given up) is not
 	// lost with its record: the backend keeps it until the taker renews
 	// the take's lock or releases it while it is held (its word that it
-	// heard the take: the trigger is its own from then on, run or
-	// refused), and a take that finds the schedule's lock free first puts
+	// heard the take: the trigger is its own from then on, run or given
+	// back by GiveBack), and a take that finds the schedule's lock free first puts
 	// every trigger still unheard back at the head of its queue (the
 	// oldest take first; Postgres: at its own place in the queue) with its
 	// record dropped, the schedule listed by Queued meanwhile. So a taker
