@@ -42,8 +42,9 @@ type Manual struct {
 	// GiveBack, when set, gives the take back to the cluster
 	// (cluster.Store.GiveBack, resent while its answer is not definite)
 	// when the run ends unstarted: its confirming renewal failed. It is
-	// called instead of releasing Handle, on the run's worker, before
-	// Done, and returns once the take was given back or given up.
+	// called instead of releasing Handle, on the run's worker, after Done
+	// (which comes before the release), and returns once the take was
+	// given back or given up.
 	GiveBack func()
 }
 
@@ -100,17 +101,11 @@ func (s *Scheduler) handleManual(f fired) {
 		l = s.newLease(m.Handle, sent)
 	}
 	var out runOutcome
+	unconfirmed := false
 	if err := s.confirmTake(l); err != nil {
+		unconfirmed = true
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
 		s.reportRan(f, out, ran{runID: f.runID(), manual: true, fence: l.h.Fence()})
-		if m.GiveBack != nil {
-			// Not started: the trigger goes back to its queue, whatever
-			// the failed renewal did (applied, its reply lost, it was the
-			// node's word that it heard the take); the give-back releases
-			// the lock too. A plain release would be that word as well.
-			m.GiveBack()
-			l = nil
-		}
 	} else {
 		out = s.runJob(f, l)
 	}
@@ -120,7 +115,14 @@ func (s *Scheduler) handleManual(f fired) {
 	if m.Done != nil {
 		m.Done(out.result)
 	}
-	if l != nil { // a lock_lost run too: see handleTick
+	switch {
+	case l != nil && unconfirmed && m.GiveBack != nil:
+		// Not started: the trigger goes back to its queue, whatever the
+		// failed renewal did (applied with its reply lost, it was the
+		// node's word that it heard the take); the give-back releases the
+		// lock too. A plain release would be that word as well.
+		m.GiveBack()
+	case l != nil: // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
 	// Still in flight until the catch-up below has been handed out, so

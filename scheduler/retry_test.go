@@ -258,7 +258,7 @@ func TestManualRunConfirmsItsTakeBeforeStarting(t *testing.T) {
 }
 
 // A manual run whose confirming renewal failed gives its take back
-// (Manual.GiveBack) before Done, instead of releasing the lock: the
+// (Manual.GiveBack) after Done, instead of releasing the lock: the
 // renewal may have been applied with its reply lost, which the backend
 // counts as the node's word that it heard the take, and a release is that
 // word too; given back, the trigger goes back to its queue whichever way
@@ -281,8 +281,8 @@ func TestManualRunUnconfirmedGivesItsTakeBack(t *testing.T) {
 	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req-1", Handle: lk,
 		Sent: h.clock.Now(), GiveBack: func() { given.Add(1) },
 		Done: func(r scheduler.RunResult) {
-			if given.Load() != 1 {
-				t.Errorf("Done before the take was given back (%d give-backs)", given.Load())
+			if given.Load() != 0 {
+				t.Errorf("Done after the take was given back (%d give-backs): it comes while the run holds its lock", given.Load())
 			}
 			done <- r
 		}}); err != nil {
