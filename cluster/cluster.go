@@ -185,16 +185,36 @@ type Store interface {
 	// (every reply and resend lost, the taker gone or given up) is not
 	// lost with its record: the backend keeps it until the taker renews
 	// the take's lock or releases it while it is held (its word that it
-	// heard the take: the trigger is its own from then on, run or
-	// refused), and a take that finds the schedule's lock free first puts
+	// heard the take: the trigger is its own from then on, run or given
+	// back by GiveBack), and a take that finds the schedule's lock free first puts
 	// every trigger still unheard back at the head of its queue (the
 	// oldest take first; Postgres: at its own place in the queue) with its
 	// record dropped, the schedule listed by Queued meanwhile. So a taker
 	// must renew the lock once, successfully, before it starts the run
 	// (the scheduler's RunManual does): a run that started is never
 	// requeued, even when its node then dies. A lock that ended unheard
-	// (expired, its session gone, released by Close) is no word.
+	// (expired, its session gone, released by Close) is no word. A taker
+	// that heard the take but will not start its run (the confirming
+	// renewal failed, even with no answer; the run refused) gives it back
+	// (GiveBack) rather than releasing the lock: a renewal applied whose
+	// reply was lost, or a release, is the taker's word all the same, and
+	// the trigger would then run nowhere.
 	TakeRequest(ctx context.Context, req TakeReq) (Taken, error)
+	// GiveBack ends the take h (a handle TakeRequest returned, taken with a
+	// Token) whose run will not start, in one atomic step: while the
+	// backend has the take's record (heard or not: a renewal or release
+	// keeps it, for this, at least TakeKeep from the take), a trigger goes
+	// back to the head of its queue (Postgres: at its own place) and the
+	// record is dropped; the lock is released if h still holds it. With no
+	// record (given back already, put back by the backend as never heard,
+	// or past its keep) it only releases the lock if h holds it. So it is
+	// idempotent: a caller whose answer was not definite sends it again,
+	// until answered or the keep has passed, and a trigger is put back at
+	// most once per take; one the backend put back, and another node took
+	// since, is not put back again. A backfill tick stays queued until
+	// Done: for one, GiveBack is a release. Only a taker that did not start
+	// the run may call it: a run that started, given back, would run twice.
+	GiveBack(ctx context.Context, h *locking.Handle) error
 	// Done removes a backfill request from the head of its queue once its
 	// run ended (whatever the result). It is a no-op for a trigger.
 	Done(ctx context.Context, req Request) error

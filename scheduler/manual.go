@@ -39,6 +39,13 @@ type Manual struct {
 	// Backfill marks a backfilled tick: Tick is one of the schedule's
 	// own ticks, run again.
 	Backfill bool
+	// GiveBack, when set, gives the take back to the cluster
+	// (cluster.Store.GiveBack, resent while its answer is not definite)
+	// when the run ends unstarted: its confirming renewal failed. It is
+	// called instead of releasing Handle, on the run's worker, after Done
+	// (which comes before the release), and returns once the take was
+	// given back or given up.
+	GiveBack func()
 }
 
 // Errors of RunManual.
@@ -94,7 +101,9 @@ func (s *Scheduler) handleManual(f fired) {
 		l = s.newLease(m.Handle, sent)
 	}
 	var out runOutcome
+	unconfirmed := false
 	if err := s.confirmTake(l); err != nil {
+		unconfirmed = true
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
 		s.reportRan(f, out, ran{runID: f.runID(), manual: true, fence: l.h.Fence()})
 	} else {
@@ -106,7 +115,14 @@ func (s *Scheduler) handleManual(f fired) {
 	if m.Done != nil {
 		m.Done(out.result)
 	}
-	if l != nil { // a lock_lost run too: see handleTick
+	switch {
+	case l != nil && unconfirmed && m.GiveBack != nil:
+		// Not started: the trigger goes back to its queue, whatever the
+		// failed renewal did (applied with its reply lost, it was the
+		// node's word that it heard the take); the give-back releases the
+		// lock too. A plain release would be that word as well.
+		m.GiveBack()
+	case l != nil: // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")
 	}
 	// Still in flight until the catch-up below has been handed out, so
@@ -133,10 +149,11 @@ func (s *Scheduler) handleManual(f fired) {
 // back on its queue (cluster.Store.TakeRequest), so that a trigger whose
 // take's replies were all lost is not lost with them; a run that started
 // has been confirmed, and is never requeued. A renewal that failed
-// (ErrLockLost: the lock lapsed, and the trigger goes back to its queue;
-// or no answer: it may have been applied, and the trigger is then lost
-// with its confirmation, at most once) leaves the run not started, ended
-// lock_lost. l nil (no lock): nothing to confirm.
+// (ErrLockLost: the lock lapsed; or no answer: it may have been applied,
+// the backend then counting the take heard) leaves the run not started,
+// ended lock_lost, and the take is given back (Manual.GiveBack: the
+// trigger goes back to its queue once, whichever way the renewal went).
+// l nil (no lock): nothing to confirm.
 func (s *Scheduler) confirmTake(l *lease) error {
 	if l == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,5 +254,65 @@ func TestManualRunConfirmsItsTakeBeforeStarting(t *testing.T) {
 	}
 	if rec := recs.waitRecs(t, 1)[0]; !rec.Manual || rec.RunID != "req-1" || rec.Result != scheduler.ResultLockLost {
 		t.Errorf("record %+v: want manual, run id req-1, lock_lost", rec)
+	}
+}
+
+// A manual run whose confirming renewal failed gives its take back
+// (Manual.GiveBack) after Done, instead of releasing the lock: the
+// renewal may have been applied with its reply lost, which the backend
+// counts as the node's word that it heard the take, and a release is that
+// word too; given back, the trigger goes back to its queue whichever way
+// it went. A run that started does not give its take back.
+func TestManualRunUnconfirmedGivesItsTakeBack(t *testing.T) {
+	job := &countingJob{}
+	s := sched("m", "0 3 * * *", hints.RequireGlobal, job)
+	h := newHarness(t, scheduler.Options{}, s)
+	h.s = mustNew(t, scheduler.Options{Clock: h.clock, Locker: h.locker, Backend: hints.Distributed, NodeID: "node-a"}, s)
+	h.start()
+	lk, err := h.mem.TryLock(context.Background(), "m", time.Minute)
+	if err != nil || lk == nil {
+		t.Fatal(lk, err)
+	}
+	if err := h.mem.Release(context.Background(), lk); err != nil {
+		t.Fatal(err)
+	}
+	var given atomic.Int32
+	done := make(chan scheduler.RunResult, 1)
+	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req-1", Handle: lk,
+		Sent: h.clock.Now(), GiveBack: func() { given.Add(1) },
+		Done: func(r scheduler.RunResult) {
+			if given.Load() != 0 {
+				t.Errorf("Done after the take was given back (%d give-backs): it comes while the run holds its lock", given.Load())
+			}
+			done <- r
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r != scheduler.ResultLockLost {
+		t.Fatalf("manual run on a lost lock ended %q, want lock_lost", r)
+	}
+	h.idle()
+	if n := given.Load(); n != 1 {
+		t.Fatalf("an unconfirmed manual run gave its take back %d times, want once", n)
+	}
+
+	lk2, err := h.mem.TryLock(context.Background(), "m", time.Minute)
+	if err != nil || lk2 == nil {
+		t.Fatal(lk2, err)
+	}
+	done2 := make(chan scheduler.RunResult, 1)
+	if err := h.s.RunManual(scheduler.Manual{ID: "m", Tick: h.clock.Now(), RunID: "req-2", Handle: lk2,
+		Sent: h.clock.Now(), GiveBack: func() { given.Add(1) }, Done: func(r scheduler.RunResult) { done2 <- r }}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done2; r != scheduler.ResultSuccess {
+		t.Fatalf("manual run ended %q, want success", r)
+	}
+	h.idle()
+	if n := given.Load(); n != 1 {
+		t.Fatalf("a run that started gave its take back (%d give-backs in all), want none", n-1)
+	}
+	if held, err := h.mem.Held(context.Background(), "m"); err != nil || held {
+		t.Fatalf("Held(m) after the run = %v, %v; want released", held, err)
 	}
 }

@@ -234,7 +234,10 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); a.every(ctx, a.opts.AnnounceEvery, a.announce) }()
-	go func() { defer wg.Done(); a.every(ctx, a.opts.PollEvery, a.poll) }()
+	go func() {
+		defer wg.Done()
+		a.every(ctx, a.opts.PollEvery, func(pctx context.Context) { a.poll(ctx, pctx) })
+	}()
 	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
 	wg.Wait()
 	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
@@ -325,7 +328,7 @@ func describeDrift(nodes []cluster.Node) string {
 }
 
 // poll picks up the manual run requests of this node's schedules.
-func (a *Agent) poll(ctx context.Context) {
+func (a *Agent) poll(run, ctx context.Context) {
 	ids, err := a.b.Queued(ctx)
 	if err != nil {
 		a.log.Debug("looking for manual run requests failed", slog.Any("error", err))
@@ -362,16 +365,18 @@ func (a *Agent) poll(ctx context.Context) {
 					slog.String("schedule", id), slog.String("tick", req.Tick.Format(time.RFC3339)), slog.Any("error", err))
 			}
 		}
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: taken.Handle, Sent: answered, Backfill: req.Backfill,
-			Done: func(scheduler.RunResult) { done() }}
+		h, keepUntil := taken.Handle, answered.Add(a.takeKeep(sc.TTL))
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: h, Sent: answered, Backfill: req.Backfill,
+			GiveBack: func() { a.giveBack(run, h, req, keepUntil) },
+			Done:     func(scheduler.RunResult) { done() }}
 		kind := "trigger"
 		if req.Backfill {
 			kind = "backfill"
 		}
 		if err := a.run.RunManual(m); err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = a.b.Release(rctx, taken.Handle)
-			cancel()
+			// Not started: given back, the trigger waits for another node
+			// (or this one's next poll); a backfill tick stays queued.
+			a.giveBack(run, h, req, keepUntil)
 			if errors.Is(err, scheduler.ErrTickUndecided) {
 				// Its regular tick runs it: asked again once decided, it
 				// would run twice. Dropped from the queue.
@@ -456,6 +461,52 @@ func (a *Agent) take(ctx context.Context, id string, ttl time.Duration) (tk clus
 		select {
 		case <-t.C:
 		case <-rctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, resendMax)
+	}
+}
+
+// takeKeep is how long the backend keeps a take's record, for its
+// give-back: cluster.TakeKeep of its TTL (Postgres: of max(TTL,
+// MaxLease)).
+func (a *Agent) takeKeep(ttl time.Duration) time.Duration {
+	if lb, ok := a.b.(locking.LeaseBounder); ok {
+		ttl = max(ttl, lb.MaxLease())
+	}
+	return cluster.TakeKeep(ttl)
+}
+
+// giveBack gives back the take h of req, whose run will not start
+// (cluster.Store.GiveBack), resending it while its answer is not definite
+// and the backend keeps the take's record (until keepUntil): a resend is
+// harmless, and one that stopped early could leave the trigger run
+// nowhere. run is Run's context: each attempt has its own, without run's
+// cancellation (the take is given back even when the poll, or the agent,
+// ended), and the agent's stop ends the resends.
+func (a *Agent) giveBack(run context.Context, h *locking.Handle, req cluster.Request, keepUntil time.Time) {
+	wait := resendFirst
+	for sends := 0; ; sends++ {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(run), 5*time.Second)
+		err := a.b.GiveBack(gctx, h)
+		cancel()
+		if !indefinite(err) {
+			if err != nil {
+				a.log.Warn("giving back a manual run request failed", slog.String("schedule", req.Schedule),
+					slog.String("request", req.ID), slog.Any("error", err))
+			}
+			return
+		}
+		d := min(wait, time.Until(keepUntil))
+		if d <= 0 || run.Err() != nil {
+			a.log.Warn("giving back a manual run request undecided: it may run nowhere", slog.String("schedule", req.Schedule),
+				slog.String("request", req.ID), slog.Int("resends", sends), slog.Any("error", err))
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-run.Done():
 			t.Stop()
 		}
 		wait = min(2*wait, resendMax)

@@ -77,7 +77,20 @@ type lockBackend interface {
 // memory, and on real Redis and Postgres (where the lost reply's lock is
 // this Locker's: the resend is answered from it).
 func TestTriggerWhoseTakeReplyWasLostRunsOnce(t *testing.T) {
-	backends := map[string]func(t *testing.T) lockBackend{
+	for name, open := range takeBackends() {
+		for _, lose := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/lost%d", name, lose), func(t *testing.T) {
+				t.Parallel()
+				triggerTakeLost(t, open(t), lose)
+			})
+		}
+	}
+}
+
+// takeBackends opens the backends the take tests run on: memory, and real
+// Redis and Postgres.
+func takeBackends() map[string]func(t *testing.T) lockBackend {
+	return map[string]func(t *testing.T) lockBackend{
 		"memory": func(*testing.T) lockBackend { return memory.New() },
 		"redis": func(t *testing.T) lockBackend {
 			lk, err := redis.Open(redis.Options{URL: testenv.RedisURL(t), KeyPrefix: "bext:test:" + testenv.UniqueName(t) + ":", Holder: "a"})
@@ -110,14 +123,6 @@ func TestTriggerWhoseTakeReplyWasLostRunsOnce(t *testing.T) {
 			})
 			return lk
 		},
-	}
-	for name, open := range backends {
-		for _, lose := range []int{1, 3} {
-			t.Run(fmt.Sprintf("%s/lost%d", name, lose), func(t *testing.T) {
-				t.Parallel()
-				triggerTakeLost(t, open(t), lose)
-			})
-		}
 	}
 }
 
@@ -166,5 +171,93 @@ func triggerTakeLost(t *testing.T, mem lockBackend, lose int) {
 	}
 	if err := mem.Release(ctx, m.Handle); err != nil {
 		t.Error(err)
+	}
+}
+
+// lossyGiveBacks is a backend whose next lose give-backs lose their reply:
+// applied, the caller hears only that the backend did not answer.
+type lossyGiveBacks struct {
+	agent.Backend
+	mu    sync.Mutex
+	lose  int
+	sends int
+}
+
+func (b *lossyGiveBacks) GiveBack(ctx context.Context, h *locking.Handle) error {
+	err := b.Backend.GiveBack(ctx, h)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sends++
+	if err == nil && b.lose > 0 {
+		b.lose--
+		return fmt.Errorf("%w: give back %q: the reply was lost", locking.ErrUnavailable, h.Key())
+	}
+	return err
+}
+
+// A trigger whose take's confirming renewal was applied but not answered
+// (the backend counts the take heard: its trigger would never go back to
+// its queue by itself) and whose run therefore did not start is given back
+// (Manual.GiveBack), through a lost reply (resent: put back once), and
+// runs from the next poll, once. Before GiveBack it ran nowhere.
+func TestTriggerWhoseConfirmationWasLostRunsOnce(t *testing.T) {
+	for name, open := range takeBackends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			mem := open(t)
+			b := &lossyGiveBacks{Backend: mem, lose: 1}
+			ctx, cancel := context.WithCancel(context.Background())
+			runs := make(manualRuns, 4)
+			ag := agent.New(b, runs, agent.Options{NodeID: "a", PollEvery: 5 * time.Millisecond})
+			ag.SetSchedules([]agent.Schedule{{ID: "job", TTL: time.Minute}}, nil, "h")
+			if err := mem.Enqueue(ctx, []cluster.Request{{ID: "t1", Schedule: "job", Tick: time.Now(), By: "test", At: time.Now()},
+				{ID: "t2", Schedule: "job", Tick: time.Now(), By: "test", At: time.Now()}}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); ag.Run(ctx, nil) }()
+			defer func() { cancel(); <-done }()
+			next := func(what string) scheduler.Manual {
+				t.Helper()
+				select {
+				case m := <-runs:
+					return m
+				case <-time.After(10 * time.Second):
+					q, _ := mem.Requests(ctx, "job")
+					t.Fatalf("%s never came (queue %v)", what, q)
+				}
+				return scheduler.Manual{}
+			}
+			m := next("the first manual run")
+			if m.RunID != "t1" || m.GiveBack == nil {
+				t.Fatalf("first manual run %+v, want t1 with a GiveBack", m)
+			}
+			// The confirming renewal: applied, its reply lost (the
+			// scheduler then ends the run unstarted and gives it back).
+			if err := mem.Renew(ctx, m.Handle); err != nil {
+				t.Fatal(err)
+			}
+			m.GiveBack()
+			if b.sends != 2 {
+				t.Errorf("give-back sent %d times, want 2 (its first reply lost)", b.sends)
+			}
+			m2 := next("the given-back trigger's run")
+			if m2.RunID != "t1" {
+				t.Fatalf("after the give-back the next run is %q, want t1 again", m2.RunID)
+			}
+			if err := mem.Release(ctx, m2.Handle); err != nil {
+				t.Error(err)
+			}
+			m3 := next("t2's run")
+			if m3.RunID != "t2" {
+				t.Fatalf("the run after t1 is %q, want t2 (t1 given back once)", m3.RunID)
+			}
+			if err := mem.Release(ctx, m3.Handle); err != nil {
+				t.Error(err)
+			}
+			if q, err := mem.Requests(ctx, "job"); err != nil || len(q) != 0 {
+				t.Errorf("queue after the runs = %v, %v; want empty", q, err)
+			}
+		})
 	}
 }

@@ -41,18 +41,11 @@ type violation struct {
 // grant heard through its resend, counted unheard here (949). None in
 // seeds 1..2000 since (nor 637, its last unexplained seed). So is the
 // take hole (check_ops.go: a trigger whose take was never heard back goes
-// back to its queue). None is open.
-
-// holeTriggerConfirmLost: a manual run renews its take's lock once
-// before its job starts, and that renewal tells the backend the trigger
-// was heard (cluster.Store.TakeRequest). When the renewal fails the run
-// ends lock_lost unstarted, and the trigger, unheard, goes back to its
-// queue for another node (the harness hands its poll over). But when the
-// renewal was applied and only its reply lost, the backend dropped the
-// trigger as heard and the node did not run it: the trigger is lost,
-// once (never run twice). Closing it needs the node to put the request
-// back itself on an undecided confirmation, idempotently by request id.
-const holeTriggerConfirmLost = "a trigger whose confirming renewal was applied but whose reply was lost is never run"
+// back to its queue). None is open. Nor is the hole of a trigger whose
+// take's confirming renewal was applied with its reply lost (the backend
+// dropped it as heard, and its node did not run it): the node gives the
+// take back (cluster.Store.GiveBack), and the trigger runs from a later
+// take, once.
 
 // queuedAtEnd reports whether request id of schedule is on its queue now
 // that the run ended, counting a trigger whose take's lock lapsed unheard
@@ -68,33 +61,6 @@ func (c *cluster) queuedAtEnd(schedule, id string) bool {
 	}
 	rs, err := q.Requests(ctx, schedule)
 	return err == nil && slices.ContainsFunc(rs, func(r store.Request) bool { return r.ID == id })
-}
-
-// endedUnstarted reports whether manual run id ended in history with no
-// attempt started (its take's confirming renewal failed).
-func (c *cluster) endedUnstarted(id string) bool {
-	if c.started(id) {
-		return false
-	}
-	c.ledger.mu.Lock()
-	defer c.ledger.mu.Unlock()
-	for _, h := range c.history {
-		if h.RunID == id && h.Result == scheduler.ResultLockLost {
-			return true
-		}
-	}
-	return false
-}
-
-// takeRenewed reports whether the backend applied a renewal of a take of
-// manual request id, on any node: the trigger was then that taker's.
-func (c *cluster) takeRenewed(id string) bool {
-	for _, g := range c.grants.all() {
-		if g.manual && g.runID == id && c.leases.everRenewed(g.token) {
-			return true
-		}
-	}
-	return false
 }
 
 // Invariant names.
@@ -588,15 +554,6 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 			// A late copy of a resent request's first attempt granted a
 			// tick to a node that moved on: no hole since the backends
 			// record a resend's verdict (link_dup.go); a violation.
-		case g.manual && !g.delivered && c.endedUnstarted(g.runID):
-			v.known = holeTriggerConfirmLost
-		case g.manual && g.delivered && !g.backfill && c.leases.renewingAtCrash(g.token) &&
-			c.endedUnstarted(g.runID) && c.takeRenewed(g.runID):
-			// Its node crashed confirming it, the trigger went back to
-			// its queue, and a later take's confirming renewal was
-			// applied, its reply lost, its run never started (seed
-			// 282755): the trigger is lost there.
-			v.known = holeTriggerConfirmLost
 		case g.manual && !g.delivered:
 			// A trigger's take never heard back whose trigger never ran,
 			// though it goes back to its queue once the lock is free: a

@@ -296,6 +296,42 @@ type requestTaker interface {
 	TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken, error)
 }
 
+// requestGiver gives back a take whose run will not start (the agent's
+// giveBack).
+type requestGiver interface {
+	GiveBack(ctx context.Context, h *locking.Handle) error
+}
+
+// giveBack gives back l's take h of req, whose run will not start, as the
+// agent's giveBack does: resent while its answer is not definite, within
+// the take's record's keep (cluster.TakeKeep of its TTL from taken), and
+// while l's node runs.
+func (c *cluster) giveBack(l *lifeState, h *locking.Handle, req store.Request, taken time.Time) {
+	until := taken.Add(store.TakeKeep(h.TTL()))
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := l.link.GiveBack(ctx, h)
+		cancel()
+		if err == nil || !(errors.Is(err, locking.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) || errors.Is(err, errCut) {
+			return
+		}
+		if !c.clock.Now().Add(step).Before(until) {
+			c.event(c.clock.Now(), "%s/%d's give-back of %s undecided: given up", l.node, l.life, req.ID)
+			return
+		}
+		t := c.clock.NewTimer(step)
+		select {
+		case <-t.C():
+		case <-l.link.dead:
+			t.Stop()
+			return
+		case <-l.done:
+			t.Stop()
+			return
+		}
+	}
+}
+
 // pollTries bounds the polls of one request (one a second).
 const pollTries = 20
 
@@ -455,7 +491,9 @@ func (c *cluster) runTaken(l *lifeState, op opAction, req store.Request, tk stor
 			c.opsMu.Unlock()
 		}
 	}
+	takenAt := c.clock.Now()
 	m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
+		GiveBack: func() { c.giveBack(l, tk.Handle, req, takenAt) },
 		Done: func(res scheduler.RunResult) {
 			c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
 			if !l.link.cut.Load() {
@@ -466,11 +504,10 @@ func (c *cluster) runTaken(l *lifeState, op opAction, req store.Request, tk stor
 				done()
 			}
 			if res == scheduler.ResultLockLost && !req.Backfill && !c.started(req.ID) {
-				// Its take's confirming renewal failed: the trigger,
-				// never heard back, goes back to its queue for the
-				// other nodes' polls (unless the renewal was applied
-				// and only its reply lost: check.go's
-				// holeTriggerConfirmLost).
+				// Its take's confirming renewal failed: the node gave
+				// the trigger back (Manual.GiveBack; or, never heard
+				// back, the backend puts it back once the lock is
+				// free), for the other nodes' polls.
 				c.handOff(l, op, req)
 			}
 		}}
@@ -499,9 +536,7 @@ func (c *cluster) runTaken(l *lifeState, op opAction, req store.Request, tk stor
 	c.opsMu.Unlock()
 	if err != nil {
 		c.event(c.clock.Now(), "%s/%d refused manual run %s of %s: %v", l.node, l.life, req.ID, op.sched, err)
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = l.link.Release(rctx, tk.Handle)
-		cancel()
+		c.giveBack(l, tk.Handle, req, takenAt) // as the agent does
 		if errors.Is(err, scheduler.ErrTickUndecided) {
 			done() // dropped: its regular tick runs it
 		}

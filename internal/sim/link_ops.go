@@ -67,6 +67,33 @@ func (l *link) TakeRequest(ctx context.Context, schedule string, ttl time.Durati
 	return tk, err
 }
 
+// GiveBack gives back a take whose run will not start
+// (cluster.Store.GiveBack): through the fault windows, a lost reply
+// applied all the same, and duplicated as a release is (a late copy finds
+// nothing to give back).
+func (l *link) GiveBack(ctx context.Context, h *locking.Handle) error {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
+	gb, ok := l.mem.(requestGiver)
+	if !ok {
+		return fmt.Errorf("sim: the backend takes no requests: %w", errors.ErrUnsupported)
+	}
+	id := fmt.Sprintf("give-back %s fence %d", h.Key(), h.Fence())
+	f, err := l.decide(ctx, id)
+	if err != nil {
+		return err
+	}
+	if f == loseFirst || f == failCall {
+		return l.refusal(ctx, f)
+	}
+	err = gb.GiveBack(ctx, h)
+	l.c.event(l.c.clock.Now(), "%s/%d gave back the take of %s, fence %d: %v (delivered %v)", l.node, l.life, h.Key(), h.Fence(), err, f == pass)
+	l.dupLater(id, false, func(ctx context.Context) string { return fmt.Sprint(gb.GiveBack(ctx, h)) })
+	if f == loseReply || l.cut.Load() {
+		return l.refusal(ctx, loseReply)
+	}
+	return err
+}
+
 // Mark reads a key's tick mark. The harness keeps, per key, the sequence
 // number after the last read returned (cluster.seq): a backfill accepted
 // on that read must see no regular grant of its tick issued after it.

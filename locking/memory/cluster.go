@@ -42,21 +42,26 @@ type clusterState struct {
 	accepted        map[acceptKey]acceptance
 	acceptedSweepAt int
 	// taken keeps, under a schedule and a take's token, the request the
-	// take answered with, for its resends (cluster.Store.TakeRequest),
-	// until its taker is heard from (a renewal or release of the take's
-	// lock: dropTake) or, for a trigger, its lock lapses unheard
-	// (requeueLapsed); a backfill's record until cluster.TakeKeep of its
-	// TTL has passed.
+	// take answered with, for its resends (cluster.Store.TakeRequest) and
+	// its give-back (GiveBack). A trigger's record not heard from is kept
+	// until its lock lapses unheard (requeueLapsed); once its taker is
+	// heard (a renewal or release of the take's lock: hearTake) it no
+	// longer answers resends, and is kept until cluster.TakeKeep of its
+	// TTL has passed, for a give-back; a backfill's record until then
+	// too.
 	taken        map[acceptKey]takeRecord
 	takenSweepAt int
 }
 
 // takeRecord is what a take answered: its request, kept until until (a
-// trigger's, until requeueLapsed or dropTake).
+// trigger's not heard, until requeueLapsed or GiveBack).
 type takeRecord struct {
 	req   cluster.Request
 	until time.Duration // on the table's elapsed clock
 	at    time.Duration // when the take was first applied: requeue order
+	// heard: its taker renewed or released the take's lock (hearTake):
+	// never requeued, and no longer answering resends; kept for GiveBack.
+	heard bool
 }
 
 type acceptKey struct{ schedule, id string }
@@ -388,7 +393,9 @@ func (l *Locker) grantTake(s *shard, r cluster.TakeReq, token string, req cluste
 func (l *Locker) resendTake(s *shard, r cluster.TakeReq, wall time.Time, now time.Duration) (tk cluster.Taken, ok bool) {
 	k := acceptKey{r.Schedule, r.Token}
 	rec, found := s.taken[k]
-	if !found || now >= rec.until {
+	if !found || rec.heard || now >= rec.until {
+		// None, or its taker heard the take (a Token is resent only
+		// while its take is undecided): a fresh take.
 		return cluster.Taken{}, false
 	}
 	req := rec.req
@@ -422,10 +429,10 @@ func (l *Locker) resendTake(s *shard, r cluster.TakeReq, wall time.Time, now tim
 	}
 }
 
-// recordTake keeps a take's record, forgetting the backfills' past their
-// keep whenever the map has doubled since it last did (a trigger's record
-// ends in requeueLapsed or dropTake, never unheard: see requeueLapsed).
-// Call with s.mu held.
+// recordTake keeps a take's record, forgetting the backfills' and the
+// heard triggers' past their keep whenever the map has doubled since it
+// last did (a trigger's record not heard ends in requeueLapsed or
+// GiveBack, never lost: see requeueLapsed). Call with s.mu held.
 func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
 	s.taken[k] = rec
 	if len(s.taken) < s.takenSweepAt {
@@ -433,7 +440,7 @@ func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
 	}
 	s.requeueLapsed(now)
 	for k, r := range s.taken {
-		if r.req.Backfill && now >= r.until {
+		if (r.req.Backfill || r.heard) && now >= r.until {
 			delete(s.taken, k)
 		}
 	}
@@ -441,21 +448,21 @@ func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
 }
 
 // requeueLapsed puts back at the head of its queue every trigger whose
-// take was never heard back: its record is still there (no renewal or
-// release of the take's lock came from the taker: dropTake ends the
-// record on either), and the schedule's lock is free (the take's lock
+// take was never heard back: its record is still there and not heard (no
+// renewal or release of the take's lock came from the taker: hearTake
+// marks the record on either), and the schedule's lock is free (the take's lock
 // ended: expired, or its session gone). The taker never started it: the scheduler
 // renews a manual run's lock before it starts the run (scheduler's
 // handleManual), and runs it only once that renewal was answered, so a
-// run that started has had its record dropped. Without this, a trigger
+// run that started has had its record heard. Without this, a trigger
 // whose take's replies (and every resend's) were lost would live only in
 // the record, and be run nowhere. Several lapsed triggers of a schedule
 // go back in the order they were first taken. Call with s.mu held.
 func (s *shard) requeueLapsed(now time.Duration) {
 	var lapsed []acceptKey
 	for k, r := range s.taken {
-		if r.req.Backfill {
-			continue // it stayed queued until Done
+		if r.req.Backfill || r.heard {
+			continue // it stayed queued until Done; or its taker heard it
 		}
 		if cur, ok := s.m[k.schedule]; ok && now < cur.expires {
 			// Its lock is live (its taker may still hear of it), or another
@@ -480,15 +487,48 @@ func (s *shard) requeueLapsed(now time.Duration) {
 	}
 }
 
-// dropTake ends the record of the take whose lock key and token these
-// are, if there is one: its taker renewed or released the lock, so it
-// heard the take's answer and will not resend it, and the trigger is its
-// own (run, or refused and given up), never to be requeued. Call with s.mu
-// held.
-func (s *shard) dropTake(key, token string) {
-	if len(s.taken) > 0 {
-		delete(s.taken, acceptKey{key, token})
+// hearTake marks the record of the take whose lock key and token these
+// are, if there is one, heard: its taker renewed or released the lock, so
+// it heard the take's answer and will not resend it, and the trigger is
+// its own (run, or given back: GiveBack), never to be requeued by the
+// backend. The record stays until its keep, for a give-back. Call with
+// s.mu held.
+func (s *shard) hearTake(key, token string) {
+	if len(s.taken) == 0 {
+		return
 	}
+	k := acceptKey{key, token}
+	if rec, ok := s.taken[k]; ok && !rec.heard {
+		rec.heard = true
+		s.taken[k] = rec
+	}
+}
+
+// GiveBack ends the take of h (a TakeRequest's handle) whose run will not
+// start: see cluster.Store.GiveBack.
+func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
+	if err := l.check(ctx, "give back", h); err != nil {
+		return err
+	}
+	s := l.tab.shardFor(h.Key())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.closed.Load() {
+		return fmt.Errorf("memory: give back %v: %w", h, locking.ErrClosed)
+	}
+	if _, err := s.own(h.Key(), h.Fence(), l.tab.elapsed()); err == nil {
+		delete(s.m, h.Key())
+	}
+	k := acceptKey{h.Key(), h.Token()}
+	rec, ok := s.taken[k]
+	if !ok {
+		return nil // given back already, requeued unheard, or past its keep
+	}
+	delete(s.taken, k)
+	if !rec.req.Backfill {
+		s.queues[k.schedule] = append([]cluster.Request{rec.req}, s.queues[k.schedule]...)
+	}
+	return nil
 }
 
 // popHead removes the head of a queue, deleting an emptied one. Call with

@@ -172,7 +172,7 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	}
 	e.expires = expiry(now, h.TTL())
 	s.m[h.Key()] = e
-	s.dropTake(h.Key(), h.Token()) // its taker heard: see requeueLapsed
+	s.hearTake(h.Key(), h.Token()) // its taker heard: see requeueLapsed
 	return nil
 }
 
@@ -198,7 +198,7 @@ func (l *Locker) Release(ctx context.Context, h *locking.Handle) error {
 	}
 	// A take's lock released while live: its taker heard, and ran the
 	// trigger or refused it.
-	s.dropTake(h.Key(), h.Token())
+	s.hearTake(h.Key(), h.Token())
 	delete(s.m, h.Key())
 	return nil
 }

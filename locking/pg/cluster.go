@@ -714,3 +714,41 @@ func (l *Locker) head(ctx context.Context, schedule string) (*store.Request, err
 	})
 	return req, err
 }
+
+// GiveBack ends the take h whose run will not start (store.Store's
+// GiveBack): giveBackSQL puts its trigger back in its queue while its
+// bext_taken row is there (heard or not), on any session, durably; then
+// h's lock is released on its own session, best effort (a lock already
+// lost, or a release without an answer, ends with its session as any
+// other: the trigger is back in its queue either way, and the next take
+// that finds the lock free takes it). Resent after an answer that was not
+// definite, it finds no row and puts nothing back.
+func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
+	ls, err := l.leaseOf(h)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pg: give back %q: %w", ls.key, err)
+	}
+	if ls.req != nil && ls.token != "" {
+		var rows, requeued int64
+		var sc string
+		err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, giveBackSQL, l.opts.Namespace, ls.key, ls.token).Scan(&rows, &requeued, &sc)
+		})
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("pg: give back %q: %w", ls.key, context.Cause(ctx))
+			}
+			return fmt.Errorf("%w: pg: give back %q: %w", locking.ErrUnavailable, ls.key, err)
+		}
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if !ls.done {
+		ls.heard = true // its row is gone: a plain release
+		_ = l.unlock(ctx, ls)
+	}
+	return nil
+}

@@ -358,22 +358,30 @@ SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
 	// releaseTakeSQL gives back a TakeRequest's lock whose taker was not
 	// heard yet (no renewal: Renew's hearTake) and, if it was still held,
-	// deletes the take's bext_taken row: a release of a live take is its
-	// taker's word that it heard (and refused, or ran, the trigger), so
-	// the trigger never goes back to its queue (takeRequestSQL). A lock
-	// lost first keeps its row: its taker never started the trigger.
+	// marks the take's bext_taken row heard: a release of a live take is
+	// its taker's word that it heard (and ran the trigger, or gives it
+	// back: GiveBack), so the trigger never goes back to its queue by
+	// itself (takeRequestSQL). A lock lost first keeps its row unheard:
+	// its taker never started the trigger.
 	//
 	//	$1 lock id  $2 namespace  $3 schedule  $4 the take's token
 	releaseTakeSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
-d AS (DELETE FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text AND token = $4::text AND (SELECT ok FROM r)
+d AS (UPDATE bext_taken SET heard = true
+  WHERE namespace = $2::text AND schedule = $3::text AND token = $4::text AND (SELECT ok FROM r)
   RETURNING 1)
 SELECT r.ok FROM r`
 
-	// hearTakeSQL deletes a take's bext_taken row on its first renewal
-	// (Renew's hearTake), and counts it.
+	// hearTakeSQL marks a take's bext_taken row heard on its first renewal
+	// (Renew's hearTake), and counts it; the row stays until its until,
+	// for a give-back (giveBackSQL). The schedule's other heard rows past
+	// their until are swept here.
 	//
 	//	$1 namespace  $2 schedule  $3 the take's token
-	hearTakeSQL = `WITH d AS (DELETE FROM bext_taken WHERE namespace = $1::text AND schedule = $2::text AND token = $3::text
+	hearTakeSQL = `WITH d AS (UPDATE bext_taken SET heard = true
+  WHERE namespace = $1::text AND schedule = $2::text AND token = $3::text
+  RETURNING 1),
+s AS (DELETE FROM bext_taken
+  WHERE namespace = $1::text AND schedule = $2::text AND token <> $3::text AND heard AND until < clock_timestamp()
   RETURNING 1)
 SELECT count(*) FROM d`
 

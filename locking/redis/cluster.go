@@ -53,6 +53,8 @@ var (
 	enqueueSrc string
 	//go:embed done.lua
 	doneSrc string
+	//go:embed giveback.lua
+	giveBackSrc string
 	//go:embed announce.lua
 	announceSrc string
 	//go:embed nodes.lua
@@ -62,6 +64,7 @@ var (
 	takeScript     = goredis.NewScript(libSrc + takeSrc)
 	enqueueScript  = goredis.NewScript(enqueueSrc)
 	doneScript     = goredis.NewScript(doneSrc)
+	giveBackScript = goredis.NewScript(giveBackSrc)
 	announceScript = goredis.NewScript(announceSrc)
 	nodesScript    = goredis.NewScript(nodesSrc)
 )
@@ -541,6 +544,46 @@ func (l *Locker) TakeRequest(ctx context.Context, r cluster.TakeReq) (cluster.Ta
 		return cluster.Taken{}, err
 	}
 	return cluster.Taken{Request: &req, Handle: h}, nil
+}
+
+// GiveBack runs giveback.lua: h's lock released if still h's, and the
+// take's trigger back at the head of its queue while its record is there
+// (cluster.Store.GiveBack); then the schedule indexed again while its
+// queue has anything (after the push, as Enqueue does; on a resend too, so
+// that an index update lost with the first reply is made).
+func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
+	st, err := l.state(h)
+	if err != nil {
+		return err
+	}
+	if err := canceled(ctx, "give back", h); err != nil {
+		return err
+	}
+	schedule := h.Key()
+	lockKey := l.lockKey(schedule)
+	opCtx, cancel := l.opContext(ctx)
+	v, err := giveBackScript.Run(opCtx, l.client,
+		[]string{lockKey, lockKey + requestsSuffix, lockKey + takenSuffix + h.Token()}, st.args[0], h.Token()).Result()
+	cancel()
+	if err != nil {
+		return l.opError(ctx, "give back", schedule, err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return fmt.Errorf("locking/redis: give back %q: %w: %T %v, want 3 elements", schedule, errReply, v, v)
+	}
+	if n, ok := a[0].(int64); ok && n == 1 {
+		l.forget(h)
+	}
+	if n, ok := a[2].(int64); ok && n > 0 {
+		opCtx, cancel := l.opContext(ctx)
+		err := l.client.SAdd(opCtx, l.clusterKey(queuedSuffix), schedule).Err()
+		cancel()
+		if err != nil {
+			return l.opError(ctx, "give back", schedule, err)
+		}
+	}
+	return nil
 }
 
 // takeReply decodes take.lua's reply strictly: {code, fence, request, left}.
