@@ -41,7 +41,7 @@ import (
 // longer than the delay to ask for their share: a waiter whose turn came
 // while this node still asks for its own share of the same instant holds
 // back until that share is answered, it hears its mark, or the bound
-// (holdBackLocked), instead of adding a request for a tick still being
+// (deferToBurstLocked), instead of adding a request for a tick still being
 // decided.
 //
 // A node alone, or one whose registry is unknown or stale, has rank 0 and
@@ -86,37 +86,37 @@ type handoff struct {
 	listening bool
 	// asking counts, by T (Unix ns), this node's try-lock-ticks in flight
 	// for ticks it is preferred for (a burst's share of this node): a
-	// waiter whose turn came holds back while its T has some (holdBack).
+	// waiter whose turn came defers while its T has some (deferToBurstLocked).
 	asking map[int64]*asking
 	// stopped: the scheduler is shutting down; no tick waits any more.
 	stopped bool
 }
 
 // asking is the count of preferred try-lock-ticks in flight for one T,
-// and the waiters held back until it drops to zero.
+// and the waiters deferred until it drops to zero.
 type asking struct {
-	n    int
-	held []*waiter
+	n        int
+	deferred []*waiter
 }
 
 // waiter is a tick waiting for its turn. It holds no goroutine: a burst
 // of 10,000 ticks made 6,000 to 7,000 waiters per node, and a worker
 // parked in each (its stack grown, then copied) cost the node more CPU than
 // the rest of the burst. Whichever ends the wait first (the mark heard,
-// the timer, the end of the hold-back, shutdown) takes the waiter out of
+// the timer, the end of the deferral, shutdown) takes the waiter out of
 // handoff.waiting under handoff.mu, and the tick carries on: heard, it is
 // finished where it was heard; its turn come, it asks on the timer's
-// goroutine; held back or at shutdown, it goes back to the pool
+// goroutine; deferred or at shutdown, it goes back to the pool
 // (resumeWaiters).
 type waiter struct {
-	f        fired
-	tick     time.Time
-	deadline time.Time // on the scheduler's clock
-	end      time.Time // the latest end of a hold-back (holdBack)
-	timer    Timer     // the turn's, then the hold-back's; under handoff.mu
-	heard    bool      // under handoff.mu
-	holding  bool      // held back after its turn came (holdBack)
-	done     bool      // taken out of waiting; under handoff.mu
+	f         fired
+	tick      time.Time
+	deadline  time.Time // on the scheduler's clock
+	end       time.Time // the latest end of a deferral (deferToBurstLocked)
+	timer     Timer     // the turn's, then the deferral's; under handoff.mu
+	heard     bool      // under handoff.mu
+	deferring bool      // deferred after its turn came (deferToBurstLocked)
+	done      bool      // taken out of waiting; under handoff.mu
 }
 
 // initHandoff sets s.hand from the options (nil: no handoff).
@@ -152,7 +152,7 @@ func (s *Scheduler) startWatch() (stop func()) {
 		// the whole cluster's, and a key this node never runs would stay
 		// in heard for good.
 		mark := func(m locking.TickMark) {
-			if s.holds(m.Key) {
+			if s.hasSchedule(m.Key) {
 				s.resumeWaiters(h.hear(m))
 			}
 		}
@@ -399,9 +399,9 @@ func (s *Scheduler) waiterShown() {
 	}
 }
 
-// turnCame is w's timer: its turn came (or, held back, the hold-back's
+// turnCame is w's timer: its turn came (or, deferred, the deferral's
 // end). Unless this node still asks for its share of the same instant's
-// ticks (holdBack), w's tick asks now.
+// ticks (deferToBurstLocked), w's tick asks now.
 func (s *Scheduler) turnCame(w *waiter) {
 	h := s.hand
 	h.mu.Lock()
@@ -409,7 +409,7 @@ func (s *Scheduler) turnCame(w *waiter) {
 		h.mu.Unlock()
 		return
 	}
-	if !w.holding && s.holdBackLocked(w) {
+	if !w.deferring && s.deferToBurstLocked(w) {
 		h.mu.Unlock()
 		return
 	}
@@ -422,17 +422,17 @@ func (s *Scheduler) turnCame(w *waiter) {
 	}
 }
 
-// holdBackLocked extends waiter w's wait, once its turn came, while this
+// deferToBurstLocked extends waiter w's wait, once its turn came, while this
 // node still has try-lock-ticks in flight for ticks due at the same T
 // that it is preferred for: a burst. The preferred nodes of w's tick are
 // then most likely as busy with their own share, and asking now would add
 // a request for nearly every tick of the burst (all of them still
 // undecided) instead of saving one; w rather waits to hear its mark. The
-// hold-back ends at the latest at w.end (T + handoffBound on the
+// deferral ends at the latest at w.end (T + handoffBound on the
 // scheduler's clock), when this node's share has been answered
 // (answered), on a mark heard, or on shutdown. It reports whether w is
-// held back; under h.mu.
-func (s *Scheduler) holdBackLocked(w *waiter) bool {
+// deferred; under h.mu.
+func (s *Scheduler) deferToBurstLocked(w *waiter) bool {
 	h := s.hand
 	a := h.asking[w.f.tick.UnixNano()]
 	if a == nil {
@@ -442,8 +442,8 @@ func (s *Scheduler) holdBackLocked(w *waiter) bool {
 	if left <= 0 {
 		return false
 	}
-	w.holding = true
-	a.held = append(a.held, w)
+	w.deferring = true
+	a.deferred = append(a.deferred, w)
 	w.timer = s.clock.AfterFunc(left, func() { s.turnCame(w) })
 	return true
 }
@@ -461,7 +461,7 @@ func (h *handoff) askLocked(tick time.Time) {
 }
 
 // answered ends the count of ask for tick T; when none is left, the
-// waiters held back for T ask (resumeWaiters).
+// waiters deferred for T ask (resumeWaiters).
 func (s *Scheduler) answered(tick time.Time) {
 	h := s.hand
 	h.mu.Lock()
@@ -477,8 +477,8 @@ func (s *Scheduler) answered(tick time.Time) {
 		return
 	}
 	delete(h.asking, k)
-	ws := a.held[:0]
-	for _, w := range a.held {
+	ws := a.deferred[:0]
+	for _, w := range a.deferred {
 		if !w.done {
 			h.takeLocked(w)
 			ws = append(ws, w)
@@ -540,8 +540,8 @@ func (s *Scheduler) settledLocked() bool {
 	return (head == nil || head.at > nowNs) && s.wakeAt > nowNs
 }
 
-// holds reports whether id is one of this node's schedules.
-func (s *Scheduler) holds(id string) bool {
+// hasSchedule reports whether id is one of this node's schedules.
+func (s *Scheduler) hasSchedule(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.states[id]

@@ -109,22 +109,22 @@ func (s *Scheduler) loop(ctx context.Context) {
 		}
 	}()
 	var acts []action
-	// held: the pool defers the ends of runs (pool.held) while the loop
+	// burst: the pool defers the ends of runs (pool.burst) while the loop
 	// hands out a burst larger than one batch: its ticks not handed out
 	// yet have not started either.
-	held := false
+	burst := false
 	defer func() {
-		if held {
-			s.work.hold(false)
+		if burst {
+			s.work.handingOut(false)
 		}
 	}()
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		acts = s.popDueLocked(s.clock.Now(), acts[:0])
 		s.mu.Unlock()
-		if len(acts) == popBatch && !held {
-			held = true
-			s.work.hold(true)
+		if len(acts) == popBatch && !burst {
+			burst = true
+			s.work.handingOut(true)
 		}
 		s.dispatch(acts)
 		clear(acts)
@@ -174,9 +174,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 		s.parked = true
 		s.notifyLocked()
 		s.mu.Unlock()
-		if held {
-			held = false
-			s.work.hold(false)
+		if burst {
+			burst = false
+			s.work.handingOut(false)
 		}
 
 		select {
@@ -207,7 +207,7 @@ func (s *Scheduler) dropWallWake(ww *wallWake, err error) *wallWake {
 
 // popBatch bounds how many events the loop pops before it hands them out:
 // with thousands due at once, the first ticks start while the loop pops the
-// rest, and the lock the ticks' goroutines need to finish is never held
+// rest, and the lock the ticks' goroutines need to finish is never burst
 // for long.
 const popBatch = 64
 
@@ -244,7 +244,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			// Each run of it here has returned and is giving its lock
 			// back (a release on its way): the tick is not this node's
 			// to skip, and every other node is told contended while the
-			// lock is held, which raises no mark. It is asked for once
+			// lock is burst, which raises no mark. It is asked for once
 			// the lock is given back, and reported then.
 			a.wait, st.waiting = true, true
 		case st.active > 0 && st.def.Overlap == OverlapSkip:

@@ -104,12 +104,12 @@ type pool struct {
 	// an end that could not wait maxDefer without holding the lock into
 	// the next tick is not deferred at all (returned).
 	later fifo[laterTask]
-	// held: the loop is handing out a burst (hold), so more ticks come
+	// burst: the loop is handing out a burst (handingOut), so more ticks come
 	// that have not started: later waits for them even when nothing else
 	// waits (until maxDefer). asking counts the ticks whose batched
 	// try-lock-tick is queued or on its way (batch.go): they come back as
 	// granted.
-	held   bool
+	burst  bool
 	asking atomic.Int64
 	// laterTimer gets a worker spinning when the head of later has waited
 	// maxDefer while every worker parked (armed: laterArmed).
@@ -197,12 +197,12 @@ func (p *pool) submitAnswered(calls []*tickCall) {
 	p.mu.Unlock()
 }
 
-// hold tells the pool whether the loop is handing out a burst (see
-// pool.held). Released, it gets a worker spinning for the tasks of later
+// handingOut tells the pool whether the loop is handing out a burst (see
+// pool.burst). Released, it gets a worker spinning for the tasks of later
 // that waited for it.
-func (p *pool) hold(on bool) {
+func (p *pool) handingOut(on bool) {
 	p.mu.Lock()
-	p.held = on
+	p.burst = on
 	if !on && p.waitingLocked() && p.spinning == 0 {
 		p.spinLocked()
 	}
@@ -229,7 +229,7 @@ func (p *pool) laterDueLocked(busy bool) bool {
 	if p.later.len() == 0 {
 		return false
 	}
-	if !busy && (!p.held && p.asking.Load() == 0 || p.closed) {
+	if !busy && (!p.burst && p.asking.Load() == 0 || p.closed) {
 		return true
 	}
 	head := p.later.front()

@@ -143,11 +143,11 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 	}
 
 	p.laterLocked(mark(5))
-	p.held = true
+	p.burst = true
 	if p.waitingLocked() {
 		t.Fatal("an end of a run is due while the loop hands out a burst")
 	}
-	p.held = false
+	p.burst = false
 	p.asking.Store(1)
 	if p.waitingLocked() {
 		t.Fatal("an end of a run is due while try-lock-ticks are on their way")

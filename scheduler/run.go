@@ -100,7 +100,7 @@ func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 		s.log.Info("run failed: retrying within the tick", slog.String("schedule", def.ID),
 			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", out.err))
-		if !s.hold(f, l, backoff) {
+		if !s.waitHoldingLock(f, l, backoff) {
 			break // the lock was lost or the node is stopping: no more attempts
 		}
 		backoff *= 2
@@ -115,10 +115,10 @@ func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 // with retries and no retry_backoff.
 const DefaultRetryBackoff = 10 * time.Second
 
-// hold waits d while holding l (renewing it as a run would), for the
+// waitHoldingLock waits d while holding l (renewing it as a run would), for the
 // backoff between attempts. It reports false when the lock was lost, the
 // lease deadline passed, or shutdown began.
-func (s *Scheduler) hold(f fired, l *lease, d time.Duration) bool {
+func (s *Scheduler) waitHoldingLock(f fired, l *lease, d time.Duration) bool {
 	wait := s.clock.NewTimer(d)
 	defer wait.Stop()
 	var renewC <-chan time.Time

@@ -58,9 +58,9 @@ func (s *stuckFirst) tries(key string) int {
 
 // TestHeldBackWaiterAsksOnceThePreferredTryFails: this node is preferred
 // for p and second for w, both due at T. Its try for p hangs; w's turn
-// comes and w is held back (a burst: this node still asks for its own
+// comes and w is deferred (a burst: this node still asks for its own
 // share of T). When p's try fails, w must ask at once, without waiting
-// for the hold-back's bound (T + half the period): nobody else will ask
+// for the deferral's bound (T + half the period): nobody else will ask
 // for w if the preferred node is this one's peer and dead.
 func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
 	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
@@ -88,12 +88,12 @@ func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
 	deadline := time.Now().Add(waitTimeout)
 	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
 		if time.Now().After(deadline) {
-			t.Fatalf("w not held back after its turn; w asked %d times", l.tries("w"))
+			t.Fatalf("w not deferred after its turn; w asked %d times", l.tries("w"))
 		}
 		runtime.Gosched()
 	}
 	if n := l.tries("w"); n != 0 {
-		t.Fatalf("w asked %d times while held back", n)
+		t.Fatalf("w asked %d times while deferred", n)
 	}
 	l.answer <- fmt.Errorf("backend down: %w", locking.ErrUnavailable)
 	want := t0.Add(time.Minute)

@@ -1,6 +1,6 @@
 package scheduler
 
-// HeldBack is the number of handoff waiters held back (holdBackLocked)
+// HeldBack is the number of handoff waiters deferred (deferToBurstLocked)
 // whose wait has not ended.
 func (s *Scheduler) HeldBack() int {
 	h := s.hand
@@ -8,7 +8,7 @@ func (s *Scheduler) HeldBack() int {
 	defer h.mu.Unlock()
 	n := 0
 	for _, a := range h.asking {
-		for _, w := range a.held {
+		for _, w := range a.deferred {
 			if !w.done {
 				n++
 			}
