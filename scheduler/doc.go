@@ -30,7 +30,6 @@
 //   - bootcache.go: the lease clock (CLOCK_BOOTTIME) read without a system call each time.
 //   - boottime_linux.go: CLOCK_BOOTTIME, monotonic and counting suspended time.
 //   - boottime_other.go: its fallback elsewhere (the monotonic clock).
-//   - wake_linux.go: the loop's wake on CLOCK_REALTIME (timerfd), so a wall-clock jump or a suspend wakes it.
-//   - wake_other.go: its fallback elsewhere (re-read the wall clock every maxSleep).
+//   - wake.go: the loop's wake on the wall clock (internal/wallwake: a timerfd on Linux), so a wall-clock jump or a suspend wakes it; elsewhere the loop re-reads the clock every maxSleep.
 //   - mutation.go: helpers of the simulation's planted bugs (build tag simmut only).
 package scheduler

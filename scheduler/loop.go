@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/wallwake"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -105,7 +106,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 			timer.Stop()
 		}
 		if ww != nil {
-			ww.close()
+			ww.Close()
 		}
 	}()
 	var acts []action
@@ -147,7 +148,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 			if ww != nil {
 				// The kernel wakes the loop at h.at; the timer only
 				// backs it up, far enough out never to add a wake.
-				if err := ww.arm(h.at); err == nil {
+				if err := ww.Arm(h.at); err == nil {
 					s.wakeAt = now + int64(min(time.Duration(h.at-now), wallSafetySleep))
 					d = wallSafetySleep
 					wallFire = ww.C()
@@ -166,7 +167,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 				timer.Stop()
 			}
 			if ww != nil {
-				if err := ww.disarm(); err != nil {
+				if err := ww.Disarm(); err != nil {
 					ww = s.dropWallWake(ww, err)
 				}
 			}
@@ -183,7 +184,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		case <-ctx.Done():
 		case <-fire:
 		case <-wallFire:
-			if err := ww.failed(); err != nil {
+			if err := ww.Failed(); err != nil {
 				ww = s.dropWallWake(ww, err)
 			}
 		case <-s.wake:
@@ -199,9 +200,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 
 // dropWallWake closes a kernel wake that failed and returns nil: the loop
 // goes back to re-reading the clock every maxSleep.
-func (s *Scheduler) dropWallWake(ww *wallWake, err error) *wallWake {
+func (s *Scheduler) dropWallWake(ww *wallwake.Wake, err error) *wallwake.Wake {
 	s.log.Warn("wall-clock wake failed: re-reading the clock every "+maxSleep.String(), slog.Any("error", err))
-	ww.close()
+	ww.Close()
 	return nil
 }
 

@@ -1,15 +1,8 @@
-package scheduler
+//go:build linux
 
-import (
-	"errors"
-	"fmt"
-	"os"
-	"sync/atomic"
-
-	"golang.org/x/sys/unix"
-)
-
-// The loop's wake on the real clock, from the kernel.
+// Package wallwake wakes the scheduler's loop at a wall-clock time, from
+// the kernel (Linux timerfd; elsewhere New returns nil and the loop
+// re-reads the clock every few seconds).
 //
 // A Go timer counts CLOCK_MONOTONIC: it stops while the host is suspended
 // and ignores a step of the wall clock, so a timer armed for a tick an
@@ -24,7 +17,7 @@ import (
 // calls timerfd_resume), so the loop also hears of a step before its
 // deadline and re-reads the clock. One ECANCELED per set: the read that
 // returns it clears it, and the fd reads EAGAIN again until the next
-// expiry or set. The lease clock (bootcache.go) needs nothing from
+// expiry or set. The scheduler's lease clock (scheduler/bootcache.go) needs nothing from
 // here: it notices the same jumps itself, as the wall clock moving against
 // the monotonic one, on its next reading.
 //
@@ -35,8 +28,20 @@ import (
 // a select, and a read is not a channel; it hands each expiry to the loop
 // through a channel and ends when the loop closes the file.
 
-// wallWake is a wake-up at a wall-clock time, delivered on C.
-type wallWake struct {
+package wallwake
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Wake is a wake-up at a wall-clock time, delivered on C.
+type Wake struct {
 	f      *os.File
 	rc     rawControl
 	offset int64 // the scheduler's clock minus the real one, in ns
@@ -51,14 +56,9 @@ type rawControl interface {
 	Control(func(fd uintptr)) error
 }
 
-// newWallWake returns the kernel wake for c, or nil, nil when c is not the
-// real clock (an injected clock has timers of its own to be woken by).
-// The caller must close it.
-func newWallWake(c Clock) (*wallWake, error) {
-	offset, ok := realOffset(c)
-	if !ok {
-		return nil, nil
-	}
+// New returns a kernel wake for a clock offset ahead of the real wall
+// clock (0 for the real one). The caller must Close it.
+func New(offset time.Duration) (*Wake, error) {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_REALTIME, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("timerfd_create: %w", err)
@@ -69,7 +69,7 @@ func newWallWake(c Clock) (*wallWake, error) {
 		f.Close()
 		return nil, fmt.Errorf("timerfd: %w", err)
 	}
-	w := &wallWake{f: f, rc: rc, offset: offset, c: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Wake{f: f, rc: rc, offset: int64(offset), c: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		w.readLoop(f.Read)
@@ -77,29 +77,15 @@ func newWallWake(c Clock) (*wallWake, error) {
 	return w, nil
 }
 
-// realOffset says whether c reads the real wall clock, and how far ahead
-// of it (OffsetClock).
-func realOffset(c Clock) (int64, bool) {
-	switch c := c.(type) {
-	case realClock:
-		return 0, true
-	case offsetClock:
-		if _, ok := c.Clock.(realClock); ok {
-			return int64(c.offset), true
-		}
-	}
-	return 0, false
-}
-
 // C yields after the wall clock reached the time last armed, after the
-// wall clock was set, or when the wake failed (see failed). A value may
+// wall clock was set, or when the wake failed (see Failed). A value may
 // be stale (from a deadline armed before): the loop re-reads the clock on
 // every wake, so a spurious one costs a turn, never a tick.
-func (w *wallWake) C() <-chan struct{} { return w.c }
+func (w *Wake) C() <-chan struct{} { return w.c }
 
-// arm sets the wake to at, a Unix time in ns on the scheduler's clock,
+// Arm sets the wake to at, a Unix time in ns on the offset clock,
 // replacing the deadline armed before.
-func (w *wallWake) arm(at int64) error {
+func (w *Wake) Arm(at int64) error {
 	at -= w.offset
 	if at <= 0 {
 		at = 1 // a zero it_value would disarm; any past time fires at once
@@ -108,10 +94,10 @@ func (w *wallWake) arm(at int64) error {
 	return w.settime(unix.TFD_TIMER_ABSTIME|unix.TFD_TIMER_CANCEL_ON_SET, &spec)
 }
 
-// disarm cancels the deadline (an empty heap has nothing to wake for).
-func (w *wallWake) disarm() error { return w.settime(0, &unix.ItimerSpec{}) }
+// Disarm cancels the deadline (an empty heap has nothing to wake for).
+func (w *Wake) Disarm() error { return w.settime(0, &unix.ItimerSpec{}) }
 
-func (w *wallWake) settime(flags int, spec *unix.ItimerSpec) error {
+func (w *Wake) settime(flags int, spec *unix.ItimerSpec) error {
 	var err error
 	if cerr := w.rc.Control(func(fd uintptr) {
 		err = unix.TimerfdSettime(int(fd), flags, spec, nil)
@@ -124,24 +110,24 @@ func (w *wallWake) settime(flags int, spec *unix.ItimerSpec) error {
 	return nil
 }
 
-// failed is the error that stopped the reader, nil while it works.
-func (w *wallWake) failed() error {
+// Failed is the error that stopped the reader, nil while it works.
+func (w *Wake) Failed() error {
 	if p := w.err.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// close stops the reader (a read parked in the netpoller returns
-// os.ErrClosed) and waits for it: no goroutine outlives Run.
-func (w *wallWake) close() {
+// Close stops the reader (a read parked in the netpoller returns
+// os.ErrClosed) and waits for it: no goroutine outlives its owner.
+func (w *Wake) Close() {
 	w.f.Close()
 	<-w.done
 }
 
 // readLoop reads expiries until the file is closed or a read fails in a
 // way that will not heal, telling the loop of each.
-func (w *wallWake) readLoop(read func([]byte) (int, error)) {
+func (w *Wake) readLoop(read func([]byte) (int, error)) {
 	var buf [8]byte // the expiry count, which the loop has no use for
 	for {
 		_, err := read(buf[:])

@@ -1,4 +1,6 @@
-package scheduler
+//go:build linux
+
+package wallwake
 
 import (
 	"errors"
@@ -19,21 +21,18 @@ import (
 // exercised through readLoop with the read injected, and the flag that
 // asks the kernel for it is checked in /proc/self/fdinfo.
 
-func newTestWallWake(t *testing.T, c Clock) *wallWake {
+func newTestWallWake(t *testing.T, offset time.Duration) *Wake {
 	t.Helper()
-	w, err := newWallWake(c)
+	w, err := New(offset)
 	if err != nil {
-		t.Fatalf("newWallWake: %v", err)
+		t.Fatalf("New: %v", err)
 	}
-	if w == nil {
-		t.Fatal("newWallWake returned nil for a real clock")
-	}
-	t.Cleanup(w.close)
+	t.Cleanup(w.Close)
 	return w
 }
 
 // awaitWake waits for w's wake and returns the wall time it was seen.
-func awaitWake(t *testing.T, w *wallWake) time.Time {
+func awaitWake(t *testing.T, w *Wake) time.Time {
 	t.Helper()
 	select {
 	case <-w.C():
@@ -45,23 +44,23 @@ func awaitWake(t *testing.T, w *wallWake) time.Time {
 }
 
 func TestWallWakeFiresAtAbsoluteWallTime(t *testing.T) {
-	w := newTestWallWake(t, RealClock())
+	w := newTestWallWake(t, 0)
 	at := time.Now().Add(50 * time.Millisecond)
-	if err := w.arm(at.UnixNano()); err != nil {
+	if err := w.Arm(at.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	if got := awaitWake(t, w); got.Before(at) {
 		t.Fatalf("woke at %v, %v before the deadline", got, at.Sub(got))
 	}
-	if err := w.failed(); err != nil {
+	if err := w.Failed(); err != nil {
 		t.Fatalf("failed: %v", err)
 	}
 }
 
 func TestWallWakeInThePastFiresAtOnce(t *testing.T) {
-	w := newTestWallWake(t, RealClock())
+	w := newTestWallWake(t, 0)
 	for _, at := range []int64{time.Now().Add(-time.Hour).UnixNano(), 0, -5} {
-		if err := w.arm(at); err != nil {
+		if err := w.Arm(at); err != nil {
 			t.Fatal(err)
 		}
 		awaitWake(t, w)
@@ -70,13 +69,13 @@ func TestWallWakeInThePastFiresAtOnce(t *testing.T) {
 
 // A later arm replaces the deadline: the loop re-arms on every turn.
 func TestWallWakeRearmReplacesDeadline(t *testing.T) {
-	w := newTestWallWake(t, RealClock())
+	w := newTestWallWake(t, 0)
 	now := time.Now()
-	if err := w.arm(now.Add(500 * time.Millisecond).UnixNano()); err != nil {
+	if err := w.Arm(now.Add(500 * time.Millisecond).UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	later := now.Add(800 * time.Millisecond)
-	if err := w.arm(later.UnixNano()); err != nil {
+	if err := w.Arm(later.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	if got := awaitWake(t, w); got.Before(later) {
@@ -84,11 +83,12 @@ func TestWallWakeRearmReplacesDeadline(t *testing.T) {
 	}
 }
 
-// An offset clock's times are moved back onto the real wall clock.
+// An offset clock's times (OffsetClock) are moved back onto the real wall
+// clock.
 func TestWallWakeOffsetClock(t *testing.T) {
-	w := newTestWallWake(t, OffsetClock(RealClock(), time.Hour))
+	w := newTestWallWake(t, time.Hour)
 	at := time.Now().Add(50 * time.Millisecond)
-	if err := w.arm(at.Add(time.Hour).UnixNano()); err != nil {
+	if err := w.Arm(at.Add(time.Hour).UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	if got := awaitWake(t, w); got.Before(at) {
@@ -99,9 +99,9 @@ func TestWallWakeOffsetClock(t *testing.T) {
 // The timerfd is on CLOCK_REALTIME, armed absolute and cancelled on a
 // clock set, as the kernel reports it; disarm clears it.
 func TestWallWakeKernelSettings(t *testing.T) {
-	w := newTestWallWake(t, RealClock())
+	w := newTestWallWake(t, 0)
 	at := time.Now().Add(time.Hour)
-	if err := w.arm(at.UnixNano()); err != nil {
+	if err := w.Arm(at.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	info := fdinfo(t, w)
@@ -124,7 +124,7 @@ func TestWallWakeKernelSettings(t *testing.T) {
 	if left := time.Duration(cur.Value.Nano()); left <= 59*time.Minute || left > time.Hour {
 		t.Errorf("armed for %v from now, want about an hour", left)
 	}
-	if err := w.disarm(); err != nil {
+	if err := w.Disarm(); err != nil {
 		t.Fatal(err)
 	}
 	gettime(t, w, &cur)
@@ -133,7 +133,7 @@ func TestWallWakeKernelSettings(t *testing.T) {
 	}
 }
 
-func fdinfo(t *testing.T, w *wallWake) string {
+func fdinfo(t *testing.T, w *Wake) string {
 	t.Helper()
 	var b []byte
 	var err error
@@ -148,7 +148,7 @@ func fdinfo(t *testing.T, w *wallWake) string {
 	return string(b)
 }
 
-func gettime(t *testing.T, w *wallWake, cur *unix.ItimerSpec) {
+func gettime(t *testing.T, w *Wake, cur *unix.ItimerSpec) {
 	t.Helper()
 	var err error
 	if cerr := w.rc.Control(func(fd uintptr) { err = unix.TimerfdGettime(int(fd), cur) }); cerr != nil {
@@ -159,14 +159,6 @@ func gettime(t *testing.T, w *wallWake, cur *unix.ItimerSpec) {
 	}
 }
 
-func TestWallWakeNotForInjectedClocks(t *testing.T) {
-	w, err := newWallWake(stubClock{})
-	if w != nil || err != nil {
-		t.Fatalf("newWallWake(stub) = %v, %v; want nil, nil", w, err)
-	}
-}
-
-type stubClock struct{ Clock }
 
 func TestReadOutcome(t *testing.T) {
 	pathErr := func(err error) error { return &fs.PathError{Op: "read", Path: "timerfd", Err: err} }
@@ -196,7 +188,7 @@ func TestReadOutcome(t *testing.T) {
 // step wakes the loop and the reader goes on; a broken fd wakes it with
 // the failure recorded, and the reader ends.
 func TestWallWakeReadLoop(t *testing.T) {
-	w := &wallWake{c: make(chan struct{}, 1)}
+	w := &Wake{c: make(chan struct{}, 1)}
 	reads := make(chan error)
 	done := make(chan struct{})
 	go func() {
@@ -219,7 +211,7 @@ func TestWallWakeReadLoop(t *testing.T) {
 	}
 	reads <- &fs.PathError{Op: "read", Path: "timerfd", Err: syscall.ECANCELED}
 	expect("ECANCELED")
-	if err := w.failed(); err != nil {
+	if err := w.Failed(); err != nil {
 		t.Fatalf("a clock step counted as a failure: %v", err)
 	}
 	reads <- nil
@@ -232,7 +224,7 @@ func TestWallWakeReadLoop(t *testing.T) {
 	reads <- &fs.PathError{Op: "read", Path: "timerfd", Err: syscall.EIO}
 	expect("a failed read")
 	<-done
-	if err := w.failed(); !errors.Is(err, syscall.EIO) {
+	if err := w.Failed(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("failed() = %v, want EIO", err)
 	}
 }
@@ -240,20 +232,20 @@ func TestWallWakeReadLoop(t *testing.T) {
 // close ends a reader parked in the netpoller (goleak in TestMain checks
 // that it is gone) and delivers no wake.
 func TestWallWakeCloseEndsReader(t *testing.T) {
-	w, err := newWallWake(RealClock())
+	w, err := New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.arm(time.Now().Add(time.Hour).UnixNano()); err != nil {
+	if err := w.Arm(time.Now().Add(time.Hour).UnixNano()); err != nil {
 		t.Fatal(err)
 	}
-	w.close()
+	w.Close()
 	select {
 	case <-w.C():
 		t.Fatal("close delivered a wake")
 	default:
 	}
-	if err := w.failed(); err != nil {
+	if err := w.Failed(); err != nil {
 		t.Fatalf("close counted as a failure: %v", err)
 	}
 }
