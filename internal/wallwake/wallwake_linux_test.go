@@ -159,7 +159,6 @@ func gettime(t *testing.T, w *Wake, cur *unix.ItimerSpec) {
 	}
 }
 
-
 func TestReadOutcome(t *testing.T) {
 	pathErr := func(err error) error { return &fs.PathError{Op: "read", Path: "timerfd", Err: err} }
 	for _, c := range []struct {
