@@ -34,17 +34,20 @@ type Manual struct {
 	Handle *locking.Handle
 	Sent   time.Time
 	// Done, when set, is called once the run ended, with its result,
-	// while the run still holds Handle (before its release).
+	// while the run still holds Handle (before its release). It is not
+	// called for a run whose job never started and whose take is given
+	// back (GiveBack): a backfilled tick then stays queued.
 	Done func(RunResult)
 	// Backfill marks a backfilled tick: Tick is one of the schedule's
 	// own ticks, run again.
 	Backfill bool
 	// GiveBack, when set, gives the take back to the cluster
 	// (cluster.Store.GiveBack, resent while its answer is not definite)
-	// when the run ends unstarted: its confirming renewal failed. It is
-	// called instead of releasing Handle, on the run's worker, after Done
-	// (which comes before the release), and returns once the take was
-	// given back or given up.
+	// when the run ends with its job never started: its confirming
+	// renewal failed, or its lease ran out before the job could start.
+	// It is called instead of releasing Handle and instead of Done, on
+	// the run's worker, and returns once the take was given back or
+	// given up.
 	GiveBack func()
 }
 
@@ -109,18 +112,22 @@ func (s *Scheduler) handleManual(f fired) {
 	} else {
 		out = s.runJob(f, l)
 	}
+	// A job that never started (its take unconfirmed, or confirmed and
+	// its lease run out before the job could start) gives its take back:
+	// the trigger goes back to its queue, whatever the renewal did
+	// (applied, it was the node's word that it heard the take), and a
+	// backfilled tick stays at the head of its own, so Done, which takes
+	// it off, is not called. The give-back releases the lock too; a plain
+	// release would be the node's word that it heard the take as well.
+	giveBack := l != nil && m.GiveBack != nil && (unconfirmed || out.unstarted)
 	// Done before the release: the agent's takes a backfilled tick off
 	// its queue, and with the lock free first a take in between would
 	// find the tick still at the head of its queue and run it again.
-	if m.Done != nil {
+	if m.Done != nil && !giveBack {
 		m.Done(out.result)
 	}
 	switch {
-	case l != nil && unconfirmed && m.GiveBack != nil:
-		// Not started: the trigger goes back to its queue, whatever the
-		// failed renewal did (applied with its reply lost, it was the
-		// node's word that it heard the take); the give-back releases the
-		// lock too. A plain release would be that word as well.
+	case giveBack:
 		m.GiveBack()
 	case l != nil: // a lock_lost run too: see handleTick
 		s.release(f.def.ID, l.h, "after the manual run")

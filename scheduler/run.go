@@ -38,6 +38,10 @@ type runOutcome struct {
 	overrun   bool
 	err       error
 	attempts  int
+	// unstarted: the job never started (its lease ran out first, in the
+	// jitter or while the node was frozen). Only a first attempt can be:
+	// a retry follows a job that ran and failed.
+	unstarted bool
 }
 
 // runJob is step 6: it runs f's job, retrying a failed attempt up to the
@@ -163,7 +167,7 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 		if !leaseAt.Before(l.until) {
 			// A job starts only before the lease deadline (a tick that
 			// waited out its lease in the jitter, or a node frozen since).
-			return runOutcome{result: ResultLockLost, start: start,
+			return runOutcome{result: ResultLockLost, start: start, unstarted: true,
 				err: fmt.Errorf("%w: %w before the job started", errLockLost, errLeaseExpired)}
 		}
 	}

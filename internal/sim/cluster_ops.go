@@ -493,7 +493,18 @@ func (c *cluster) runTaken(l *lifeState, op opAction, req store.Request, tk stor
 	}
 	takenAt := c.clock.Now()
 	m := scheduler.Manual{ID: op.sched, Tick: tick, RunID: req.ID, Handle: tk.Handle, Sent: sent, Backfill: req.Backfill,
-		GiveBack: func() { c.giveBack(l, tk.Handle, req, takenAt) },
+		GiveBack: func() {
+			// Its job never started (its take's confirming renewal
+			// failed, or its lease ran out first): the node gives the
+			// take back instead of Done and the release, and the
+			// request goes back to its queue for the other nodes' polls
+			// (a backfill never left it).
+			c.event(c.clock.Now(), "%s/%d manual run %s of %s not started: giving it back", l.node, l.life, req.ID, op.sched)
+			c.giveBack(l, tk.Handle, req, takenAt)
+			if !req.Backfill && !c.started(req.ID) {
+				c.handOff(l, op, req)
+			}
+		},
 		Done: func(res scheduler.RunResult) {
 			c.event(c.clock.Now(), "%s/%d manual run %s of %s ended: %s", l.node, l.life, req.ID, op.sched, res)
 			if !l.link.cut.Load() {
