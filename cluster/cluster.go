@@ -175,11 +175,20 @@ type Store interface {
 	//     reply was lost, the server not having dropped it yet: an error
 	//     wrapping locking.ErrResendHeld, not definite: resend.
 	//
-	// A Token is resent only while its take has no definite answer: the
-	// backend cannot tell a late copy of an answered take from a resend,
-	// and a copy arriving once another holds the lock would put back a
-	// trigger that ran. Another Token (or none) is a fresh take, decided as
-	// above; so is a Token past its record's keep.
+	// A Token is resent only while its take has no definite answer. Once
+	// the taker of a trigger's take was heard (it renewed or released the
+	// take's lock: see below), a take carrying its Token is a late copy of
+	// the answered take (or the Token reused): while the backend keeps the
+	// record, it takes nothing (the zero Taken, a definite answer: no
+	// lock, nothing put back) and leaves the record as it is, for the
+	// take's GiveBack. Answered from the record, it would take the trigger
+	// that ran again, or put it back; decided as a fresh take, it would
+	// replace the record with another trigger, which that GiveBack would
+	// then put back instead of its own. (A copy arriving before its
+	// taker's renewal is indistinguishable from a resend and answered as
+	// one: the taker's own lock, or its trigger still unheard.) Another
+	// Token (or none) is a fresh take, decided as above; so is a Token past
+	// its record's keep.
 	//
 	// A trigger taken with a Token whose taker is never heard from again
 	// (every reply and resend lost, the taker gone or given up) is not

@@ -26,7 +26,8 @@
 //   - a trigger whose take's lock ended without that word goes back to
 //     the head of its queue (its schedule in Queued meanwhile), and the
 //     next take of the free lock takes it; one whose taker renewed or
-//     released the lock does not;
+//     released the lock does not, and a take carrying that take's token
+//     (a late copy) takes nothing and leaves its record to GiveBack;
 //   - Done removes a backfill only while it is the head (a second Done of
 //     the same request leaves the next tick alone);
 //   - an Enqueue refused with ErrBusy stores none of its requests;
@@ -130,6 +131,8 @@ var cases = []testCase{
 	{"TakeRequest/ResentBackfill", caseTakeResentBackfill},
 	{"TakeRequest/UnheardTriggerRequeued", caseTakeUnheardRequeued},
 	{"TakeRequest/HeardTriggerNotRequeued", caseTakeHeardNotRequeued},
+	{"TakeRequest/LateCopyAfterHeard", caseTakeLateCopyAfterHeard},
+	{"TakeRequest/ReusedTokenThenGiveBack", caseTakeReusedTokenThenGiveBack},
 	{"GiveBack/AfterConfirmingRenewal", caseGiveBackAfterRenew},
 	{"GiveBack/AfterRelease", caseGiveBackAfterRelease},
 	{"GiveBack/AfterRequeuedNotTwice", caseGiveBackAfterRequeued},

@@ -228,3 +228,67 @@ func caseTakeHeardNotRequeued(s *suite) {
 	}
 	s.wantQueued(b, nil, "every trigger heard and ended")
 }
+
+// wantNothing fails unless tk is the zero Taken: nothing taken, no lock,
+// not contended.
+func (s *suite) wantNothing(tk cluster.Taken, what string) {
+	s.t.Helper()
+	if tk.Request != nil || tk.Handle != nil || tk.Contended {
+		id := ""
+		if tk.Request != nil {
+			id = tk.Request.ID
+		}
+		s.t.Fatalf("%s: request %q, handle %v, contended %v; want the zero Taken", what, id, tk.Handle, tk.Contended)
+	}
+}
+
+// A late copy of a take (its first attempt held up in the network, the
+// taker resent it and was answered) arrives once its taker renewed the
+// lock, ran the trigger and released: the take's token names a take whose
+// taker was heard, so it takes nothing, whether the lock is still the
+// taker's, free or another's: the trigger that ran is neither taken again
+// nor put back.
+func caseTakeLateCopyAfterHeard(s *suite) {
+	a, b := s.store(), s.store()
+	r1, r2 := request("job", "t1", 1, false), request("job", "t2", 2, false)
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r1}), "Enqueue(t1)")
+	tk := s.takeTok(a, "job", "node-a", "tok-a")
+	s.wantTaken(tk, r1, "the resend answered")
+	s.check(s.locker(a).Renew(s.ctx, tk.Handle), "Renew of the take's lock")
+	s.wantNothing(s.takeTok(a, "job", "node-a", "tok-a"), "a late copy while t1 runs")
+	s.check(s.locker(a).Renew(s.ctx, tk.Handle), "Renew of the take's lock after the late copy")
+	s.release(a, tk.Handle, "t1 ran")
+	s.wantNothing(s.takeTok(a, "job", "node-a", "tok-a"), "the late copy, the lock free")
+	s.wantHeld(b, "job", false, "after the late copy, the lock free")
+	s.wantQueue(b, "job", nil, "after the late copy, the lock free")
+	s.wantQueued(b, nil, "after the late copy, the lock free")
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r2}), "Enqueue(t2)")
+	tk2 := s.takeTok(b, "job", "node-b", "tok-b")
+	s.wantTaken(tk2, r2, "another's take")
+	s.wantNothing(s.takeTok(a, "job", "node-a", "tok-a"), "the late copy, another holding the lock")
+	s.wantQueue(b, "job", nil, "after the late copy, another holding the lock")
+	s.release(b, tk2.Handle, "t2")
+	s.wantNothing(s.takeTok(b, "job", "node-b", "tok-b2"), "a take once t1 and t2 ran")
+	s.wantQueued(b, nil, "t1 and t2 ran")
+}
+
+// A take's token sent again once its taker was heard (a late copy, or a
+// token reused) does not replace the take's record: the taker's give-back
+// (its confirming renewal applied, its reply lost, and its lock since
+// ended) still puts back its own trigger, and the next one is not lost.
+func caseTakeReusedTokenThenGiveBack(s *suite) {
+	a, b := s.store(), s.store()
+	r1, r2 := request("job", "t1", 1, false), request("job", "t2", 2, false)
+	s.check(a.Enqueue(s.ctx, []cluster.Request{r1, r2}), "Enqueue")
+	tk := s.takeTok(a, "job", "node-a", "tok-a")
+	s.wantTaken(tk, r1, "first TakeRequest")
+	s.check(s.locker(a).Renew(s.ctx, tk.Handle), "Renew of the take's lock (its reply lost)")
+	s.endLock(a, "job")
+	s.wantNothing(s.takeTok(a, "job", "node-a", "tok-a"), "the take's token again, its taker heard")
+	s.giveBack(a, tk.Handle, "after the token came again")
+	s.wantQueue(b, "job", []cluster.Request{r1, r2}, "after the give-back")
+	tk2 := s.takeTok(b, "job", "node-b", "tok-b")
+	s.wantTaken(tk2, r1, "a take after the give-back")
+	s.release(b, tk2.Handle, "t1")
+	s.wantQueue(b, "job", []cluster.Request{r2}, "t1 ran")
+}

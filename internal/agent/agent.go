@@ -484,7 +484,16 @@ func (a *Agent) takeKeep(ttl time.Duration) time.Duration {
 // nowhere. run is Run's context: each attempt has its own, without run's
 // cancellation (the take is given back even when the poll, or the agent,
 // ended), and the agent's stop ends the resends.
+//
+// A first give-back that goes out once the keep has passed may find no
+// record left (the backend answers it as a release: nothing put back),
+// and the trigger would then run nowhere: it is logged, a warning, as the
+// backend's answer cannot tell.
 func (a *Agent) giveBack(run context.Context, h *locking.Handle, req cluster.Request, keepUntil time.Time) {
+	if late := a.opts.Now().Sub(keepUntil); late >= 0 {
+		a.log.Warn("giving back a manual run request after the backend's keep of its take: its trigger may run nowhere",
+			slog.String("schedule", req.Schedule), slog.String("request", req.ID), slog.Duration("late", late))
+	}
 	wait := resendFirst
 	for sends := 0; ; sends++ {
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(run), 5*time.Second)

@@ -60,7 +60,8 @@ type takeRecord struct {
 	until time.Duration // on the table's elapsed clock
 	at    time.Duration // when the take was first applied: requeue order
 	// heard: its taker renewed or released the take's lock (hearTake):
-	// never requeued, and no longer answering resends; kept for GiveBack.
+	// never requeued, and a trigger's no longer answering resends (a take
+	// with its token takes nothing: resendTake); kept for GiveBack.
 	heard bool
 }
 
@@ -393,10 +394,16 @@ func (l *Locker) grantTake(s *shard, r cluster.TakeReq, token string, req cluste
 func (l *Locker) resendTake(s *shard, r cluster.TakeReq, wall time.Time, now time.Duration) (tk cluster.Taken, ok bool) {
 	k := acceptKey{r.Schedule, r.Token}
 	rec, found := s.taken[k]
-	if !found || rec.heard || now >= rec.until {
-		// None, or its taker heard the take (a Token is resent only
-		// while its take is undecided): a fresh take.
-		return cluster.Taken{}, false
+	if !found || now >= rec.until {
+		return cluster.Taken{}, false // none, or past its keep: a fresh take
+	}
+	if rec.heard && !rec.req.Backfill {
+		// Its taker heard the take (a Token is resent only while its take
+		// is undecided): a late copy, or the token reused. It takes
+		// nothing, and leaves the record to the take's give-back: a
+		// fresh take would replace it, and that give-back would then put
+		// back another trigger and lose its own.
+		return cluster.Taken{}, true
 	}
 	req := rec.req
 	cur, held := s.m[r.Schedule]

@@ -500,8 +500,14 @@ func (l *Locker) TakeRequest(ctx context.Context, r store.TakeReq) (store.Taken,
 		}
 		if mine != nil && resend(mine) {
 			mine.mu.Lock()
-			done := mine.done
+			done, heard := mine.done, mine.heard
 			mine.mu.Unlock()
+			if heard {
+				// Its taker renewed the lock, so it has its answer: a late
+				// copy, or the token reused, takes nothing
+				// (store.Store.TakeRequest).
+				return store.Taken{}, nil
+			}
 			if !done {
 				// This take's own lock, held here: its answer was lost
 				// on its way to the caller. A session's lock has no
@@ -584,9 +590,15 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 		l.release(s)
 		return nil, store.Taken{}, true, err
 	}
-	if v == "none" {
+	switch v {
+	case "none":
 		l.release(s)
 		return nil, store.Taken{}, false, nil
+	case "heard":
+		// The take's taker was heard: this copy takes nothing
+		// (store.Store.TakeRequest).
+		l.release(s)
+		return nil, store.Taken{}, true, nil
 	}
 	var req store.Request
 	jerr := json.Unmarshal(doc, &req)

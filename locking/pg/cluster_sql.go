@@ -378,7 +378,11 @@ FROM l CROSS JOIN un LEFT JOIN tk ON true`
 	//	$6 token  $7 how long the record is kept (µs)
 	//
 	// r: the record, locked. l: the advisory lock, tried only for a
-	// record. v: what is done: none (no record: a fresh take); retake (the
+	// record not heard. v: what is done: none (no record: a fresh take);
+	// heard (its taker renewed or released the take's lock, so it has its
+	// answer: a late copy, or the token reused; nothing is taken and the
+	// row is left for the take's give-back, which a fresh take's ON
+	// CONFLICT would overwrite with another trigger); retake (the
 	// lock was free: the take's lock ended before its taker heard, and only
 	// this record holds the trigger: the lock is taken again, with a new
 	// fence, the record kept anew); held (the lock is held and the key's
@@ -389,14 +393,15 @@ FROM l CROSS JOIN un LEFT JOIN tk ON true`
 	// is dropped). It commits durably, as takeRequestSQL.
 	takeResendSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc),
 r AS MATERIALIZED (
-  SELECT t.seq, t.id, t.request, t.fence FROM bext_taken t
+  SELECT t.seq, t.id, t.request, t.fence, t.heard FROM bext_taken t
   WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text
-    AND t.until > clock_timestamp() AND NOT t.heard AND (SELECT sc FROM c) IS NOT NULL
+    AND t.until > clock_timestamp() AND (SELECT sc FROM c) IS NOT NULL
   FOR UPDATE),
 l AS MATERIALIZED (
-  SELECT CASE WHEN EXISTS (SELECT 1 FROM r) THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok),
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM r WHERE NOT r.heard) THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok),
 v AS MATERIALIZED (
   SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM r) THEN 'none'
+    WHEN (SELECT heard FROM r) THEN 'heard'
     WHEN (SELECT ok FROM l) THEN 'retake'
     WHEN (SELECT fence FROM bext_lock_fences WHERE namespace = $2::text AND key = $3::text) = (SELECT fence FROM r) THEN 'held'
     ELSE 'requeue' END AS v),

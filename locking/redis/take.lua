@@ -8,7 +8,8 @@
 -- name holds the request's id, which only this script reads, so it is built
 -- here, in the same slot), ARGV[6] how long the take's record is kept in
 -- ms ('0': none, the take cannot be resent).
--- Returns {code, fence, request, left}: code 0 empty queue (nothing taken),
+-- Returns {code, fence, request, left}: code 0 nothing taken (an empty
+-- queue, or the token of a trigger's take whose taker was heard),
 -- 1 taken (fence set), 2 the lock is held (contended), 3 contended for a
 -- resent take whose trigger went back to the head of the queue (the caller
 -- indexes the schedule again); request is the head ('' when empty), left
@@ -58,6 +59,15 @@ end
 local rec = false
 if keep ~= '0' then
   rec = redis.call('GET', KEYS[4])
+end
+if rec and redis.call('HEXISTS', pending, token) == 0 and cjson.decode(rec).backfill ~= true then
+  -- A trigger's take whose taker was heard (its renewal or release took
+  -- the token off the pending hash): a late copy of it, or the token
+  -- reused. It takes nothing, and leaves the record to the take's
+  -- give-back: answered from the record it would take or put back a
+  -- trigger that ran; a fresh take would replace the record, and the
+  -- give-back would put back another trigger and lose its own.
+  return {0, 0, '', left()}
 end
 if rec then
   local fence = held and own_fence(held, token, holder)
