@@ -105,4 +105,3 @@ func (d ConfigDrift) String() string {
 	}
 	return strings.Join(parts, " | ")
 }
-
