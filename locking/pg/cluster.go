@@ -717,7 +717,7 @@ func (l *Locker) head(ctx context.Context, schedule string) (*store.Request, err
 
 // GiveBack ends the take h whose run will not start (store.Store's
 // GiveBack): giveBackSQL puts its trigger back in its queue while its
-// bext_taken row is there (heard or not), on any session, durably; then
+// row is there (heard or not), on any session, durably; then
 // h's lock is released on its own session, best effort (a lock already
 // lost, or a release without an answer, ends with its session as any
 // other: the trigger is back in its queue either way, and the next take
