@@ -147,9 +147,18 @@ COMMIT;`
 	// inserts itself). The ranking partitions by a number per trimmed
 	// schedule, not by its text (a collation-aware sort of every candidate
 	// cost most of a trim), and deletes by ctid, which is stable within the
-	// statement (rows are never updated). A batch committed by another
-	// node after this statement's snapshot is not ranked; it is counted,
-	// so the next trim takes it.
+	// statement. (A row is updated only by ins, below, which the trim's
+	// delete of the same row skips: a row is modified once per statement.)
+	// A batch committed by another node after this statement's snapshot
+	// is not ranked; it is counted, so the next trim takes it.
+	//
+	// One record per run id (the primary key): a run recorded again (a
+	// batch resent) is stored once, and a run recorded unstarted
+	// (attempts 0: a manual run given back before it started, recorded
+	// lock_lost under its request's id) is replaced by the real run of
+	// that id (attempts > 0), never the other way (cluster.Store's
+	// RecordRuns). A batch with both keeps the real run (DISTINCT ON: an
+	// upsert may not touch one row twice).
 	//
 	// The stored rows of each trimmed schedule are looked up by its whole
 	// key (a LATERAL lookup that OFFSET 0 keeps from being flattened into
@@ -189,10 +198,14 @@ ins AS (
       attempts, manual, node, result, error, output_tail)
   SELECT $1::text, b.schedule, b.run_id, b.started_ns, b.tick_ns, b.duration_ns, b.fence,
       b.attempts, b.manual, b.node, b.result, b.error, b.output_tail
-  FROM b
+  FROM (SELECT DISTINCT ON (b.schedule, b.run_id) b.* FROM b ORDER BY b.schedule, b.run_id, b.attempts > 0 DESC, b.ord) AS b
   WHERE NOT EXISTS (SELECT 1 FROM rk WHERE rk.new AND rk.rn > $2::bigint AND rk.ord = b.ord)
   ORDER BY b.ord
-  ON CONFLICT (namespace, schedule, run_id) DO NOTHING
+  ON CONFLICT (namespace, schedule, run_id) DO UPDATE
+    SET started_ns = excluded.started_ns, tick_ns = excluded.tick_ns, duration_ns = excluded.duration_ns,
+      fence = excluded.fence, attempts = excluded.attempts, manual = excluded.manual, node = excluded.node,
+      result = excluded.result, error = excluded.error, output_tail = excluded.output_tail
+    WHERE bext_runs.attempts = 0 AND excluded.attempts > 0
   RETURNING 1)
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM tr)`
 
