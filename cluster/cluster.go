@@ -114,7 +114,12 @@ type Store interface {
 	// RecordRuns appends runs to their schedules' histories, keeping the
 	// newest keep of each (older ones are trimmed, not necessarily at
 	// once, but a history never exceeds 2×keep). Fields over their bounds
-	// are cut to MaxErrorLen and MaxOutputTail.
+	// are cut to MaxErrorLen and MaxOutputTail. A run recorded unstarted
+	// (Attempts 0: a manual run given back before it started, recorded
+	// lock_lost under its request's id) is replaced by the real run of the
+	// same schedule and RunID (Attempts > 0) once that one is recorded, by
+	// any node, in any batch; never the other way: an unstarted record of a
+	// run already recorded is not stored.
 	RecordRuns(ctx context.Context, runs []Run, keep int) error
 	// Runs returns up to limit runs of schedule, newest first (by
 	// StartedAt).

@@ -112,6 +112,7 @@ var cases = []testCase{
 	{"Runs/Bound", caseBound},
 	{"Runs/AllFieldsRoundTrip", caseRunFields},
 	{"Runs/JSON", caseRunJSON},
+	{"Runs/UnstartedReplacedByRealRun", caseRunUnstartedReplaced},
 	{"LastRuns", caseLastRuns},
 	{"Nodes/AnnounceSortedAndSchedules", caseNodes},
 	{"Nodes/Expire", caseNodeExpiry},

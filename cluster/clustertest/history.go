@@ -221,3 +221,39 @@ func caseLastRuns(s *suite) {
 		s.t.Fatalf("LastRuns(nil) = %v, want empty", got)
 	}
 }
+
+// A run recorded unstarted (Attempts 0: a manual run given back before it
+// started, recorded lock_lost under its request's id) is replaced by the
+// real run of the same run id once that one is recorded (Attempts > 0),
+// whichever node records it; never the other way: an unstarted record
+// that comes after the real run is not stored. Other runs stay.
+func caseRunUnstartedReplaced(s *suite) {
+	a, b := s.store(), s.store()
+	unstarted := func(sec int, id string) cluster.Run {
+		r := run("job", sec, "node-a")
+		r.RunID, r.Attempts, r.Result, r.Duration, r.Manual = id, 0, "lock_lost", 0, true
+		return r
+	}
+	real := func(sec int, id string) cluster.Run {
+		r := run("job", sec, "node-b")
+		r.RunID, r.Attempts, r.Manual = id, 1, true
+		return r
+	}
+	other := run("job", 2, "node-a")
+	// The unstarted record first, the real run later from another node.
+	u1, r1 := unstarted(1, "req-1"), real(5, "req-1")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{u1, other}, 100), "RecordRuns of the unstarted run")
+	s.wantRuns(s.runs(b, "job", 100), []cluster.Run{other, u1}, "Runs before the real run")
+	s.check(b.RecordRuns(s.ctx, []cluster.Run{r1}, 100), "RecordRuns of the real run")
+	s.wantRuns(s.runs(a, "job", 100), []cluster.Run{r1, other}, "Runs after the real run")
+	// The real run first: a late unstarted record of it is not stored.
+	r2, u2 := real(7, "req-2"), unstarted(8, "req-2")
+	s.check(b.RecordRuns(s.ctx, []cluster.Run{r2}, 100), "RecordRuns of the second real run")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{u2}, 100), "RecordRuns of its late unstarted record")
+	s.wantRuns(s.runs(b, "job", 100), []cluster.Run{r2, r1, other}, "Runs after a late unstarted record")
+	// Both in one batch, the real run first or last: the real run only.
+	u3, r3 := unstarted(9, "req-3"), real(10, "req-3")
+	u4, r4 := unstarted(12, "req-4"), real(11, "req-4")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{u3, r3, r4, u4}, 100), "RecordRuns of both in one batch")
+	s.wantRuns(s.runs(b, "job", 100), []cluster.Run{r4, r3, r2, r1, other}, "Runs after one batch of both")
+}

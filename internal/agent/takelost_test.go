@@ -115,7 +115,7 @@ func takeBackends() map[string]func(t *testing.T) lockBackend {
 					return
 				}
 				defer func() { _ = admin.Close(ctx) }()
-				for _, table := range []string{"bext_lock_fences", "bext_requests", "bext_accepted", "bext_taken"} {
+				for _, table := range []string{"bext_lock_fences", "bext_requests", "bext_accepted", "bext_taken", "bext_taken_heard"} {
 					if _, err := admin.Exec(ctx, `DELETE FROM `+table+` WHERE namespace = $1`, ns); err != nil {
 						t.Logf("cleaning %s: %v", table, err)
 					}

@@ -36,6 +36,10 @@ type clusterState struct {
 	// runs are histories, oldest first by StartedAt, at most 1.25×keep+1
 	// long (see insertRun).
 	runs map[string][]cluster.Run
+	// unstarted counts the runs of a history recorded unstarted
+	// (Attempts 0), which a real run of their id replaces (insertRun);
+	// absent when none.
+	unstarted map[string]int
 	// queues are request queues, oldest first; empty ones are deleted.
 	queues map[string][]cluster.Request
 	// accepted maps a schedule's request id to who took it, and when.
@@ -75,6 +79,7 @@ type acceptance struct {
 func newClusterState() clusterState {
 	return clusterState{
 		runs:            make(map[string][]cluster.Run),
+		unstarted:       make(map[string]int),
 		queues:          make(map[string][]cluster.Request),
 		accepted:        make(map[acceptKey]acceptance),
 		acceptedSweepAt: minAcceptedSweep,
@@ -113,29 +118,70 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		r = cluster.Bound(r)
 		s := l.tab.shardFor(r.Schedule)
 		s.mu.Lock()
-		s.runs[r.Schedule] = insertRun(s.runs[r.Schedule], r, keep)
+		s.recordRun(r, keep)
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// recordRun stores r in its schedule's history, one record per run id
+// for a run recorded unstarted (Attempts 0: a manual run given back
+// before it started, recorded lock_lost under its request's id): the real
+// run of that id (Attempts > 0) replaces it, and an unstarted record of a
+// run already recorded is not stored (cluster.Store's RecordRuns). Only
+// then is the history searched: unstarted runs are rare. The shard's
+// mutex is held.
+func (s *clusterState) recordRun(r cluster.Run, keep int) {
+	h := s.runs[r.Schedule]
+	if r.Attempts == 0 || s.unstarted[r.Schedule] > 0 {
+		for i := len(h) - 1; i >= 0; i-- {
+			if h[i].RunID != r.RunID {
+				continue
+			}
+			if r.Attempts == 0 || h[i].Attempts != 0 {
+				return // recorded already, started or not
+			}
+			h = slices.Delete(h, i, i+1)
+			s.unstarted[r.Schedule]--
+			break
+		}
+	}
+	h, gone := insertRun(h, r, keep)
+	s.runs[r.Schedule] = h
+	n := s.unstarted[r.Schedule] - gone
+	if r.Attempts == 0 {
+		n++
+	}
+	if n > 0 {
+		s.unstarted[r.Schedule] = n
+	} else {
+		delete(s.unstarted, r.Schedule)
+	}
 }
 
 // insertRun puts r into h (oldest first, so the usual newest run is an
 // append) after every run that started at or before it, and trims h to its
 // newest keep once it is a quarter over: trimming copies, so it is done
 // once per keep/4 runs, not per run, and a history holds at most
-// 1.25×keep+1 runs.
-func insertRun(h []cluster.Run, r cluster.Run, keep int) []cluster.Run {
+// 1.25×keep+1 runs. It also returns how many unstarted runs (Attempts
+// 0) it trimmed.
+func insertRun(h []cluster.Run, r cluster.Run, keep int) (_ []cluster.Run, unstartedGone int) {
 	i := len(h)
 	for i > 0 && h[i-1].StartedAt.After(r.StartedAt) {
 		i-- // runs arrive nearly in order: a short walk from the end
 	}
 	h = slices.Insert(h, i, r)
 	if over := len(h) - keep; over > keep/4 {
+		for _, t := range h[:over] {
+			if t.Attempts == 0 {
+				unstartedGone++
+			}
+		}
 		n := copy(h, h[over:])
 		clear(h[n:]) // the trimmed runs' output is garbage now
-		h = h[:n]
+		return h[:n], unstartedGone
 	}
-	return h
+	return h, 0
 }
 
 // Runs returns up to limit runs of schedule, newest first.

@@ -729,12 +729,17 @@ func (l *Locker) head(ctx context.Context, schedule string) (*store.Request, err
 
 // GiveBack ends the take h whose run will not start (store.Store's
 // GiveBack): giveBackSQL puts its trigger back in its queue while its
-// bext_taken row is there (heard or not), on any session, durably; then
-// h's lock is released on its own session, best effort (a lock already
-// lost, or a release without an answer, ends with its session as any
-// other: the trigger is back in its queue either way, and the next take
-// that finds the lock free takes it). Resent after an answer that was not
-// definite, it finds no row and puts nothing back.
+// row is there (heard or not), on any session, durably; then h's lock is
+// released on its own session by a plain release, whether giveBackSQL
+// answered or not: a caller that gives up resending must not leave the
+// lock held for as long as its session lives (advisory locks have no
+// TTL). The plain release is no word that the take was heard, so a take
+// not heard yet keeps its bext_taken row, put back by the next take that
+// finds the lock free, and a heard one keeps its bext_taken_heard row for
+// a resend. A lock already lost, or a release without an answer, ends
+// with its session as any other. Resent (only giveBackSQL then: the lock
+// was released), it finds no row once one give-back was applied, and puts
+// nothing back.
 func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
 	ls, err := l.leaseOf(h)
 	if err != nil {
@@ -743,24 +748,26 @@ func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pg: give back %q: %w", ls.key, err)
 	}
+	var gerr error
 	if ls.req != nil && ls.token != "" {
 		var rows, requeued int64
 		var sc string
 		err := l.withCluster(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 			return conn.QueryRow(ctx, giveBackSQL, l.opts.Namespace, ls.key, ls.token).Scan(&rows, &requeued, &sc)
 		})
-		if err != nil {
-			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
-				return fmt.Errorf("pg: give back %q: %w", ls.key, context.Cause(ctx))
-			}
-			return fmt.Errorf("%w: pg: give back %q: %w", locking.ErrUnavailable, ls.key, err)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
+			gerr = fmt.Errorf("pg: give back %q: %w", ls.key, context.Cause(ctx))
+		default:
+			gerr = fmt.Errorf("%w: pg: give back %q: %w", locking.ErrUnavailable, ls.key, err)
 		}
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if !ls.done {
-		ls.heard = true // its row is gone: a plain release
+		ls.heard = true // a plain release (releaseSQL), never releaseTakeSQL
 		_ = l.unlock(ctx, ls)
 	}
-	return nil
+	return gerr
 }

@@ -12,7 +12,7 @@ const (
   AND to_regclass('bext_requests') IS NOT NULL
   AND to_regclass('bext_accepted') IS NOT NULL
   AND to_regclass('bext_taken') IS NOT NULL
-  AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('bext_taken') AND attname = 'heard' AND NOT attisdropped)`
+  AND to_regclass('bext_taken_heard') IS NOT NULL`
 
 	// createClusterSQL runs under the transaction-level advisory lock that
 	// serialises the creation of bext_lock_fences, as one simple-protocol
@@ -31,14 +31,19 @@ const (
 	// bext_taken keeps, under a take's token, the trigger it took (its
 	// queue row as it was) and the fence of its lock, for the take's
 	// resends (TakeRequest; until bounds how long it answers them) and its
-	// give-back (giveBackSQL). Its taker's word that it heard the take, its
-	// first renewal (hearTakeSQL) or a release of the live lock
-	// (releaseTakeSQL), marks the row heard: it then answers no resend and
-	// never goes back to the queue by itself, and is kept until until, for
-	// a give-back (hearTakeSQL sweeps the schedule's heard rows past it). A
-	// take that finds the schedule's lock free puts the triggers of the
-	// rows not heard back in the queue (takeRequestSQL). heard was added
-	// after the table (ALTER ... IF NOT EXISTS below).
+	// give-back (giveBackSQL), until its taker is heard from. A take that
+	// finds the schedule's lock free puts the triggers of its rows back in
+	// the queue (takeRequestSQL). Its taker's word that it heard the take,
+	// its first renewal (hearTakeSQL) or a release of the live lock
+	// (releaseTakeSQL), moves the row, in that same statement, to
+	// bext_taken_heard: there it answers no resend and never goes back to
+	// the queue by itself, and is kept until until, for a give-back
+	// (hearTakeSQL and releaseTakeSQL sweep the schedule's rows past it).
+	// A row in bext_taken thus means, for every version, a take not heard
+	// back: nodes of the versions before GiveBack, which know only
+	// bext_taken and put back or take every row of it, run beside these
+	// (never reading bext_taken_heard) without running a heard trigger
+	// again. A new table, not a column, so no ALTER right is needed.
 	createClusterSQL = `BEGIN;
 SELECT pg_advisory_xact_lock(1650817140, 0);
 CREATE TABLE IF NOT EXISTS bext_runs (
@@ -101,10 +106,19 @@ CREATE TABLE IF NOT EXISTS bext_taken (
     request   jsonb       NOT NULL,
     fence     bigint      NOT NULL,
     until     timestamptz NOT NULL,
-    heard     boolean     NOT NULL DEFAULT false,
     PRIMARY KEY (namespace, schedule, token)
 );
-ALTER TABLE bext_taken ADD COLUMN IF NOT EXISTS heard boolean NOT NULL DEFAULT false;
+CREATE TABLE IF NOT EXISTS bext_taken_heard (
+    namespace text        NOT NULL,
+    schedule  text        NOT NULL,
+    token     text        NOT NULL,
+    seq       bigint      NOT NULL,
+    id        text        NOT NULL,
+    request   jsonb       NOT NULL,
+    fence     bigint      NOT NULL,
+    until     timestamptz NOT NULL,
+    PRIMARY KEY (namespace, schedule, token)
+);
 COMMIT;`
 
 	// recordRunsSQL stores a batch of runs in one statement and one round
@@ -133,9 +147,18 @@ COMMIT;`
 	// inserts itself). The ranking partitions by a number per trimmed
 	// schedule, not by its text (a collation-aware sort of every candidate
 	// cost most of a trim), and deletes by ctid, which is stable within the
-	// statement (rows are never updated). A batch committed by another
-	// node after this statement's snapshot is not ranked; it is counted,
-	// so the next trim takes it.
+	// statement. (A row is updated only by ins, below, which the trim's
+	// delete of the same row skips: a row is modified once per statement.)
+	// A batch committed by another node after this statement's snapshot
+	// is not ranked; it is counted, so the next trim takes it.
+	//
+	// One record per run id (the primary key): a run recorded again (a
+	// batch resent) is stored once, and a run recorded unstarted
+	// (attempts 0: a manual run given back before it started, recorded
+	// lock_lost under its request's id) is replaced by the real run of
+	// that id (attempts > 0), never the other way (cluster.Store's
+	// RecordRuns). A batch with both keeps the real run (DISTINCT ON: an
+	// upsert may not touch one row twice).
 	//
 	// The stored rows of each trimmed schedule are looked up by its whole
 	// key (a LATERAL lookup that OFFSET 0 keeps from being flattened into
@@ -175,10 +198,14 @@ ins AS (
       attempts, manual, node, result, error, output_tail)
   SELECT $1::text, b.schedule, b.run_id, b.started_ns, b.tick_ns, b.duration_ns, b.fence,
       b.attempts, b.manual, b.node, b.result, b.error, b.output_tail
-  FROM b
+  FROM (SELECT DISTINCT ON (b.schedule, b.run_id) b.* FROM b ORDER BY b.schedule, b.run_id, b.attempts > 0 DESC, b.ord) AS b
   WHERE NOT EXISTS (SELECT 1 FROM rk WHERE rk.new AND rk.rn > $2::bigint AND rk.ord = b.ord)
   ORDER BY b.ord
-  ON CONFLICT (namespace, schedule, run_id) DO NOTHING
+  ON CONFLICT (namespace, schedule, run_id) DO UPDATE
+    SET started_ns = excluded.started_ns, tick_ns = excluded.tick_ns, duration_ns = excluded.duration_ns,
+      fence = excluded.fence, attempts = excluded.attempts, manual = excluded.manual, node = excluded.node,
+      result = excluded.result, error = excluded.error, output_tail = excluded.output_tail
+    WHERE bext_runs.attempts = 0 AND excluded.attempts > 0
   RETURNING 1)
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM tr)`
 
@@ -257,7 +284,7 @@ SELECT coalesce((SELECT array_agg(schedule ORDER BY schedule) FROM busy), '{}'),
 	// taken and not heard back yet (bext_taken), which goes back to its
 	// queue at the next take that finds the lock free.
 	queuedSQL = `SELECT schedule FROM bext_requests WHERE namespace = $1::text
-UNION SELECT schedule FROM bext_taken WHERE namespace = $1::text AND NOT heard ORDER BY schedule`
+UNION SELECT schedule FROM bext_taken WHERE namespace = $1::text ORDER BY schedule`
 
 	requestsSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq`
 
@@ -310,12 +337,12 @@ DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND
   SELECT request FROM bext_requests WHERE namespace = $2::text AND schedule = $3::text ORDER BY seq LIMIT 1),
 c AS MATERIALIZED (
   SELECT set_config('synchronous_commit', 'on', true) AS sc, EXISTS (SELECT 1 FROM q)
-    OR EXISTS (SELECT 1 FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text AND NOT heard) AS queued),
+    OR EXISTS (SELECT 1 FROM bext_taken WHERE namespace = $2::text AND schedule = $3::text) AS queued),
 l AS MATERIALIZED (
   SELECT c.queued, CASE WHEN c.queued THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok FROM c),
 p AS MATERIALIZED (
   SELECT t.token, t.seq, t.id, t.request FROM bext_taken t
-  WHERE (SELECT ok FROM l) AND t.namespace = $2::text AND t.schedule = $3::text AND NOT t.heard
+  WHERE (SELECT ok FROM l) AND t.namespace = $2::text AND t.schedule = $3::text
   FOR UPDATE),
 h0 AS MATERIALIZED (
   SELECT r.seq, r.id, r.backfill, r.request FROM bext_requests r
@@ -361,8 +388,7 @@ rec AS (
     clock_timestamp() + $7::bigint * interval '1 microsecond'
   FROM tk WHERE $6::text <> '' AND NOT tk.backfill
   ON CONFLICT (namespace, schedule, token) DO UPDATE
-    SET seq = excluded.seq, id = excluded.id, request = excluded.request, fence = excluded.fence, until = excluded.until,
-      heard = false
+    SET seq = excluded.seq, id = excluded.id, request = excluded.request, fence = excluded.fence, until = excluded.until
   RETURNING 1),
 un AS MATERIALIZED (
   SELECT CASE WHEN l.ok AND NOT EXISTS (SELECT 1 FROM tk) THEN pg_advisory_unlock($1::bigint) END AS unlocked FROM l)
@@ -435,18 +461,24 @@ SELECT v.v, (SELECT request FROM r), (SELECT fence FROM f), (SELECT count(*) FRO
 FROM v`
 
 	// giveBackSQL is GiveBack's step on the cluster state, on any session:
-	// the take's bext_taken row, heard or not, is dropped and its trigger
-	// goes back to its queue at its own place (seq; not twice: the request
-	// id is unique), in one statement that commits durably. No row (given
+	// the take's row, heard (bext_taken_heard) or not (bext_taken), is
+	// dropped and its trigger goes back to its queue at its own place
+	// (seq; not twice: the request id is unique), in one statement that
+	// commits durably. No row (given
 	// back already, put back by a take that found the lock free, or
 	// swept): nothing. The lock is released after it, on its own session.
 	//
 	//	$1 namespace  $2 schedule  $3 the take's token
 	giveBackSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc),
-d AS (
+d0 AS (
   DELETE FROM bext_taken t
   WHERE t.namespace = $1::text AND t.schedule = $2::text AND t.token = $3::text AND (SELECT sc FROM c) IS NOT NULL
   RETURNING t.seq, t.id, t.request),
+d1 AS (
+  DELETE FROM bext_taken_heard t
+  WHERE t.namespace = $1::text AND t.schedule = $2::text AND t.token = $3::text AND (SELECT sc FROM c) IS NOT NULL
+  RETURNING t.seq, t.id, t.request),
+d AS (SELECT * FROM d0 UNION ALL SELECT * FROM d1),
 rq AS (
   INSERT INTO bext_requests (namespace, schedule, seq, id, backfill, request) OVERRIDING SYSTEM VALUE
   SELECT $1::text, $2::text, d.seq, d.id, false, d.request FROM d

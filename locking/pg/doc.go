@@ -146,6 +146,35 @@
 // The table is found through the session's search_path (set it in the URL,
 // e.g. options=-csearch_path%3Dbext, to keep it out of public).
 //
+// # The cluster tables
+//
+// The cluster state (cluster.Store: runs, nodes, manual-run queues and
+// takes) lives in bext_runs, bext_run_counts, bext_nodes, bext_requests,
+// bext_accepted, bext_taken and bext_taken_heard, created on first use
+// with CREATE TABLE IF NOT EXISTS (see createClusterSQL for their
+// columns); a role without CREATE works once they all exist. Nothing is
+// altered in place: bext_taken_heard, added with cluster.Store.GiveBack,
+// is a table of its own, so upgrading needs the CREATE right once, never
+// ALTER, or an operator runs:
+//
+//	CREATE TABLE IF NOT EXISTS bext_taken_heard (
+//	    namespace text        NOT NULL,
+//	    schedule  text        NOT NULL,
+//	    token     text        NOT NULL,
+//	    seq       bigint      NOT NULL,
+//	    id        text        NOT NULL,
+//	    request   jsonb       NOT NULL,
+//	    fence     bigint      NOT NULL,
+//	    until     timestamptz NOT NULL,
+//	    PRIMARY KEY (namespace, schedule, token)
+//	);
+//
+// Nodes of earlier versions run beside these on the same tables: they
+// never read bext_taken_heard, and a row of bext_taken means a take not
+// heard back for every version. (A build of this branch between GiveBack
+// and this table marked heard takes in a bext_taken column, heard; rows it
+// marked would be read as not heard here: do not run it beside this one.)
+//
 // # Connection poolers
 //
 // Behind a transaction-pooling PgBouncer consecutive transactions of one

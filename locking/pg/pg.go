@@ -120,9 +120,9 @@ type lease struct {
 
 	// req is set for a TakeRequest's lease (token is then the take's): a
 	// resend of that take is answered from it. heard says its taker's word
-	// that it heard the take (a renewal) has deleted the take's
-	// bext_taken row (Renew), so that its trigger never goes back to its
-	// queue (takeRequestSQL).
+	// that it heard the take (a renewal) has moved the take's bext_taken
+	// row to bext_taken_heard (Renew), so that its trigger never goes back
+	// to its queue by itself (takeRequestSQL).
 	req   *store.Request
 	heard bool
 	// closing: released by Close (releaseTakeSQL is not used).
@@ -406,9 +406,9 @@ func (l *Locker) Renew(ctx context.Context, h *locking.Handle) error {
 	return nil
 }
 
-// hearTake deletes the bext_taken row of ls's take on its first renewal:
-// its taker heard the take, and its trigger must never go back to its
-// queue. The lock was held at the check just before; a row already gone
+// hearTake moves the bext_taken row of ls's take to bext_taken_heard on
+// its first renewal: its taker heard the take, and its trigger must never
+// go back to its queue by itself. The lock was held at the check just before; a row already gone
 // was requeued by a take that found the lock free (its session died
 // since) or given back by a resend: the lock is lost, and the trigger is
 // not ours to run. ls.mu must be held.

@@ -358,32 +358,42 @@ SELECT r.ok, (SELECT count(*) FROM f) FROM r`
 
 	// releaseTakeSQL gives back a TakeRequest's lock whose taker was not
 	// heard yet (no renewal: Renew's hearTake) and, if it was still held,
-	// marks the take's bext_taken row heard: a release of a live take is
-	// its taker's word that it heard (and ran the trigger, or gives it
-	// back: GiveBack), so the trigger never goes back to its queue by
-	// itself (takeRequestSQL). A lock lost first keeps its row unheard:
-	// its taker never started the trigger.
+	// moves the take's bext_taken row to bext_taken_heard (moveTakeSQL): a
+	// release of a live take is its taker's word that it heard (and ran
+	// the trigger, or gives it back: GiveBack), so the trigger never goes
+	// back to its queue by itself (takeRequestSQL). A lock lost first
+	// keeps its row in bext_taken: its taker never started the trigger.
 	//
 	//	$1 lock id  $2 namespace  $3 schedule  $4 the take's token
 	releaseTakeSQL = `WITH r AS MATERIALIZED (SELECT pg_advisory_unlock($1::bigint) AS ok),
-d AS (UPDATE bext_taken SET heard = true
+d AS (DELETE FROM bext_taken
   WHERE namespace = $2::text AND schedule = $3::text AND token = $4::text AND (SELECT ok FROM r)
-  RETURNING 1)
+  RETURNING namespace, schedule, token, seq, id, request, fence, until),` + moveTakeSQL + `
 SELECT r.ok FROM r`
 
-	// hearTakeSQL marks a take's bext_taken row heard on its first renewal
-	// (Renew's hearTake), and counts it; the row stays until its until,
-	// for a give-back (giveBackSQL). The schedule's other heard rows past
-	// their until are swept here.
+	// hearTakeSQL moves a take's bext_taken row to bext_taken_heard on its
+	// first renewal (Renew's hearTake), and counts it; the row stays there
+	// until its until, for a give-back (giveBackSQL).
 	//
 	//	$1 namespace  $2 schedule  $3 the take's token
-	hearTakeSQL = `WITH d AS (UPDATE bext_taken SET heard = true
-  WHERE namespace = $1::text AND schedule = $2::text AND token = $3::text
-  RETURNING 1),
-s AS (DELETE FROM bext_taken
-  WHERE namespace = $1::text AND schedule = $2::text AND token <> $3::text AND heard AND until < clock_timestamp()
-  RETURNING 1)
+	hearTakeSQL = `WITH d AS (DELETE FROM bext_taken WHERE namespace = $1::text AND schedule = $2::text AND token = $3::text
+  RETURNING namespace, schedule, token, seq, id, request, fence, until),` + moveTakeSQL + `
 SELECT count(*) FROM d`
+
+	// moveTakeSQL ends hearTakeSQL's and releaseTakeSQL's WITH: it
+	// stores the row d deleted from bext_taken in bext_taken_heard, in the
+	// same statement (the row is in one table or the other, for every
+	// reader), and sweeps the schedule's heard rows past their until but
+	// the one moved (a row is modified once per statement).
+	moveTakeSQL = `
+m AS (INSERT INTO bext_taken_heard AS t (namespace, schedule, token, seq, id, request, fence, until)
+  SELECT * FROM d
+  ON CONFLICT (namespace, schedule, token) DO UPDATE
+    SET seq = excluded.seq, id = excluded.id, request = excluded.request, fence = excluded.fence, until = excluded.until
+  RETURNING 1),
+s AS (DELETE FROM bext_taken_heard t USING (SELECT DISTINCT namespace, schedule, token FROM d) x
+  WHERE t.namespace = x.namespace AND t.schedule = x.schedule AND t.token <> x.token AND t.until < clock_timestamp()
+  RETURNING 1)`
 
 	// forgetTickSQL forgets a released grant as releaseTickSQL does, on any
 	// session, when its own session could not: it died (or the unlock

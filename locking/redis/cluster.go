@@ -29,9 +29,10 @@ var _ cluster.Store = (*Locker)(nil)
 // the live nodes and the index of schedules with requests. None ends with
 // '}' or holds "}:tick:" and digits, which is how List skips them.
 const (
-	runsSuffix     = ":runs"     // sorted set: run JSON scored by StartedAt in µs
-	requestsSuffix = ":requests" // list: request JSON, oldest first
-	takenSuffix    = ":taken:"   // + a take's token: the request it took; kept cluster.TakeKeep
+	runsSuffix      = ":runs"           // sorted set: run JSON scored by StartedAt in µs
+	unstartedSuffix = ":runs:unstarted" // hash: run id -> member of a run recorded with Attempts 0 (record.lua)
+	requestsSuffix  = ":requests"       // list: request JSON, oldest first
+	takenSuffix     = ":taken:"         // + a take's token: the request it took; kept cluster.TakeKeep
 	// pendingSuffix (":pending", built in take.lua, renew.lua, release.lua
 	// and releases.lua): a hash of the triggers taken and not heard back
 	// yet, by token (take.lua says when they go back to the queue).
@@ -114,7 +115,9 @@ type storedNode struct {
 // record.lua (ZADD, then ZREMRANGEBYRANK to keep, atomically), all in one
 // pipelined round trip; a Cluster client sends each script to its slot's
 // node (a MULTI cannot span slots). A run recorded again (a resend) is
-// the same member and is stored once.
+// the same member and is stored once. A run recorded unstarted (Attempts
+// 0) is replaced by the real run of its id, never the other way
+// (record.lua).
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
 	if err := cluster.CheckKeep(keep); err != nil {
 		return err
@@ -131,7 +134,7 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		return nil
 	}
 	// Arguments of each schedule's script, in order of first appearance:
-	// keep, then score and member of each run.
+	// keep, then score, member, run id and whether started of each run.
 	var order []string
 	args := make(map[string][]any)
 	keepArg := strconv.Itoa(keep)
@@ -147,7 +150,11 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 			a = []any{keepArg}
 		}
 		// µs since the epoch are exact in a double (the score) until 2255.
-		args[r.Schedule] = append(a, strconv.FormatInt(r.StartedAt.UnixMicro(), 10), b)
+		started := "0"
+		if r.Attempts > 0 {
+			started = "1"
+		}
+		args[r.Schedule] = append(a, strconv.FormatInt(r.StartedAt.UnixMicro(), 10), b, r.RunID, started)
 	}
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
@@ -155,7 +162,7 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		for _, s := range order {
 			// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT;
 			// the script's text is small beside the runs.
-			recordScript.Eval(opCtx, p, []string{l.lockKey(s) + runsSuffix}, args[s]...)
+			recordScript.Eval(opCtx, p, []string{l.lockKey(s) + runsSuffix, l.lockKey(s) + unstartedSuffix}, args[s]...)
 		}
 		return nil
 	})

@@ -24,7 +24,9 @@
 // requests), off the tick's critical path:
 //
 //   - RecordRuns runs record.lua per schedule (ZADD, then ZREMRANGEBYRANK
-//     to keep, atomically), all schedules in one pipelined round trip;
+//     to keep, atomically), all schedules in one pipelined round trip; a
+//     run recorded unstarted (Attempts 0) is indexed by run id in a hash
+//     beside the history, so the real run of that id replaces it;
 //     LastRuns reads the newest run of 500 schedules per round trip.
 //   - TakeRequest runs take.lua: the schedule's lock (the grant and fence of
 //     acquire.lua), the head of its request queue, a trigger's LPOP and the
