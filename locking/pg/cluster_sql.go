@@ -403,8 +403,9 @@ FROM l CROSS JOIN un LEFT JOIN tk ON true`
 	//	$1 lock id  $2 namespace  $3 schedule  $4 holder  $5 node
 	//	$6 token  $7 how long the record is kept (µs)
 	//
-	// r: the record, locked. l: the advisory lock, tried only for a
-	// record not heard. v: what is done: none (no record: a fresh take);
+	// r: the record, locked: heard (bext_taken_heard, rh) before not
+	// (bext_taken, r0). l: the advisory lock, tried only for a record not
+	// heard. v: what is done: none (no record: a fresh take);
 	// heard (its taker renewed or released the take's lock, so it has its
 	// answer: a late copy, or the token reused; nothing is taken and the
 	// row is left for the take's give-back, which a fresh take's ON
@@ -418,11 +419,18 @@ FROM l CROSS JOIN un LEFT JOIN tk ON true`
 	// trigger goes back to its queue at its own place, seq, and the record
 	// is dropped). It commits durably, as takeRequestSQL.
 	takeResendSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc),
-r AS MATERIALIZED (
-  SELECT t.seq, t.id, t.request, t.fence, t.heard FROM bext_taken t
+rh AS MATERIALIZED (
+  SELECT t.seq, t.id, t.request, t.fence, true AS heard FROM bext_taken_heard t
   WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text
     AND t.until > clock_timestamp() AND (SELECT sc FROM c) IS NOT NULL
   FOR UPDATE),
+r0 AS MATERIALIZED (
+  SELECT t.seq, t.id, t.request, t.fence, false AS heard FROM bext_taken t
+  WHERE t.namespace = $2::text AND t.schedule = $3::text AND t.token = $6::text
+    AND t.until > clock_timestamp() AND (SELECT sc FROM c) IS NOT NULL
+  FOR UPDATE),
+r AS MATERIALIZED (
+  SELECT * FROM rh UNION ALL SELECT * FROM r0 WHERE NOT EXISTS (SELECT 1 FROM rh)),
 l AS MATERIALIZED (
   SELECT CASE WHEN EXISTS (SELECT 1 FROM r WHERE NOT r.heard) THEN pg_try_advisory_lock($1::bigint) ELSE false END AS ok),
 v AS MATERIALIZED (
