@@ -359,9 +359,14 @@ func (c *cluster) checkOverlap(all []run) []violation {
 // of steps of the fake clock.)
 func (c *cluster) checkHistory(all []run) []violation {
 	c.ledger.mu.Lock()
-	hist := map[string]histRec{}
-	for _, h := range c.history { // by run id and the life that wrote it, as runs keys them
-		hist[fmt.Sprint(h.RunID, "/", h.Node, "/", h.life)] = h
+	// By run id and the life that wrote it, as runs keys them; a run id
+	// may have several records of one life (a backfilled tick stays
+	// queued until Done: the same node can take it again once its first
+	// run lost its lock), told apart by their fences.
+	hist := map[string][]histRec{}
+	for _, h := range c.history {
+		k := fmt.Sprint(h.RunID, "/", h.Node, "/", h.life)
+		hist[k] = append(hist[k], h)
 	}
 	died := map[[2]any]time.Time{}
 	for _, l := range c.lives {
@@ -378,7 +383,14 @@ func (c *cluster) checkHistory(all []run) []violation {
 		if d, ok := died[[2]any{r.node, r.life}]; ok && (r.end.After(d.Add(-c.maxTTL()-2*step)) || c.faulty(r.node, r.end, d)) {
 			continue
 		}
-		h, ok := hist[fmt.Sprint(r.runID, "/", r.node, "/", r.life)]
+		hs := hist[fmt.Sprint(r.runID, "/", r.node, "/", r.life)]
+		h, ok := histRec{}, len(hs) > 0
+		for _, x := range hs {
+			h = x
+			if x.Fence == r.fence {
+				break
+			}
+		}
 		switch {
 		case !ok:
 			vs = append(vs, violation{inv: invHistory, at: r.end, msg: fmt.Sprintf("run not in history: %v", r)})

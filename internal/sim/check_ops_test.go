@@ -366,3 +366,20 @@ func TestCheckBackfillRetakenBeforeItsDone(t *testing.T) {
 		})
 	}
 }
+
+// A backfilled tick stays queued until Done, so the node that ran it can
+// take it again (its first run lost its lock): two runs of one run id on
+// one life, told apart by their fences, each with its record (seeds
+// 440914, 432504 and 17 more of the release run: the checker kept one
+// record per run id and life, and called the other run's record wrong).
+func TestCheckHistoryTwoRunsOfOneBackfillOnOneLife(t *testing.T) {
+	c := handMade(scheduler.OverlapAllow)
+	c.everyTick(-1)
+	c.ranManual("node-0", "bf-0", 4_000, 201, true)
+	c.ranManual("node-0", "bf-0", 4_000, 202, true)
+	for _, v := range c.check() {
+		if v.inv == invHistory {
+			t.Errorf("%s: %s", v.inv, v.msg)
+		}
+	}
+}
