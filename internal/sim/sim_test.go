@@ -119,6 +119,7 @@ var triagedSeeds = []uint64{
 	193, 232827, 289678, 300100, 330012, 343749, 358971, 366805,
 	367797, 381272, 398750, 400975, 301401,
 	224013, 282755, 301302, // the known hole of a lost confirmation, closed by GiveBack
+	432504, 440914, 443090, 477634, // a backfill retaken by the node that ran it: two records of one run id
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
