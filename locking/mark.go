@@ -17,15 +17,19 @@ type MarkReader interface {
 }
 
 // DecidedUntil is the latest tick time of a key that is decided for
-// good, given its stored mark (ok false when missing), the caller's clock
-// and the clock-skew tolerance: the mark, or, when it is missing, now
-// minus maxSkew (what try-lock-tick counts a missing mark as); never past
-// now. A tick at or before it is answered done by every try-lock-tick
-// from now on; a later one may still be granted, on time or late within
-// its catch-up window.
-func DecidedUntil(mark time.Time, ok bool, now time.Time, maxSkew time.Duration) time.Time {
+// good, given its stored mark (ok false when missing) and the caller's
+// clock; never past now. A tick at or before it is answered done by every
+// try-lock-tick from now on (unless the backend loses or rewinds the
+// mark); a later one may still be granted, on time or late within its
+// catch-up window. A missing mark decides nothing (the zero time):
+// try-lock-tick counts it as the backend's time minus max_clock_skew, and
+// the caller's clock, which may be ahead of the backend's (within the
+// skew or beyond it), cannot tell which ticks that passed (sim seed
+// 432663: a node 2.4s ahead backfilled a tick the backend then granted to
+// its regular run).
+func DecidedUntil(mark time.Time, ok bool, now time.Time) time.Time {
 	if !ok {
-		mark = now.Add(-maxSkew)
+		return time.Time{}
 	}
 	if mark.After(now) {
 		return now

@@ -172,8 +172,7 @@ func (s *Scheduler) confirmTake(l *lease) error {
 }
 
 // checkDecided refuses m's tick when the schedule's mark has not passed
-// it (a missing mark counts as now minus MaxClockSkew, as try-lock-tick
-// counts it). A backend without marks to read has no regular tick to
+// it (a missing mark passed nothing: locking.DecidedUntil). A backend without marks to read has no regular tick to
 // race: nothing is refused.
 func (s *Scheduler) checkDecided(m Manual) error {
 	mr, ok := s.opts.Locker.(locking.MarkReader)
@@ -189,7 +188,7 @@ func (s *Scheduler) checkDecided(m Manual) error {
 	case err != nil:
 		return fmt.Errorf("scheduler: reading the tick mark of %q for a backfill: %w", m.ID, err)
 	}
-	if until := locking.DecidedUntil(mark, ok, s.clock.Now(), s.opts.MaxClockSkew); m.Tick.After(until) {
+	if until := locking.DecidedUntil(mark, ok, s.clock.Now()); m.Tick.After(until) {
 		return fmt.Errorf("%w: %q tick %s, decided until %s", ErrTickUndecided, m.ID,
 			m.Tick.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
 	}

@@ -174,14 +174,21 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 
 // checkDecided refuses a range of d that holds a tick past its tick mark
 // (or past now): a backfill never reaches past them, so it never runs a
-// tick its regular run may still claim. A missing mark counts as now
-// minus max_clock_skew, as try-lock-tick counts it.
+// tick its regular run may still claim. A missing mark counts here as now
+// minus max_clock_skew, as try-lock-tick counts it on the backend's clock;
+// the node that takes the request decides on the mark it reads then.
 func (s *Service) checkDecided(ctx context.Context, d def, from, to time.Time) error {
 	mark, ok, err := s.store.Mark(ctx, d.id)
 	if err != nil {
 		return backendErr("reading the schedule's tick mark", err)
 	}
-	bound := locking.DecidedUntil(mark, ok, s.now(), s.maxSkew)
+	bound := locking.DecidedUntil(mark, ok, s.now())
+	if !ok {
+		// A first look only: the node that takes each request reads the
+		// mark again and drops a tick that is not decided then; a missing
+		// mark decides nothing there.
+		bound = s.now().Add(-s.maxSkew)
+	}
 	first := d.spec.Next(maxTime(from.Add(-time.Nanosecond), bound))
 	if first.IsZero() || first.After(to) {
 		return nil

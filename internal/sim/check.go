@@ -498,13 +498,20 @@ func (c *cluster) checkGrantsRun(all []run) []violation {
 		// A node that crashed or stopped with the grant in hand writes
 		// nothing of it. With the reply lost, the grant is in its hands
 		// for as long as it resends (locking.GrantKeep: twice the TTL on
-		// the memory backend) and its last resend waits for an answer (up
-		// to a TTL more), not one TTL (seed 201230: reply lost, resent at
-		// +4s, crashed at +5s, TTL 4s; 217034: the last resend, sent just
-		// before the keep ended, lost, the node crashed waiting for it).
+		// the memory backend) and its last resend waits for an answer,
+		// not one TTL (seed 201230: reply lost, resent at +4s, crashed at
+		// +5s, TTL 4s; 217034: the last resend, sent just before the keep
+		// ended, lost, the node crashed waiting for it). That answer
+		// comes when its batch's does: a batch of try-lock-ticks waits
+		// for the latest deadline among its requests (scheduler's
+		// batchContext), another schedule's TTL (a first attempt) or the
+		// keep of another's resends, each request then given its own
+		// context's error (seeds 477050, 493444: the last resend of a 4s
+		// and a 5s TTL in a batch with a 13s and an 11s one, the node
+		// crashed 12.048s and 19.7s after the grant, still waiting).
 		hold := g.ttl
 		if !g.delivered {
-			hold = locking.GrantKeep(g.ttl, 0) + g.ttl
+			hold = locking.GrantKeep(g.ttl, 0) + locking.GrantKeep(max(g.ttl, c.maxTTL()), 0)
 		}
 		if c.lifeEndedWithin(g.node, g.life, g.at, g.at.Add(hold)) {
 			continue

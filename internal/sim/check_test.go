@@ -300,3 +300,39 @@ func TestCheckGrantHeardThroughItsResend(t *testing.T) {
 		}
 	}
 }
+
+// A grant whose reply was lost stays in its node's hands while the node
+// resends (locking.GrantKeep from the grant), and its last resend is
+// answered when its batch is: batched try-lock-ticks wait for the latest
+// deadline of the batch (scheduler's batchContext), another schedule's
+// TTL, or its resends' keep, not the grant's own TTL (seeds 477050 and
+// 493444: TTLs 4s and 5s, the last resend in a batch with a 13s and an
+// 11s TTL, the node crashed 12.048s and 19.7s after the grant, still
+// waiting). A node that crashed within that is excused; one that crashed
+// later is not.
+func TestCheckLostReplyWhoseNodeCrashedWaitingOnItsBatch(t *testing.T) {
+	for _, crashAfter := range []time.Duration{25 * time.Second, 45 * time.Second} {
+		c := handMade(scheduler.OverlapSkip)
+		c.plan.span = 60 * time.Second
+		c.plan.scheds = append(c.plan.scheds, schedPlan{period: time.Minute, Schedule: scheduler.Schedule{ID: "s9",
+			CronExpr: "0 * * * * *", Hint: hints.RequireGlobal, Overlap: scheduler.OverlapSkip, ExpectedRuntime: 10 * time.Second}})
+		c.everyTick(4)
+		tk := t0.Add(4 * time.Second)
+		c.plan.nodes[0].lives[0].to = tk.Add(crashAfter)
+		seq := c.seq.Add(2)
+		c.grants.add(grant{node: "node-0", key: "s0", tick: tk, fence: 4, token: "t4",
+			ttl: 8 * time.Second, at: tk, issued: seq - 1, returned: seq})
+		var lost []violation
+		for _, v := range c.check() {
+			if v.inv == invLost {
+				lost = append(lost, v)
+			}
+		}
+		if crashAfter == 25*time.Second && len(lost) != 0 {
+			t.Errorf("a lost reply's node crashed %v after the grant, its last resend's batch (a 12s TTL in it) still waiting: %+v; want excused", crashAfter, lost)
+		}
+		if crashAfter == 45*time.Second && len(lost) == 0 {
+			t.Errorf("a lost reply's node crashed %v after the grant, past its resends and their batches: no violation; want %q", crashAfter, invLost)
+		}
+	}
+}

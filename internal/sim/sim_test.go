@@ -120,6 +120,8 @@ var triagedSeeds = []uint64{
 	367797, 381272, 398750, 400975, 301401,
 	224013, 282755, 301302, // the known hole of a lost confirmation, closed by GiveBack
 	432504, 440914, 443090, 477634, // a backfill retaken by the node that ran it: two records of one run id
+	432663,         // a backfill accepted on a missing mark by a node ahead of the backend
+	477050, 493444, // a lost reply's node crashed while its last resend waited for its batch
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
