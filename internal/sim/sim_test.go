@@ -122,6 +122,11 @@ var triagedSeeds = []uint64{
 	432504, 440914, 443090, 477634, // a backfill retaken by the node that ran it: two records of one run id
 	432663,         // a backfill accepted on a missing mark by a node ahead of the backend
 	477050, 493444, // a lost reply's node crashed while its last resend waited for its batch
+	// a take whose job never started given back without Done (9a97fde)
+	441315, 441988, 462024,
+	// the rest of the 100,000-seed run on 5728067, passing since
+	433246, 433806, 445169, 452198, 452522, 462562, 467086, 469339,
+	477149, 477369, 484813, 485718, 490774, 502011, 507718, 511163, 529023,
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
