@@ -383,3 +383,34 @@ func TestCheckHistoryTwoRunsOfOneBackfillOnOneLife(t *testing.T) {
 		}
 	}
 }
+
+// A grant applied after its node crashed (the request held in a hang or
+// a stall, applied once the node was gone) has nobody to run it: the node
+// died holding it, as one that crashed just after (seed 433806: crashed
+// at +67.527s in a hang window, its catch-up try granted at +69s). A grant
+// to a live node that started nothing is still a violation.
+func TestCheckGrantAppliedAfterItsNodeCrashed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		crash    time.Duration // the life's end, from t0; 30s: none in the span
+		violates bool
+	}{
+		{"crashed before the grant", 10 * time.Second, false},
+		{"alive", 30 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := handMade(scheduler.OverlapAllow)
+			c.plan.nodes[0].lives[0].to = t0.Add(tc.crash)
+			seq := c.seq.Add(2)
+			c.grants.add(grant{node: "node-0", key: "s0", tick: t0.Add(11 * time.Second), fence: 9, token: "late",
+				ttl: 3 * time.Second, at: t0.Add(12 * time.Second), issued: seq - 1, returned: seq, delivered: true})
+			lost := false
+			for _, v := range c.check() {
+				lost = lost || v.inv == invLost
+			}
+			if lost != tc.violates {
+				t.Fatalf("invariant 2 violated: %v, want %v", lost, tc.violates)
+			}
+		})
+	}
+}

@@ -51,7 +51,10 @@ type cluster struct {
 	// fake is clock when it is the fake one; nil in real time, where
 	// nominal is the plan's time the harness's loop has reached: the time
 	// it waited for, a little before time.Now() when it acts (now).
-	fake    *fakeclock.Clock
+	fake *fakeclock.Clock
+	// lapsed: lapseAll moved the fake clock past every lock, once the
+	// cluster stopped (the checks only).
+	lapsed  bool
 	nominal time.Time
 }
 
