@@ -229,8 +229,10 @@ type Store interface {
 	// Done: for one, GiveBack is a release. Only a taker that did not start
 	// the run may call it: a run that started, given back, would run twice.
 	GiveBack(ctx context.Context, h *locking.Handle) error
-	// Done removes a backfill request from the head of its queue once its
-	// run ended (whatever the result). It is a no-op for a trigger.
+	// Done removes a backfill request from its queue once its run ended
+	// (whatever the result), wherever it is in the queue: a trigger put
+	// back at the head while it ran must not keep it queued. It is a no-op
+	// for a trigger, and for a request no longer queued.
 	Done(ctx context.Context, req Request) error
 	// Accepted reports which node took request id (empty while nobody
 	// has): how `trigger` knows its request was accepted. Kept for a day.

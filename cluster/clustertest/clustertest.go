@@ -28,8 +28,9 @@
 //     next take of the free lock takes it; one whose taker renewed or
 //     released the lock does not, and a take carrying that take's token
 //     (a late copy) takes nothing and leaves its record to GiveBack;
-//   - Done removes a backfill only while it is the head (a second Done of
-//     the same request leaves the next tick alone);
+//   - Done removes its backfill tick wherever it is in the queue (a
+//     trigger put back at the head while it ran does not keep it queued)
+//     and nothing else (a second Done of it leaves the next tick alone);
 //   - an Enqueue refused with ErrBusy stores none of its requests;
 //   - a cancelled context makes every method fail.
 //
@@ -139,6 +140,7 @@ var cases = []testCase{
 	{"GiveBack/AfterRequeuedNotTwice", caseGiveBackAfterRequeued},
 	{"GiveBack/Backfill", caseGiveBackBackfill},
 	{"Backfill/ResumableUntilDone", caseBackfill},
+	{"Backfill/DoneNotAtTheHead", caseBackfillDoneNotAtHead},
 	{"Backfill/SecondIsBusy", caseBackfillBusy},
 	{"Backfill/RaceOneTaker", caseBackfillRace},
 	{"Accepted", caseAccepted},

@@ -46,6 +46,23 @@ func caseBackfill(s *suite) {
 	s.wantQueued(a, nil, "after the whole backfill")
 }
 
+// Done removes its backfill tick when another request heads the queue (a
+// trigger put back at the head while the tick ran: a give-back, an
+// unheard take's requeue). Left there, the tick ran again on the next take
+// (sim seed 542433: a backfill run twice).
+func caseBackfillDoneNotAtHead(s *suite) {
+	a, b := s.store(), s.store()
+	b1, b2 := request("job", "b1", 60, true), request("job", "b2", 120, true)
+	s.check(a.Enqueue(s.ctx, []cluster.Request{b1, b2}), "Enqueue of a backfill")
+	s.check(b.Done(s.ctx, b2), "Done(b2) behind b1")
+	s.wantQueue(a, "job", []cluster.Request{b1}, "after Done(b2), not the head")
+	s.check(b.Done(s.ctx, b2), "Done(b2) again")
+	s.wantQueue(a, "job", []cluster.Request{b1}, "after a second Done(b2)")
+	s.check(b.Done(s.ctx, b1), "Done(b1)")
+	s.wantQueue(a, "job", nil, "after Done(b1)")
+	s.wantQueued(a, nil, "after Done(b1)")
+}
+
 // While a backfill is queued another is refused with ErrBusy and stores
 // nothing; triggers are still welcome; once it is done a new one is too.
 // Other schedules are unaffected.

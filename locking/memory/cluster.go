@@ -623,8 +623,16 @@ func (l *Locker) Done(ctx context.Context, req cluster.Request) error {
 	s := l.tab.shardFor(req.Schedule)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q := s.queues[req.Schedule]; len(q) > 0 && q[0].Backfill && q[0].ID == req.ID {
-		s.popHead(req.Schedule)
+	q := s.queues[req.Schedule]
+	for i := range q {
+		if q[i].Backfill && q[i].ID == req.ID {
+			if i == 0 {
+				s.popHead(req.Schedule)
+			} else {
+				s.queues[req.Schedule] = slices.Delete(q, i, i+1)
+			}
+			break
+		}
 	}
 	return nil
 }

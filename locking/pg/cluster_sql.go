@@ -288,13 +288,13 @@ UNION SELECT schedule FROM bext_taken WHERE namespace = $1::text ORDER BY schedu
 
 	requestsSQL = `SELECT request FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text ORDER BY seq`
 
-	// doneSQL removes a finished backfill tick while it is its queue's
-	// head (a second Done of it leaves the next tick alone), durably (a
-	// lost removal would hand the tick to another node again).
+	// doneSQL removes a finished backfill tick from its queue, wherever it
+	// is (a trigger put back at the head while it ran must not keep it
+	// queued; a second Done of it finds nothing), durably (a lost removal
+	// would hand the tick to another node again).
 	doneSQL = `WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'on', true) AS sc)
 DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text
-  AND backfill AND (SELECT sc FROM c) IS NOT NULL
-  AND seq = (SELECT min(seq) FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text)`
+  AND backfill AND (SELECT sc FROM c) IS NOT NULL`
 
 	acceptedSQL = `SELECT node FROM bext_accepted WHERE namespace = $1::text AND schedule = $2::text AND id = $3::text`
 
