@@ -284,7 +284,8 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // Ready is closed once Run has started the server and is about to fire
-// ticks.
+// ticks. It is never closed when Run fails first (the server could not
+// listen): wait on Run's return too.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // Addr is the HTTP server's address once Ready ("" with the server off,
