@@ -298,13 +298,8 @@ func (s *Scheduler) catchUpTickLocked(st *schedState, now time.Time) time.Time {
 
 // tryLateLocked makes the catch-up's try of st's tick, in flight from now
 // on (submitTries hands it out).
-func (s *Scheduler) tryLateLocked(st *schedState, tick, now time.Time) action {
-	// Not counted as running (st.active) until granted: a try that is
-	// only asking must not make the schedule's next regular tick skip as
-	// still_running (handleTick counts it once granted).
-	s.inflight++
-	s.wg.Add(1)
-	return action{f: fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick), catchup: true}}
+func (s *Scheduler) tryLateLocked(st *schedState, at, now time.Time) action {
+	return action{t: s.newTickLocked(st, at, now, true)}
 }
 
 // submitTries hands out the catch-up's tries made by tryLateLocked.
@@ -313,11 +308,12 @@ func (s *Scheduler) submitTries(acts []action) {
 		return
 	}
 	b := s.newBurst(acts)
-	for i := range acts {
-		acts[i].f.burst = b
-		s.log.Debug("catch-up: trying a tick this node has not seen decided", slog.String("schedule", acts[i].f.def.ID),
-			slog.String("tick", acts[i].f.tick.Format(time.RFC3339)), slog.Duration("late", acts[i].f.lateness))
-		s.work.submit(task{f: acts[i].f})
+	for _, a := range acts {
+		t := a.t
+		t.burst = b
+		s.log.Debug("catch-up: trying a tick this node has not seen decided", slog.String("schedule", t.def.ID),
+			slog.String("tick", t.at.Format(time.RFC3339)), slog.Duration("late", t.lateness))
+		s.work.Submit(t)
 	}
 }
 

@@ -109,7 +109,7 @@ type asking struct {
 // goroutine; deferred or at shutdown, it goes back to the pool
 // (resumeWaiters).
 type waiter struct {
-	f         fired
+	t         *tick
 	tick      time.Time
 	deadline  time.Time // on the scheduler's clock
 	end       time.Time // the latest end of a deferral (deferToBurstLocked)
@@ -207,13 +207,13 @@ func (h *handoff) takeLocked(w *waiter) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	ws := h.waiting[w.f.def.ID]
+	ws := h.waiting[w.t.def.ID]
 	if i := slices.Index(ws, w); i >= 0 {
 		ws = slices.Delete(ws, i, i+1)
 		if len(ws) == 0 {
-			delete(h.waiting, w.f.def.ID)
+			delete(h.waiting, w.t.def.ID)
 		} else {
-			h.waiting[w.f.def.ID] = ws
+			h.waiting[w.t.def.ID] = ws
 		}
 	}
 	h.nwait--
@@ -225,16 +225,16 @@ func (h *handoff) takeLocked(w *waiter) {
 // the watch hears a burst's marks one by one, and a task submitted for
 // each had the pool start a worker for nearly each of them.
 func (s *Scheduler) resumeWaiters(ws []*waiter) {
-	var ts []task
+	var ts []*tick
 	for _, w := range ws {
 		if w.heard {
-			s.handedOff(w.f)
-			s.wg.Done()
+			s.handedOff(w.t)
 			continue
 		}
-		ts = append(ts, task{f: w.f, turn: turnAsk})
+		w.t.step = stepAsk
+		ts = append(ts, w.t)
 	}
-	s.work.submitAll(ts)
+	s.work.SubmitAll(ts)
 }
 
 // stopWaiting ends every wait at shutdown: the ticks ask now, as without
@@ -266,13 +266,12 @@ const (
 	handoffWaiting                    // waiting: back to the pool later
 )
 
-// handedOff finishes tick f, heard decided elsewhere during its handoff,
-// as a "done" answer would (skipped as contended) without asking.
-func (s *Scheduler) handedOff(f fired) {
-	s.heardDecided(f)
-	f.burst.done() // f will not take its lock
-	s.reportSkip(f, SkipContended, 0)
-	s.finish(f, runOutcome{skip: SkipContended})
+// handedOff ends tick t, heard decided elsewhere during its handoff, as
+// a "done" answer would (skipped as contended) without asking.
+func (s *Scheduler) handedOff(t *tick) {
+	s.heardDecided(t)
+	s.reportSkip(t, SkipContended, 0)
+	s.end(t, runOutcome{skip: SkipContended})
 }
 
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
@@ -282,7 +281,7 @@ func (s *Scheduler) handedOff(f fired) {
 // lateness (a loop that woke late) counts as time already waited. A tick
 // this node is preferred for is marked f.preferred: it counts in h.asking
 // until answered.
-func (s *Scheduler) handOff(f *fired) handoffTurn {
+func (s *Scheduler) handOff(f *tick) handoffTurn {
 	h := s.hand
 	if h == nil || f.catchup || f.manual != nil {
 		return handoffAsk
@@ -302,7 +301,7 @@ func (s *Scheduler) handOff(f *fired) handoffTurn {
 // worker had thousands of them queue on h.mu, and the pool start more
 // workers for the ticks behind them. It sets f.handed on each and returns
 // each one's turn.
-func (s *Scheduler) handOffAll(fs []*fired, turns []handoffTurn) []handoffTurn {
+func (s *Scheduler) handOffAll(fs []*tick, turns []handoffTurn) []handoffTurn {
 	h := s.hand
 	ps := make([]handoffPrep, len(fs))
 	for i, f := range fs {
@@ -332,10 +331,10 @@ type handoffPrep struct {
 }
 
 // prepareHandoff is the part of handOff that needs no lock.
-func (s *Scheduler) prepareHandoff(f *fired) handoffPrep {
+func (s *Scheduler) prepareHandoff(f *tick) handoffPrep {
 	h := s.hand
-	p := handoffPrep{tick: f.tick.Truncate(time.Microsecond)}
-	p.rank, p.n = h.pref.Rank(f.def.ID, f.tick)
+	p := handoffPrep{tick: f.at.Truncate(time.Microsecond)}
+	p.rank, p.n = h.pref.Rank(f.def.ID, f.at)
 	if p.n <= 1 || p.rank <= 0 {
 		return p
 	}
@@ -350,18 +349,18 @@ func (s *Scheduler) prepareHandoff(f *fired) handoffPrep {
 	if p.n > 2 {
 		turn += h.delay * time.Duration(min(p.rank, p.n-1)-1) / time.Duration(p.n-1)
 	}
-	bound := s.handoffBound(*f)
+	bound := s.handoffBound(f)
 	offset := time.Duration(h.offset.Load())
 	p.wait = min(offset+min(turn, bound), bound) - f.lateness
 	if p.wait > 0 {
 		now := s.clock.Now()
-		p.w = &waiter{f: *f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
+		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
 	}
 	return p
 }
 
 // handOffLocked decides f's handoff from p, under h.mu.
-func (s *Scheduler) handOffLocked(f *fired, p handoffPrep) handoffTurn {
+func (s *Scheduler) handOffLocked(f *tick, p handoffPrep) handoffTurn {
 	h := s.hand
 	switch {
 	case !p.tick.After(h.heard[f.def.ID]):
@@ -371,7 +370,7 @@ func (s *Scheduler) handOffLocked(f *fired, p handoffPrep) handoffTurn {
 	case p.n <= 1:
 		return handoffAsk
 	case p.rank <= 0:
-		h.askLocked(f.tick)
+		h.askLocked(f.at)
 		f.preferred = true
 		return handoffAsk
 	case p.w == nil:
@@ -384,6 +383,7 @@ func (s *Scheduler) handOffLocked(f *fired, p handoffPrep) handoffTurn {
 	// timer due later than the deadline it saw. Its function takes h.mu,
 	// so it finds the waiter registered.
 	w := p.w
+	s.advance(f, tickWaiting)
 	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
 	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
 	h.nwait++
@@ -417,8 +417,8 @@ func (s *Scheduler) turnCame(w *waiter) {
 	h.mu.Unlock()
 	// On the timer's own goroutine, which has nothing else to do: the
 	// end of the run is done here, not deferred.
-	if c := s.ask(w.f); c != nil {
-		s.afterRun(c)
+	if s.ask(w.t) {
+		s.afterRun(w.t)
 	}
 }
 
@@ -430,11 +430,11 @@ func (s *Scheduler) turnCame(w *waiter) {
 // undecided) instead of saving one; w rather waits to hear its mark. The
 // deferral ends at the latest at w.end (T + handoffBound on the
 // scheduler's clock), when this node's share has been answered
-// (answered), on a mark heard, or on shutdown. It reports whether w is
+// (preferredAnswered), on a mark heard, or on shutdown. It reports whether w is
 // deferred; under h.mu.
 func (s *Scheduler) deferToBurstLocked(w *waiter) bool {
 	h := s.hand
-	a := h.asking[w.f.tick.UnixNano()]
+	a := h.asking[w.t.at.UnixNano()]
 	if a == nil {
 		return false
 	}
@@ -449,7 +449,7 @@ func (s *Scheduler) deferToBurstLocked(w *waiter) bool {
 }
 
 // askLocked counts a try-lock-tick about to be sent for tick T, which
-// this node is preferred for; answered ends it. Under h.mu.
+// this node is preferred for; preferredAnswered ends it. Under h.mu.
 func (h *handoff) askLocked(tick time.Time) {
 	k := tick.UnixNano()
 	a := h.asking[k]
@@ -460,9 +460,9 @@ func (h *handoff) askLocked(tick time.Time) {
 	a.n++
 }
 
-// answered ends the count of ask for tick T; when none is left, the
+// preferredAnswered ends the count of askLocked for tick T; when none is left, the
 // waiters deferred for T ask (resumeWaiters).
-func (s *Scheduler) answered(tick time.Time) {
+func (s *Scheduler) preferredAnswered(tick time.Time) {
 	h := s.hand
 	h.mu.Lock()
 	k := tick.UnixNano()
@@ -497,10 +497,10 @@ func (s *Scheduler) answered(tick time.Time) {
 //     tick then, which raises the mark past T, and T, not yet asked for,
 //     would be lost. With the default skew of 1s, an every-second
 //     schedule has no room: every node asks at once, as without handoff.
-func (s *Scheduler) handoffBound(f fired) time.Duration {
+func (s *Scheduler) handoffBound(f *tick) time.Duration {
 	bound := max(s.opts.MaxClockSkew, f.window(s)) / 2
-	if next := f.def.Spec.Next(f.tick); !next.IsZero() {
-		bound = min(bound, (next.Sub(f.tick)-s.opts.MaxClockSkew)/2)
+	if next := f.def.Spec.Next(f.at); !next.IsZero() {
+		bound = min(bound, (next.Sub(f.at)-s.opts.MaxClockSkew)/2)
 	}
 	return bound
 }
@@ -508,8 +508,8 @@ func (s *Scheduler) handoffBound(f fired) time.Duration {
 // heardDecided records that f's tick was decided elsewhere, as a "done"
 // answer would: it raises the floor this node passes with try-lock-tick
 // (the mark heard was raised by the backend) and skips f as contended.
-func (s *Scheduler) heardDecided(f fired) {
-	f.st.decided.raise(f.tick)
+func (s *Scheduler) heardDecided(f *tick) {
+	f.st.decided.raise(f.at)
 }
 
 // settledLocked reports, under s.mu, whether every tick in flight is a
@@ -549,36 +549,35 @@ func (s *Scheduler) hasSchedule(id string) bool {
 }
 
 // handOffTasks decides the handoff of the regular locked ticks among the
-// loop's tasks at once (handOffAll), before they reach the pool: a tick
-// heard decided is finished here, one waiting for its turn leaves the
-// tasks (it carries on when its wait ends), and the others go on, to ask.
-func (s *Scheduler) handOffTasks(tasks []task) []task {
+// loop's ticks at once (handOffAll), before they reach the pool: a tick
+// heard decided ends here, one waiting for its turn leaves the list (it
+// carries on when its wait ends), and the others go on, to ask.
+func (s *Scheduler) handOffTasks(ts []*tick) []*tick {
 	if s.hand == nil {
-		return tasks
+		return ts
 	}
-	var fs []*fired
-	for i := range tasks {
-		if f := &tasks[i].f; f.def.lock && !f.catchup && f.manual == nil {
-			fs = append(fs, f)
+	var fs []*tick
+	for _, t := range ts {
+		if t.def.lock && !t.catchup && t.manual == nil {
+			fs = append(fs, t)
 		}
 	}
 	if len(fs) == 0 {
-		return tasks
+		return ts
 	}
 	turns := s.handOffAll(fs, make([]handoffTurn, 0, len(fs)))
-	kept, j := tasks[:0], 0 // fs[j] is the next one decided
-	for i := range tasks {
+	kept, j := ts[:0], 0 // fs[j] is the next one decided
+	for _, t := range ts {
 		turn := handoffAsk
-		if j < len(fs) && fs[j] == &tasks[i].f {
+		if j < len(fs) && fs[j] == t {
 			turn = turns[j]
 			j++
 		}
 		switch turn {
 		case handoffAsk:
-			kept = append(kept, tasks[i])
+			kept = append(kept, t)
 		case handoffHeard:
-			s.handedOff(tasks[i].f)
-			s.wg.Done()
+			s.handedOff(t)
 		}
 	}
 	return kept

@@ -25,9 +25,6 @@ import (
 // suspended (CLOCK_BOOTTIME), so a laptop lid or a VM suspend cannot make
 // an expired lease look alive.
 type lease struct {
-	// end, for a tick's lease (newTickLease), is the release call it is
-	// allocated in, which carries the end of the run (afterRun).
-	end   *releaseCall
 	h     *locking.Handle
 	len   time.Duration // usable lease: backend lease minus the safety margin
 	every time.Duration // renewal period: a third of len
@@ -40,14 +37,11 @@ func (s *Scheduler) newLease(h *locking.Handle, sent time.Time) *lease {
 	return &lease{h: h, len: n, every: n / 3, until: sent.Add(n)}
 }
 
-// newTickLease is newLease for a locked tick: the lease is allocated in
-// the call that will release its lock after the run (locked), one
-// allocation instead of two.
-func (s *Scheduler) newTickLease(h *locking.Handle, sent time.Time) *lease {
+// newTickLease starts the lease of granted tick t, whose try-lock-tick
+// answered was sent at t.sent: the tick owns it (t.lease).
+func (s *Scheduler) newTickLease(t *tick, h *locking.Handle) {
 	n := s.leaseLen(h.TTL())
-	c := &releaseCall{req: h}
-	c.tag.lease = lease{end: c, h: h, len: n, every: n / 3, until: sent.Add(n)}
-	return &c.tag.lease
+	t.lease = lease{h: h, len: n, every: n / 3, until: t.sent.Add(n)}
 }
 
 // leaseLen is the usable lease of a lock taken with ttl.

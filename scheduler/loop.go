@@ -83,8 +83,13 @@ type nextNote struct {
 // action is what the loop decided for one due event; dispatch carries it
 // out after the lock is released.
 type action struct {
-	f    fired
-	skip SkipReason // still_running: reported, not run
+	t *tick // the tick fired (newTickLocked); nil when skipped or waiting
+	// st's tick at, lateness late, when skipped (still_running: reported,
+	// not run) or waiting.
+	st       *schedState
+	at       time.Time
+	lateness time.Duration
+	skip     SkipReason
 	// wait: the tick waits for its schedule's runs here to give their
 	// lock back, and is then asked for (releasedLocked): not reported yet.
 	wait bool
@@ -116,7 +121,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 	burst := false
 	defer func() {
 		if burst {
-			s.work.handingOut(false)
+			s.work.HandingOut(false)
 		}
 	}()
 	for ctx.Err() == nil {
@@ -125,7 +130,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		s.mu.Unlock()
 		if len(acts) == popBatch && !burst {
 			burst = true
-			s.work.handingOut(true)
+			s.work.HandingOut(true)
 		}
 		s.dispatch(acts)
 		clear(acts)
@@ -177,7 +182,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		s.mu.Unlock()
 		if burst {
 			burst = false
-			s.work.handingOut(false)
+			s.work.HandingOut(false)
 		}
 
 		select {
@@ -224,10 +229,10 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		}
 		st := e.st
 		spec := st.def.Spec
-		tick := st.next(now.Location())
-		next := spec.Next(tick)
+		at := st.next(now.Location())
+		next := spec.Next(at)
 		for !next.IsZero() && !next.After(now) {
-			tick, next = next, spec.Next(next)
+			at, next = next, spec.Next(next)
 		}
 		if next.IsZero() {
 			s.heap.remove(e)
@@ -235,11 +240,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			e.at = next.UnixNano()
 			s.heap.fix(e)
 		}
-		a := action{
-			f: fired{st: st, def: st.def, tick: tick, lateness: now.Sub(tick),
-				winSet: true, win: windowAfter(st.def, tick, next)},
-			next: nextNote{st.id, next},
-		}
+		a := action{st: st, at: at, lateness: now.Sub(at), next: nextNote{st.id, next}}
 		switch {
 		case st.active > 0 && st.def.Overlap == OverlapSkip && st.def.lock && st.releasing.Load() == st.active:
 			// Each run of it here has returned and is giving its lock
@@ -250,11 +251,10 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			a.wait, st.waiting = true, true
 		case st.active > 0 && st.def.Overlap == OverlapSkip:
 			a.skip = SkipStillRunning
-			st.last.tick, st.last.skip = unixOrZero(tick), indexOf(skipReasons[:], SkipStillRunning)
+			st.last.tick, st.last.skip = unixOrZero(at), indexOf(skipReasons[:], SkipStillRunning)
 		default:
-			st.active++
-			s.inflight++
-			s.wg.Add(1)
+			a.t = s.newTickLocked(st, at, now, false)
+			a.t.winSet, a.t.win = true, windowAfter(st.def, at, next)
 		}
 		acts = append(acts, a)
 	}
@@ -267,27 +267,27 @@ func (s *Scheduler) dispatch(acts []action) {
 		return
 	}
 	b := s.newBurst(acts)
-	tasks := s.tasks[:0]
+	ts := s.fired[:0]
 	for i := range acts {
 		a := &acts[i]
 		s.obs.NextTick(a.next.id, a.next.next)
 		if a.wait {
 			continue
 		}
-		s.obs.TickFired(a.f.st.id, a.f.tick, a.f.lateness)
+		s.obs.TickFired(a.st.id, a.at, a.lateness)
 		if a.skip != "" {
-			s.reportSkip(a.f, a.skip, 0)
+			s.reportSkipAt(a.st.id, a.at, a.skip, 0)
 			continue
 		}
-		if a.f.def.lock {
-			a.f.burst = b
+		if a.t.def.lock {
+			a.t.burst = b
 		}
-		tasks = append(tasks, task{f: a.f})
+		ts = append(ts, a.t)
 	}
-	tasks = s.handOffTasks(tasks)
-	s.work.submitAll(tasks)
-	clear(tasks)
-	s.tasks = tasks
+	ts = s.handOffTasks(ts)
+	s.work.SubmitAll(ts)
+	clear(ts)
+	s.fired = ts
 }
 
 // endJobs ends the shutdown grace: the jobs still running are cancelled
@@ -314,10 +314,10 @@ func (s *Scheduler) newBurst(acts []action) *burst {
 	n, ttl := 0, time.Duration(0)
 	for i := range acts {
 		a := &acts[i]
-		if a.skip == "" && !a.wait && a.f.def.lock {
+		if a.t != nil && a.t.def.lock {
 			n++
-			if ttl == 0 || a.f.def.ttl < ttl {
-				ttl = a.f.def.ttl
+			if ttl == 0 || a.t.def.ttl < ttl {
+				ttl = a.t.def.ttl
 			}
 		}
 	}
@@ -330,7 +330,18 @@ func (s *Scheduler) newBurst(acts []action) *burst {
 	return b
 }
 
-// done is called once by each tick of b when it no longer needs b.ctx.
+// context is the context that bounds the first try-lock-tick of a tick
+// of b: Background for a tick of none (a node-local or manual tick never
+// asks).
+func (b *burst) context() context.Context {
+	if b == nil {
+		return context.Background()
+	}
+	return b.ctx
+}
+
+// done is called once by each tick of b when it no longer needs b.ctx
+// (letGo).
 func (b *burst) done() {
 	if b.left.Add(-1) == 0 {
 		b.cancel()
@@ -398,7 +409,7 @@ func (s *Scheduler) shutdown() {
 	}
 	grace.Stop()
 	s.endJobs()
-	s.work.close() // every tick has finished: only parked workers are left
+	s.work.Close() // every tick has finished: only parked workers are left
 	if r := s.relCtx.Swap(nil); r != nil {
 		r.cancel() // no release is in flight any more
 	}

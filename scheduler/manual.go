@@ -81,19 +81,16 @@ func (s *Scheduler) RunManual(m Manual) error {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownSchedule, m.ID)
 	}
-	st.active++
-	s.inflight++
-	s.wg.Add(1)
-	f := fired{st: st, def: st.def, tick: m.Tick, manual: &m}
+	t := s.newTickLocked(st, m.Tick, m.Tick, false)
+	t.manual = &m
 	s.mu.Unlock()
-	s.work.submit(task{f: f})
+	s.work.Submit(t)
 	return nil
 }
 
-// handleManual carries a manual run from step 6 to step 8.
-func (s *Scheduler) handleManual(f fired) {
-	defer s.wg.Done()
-	m := f.manual
+// runManual carries manual run t from step 6 to step 8.
+func (s *Scheduler) runManual(t *tick) {
+	m := t.manual
 	var l *lease
 	if m.Handle != nil {
 		sent := m.Sent
@@ -101,16 +98,18 @@ func (s *Scheduler) handleManual(f fired) {
 			// Sent is on the injected clock; the lease clock may differ.
 			sent = s.leaseNow()
 		}
-		l = s.newLease(m.Handle, sent)
+		t.lease = *s.newLease(m.Handle, sent)
+		l = &t.lease
 	}
 	var out runOutcome
 	unconfirmed := false
 	if err := s.confirmTake(l); err != nil {
 		unconfirmed = true
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
-		s.reportRan(f, out, ran{runID: f.runID(), manual: true, fence: l.h.Fence()})
+		s.reportRan(t, out, ran{runID: t.runID(), manual: true, fence: l.h.Fence()})
 	} else {
-		out = s.runJob(f, l)
+		s.advance(t, tickRunning)
+		out = s.runJob(t, l)
 	}
 	// A job that never started (its take unconfirmed, or confirmed and
 	// its lease run out before the job could start) gives its take back:
@@ -130,7 +129,7 @@ func (s *Scheduler) handleManual(f fired) {
 	case giveBack:
 		m.GiveBack()
 	case l != nil: // a lock_lost run too: see handleTick
-		s.release(f.def.ID, l.h, "after the manual run")
+		s.release(t.def.ID, l.h, "after the manual run")
 	}
 	// Still in flight until the catch-up below has been handed out, so
 	// that nobody waiting for the scheduler to be idle sees a gap.
@@ -138,10 +137,10 @@ func (s *Scheduler) handleManual(f fired) {
 	s.inflight++
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.finish(f, out)
+	s.end(t, out)
 	// A regular tick due meanwhile found the lock held by this run: try
 	// it now, late, within its catch-up window (the mark decides).
-	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st == f.st })
+	s.catchUp(s.clock.Now(), func(st *schedState) bool { return st == t.st })
 	s.mu.Lock()
 	s.inflight--
 	s.notifyLocked()

@@ -7,20 +7,20 @@ import "time"
 // without the simmut build tag, so the linker leaves this out of the
 // production binary.
 
-// mutantHoldRelease holds the release of tick f's lock until its
+// mutantHoldRelease holds the release of tick t's lock until its
 // schedule's next tick can no longer be caught up (its catch-up window
 // and jitter past it, and the clock skew), or the shutdown begins: the
 // mutation ReleaseDeferred.
-func (s *Scheduler) mutantHoldRelease(f fired) {
+func (s *Scheduler) mutantHoldRelease(t *tick) {
 	now := s.clock.Now()
-	next := f.def.Spec.Next(now)
+	next := t.def.Spec.Next(now)
 	if next.IsZero() {
 		return
 	}
-	t := s.clock.NewTimer(next.Add(s.window(f.def, next) + f.def.Jitter + s.opts.MaxClockSkew + time.Second).Sub(now))
-	defer t.Stop()
+	wait := s.clock.NewTimer(next.Add(s.window(t.def, next) + t.def.Jitter + s.opts.MaxClockSkew + time.Second).Sub(now))
+	defer wait.Stop()
 	select {
-	case <-t.C():
+	case <-wait.C():
 	case <-s.stopCh:
 	}
 }

@@ -63,9 +63,9 @@ type RunStartObserver interface {
 const OutputTailSize = 4096
 
 // recordRun sends f's run to the RunObserver, and remembers a success.
-func (s *Scheduler) recordRun(f fired, runID string, manual bool, out runOutcome, fence int64, tail *tailBuffer) {
+func (s *Scheduler) recordRun(t *tick, runID string, manual bool, out runOutcome, fence int64, tail *tailBuffer) {
 	if out.result == ResultSuccess {
-		f.st.lastSuccess.raise(f.tick)
+		t.st.lastSuccess.raise(t.at)
 	}
 	if s.runObs == nil {
 		return
@@ -74,7 +74,7 @@ func (s *Scheduler) recordRun(f fired, runID string, manual bool, out runOutcome
 		return
 	}
 	r := RunRecord{
-		Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: out.result,
+		Schedule: t.def.ID, Tick: t.at, Node: s.opts.NodeID, Result: out.result,
 		Start: out.start, Duration: out.dur, Fence: fence, Manual: manual,
 		Attempts: out.attempts, Err: out.err, RunID: runID, Overrun: out.overrun,
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/batch"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -63,7 +64,7 @@ func releaseAll(r *releaser, n int) ([]error, func()) {
 		go func() {
 			defer wg.Done()
 			h := locking.NewHandle(r, fmt.Sprint(i), "t", int64(i+1), time.Minute, nil)
-			_, errs[i] = r.do(context.Background(), h)
+			_, errs[i] = r.Do(context.Background(), h)
 		}()
 	}
 	return errs, wg.Wait
@@ -76,9 +77,7 @@ func waitReleasesQueued(t *testing.T, r *releaser, g *gatedReleaser, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		r.mu.Lock()
-		q := len(r.queue)
-		r.mu.Unlock()
+		q, _ := r.Pending()
 		g.mu.Lock()
 		asked := g.asked
 		g.mu.Unlock()
@@ -100,7 +99,7 @@ func TestReleaserLoneReleaseIsSentAtOnce(t *testing.T) {
 	r := newTestReleaser(g)
 	for i := range 3 {
 		h := locking.NewHandle(r, "k", "t", int64(i+1), time.Minute, nil)
-		if _, err := r.do(context.Background(), h); err != nil {
+		if _, err := r.Do(context.Background(), h); err != nil {
 			t.Fatal(err)
 		}
 		// do returned: the release was answered, so it was sent.
@@ -108,12 +107,12 @@ func TestReleaserLoneReleaseIsSentAtOnce(t *testing.T) {
 			t.Fatalf("after %d lone releases: batches %v; want each sent alone", i+1, g.batches)
 		}
 	}
-	if r.senders != 0 {
-		t.Errorf("%d senders left after lone releases", r.senders)
+	if _, n := r.Pending(); n != 0 {
+		t.Errorf("%d senders left after lone releases", n)
 	}
 }
 
-// TestReleaserGroupsWaitingReleases: while maxSenders batches are on their
+// TestReleaserGroupsWaitingReleases: while batch.MaxSenders batches are on their
 // way, the other releases wait, and the next batch takes all of them.
 func TestReleaserGroupsWaitingReleases(t *testing.T) {
 	const n = 200
@@ -128,8 +127,8 @@ func TestReleaserGroupsWaitingReleases(t *testing.T) {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}
-	if len(g.batches) != maxSenders+1 {
-		t.Errorf("%d batches for %d releases, %d of them sent before the others queued; want %d", len(g.batches), n, maxSenders, maxSenders+1)
+	if len(g.batches) != batch.MaxSenders+1 {
+		t.Errorf("%d batches for %d releases, %d of them sent before the others queued; want %d", len(g.batches), n, batch.MaxSenders, batch.MaxSenders+1)
 	}
 	seen := map[string]bool{}
 	for _, b := range g.batches {

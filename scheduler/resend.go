@@ -101,12 +101,13 @@ func indefinite(err error) bool {
 		errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// resend sends f's request req again, after a wait, when its answer
-// (ans, err; the attempt sent at sent on the lease clock) left it
-// undecided and a grant could still be used; f comes back as a task that
-// asks (turnAsk). It reports false when f goes on with this answer: a
+// resend sends t's request req again, after a wait, when its answer
+// (ans, err; the attempt sent at t.sent on the lease clock) left it
+// undecided and a grant could still be used; t comes back to the pool to
+// ask (stepAsk). It reports false when t goes on with this answer: a
 // decided one, or one it gives up on, whose err then says so.
-func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAnswer, err *error, sent time.Time) bool {
+func (s *Scheduler) resend(t *tick, req locking.TickRequest, ans locking.TickAnswer, err *error) bool {
+	sent := t.sent
 	if mutation.On(mutation.NoResend) { // mutation (simmut tag only): an undecided tick is given up at once
 		return false
 	}
@@ -121,7 +122,7 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	if !indefinite(*err) || ans.Handle != nil {
 		return false
 	}
-	r := f.resend
+	r := t.resend
 	if r == nil {
 		if req.Token == "" {
 			return false // the backend drew the token: a resend is a new request
@@ -141,8 +142,8 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 		// long, for them: locking/pg's keep). Past T's catch-up window
 		// a found grant cannot run; a resend then only learns of it, to
 		// give its lock back and record it, for resendSettle.
-		inWindow := f.tick.Add(max(f.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
-		keep := locking.GrantKeep(f.def.ttl, s.maxLease)
+		inWindow := t.at.Add(max(t.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
+		keep := locking.GrantKeep(t.def.ttl, s.maxLease)
 		r.until = sent.Add(min(keep, max(inWindow, 0)+resendSettle))
 		// One resend goes at least, while the backend keeps the grant's
 		// record (locking.GrantKeep): the first attempt's lost reply may
@@ -154,14 +155,9 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 			end = sent.Add(keep)
 		}
 		r.ctx, r.cancel = context.WithTimeout(s.jobCtx, end.Sub(s.leaseNow()))
-		f.resend = r
-		// The first attempt is answered: the burst's context and the
-		// handoff's count are done with (lockAnswer and
-		// preferredAnswered do it once for a tick that is not resent).
-		f.burst.done()
-		f.preferred = false
+		t.resend = r
 		// The outage, if it is one, begins now: logged, and probed.
-		s.backendDown(f.st, f.tick, *err, s.backend.skipped.Load())
+		s.backendDown(t.st, t.at, *err, s.backend.skipped.Load())
 	}
 	// T's catch-up window does not end the resends: a grant that comes
 	// past it is given back and recorded as not run (lateGrant), where
@@ -174,26 +170,27 @@ func (s *Scheduler) resend(f *fired, req locking.TickRequest, ans locking.TickAn
 	d := r.wait
 	r.wait = min(2*r.wait, resendMax)
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
-		s.log.Debug("try-lock-tick undecided: resending it", slog.String("schedule", f.def.ID),
-			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("resends", r.sends), slog.Any("error", *err))
+		s.log.Debug("try-lock-tick undecided: resending it", slog.String("schedule", t.def.ID),
+			slog.String("tick", t.at.Format(time.RFC3339)), slog.Int("resends", r.sends), slog.Any("error", *err))
 	}
-	g := *f
-	s.opts.NetClock.AfterFunc(d, func() { s.work.submit(task{f: g, turn: turnAsk}) })
+	t.step = stepAsk
+	s.opts.NetClock.AfterFunc(d, func() { s.work.Submit(t) })
 	return true
 }
 
-// lateGrant checks granted tick f's lease l, whose grant came late (after
-// a resend, or after its request's context ended): it reports whether f
+// lateGrant checks granted tick t's lease, whose grant came late (after
+// a resend, or after its request's context ended): it reports whether t
 // may still run. If not, the lock is given back and the run recorded as
-// not run, and f is finished.
-func (s *Scheduler) lateGrant(f fired, l *lease) bool {
+// not run, and t ended.
+func (s *Scheduler) lateGrant(t *tick) bool {
+	l := &t.lease
 	var why SkipReason
 	var cause error
-	late := s.clock.Now().Sub(f.tick)
+	late := s.clock.Now().Sub(t.at)
 	switch {
-	case late > max(f.window(s), s.opts.MaxClockSkew):
+	case late > max(t.window(s), s.opts.MaxClockSkew):
 		why, cause = SkipMissed, fmt.Errorf("%w: granted %v after its tick, past its catch-up window of %v",
-			errLateGrant, late, f.window(s))
+			errLateGrant, late, t.window(s))
 	case s.expired(l):
 		why, cause = SkipBackendError, fmt.Errorf("%w: its lease ran out before the grant came", errLateGrant)
 	default:
@@ -206,42 +203,40 @@ func (s *Scheduler) lateGrant(f fired, l *lease) bool {
 		why, cause = SkipBackendError, fmt.Errorf("%w: renewing its lease: %w", errLateGrant, err)
 	}
 	h := l.h
-	s.release(f.def.ID, h, "granted too late to run")
-	s.log.Warn("tick granted too late to run: not run, its lock given back", slog.String("schedule", f.def.ID),
-		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", h.Fence()),
+	s.release(t.def.ID, h, "granted too late to run")
+	s.log.Warn("tick granted too late to run: not run, its lock given back", slog.String("schedule", t.def.ID),
+		slog.String("tick", t.at.Format(time.RFC3339)), slog.Int64("fence", h.Fence()),
 		slog.String("outcome", string(why)), slog.Any("error", cause))
-	s.reportSkip(f, why, h.Fence())
+	s.reportSkip(t, why, h.Fence())
 	if s.runObs != nil {
-		s.runObs.RunRecorded(RunRecord{Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
-			Start: s.clock.Now(), Fence: h.Fence(), Err: cause, RunID: f.runID()})
+		s.runObs.RunRecorded(RunRecord{Schedule: t.def.ID, Tick: t.at, Node: s.opts.NodeID, Result: ResultNotRun,
+			Start: s.clock.Now(), Fence: h.Fence(), Err: cause, RunID: t.runID()})
 	}
-	s.finish(f, runOutcome{skip: why})
-	s.wg.Done()
+	s.end(t, runOutcome{skip: why})
 	return false
 }
 
-// grantExpired finishes tick f whose resend was answered expired: the
+// grantExpired ends tick t whose resend was answered expired: the
 // backend granted the first attempt (fence), but its lease ended before
 // the resend reached it and the grant could not be taken again (the key
 // was acquired or paused, or a later tick decided, since). T is consumed
 // and runs nowhere: skipped as backend_error, as a grant that came too late
 // to run is (lateGrant), and recorded as not run with the grant's fence.
-func (s *Scheduler) grantExpired(f fired, fence int64) {
+func (s *Scheduler) grantExpired(t *tick, fence int64) {
 	why := SkipBackendError
 	cause := fmt.Errorf("%w: its lease ran out before a resend of its try-lock-tick reached the backend (answered expired)", errLateGrant)
-	s.log.Warn("tick granted but its lease ended before the answer came: not run", slog.String("schedule", f.def.ID),
-		slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", fence),
+	s.log.Warn("tick granted but its lease ended before the answer came: not run", slog.String("schedule", t.def.ID),
+		slog.String("tick", t.at.Format(time.RFC3339)), slog.Int64("fence", fence),
 		slog.String("outcome", string(why)), slog.Any("error", cause))
-	s.reportSkip(f, why, fence)
+	s.reportSkip(t, why, fence)
 	if s.runObs != nil {
-		s.runObs.RunRecorded(RunRecord{Schedule: f.def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
-			Start: s.clock.Now(), Fence: fence, Err: cause, RunID: f.runID()})
+		s.runObs.RunRecorded(RunRecord{Schedule: t.def.ID, Tick: t.at, Node: s.opts.NodeID, Result: ResultNotRun,
+			Start: s.clock.Now(), Fence: fence, Err: cause, RunID: t.runID()})
 	}
-	s.finish(f, runOutcome{skip: why})
-	s.wg.Done()
+	s.end(t, runOutcome{skip: why})
 }
 
-// pastKeep reports whether a resend of f answered done, contended, missed
+// pastKeep reports whether a resend of t answered done, contended, missed
 // or paused may have been decided by a backend that no longer kept the
 // record of a grant of an earlier attempt: it came GrantKeep or more after
 // the first send (a resend delayed on its way). Such an answer proves
@@ -250,8 +245,8 @@ func (s *Scheduler) grantExpired(f fired, fence int64) {
 // paused for a T it granted (sim seed 366805). Only granted (a new grant,
 // which runs or is given back as late) and expired (from the record) say
 // what became of the earlier attempt.
-func (s *Scheduler) pastKeep(f fired, v locking.TickVerdict) bool {
-	r := f.resend
+func (s *Scheduler) pastKeep(t *tick, v locking.TickVerdict) bool {
+	r := t.resend
 	if r == nil {
 		return false
 	}
@@ -260,5 +255,5 @@ func (s *Scheduler) pastKeep(f fired, v locking.TickVerdict) bool {
 	default:
 		return false
 	}
-	return !s.leaseNow().Before(r.first.Add(locking.GrantKeep(f.def.ttl, s.maxLease)))
+	return !s.leaseNow().Before(r.first.Add(locking.GrantKeep(t.def.ttl, s.maxLease)))
 }

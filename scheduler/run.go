@@ -48,9 +48,9 @@ type runOutcome struct {
 // schedule's Retries times within the tick, under the same lock (renewed
 // during the backoff; a lost lock or a passed lease deadline ends the
 // retries), and reports the run (step 8) with its final result.
-func (s *Scheduler) runJob(f fired, l *lease) runOutcome {
-	out, r := s.runAttempts(f, l)
-	s.reportRan(f, out, r)
+func (s *Scheduler) runJob(t *tick, l *lease) runOutcome {
+	out, r := s.runAttempts(t, l)
+	s.reportRan(t, out, r)
 	return out
 }
 
@@ -65,46 +65,46 @@ type ran struct {
 
 // reportRan is step 8 for a run: the observer and log line, and the run's
 // record.
-func (s *Scheduler) reportRan(f fired, out runOutcome, r ran) {
-	s.reportRun(f, out, r.fence)
-	s.recordRun(f, r.runID, r.manual, out, r.fence, r.tail)
+func (s *Scheduler) reportRan(t *tick, out runOutcome, r ran) {
+	s.reportRun(t, out, r.fence)
+	s.recordRun(t, r.runID, r.manual, out, r.fence, r.tail)
 }
 
 // runAttempts is runJob up to step 8: the job and its retries.
-func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
-	def := f.def
-	t := Tick{ScheduleID: def.ID, Time: f.tick, NodeID: s.opts.NodeID, Manual: f.manual != nil,
-		RunID: f.runID(), PrevTime: cronspec.Prev(def.Spec, f.tick.Add(-time.Nanosecond), f.window(s)+time.Hour)}
-	t.LastSuccessTime = f.st.lastSuccess.load(f.tick.Location())
+func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
+	def := t.def
+	jt := Tick{ScheduleID: def.ID, Time: t.at, NodeID: s.opts.NodeID, Manual: t.manual != nil,
+		RunID: t.runID(), PrevTime: cronspec.Prev(def.Spec, t.at.Add(-time.Nanosecond), t.window(s)+time.Hour)}
+	jt.LastSuccessTime = t.st.lastSuccess.load(t.at.Location())
 	var fence int64
 	if l != nil {
-		t.LockKey, t.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
+		jt.LockKey, jt.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
 	}
 	var tail *tailBuffer
 	if s.runObs != nil {
 		tail = newTailBuffer()
-		t.Output = tail
+		jt.Output = tail
 	}
 	backoff := def.RetryBackoff
 	if backoff <= 0 {
 		backoff = DefaultRetryBackoff
 	}
 	if s.startObs != nil {
-		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID,
-			RunID: t.RunID, Manual: t.Manual, Start: s.clock.Now()})
+		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID,
+			RunID: jt.RunID, Manual: jt.Manual, Start: s.clock.Now()})
 	}
 	var out runOutcome
 	for attempt := 1; ; attempt++ {
-		t.Attempt = attempt
-		out = s.attempt(f, l, t)
+		jt.Attempt = attempt
+		out = s.attempt(t, l, jt)
 		out.attempts = attempt
 		if out.result != ResultFailure || attempt > def.Retries {
 			break
 		}
 		s.log.Info("run failed: retrying within the tick", slog.String("schedule", def.ID),
-			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int("attempt", attempt),
+			slog.String("tick", t.at.Format(time.RFC3339)), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", out.err))
-		if !s.waitHoldingLock(f, l, backoff) {
+		if !s.waitHoldingLock(t, l, backoff) {
 			break // the lock was lost or the node is stopping: no more attempts
 		}
 		backoff *= 2
@@ -112,7 +112,7 @@ func (s *Scheduler) runAttempts(f fired, l *lease) (runOutcome, ran) {
 	if out.start.IsZero() {
 		out.start = s.clock.Now()
 	}
-	return out, ran{runID: t.RunID, manual: t.Manual, fence: fence, tail: tail}
+	return out, ran{runID: jt.RunID, manual: jt.Manual, fence: fence, tail: tail}
 }
 
 // DefaultRetryBackoff is the wait before the first retry of a schedule
@@ -122,7 +122,7 @@ const DefaultRetryBackoff = 10 * time.Second
 // waitHoldingLock waits d while holding l (renewing it as a run would), for the
 // backoff between attempts. It reports false when the lock was lost, the
 // lease deadline passed, or shutdown began.
-func (s *Scheduler) waitHoldingLock(f fired, l *lease, d time.Duration) bool {
+func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration) bool {
 	wait := s.clock.NewTimer(d)
 	defer wait.Stop()
 	var renewC <-chan time.Time
@@ -139,8 +139,8 @@ func (s *Scheduler) waitHoldingLock(f fired, l *lease, d time.Duration) bool {
 			case <-renewC:
 				r.Reset(l.every)
 				if err := s.renewLease(l); err != nil {
-					s.log.Error("lock lost between attempts: no more retries", slog.String("schedule", f.def.ID),
-						slog.String("tick", f.tick.Format(time.RFC3339)), slog.Any("error", err))
+					s.log.Error("lock lost between attempts: no more retries", slog.String("schedule", t.def.ID),
+						slog.String("tick", t.at.Format(time.RFC3339)), slog.Any("error", err))
 					return false
 				}
 			}
@@ -158,8 +158,8 @@ func (s *Scheduler) waitHoldingLock(f fired, l *lease, d time.Duration) bool {
 // renewal, the lease deadline or the end of the shutdown grace cancels.
 // Meanwhile a watch (below) renews l every third of its lease (l is nil
 // for a node-local run) and notices an overrun once.
-func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
-	def := f.def
+func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
+	def := t.def
 	start, leaseAt := s.clockAndLease()
 	var fence int64
 	if l != nil {
@@ -186,7 +186,7 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	}
 
 	w := s.newWatch()
-	w.f, w.l, w.fence, w.cancel = f, l, fence, cancel
+	w.t, w.l, w.fence, w.cancel = t, l, fence, cancel
 	w.overrunAt = start.Add(def.ExpectedRuntime)
 	if l != nil {
 		w.renewAt = start.Add(l.every)
@@ -200,7 +200,7 @@ func (s *Scheduler) attempt(f fired, l *lease, t Tick) runOutcome {
 	}
 	s.runs.add(w)
 	w.start(start)
-	err := s.callJob(ctx, def.Job, t)
+	err := s.callJob(ctx, def.Job, jt)
 	s.runs.remove(w)
 	// After stop, no renewal is in flight or to come: the caller may
 	// release h.
@@ -309,7 +309,7 @@ func (r *runSet) cancelAll() {
 // job never outlives its lease.
 type watch struct {
 	s      *Scheduler
-	f      fired
+	t      *tick
 	l      *lease // nil for a node-local run: nothing to renew
 	fence  int64
 	cancel context.CancelCauseFunc
@@ -399,7 +399,7 @@ func (w *watch) stop() (overrun bool) {
 	// seed 1215); it then finds a watch with nothing due, or the next
 	// run's, and only re-arms the timer to what that run has due.
 	w.mu.Lock()
-	w.f, w.l, w.fence, w.cancel = fired{}, nil, 0, nil
+	w.t, w.l, w.fence, w.cancel = nil, nil, 0, nil
 	w.list, w.next, w.prev = nil, nil, nil
 	w.renewAt, w.timeoutAt, w.overrunAt, w.leaseAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	w.renewing, w.cancelRenew, w.lost, w.owed = false, nil, false, false
@@ -423,7 +423,7 @@ func (w *watch) fire() {
 		}
 		return
 	}
-	s, def := w.s, w.f.def
+	s, def := w.s, w.t.def
 	now := s.clock.Now()
 	var leaseDue bool
 	var left time.Duration // of the lease, on the lease clock
@@ -470,14 +470,14 @@ func (w *watch) fire() {
 	if overrunDue {
 		w.overrun = true
 		s.log.Warn("run overran its expected runtime; the lock is kept by renewal",
-			slog.String("schedule", def.ID), slog.String("tick", w.f.tick.Format(time.RFC3339)),
+			slog.String("schedule", def.ID), slog.String("tick", w.t.at.Format(time.RFC3339)),
 			slog.Duration("expected_runtime", def.ExpectedRuntime), slog.Int64("fence", w.fence))
 	}
 	if leaseDue {
 		// Never renew again nor re-acquire: the backend may give the lock
 		// to another node from now on, so the job must stop at once.
 		s.log.Error("lease deadline passed with no renewal answered: cancelling the job", slog.String("schedule", def.ID),
-			slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
+			slog.String("tick", w.t.at.Format(time.RFC3339)), slog.Int64("fence", w.fence),
 			slog.Duration("lease", w.l.len), slog.Duration("over_by", -left))
 		w.cancel(fmt.Errorf("%w: %w", errLockLost, errLeaseExpired))
 		if w.cancelRenew != nil {
@@ -533,8 +533,8 @@ func (w *watch) renewOnce(s *Scheduler, l *lease, left time.Duration) bool {
 	if err != nil {
 		// Never renew again nor re-acquire: another node may hold
 		// the lock now, so the job must stop at once.
-		s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", w.f.def.ID),
-			slog.String("tick", w.f.tick.Format(time.RFC3339)), slog.Int64("fence", w.fence),
+		s.log.Error("lock lost during the run: cancelling the job", slog.String("schedule", w.t.def.ID),
+			slog.String("tick", w.t.at.Format(time.RFC3339)), slog.Int64("fence", w.fence),
 			slog.Any("error", err))
 		w.cancel(fmt.Errorf("%w: %w", errLockLost, err))
 		w.lost = true

@@ -30,12 +30,12 @@ func BenchmarkRunJob(b *testing.B) {
 		b.Fatal(err)
 	}
 	st := s.states["j"]
-	tick := time.Now()
+	at := time.Now()
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			s.runJob(fired{st: st, def: st.def, tick: tick, winSet: true, win: time.Minute}, nil)
+			s.runJob(&tick{st: st, def: st.def, at: at, winSet: true, win: time.Minute}, nil)
 		}
 	})
 	b.StopTimer()

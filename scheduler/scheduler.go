@@ -15,6 +15,7 @@ import (
 
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/internal/workpool"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
@@ -169,7 +170,7 @@ type Scheduler struct {
 	heap     eventHeap
 	started  bool // Run was called
 	stopping bool // Run's context ended: no new fires
-	inflight int  // tick tasks not finished
+	inflight int  // ticks not ended
 	parked   bool // the loop waits on its timer with nothing due
 	// wakeAt is when the parked loop's timer comes due (Unix ns).
 	wakeAt int64
@@ -177,11 +178,11 @@ type Scheduler struct {
 	wakePending bool
 	idle        chan struct{}
 
-	wake chan struct{}  // tells the loop the heap's head changed
-	wg   sync.WaitGroup // tick tasks not finished
-	work *pool          // the workers that carry them (pool.go)
-	// tasks is dispatch's buffer, kept between wakes (the loop's only).
-	tasks []task
+	wake chan struct{}         // tells the loop the heap's head changed
+	wg   sync.WaitGroup        // ticks not ended
+	work *workpool.Pool[*tick] // the workers that carry them (internal/workpool)
+	// fired is dispatch's buffer, kept between wakes (the loop's only).
+	fired []*tick
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
 	// batch sends try-lock-ticks together (batch.go); nil: one by one.
@@ -361,11 +362,11 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	}
 	s.backend.poke = make(chan struct{}, 1)
 	s.endGrace = make(chan struct{})
-	s.work = newPool(s.runTask)
-	s.work.returned = s.jobReturned
+	var pc workpool.Clock
 	if bootClockOf(s.clock) == nil {
-		s.work.setClock(s.clock) // an injected clock (see pool.clock)
+		pc = poolClock{s.clock} // an injected clock (see pool.clock)
 	}
+	s.work = workpool.New(s.runTask, s.jobReturned, pc)
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
 	s.startObs, _ = opts.Observer.(RunStartObserver)
@@ -512,3 +513,10 @@ func (t *tickTime) atOrAfter(tick time.Time) bool {
 	n := t.ns.Load()
 	return n != 0 && tick.UnixNano() <= n
 }
+
+// poolClock is the scheduler's injected clock as the pool takes it.
+type poolClock struct{ c Clock }
+
+func (p poolClock) Now() time.Time { return p.c.Now() }
+
+func (p poolClock) AfterFunc(d time.Duration, f func()) workpool.Timer { return p.c.AfterFunc(d, f) }

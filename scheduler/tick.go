@@ -7,15 +7,30 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/internal/workpool"
 	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// This file is where a tick is decided: DESIGN.md "A tick's life", steps
-// 1 to 8. Step 1's overlap check is made by the loop as the tick fires
-// (popDueLocked in loop.go), because it needs the schedule's state at that
-// instant; the pause check is made by the backend inside try-lock-tick.
-// Everything else happens here, on the tick's own goroutine (a worker of
-// pool.go).
+// This file is a tick's life: docs/DESIGN.md "A tick's life", steps 1 to
+// 8, in order. A tick is one object (tick, below) from the moment it
+// fires until end, which performs every obligation it holds exactly once.
+//
+//  1. fire: the loop pops it (loop.go popDueLocked: the overlap check needs
+//     the schedule's state at that instant), the catch-up tries it
+//     (catchup.go), or a manual run starts it (manual.go); newTickLocked.
+//  2. start: the hint (resolved once per schedule by compile). A node-local
+//     tick runs here (runLocal); a manual one goes to manual.go.
+//  3. the handoff: a node that is not the tick's preferred one waits its
+//     turn (handoff.go), and ends the tick if it hears it was decided.
+//  4. ask: try-lock-tick, alone or batched (internal/batch); the answer
+//     comes back into the tick (answered), and an undecided one is sent
+//     again (resend.go). The backend decides done, paused, missed,
+//     contended or granted, on its own clock.
+//  5. locked: the jitter, holding the lock.
+//  6. the job and its retries, under the lock, watched (run.go).
+//  7. afterRun: the release, batched when the backend can (release.go).
+//  8. the report: observer, log line, history record (record.go); then
+//     end.
 //
 // What keeps a tick from running twice is the backend's tick mark, not a
 // lock held after the run: try-lock-tick answers "done" to every node that
@@ -23,134 +38,194 @@ import (
 // lock is released the moment the run ends (step 7) and the next tick is
 // free to run anywhere.
 
-// fired is one tick handed from the loop to its goroutine.
-type fired struct {
+// tick is one tick of a schedule on this node. One goroutine at a time
+// owns it: the loop, a worker of the pool (internal/workpool), a batch's
+// sender, a handoff timer; whoever hands it on stops touching it.
+type tick struct {
 	st       *schedState
 	def      *compiled // the definition the tick fired with (Reload may swap st.def)
-	tick     time.Time // T, the scheduled time
+	at       time.Time // T, the scheduled time
 	lateness time.Duration
 	catchup  bool    // tried by the catch-up (catchup.go), not by the loop
 	counted  bool    // a catch-up granted, and so counted in st.active
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
-	burst    *burst  // bounds its try-lock-tick; set when the tick locks
-	// preferred: this node is the tick's preferred one and counts its
-	// try-lock-tick in the handoff's asking until answered (handoff.go).
-	preferred bool
-	// handed: its handoff was decided already (handOffAll) and it asks.
-	handed bool
 	// win is the tick's catch-up window (Scheduler.window) when winSet:
 	// the loop knows the next tick already, and a window of the default
 	// (one period) was a Next call each time it was asked, twice a tick.
 	winSet bool
 	win    time.Duration
+
+	state tickState
+	step  tickStep // what the worker that takes it next does (runTask)
+
+	// What the tick holds until its try-lock-tick is answered (letGo):
+	// its share of its burst's context, which bounds the first attempt
+	// (nil: none, or let go), and, preferred, its count in the handoff's
+	// asking (handoff.go).
+	burst     *burst
+	preferred bool
+	// handed: its handoff was decided already (handOffAll) and it asks.
+	handed bool
+
 	// resend, once its try-lock-tick was answered undecided, is the
 	// request it sends again, token included (resend.go).
 	resend *resending
+	// call is its try-lock-tick when batched: the batcher answers into
+	// it. sent is when the attempt answered was sent, on the lease clock;
+	// before and after bracket its round trip on the scheduler's clock.
+	call                tickCall
+	sent, before, after time.Time
+
+	lease lease       // granted: how long it may trust its lock (lease.go)
+	rel   releaseCall // its release after the run, when batched (release.go)
+	out   runOutcome  // how its run ended, once its job returned
+	ran   ran         // what step 8 reports of the run
 }
 
-// window is s.window(f.def, f.tick), known or computed.
-func (f fired) window(s *Scheduler) time.Duration {
-	if f.winSet {
-		return f.win
+// tickState is where a tick is in its life. It only moves forward
+// (advance); end moves it to tickDone, once.
+type tickState uint8
+
+const (
+	tickFired     tickState = iota // handed to the pool, not yet started
+	tickWaiting                    // waiting for its turn (handoff.go)
+	tickAsking                     // its try-lock-tick sent, or to be sent again
+	tickGranted                    // granted: the jitter (step 5)
+	tickRunning                    // its job runs (step 6)
+	tickReleasing                  // its job returned: report and release (steps 7, 8)
+	tickDone                       // ended
+)
+
+var tickStates = [...]string{"fired", "waiting", "asking", "granted", "running", "releasing", "done"}
+
+func (st tickState) String() string { return tickStates[st] }
+
+// tickStep is what a worker does with a tick it takes from the pool.
+type tickStep uint8
+
+const (
+	stepStart    tickStep = iota // steps 2 to 4 (or a manual run)
+	stepAsk                      // its turn came, or a resend is due: step 4
+	stepAnswered                 // its batched try-lock-tick was answered
+	stepEnd                      // its job returned: steps 7 and 8 (afterRun)
+)
+
+// newTickLocked makes a tick of st due at at, in flight from now on: end
+// is owed for it. Under s.mu. A catch-up try is not counted as running
+// (st.active) until granted: a try that is only asking must not make the
+// schedule's next regular tick skip as still_running (locked counts it).
+func (s *Scheduler) newTickLocked(st *schedState, at, now time.Time, catchup bool) *tick {
+	if !catchup {
+		st.active++
 	}
-	return s.window(f.def, f.tick)
+	s.inflight++
+	s.wg.Add(1)
+	return &tick{st: st, def: st.def, at: at, lateness: now.Sub(at), catchup: catchup}
 }
 
-// runID is the run's id: the request's for a manual run, else a fresh one.
-func (f fired) runID() string {
-	if f.manual != nil && f.manual.RunID != "" {
-		return f.manual.RunID
+// advance moves t to state to. A tick never moves back, and never leaves
+// tickDone: that would be a tick carried on after its end.
+func (s *Scheduler) advance(t *tick, to tickState) {
+	if to < t.state {
+		tickMisstep(fmt.Sprintf("scheduler: tick %s of %q moved from %v back to %v", t.at.Format(time.RFC3339Nano), t.def.ID, t.state, to))
+		return
 	}
-	return newRunID()
+	t.state = to
 }
 
-// runTask is what a worker (pool.go) does with a task. It returns the
-// end of a run whose job returned in it, for the pool to defer
-// (pool.later).
-func (s *Scheduler) runTask(t task) (later task, ok bool) {
-	var c *releaseCall
-	switch {
-	case t.call != nil:
-		c = s.lockAnswered(t.call)
-	case t.ran != nil:
-		s.afterRun(t.ran)
-	case t.turn == turnAsk:
-		c = s.ask(t.f)
-	case t.f.manual != nil:
-		s.handleManual(t.f)
-	default:
-		c = s.handleTick(t.f)
+// tickMisstep is called when a tick breaks its life's order (ended twice,
+// moved back). In production the step is refused and logged by the
+// caller's log line below it; the package's tests make it panic
+// (export_test.go), so no such bug passes a test.
+var tickMisstep = func(string) {}
+
+// runTask is what a worker of the pool does with tick t: its next step.
+// It returns t, with ok, when t's job returned in it: the pool then
+// defers its end (jobReturned, pool.later).
+func (s *Scheduler) runTask(t *tick) (later *tick, ok bool) {
+	var returned bool
+	switch t.step {
+	case stepStart:
+		returned = s.start(t)
+	case stepAsk:
+		returned = s.ask(t)
+	case stepAnswered:
+		returned = s.answered(t)
+	case stepEnd:
+		s.afterRun(t)
 	}
-	return task{ran: c}, c != nil
+	return t, returned
 }
 
-// handleTick carries tick f from step 2 to step 4's request; locked
-// carries it on from the answer, and returns what is left of it once its
-// job returned (afterRun), if that is the caller's to do.
-func (s *Scheduler) handleTick(f fired) *releaseCall {
+// start is steps 2 and 3 of t, then step 4. Like every step it reports
+// whether t's job returned in it: the caller then carries on with afterRun
+// (the pool, deferred).
+func (s *Scheduler) start(t *tick) bool {
+	if t.manual != nil {
+		s.runManual(t) // step 6 on, under the caller's lock (manual.go)
+		return false
+	}
 	// Step 2: resolve the hint (done once per schedule by compile).
-	if !f.def.lock {
-		s.handleLocal(f)
-		return nil
+	if !t.def.lock {
+		s.runLocal(t)
+		return false
 	}
 
 	// A catch-up try still queued when shutdown begins is not sent: no
 	// mark is raised for it, so another node, or this one once restarted,
 	// still catches the tick up. At 100,000 schedules the queue of tries
 	// (one backend round trip each) kept a stopping node running.
-	if f.catchup && s.stoppingNow() {
-		f.burst.done()
-		s.finish(f, runOutcome{abandoned: true})
-		s.wg.Done()
-		return nil
+	if t.catchup && s.stoppingNow() {
+		s.end(t, runOutcome{abandoned: true})
+		return false
 	}
 
-	// A node that is not the tick's preferred one waits its turn, and
-	// drops the tick if it hears meanwhile that it was decided (handoff.go).
-	// (dispatch decided it already for the loop's ticks: handed.)
+	// Step 3: a node that is not the tick's preferred one waits its turn,
+	// and ends the tick if it hears meanwhile that it was decided
+	// (handoff.go). (dispatch decided it already for the loop's ticks:
+	// handed.)
 	turn := handoffAsk
-	if !f.handed {
-		turn = s.handOff(&f)
+	if !t.handed {
+		turn = s.handOff(t)
 	}
 	switch turn {
 	case handoffHeard:
-		s.handedOff(f)
-		s.wg.Done()
-		return nil
+		s.handedOff(t)
+		return false
 	case handoffWaiting:
-		return nil // back as a task when its wait ends (resumeWaiters)
+		return false // back as a task when its wait ends (resumeWaiters)
 	}
-	return s.ask(f)
+	return s.ask(t)
 }
 
-// ask is steps 3 and 4 of tick f: try-lock-tick (TTL from compile). The
-// backend decides done, paused, missed, contended or granted, on its own
-// clock; an answer that leaves it undecided (no reply in time) sends the
-// same request again (resend.go). Unbatched, it returns what locked
-// returns.
-func (s *Scheduler) ask(f fired) *releaseCall {
+// ask is step 4 of tick t: try-lock-tick (TTL from compile). An answer
+// that leaves it undecided (no reply in time) sends the same request
+// again (resend.go). Batched, the tick goes on in answered, on whichever
+// worker takes it once its batch is answered: this one is free now
+// (unless it sends batches itself).
+func (s *Scheduler) ask(t *tick) bool {
+	s.advance(t, tickAsking)
 	var req locking.TickRequest
-	ctx := f.burst.ctx
-	if f.resend != nil {
-		req, ctx = f.resend.req, f.resend.ctx
+	ctx := t.burst.context()
+	if t.resend != nil {
+		req, ctx = t.resend.req, t.resend.ctx
 	} else {
-		req = s.lockRequest(f)
+		req = s.lockRequest(t)
 	}
 	if s.batch != nil {
-		// Batched: the tick goes on in lockAnswered, on whichever worker
-		// takes it once its batch is answered; this one is free now
-		// (unless it sends batches itself).
-		s.work.asking.Add(1) // until deliverAnswers: see pool.asking
-		s.batch.submit(&tickCall{ctx: ctx, req: req, tag: tickWait{f: f}})
-		return nil
+		s.work.AddAsking(1) // until deliverAnswers: see pool.asking
+		t.call = tickCall{Ctx: ctx, Req: req, Tag: t}
+		s.batch.Submit(&t.call)
+		return false
 	}
-	before, sent := s.clockAndLease()
+	t.before, t.sent = s.clockAndLease()
 	ans, err := s.opts.Locker.TryLockTick(ctx, req)
-	s.preferredAnswered(f)
-	if s.resend(&f, req, ans, &err, sent) {
-		return nil // back as a task that asks again
+	t.after = s.clock.Now()
+	s.letGo(t)
+	if s.resend(t, req, ans, &err) {
+		return false // back as a task that asks again
 	}
-	return s.tickAnswered(f, ans, err, sent, before, s.clock.Now())
+	return s.decide(t, ans, err)
 }
 
 // sendingRequests stamps a batch of try-lock-ticks about to be sent with
@@ -159,106 +234,118 @@ func (s *Scheduler) ask(f fired) *releaseCall {
 func (s *Scheduler) sendingRequests(calls []*tickCall) {
 	before, sent := s.clockAndLease()
 	for _, c := range calls {
-		c.tag.sent, c.tag.before = sent, before
-	}
-}
-
-// preferredAnswered ends the count of f's try-lock-tick in the handoff's
-// asking (handoff.go) once it was answered.
-func (s *Scheduler) preferredAnswered(f fired) {
-	if f.preferred {
-		s.answered(f.tick)
+		c.Tag.sent, c.Tag.before = sent, before
 	}
 }
 
 // deliverAnswers hands ticks whose batched try-lock-tick was answered
-// back to the pool, all in one submit (batch.go's deliver), ahead of the
-// ticks that have not asked yet: a granted one's lease is running.
+// back to the pool, all in one submit, ahead of the ticks that have not
+// asked yet: a granted one's lease is running. Each lets go of what it
+// held until answered (its burst share, its preferred ask) here, on the
+// batch's sender, as soon as the answer came.
 func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	after := s.clock.Now()
 	for _, c := range calls {
-		c.tag.after = after
-		s.preferredAnswered(c.tag.f)
+		c.Tag.after = after
+		c.Tag.step = stepAnswered
+		s.letGo(c.Tag)
 	}
-	s.work.submitAnswered(calls)
+	workpool.SubmitFront(s.work, calls, callTick)
 }
 
-// lockAnswered carries on a tick whose batched try-lock-tick was answered;
-// it returns what locked returns.
-func (s *Scheduler) lockAnswered(c *tickCall) *releaseCall {
-	w, err := c.tag, c.err
-	f := w.f
-	if s.resend(&f, c.req, c.ans, &err, w.sent) {
-		return nil // back as a task that asks again, through the batcher
+// callTick is the tick of a batched try-lock-tick.
+func callTick(c *tickCall) *tick { return c.Tag }
+
+// answered carries on tick t whose batched try-lock-tick was answered.
+func (s *Scheduler) answered(t *tick) bool {
+	c := &t.call
+	err := c.Err
+	if s.resend(t, c.Req, c.Ans, &err) {
+		return false // back as a task that asks again, through the batcher
 	}
-	return s.tickAnswered(f, c.ans, err, w.sent, w.before, w.after)
+	return s.decide(t, c.Ans, err)
 }
 
-// tickAnswered carries tick f on from its try-lock-tick's last answer,
-// sent at sent on the lease clock, between before and after on the
-// scheduler's; it returns what locked returns. A grant that came late
-// (after a resend, or after its request's context ended) runs only if it
-// still can (lateGrant).
-func (s *Scheduler) tickAnswered(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) *releaseCall {
-	late := f.resend != nil
+// letGo lets go of what t held until its try-lock-tick was answered: its
+// share of its burst's context and its count in the handoff's asking.
+// Once each, however often it is called; end calls it too, for a tick
+// that never asked.
+func (s *Scheduler) letGo(t *tick) {
+	if t.burst != nil {
+		t.burst.done()
+		t.burst = nil
+	}
+	if t.preferred {
+		t.preferred = false
+		s.preferredAnswered(t.at)
+	}
+}
+
+// decide carries tick t on from its try-lock-tick's last answer (step 4's
+// end). A grant that came late (after a resend, or after its request's
+// context ended) runs only if it still can (lateGrant).
+func (s *Scheduler) decide(t *tick, ans locking.TickAnswer, err error) bool {
+	late := t.resend != nil
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
-		// came (batch.go sendOne): the mark is raised for this grant, so
+		// came (internal/batch): the mark is raised for this grant, so
 		// no other node runs T; this one does, if it still can.
 		err, late = nil, true
 	}
-	l, why := s.lockAnswer(f, ans, err, sent, before, after)
-	if l != nil && late && !s.lateGrant(f, l) {
-		return nil
+	granted, why := s.lockAnswer(t, ans, err)
+	if granted && late && !s.lateGrant(t) {
+		return false
 	}
 	if err == nil && ans.Verdict == locking.TickExpired {
-		s.grantExpired(f, ans.Fence)
-		return nil
+		s.grantExpired(t, ans.Fence)
+		return false
 	}
-	return s.locked(f, l, why)
+	return s.locked(t, granted, why)
 }
 
-// handleLocal carries node-local tick f from step 2 to step 8.
-func (s *Scheduler) handleLocal(f fired) {
-	defer s.wg.Done()
+// runLocal carries node-local tick t from step 2 to step 8.
+func (s *Scheduler) runLocal(t *tick) {
 	// No backend decides for a node-local tick: this node applies the
 	// catch-up window itself (a node stopped across a tick runs it
 	// late, once, within the window).
-	if f.lateness > max(f.window(s), s.opts.MaxClockSkew) {
-		s.reportSkip(f, SkipMissed, 0)
-		s.finish(f, runOutcome{skip: SkipMissed})
+	if t.lateness > max(t.window(s), s.opts.MaxClockSkew) {
+		s.reportSkip(t, SkipMissed, 0)
+		s.end(t, runOutcome{skip: SkipMissed})
 		return
 	}
-	if s.nodeLocalPaused(f) {
-		s.reportSkip(f, SkipPaused, 0)
-		s.finish(f, runOutcome{skip: SkipPaused})
+	if s.nodeLocalPaused(t) {
+		s.reportSkip(t, SkipPaused, 0)
+		s.end(t, runOutcome{skip: SkipPaused})
 		return
 	}
-	if s.abandon(f) {
+	if s.abandon(t) {
 		return
 	}
-	s.finish(f, s.runJob(f, nil))
+	s.advance(t, tickRunning)
+	out := s.runJob(t, nil)
+	s.end(t, out)
 }
 
-// locked carries locked tick f on from step 4's answer: l, the granted
-// lease, or nil and why the tick is skipped. Once f's job has returned,
-// it returns the rest (steps 7 and 8) for its caller to do, with afterRun:
-// a worker defers it behind the ticks waiting to start (pool.later).
-func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
-	if l == nil {
-		defer s.wg.Done()
-		if f.catchup {
+// locked carries locked tick t on from step 4's answer: granted (its
+// lease in t.lease), or not and why the tick is skipped. It reports
+// whether t's job returned in it: the caller then does steps 7 and 8
+// (afterRun), which a worker defers behind the ticks waiting to start
+// (pool.later).
+func (s *Scheduler) locked(t *tick, granted bool, why SkipReason) bool {
+	if !granted {
+		if t.catchup {
 			// A catch-up try that was not granted is no tick of this
 			// node's: another node ran it, or it was decided otherwise.
-			s.finish(f, runOutcome{abandoned: true})
-			return nil
+			s.end(t, runOutcome{abandoned: true})
+			return false
 		}
-		s.reportSkip(f, why, 0)
-		s.finish(f, runOutcome{skip: why})
-		return nil
+		s.reportSkip(t, why, 0)
+		s.end(t, runOutcome{skip: why})
+		return false
 	}
-	h := l.h
-	if f.catchup {
+	s.advance(t, tickGranted)
+	h := t.lease.h
+	if t.catchup {
 		// Granted: from now on it is a run of the schedule on this node,
 		// and it runs even if a regular tick of the schedule fired here
 		// meanwhile. The grant raised the mark to T, so no node will run
@@ -268,28 +355,32 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
 		// waits for its release), so the two runs do not overlap under
 		// the lock (TestGrantedCatchUpRunsBesideARegularTickInFlight).
 		s.mu.Lock()
-		f.st.active++
+		t.st.active++
 		s.mu.Unlock()
-		f.counted = true
-		s.obs.TickFired(f.st.id, f.tick, s.clock.Now().Sub(f.tick))
+		t.counted = true
+		s.obs.TickFired(t.st.id, t.at, s.clock.Now().Sub(t.at))
 	}
 
 	// Step 5: the jitter, spent holding the lock. Shutdown ends the wait
 	// and the job starts at once: T is marked, no other node will run it.
-	if !s.waitJitter(f, l) {
-		s.release(f.def.ID, h, "lock lost during the jitter")
-		s.reportSkip(f, SkipBackendError, h.Fence())
-		s.finish(f, runOutcome{skip: SkipBackendError})
-		s.wg.Done()
-		return nil
+	if !s.waitJitter(t) {
+		s.release(t.def.ID, h, "lock lost during the jitter")
+		s.reportSkip(t, SkipBackendError, h.Fence())
+		s.end(t, runOutcome{skip: SkipBackendError})
+		return false
 	}
 
 	// Step 6: run, renewing the lock; the run's watch cancels the job when
 	// the lease deadline passes (run.go).
-	out, r := s.runAttempts(f, l)
-	c := l.end
-	c.tag.f, c.tag.out, c.tag.ran = f, out, r
-	return c
+	s.advance(t, tickRunning)
+	t.out, t.ran = s.runAttempts(t, &t.lease)
+	// Counted as releasing its lock until it ends (end), so that a tick
+	// of its schedule that fires meanwhile waits for the release instead
+	// of skipping as still_running (popDueLocked).
+	s.advance(t, tickReleasing)
+	t.st.releasing.Add(1)
+	t.step = stepEnd
+	return true
 }
 
 // afterRun is steps 7 and 8 of a locked tick whose job has returned: the
@@ -298,29 +389,119 @@ func (s *Scheduler) locked(f fired, l *lease, why SkipReason) *releaseCall {
 // too: a passed lease deadline does not mean the backend freed the lock
 // (a Postgres holder frozen past its lease still has its session), and
 // the release is token-checked, so it never frees another holder's. The
-// tick is finished once the lock is given back (release.go).
-func (s *Scheduler) afterRun(c *releaseCall) {
-	s.reportRan(c.tag.f, c.tag.out, c.tag.ran)
-	s.releaseAfterRun(c)
+// tick ends once the lock is given back (release.go).
+func (s *Scheduler) afterRun(t *tick) {
+	s.reportRan(t, t.out, t.ran)
+	s.releaseAfterRun(t)
 }
 
-// lockRequest is step 4's try-lock-tick request for f. Its token is the
+// end ends tick t with outcome out: it performs every obligation the
+// tick holds, exactly once. It lets go of what the tick held until
+// answered (letGo), stops its resends, records its outcome for Snapshot,
+// no longer counts it running (or releasing its lock) nor in flight,
+// tries a tick of its schedule that waited for its lock (endLocked), and
+// tells the shutdown's wait (s.wg). A second end of one tick is refused
+// (tickMisstep).
+func (s *Scheduler) end(t *tick, out runOutcome) {
+	s.letGo(t)
+	s.mu.Lock()
+	tries, ok := s.endLocked(t, out, nil)
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.submitTries(tries)
+	if ok {
+		s.wg.Done()
+	}
+}
+
+// endLocked is end under s.mu, for a tick that holds nothing of letGo's,
+// without waking WaitIdle callers or telling s.wg: the caller does, once
+// per tick it reports ended (ok). A catch-up try it makes is appended to
+// tries for submitTries.
+func (s *Scheduler) endLocked(t *tick, out runOutcome, tries []action) (_ []action, ok bool) {
+	if t.state == tickDone {
+		tickMisstep(fmt.Sprintf("scheduler: tick %s of %q ended twice", t.at.Format(time.RFC3339Nano), t.def.ID))
+		s.log.Error("a tick ended twice: ignored", slog.String("schedule", t.def.ID), slog.String("tick", t.at.Format(time.RFC3339)))
+		return tries, false
+	}
+	releasing := t.state == tickReleasing
+	t.state = tickDone
+	if t.resend != nil {
+		t.resend.cancel()
+	}
+	st := t.st
+	if releasing {
+		st.releasing.Add(-1)
+	}
+	if !out.abandoned {
+		st.last.tick, st.last.skip = unixOrZero(t.at), indexOf(skipReasons[:], out.skip)
+		if out.skip == "" {
+			st.last.result, st.last.runStart, st.last.runDur = indexOf(runResults[:], out.result), unixOrZero(out.start), out.dur
+		}
+	}
+	if !t.catchup || t.counted {
+		st.active--
+	}
+	s.inflight--
+	s.forgetIfDoneLocked(st)
+	return s.retryWaitingLocked(st, tries), true
+}
+
+// retryWaitingLocked tries st's latest tick once the last of its runs
+// here has ended, when a tick of it fired while each of them was giving
+// its lock back (st.waiting: popDueLocked). That tick's lock was held when
+// it fired, so every other node was told contended, which raises no mark,
+// and this node did not skip it as still_running, its runs having
+// returned. The try is granted unless another node has claimed the tick
+// since. It is appended to tries for submitTries.
+func (s *Scheduler) retryWaitingLocked(st *schedState, tries []action) []action {
+	if !st.waiting || st.active > 0 {
+		return tries
+	}
+	st.waiting = false
+	if st.removed || s.stopping {
+		return tries
+	}
+	now := s.clock.Now()
+	if at := s.catchUpTickLocked(st, now); !at.IsZero() {
+		tries = append(tries, s.tryLateLocked(st, at, now))
+	}
+	return tries
+}
+
+// window is s.window(t.def, t.at), known or computed.
+func (t *tick) window(s *Scheduler) time.Duration {
+	if t.winSet {
+		return t.win
+	}
+	return s.window(t.def, t.at)
+}
+
+// runID is the run's id: the request's for a manual run, else a fresh one.
+func (t *tick) runID() string {
+	if t.manual != nil && t.manual.RunID != "" {
+		return t.manual.RunID
+	}
+	return newRunID()
+}
+
+// lockRequest is step 4's try-lock-tick request for t. Its token is the
 // scheduler's own, so that a resend carries it (resend.go); a backend in
 // this process, whose answer is never lost, draws its own (more cheaply).
-func (s *Scheduler) lockRequest(f fired) locking.TickRequest {
-	def := f.def
+func (s *Scheduler) lockRequest(t *tick) locking.TickRequest {
+	def := t.def
 	var token string
 	if !inProcess(s.opts.Locker) {
 		token = newTickToken()
 	}
 	return locking.TickRequest{
 		Key:     def.ID,
-		Tick:    f.tick,
+		Tick:    t.at,
 		TTL:     def.ttl,
 		PerTick: def.Overlap == OverlapAllow,
-		Floor:   f.st.decided.load(f.tick.Location()),
+		Floor:   t.st.decided.load(t.at.Location()),
 		MaxSkew: s.opts.MaxClockSkew,
-		Window:  f.window(s),
+		Window:  t.window(s),
 		Token:   token,
 	}
 }
@@ -336,16 +517,15 @@ func newTickToken() string {
 	return t
 }
 
-// lockAnswer is step 4's answer to f's try-lock-tick, sent at sent on
-// the lease clock, between before and after on the scheduler's. It
-// returns the granted lease, or nil and why the tick is skipped.
-func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent, before, after time.Time) (*lease, SkipReason) {
-	if f.resend != nil {
-		f.resend.cancel()
-	} else {
-		f.burst.done() // f's request is answered: its context is done with
+// lockAnswer is step 4's answer to t's try-lock-tick, sent at t.sent on
+// the lease clock, between t.before and t.after on the scheduler's. It
+// reports whether t was granted (its lease then in t.lease), or why it is
+// skipped.
+func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error) (granted bool, why SkipReason) {
+	if t.resend != nil {
+		t.resend.cancel()
 	}
-	st, def := f.st, f.def
+	st, def := t.st, t.def
 	if err != nil {
 		var ahead *locking.AheadError
 		if errors.As(err, &ahead) {
@@ -353,81 +533,82 @@ func (s *Scheduler) lockAnswer(f fired, ans locking.TickAnswer, err error, sent,
 			// refused until the clock is fixed, and the others run them.
 			s.clockOffset(ahead.Offset)
 			s.log.Error("tick refused: this node's clock runs ahead of the lock backend's",
-				slog.String("schedule", def.ID), slog.String("tick", f.tick.Format(time.RFC3339)),
+				slog.String("schedule", def.ID), slog.String("tick", t.at.Format(time.RFC3339)),
 				slog.Duration("offset", ahead.Offset), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
-			if f.resend != nil && s.runObs != nil {
+			if t.resend != nil && s.runObs != nil {
 				// A resend refused decides nothing of the attempts before
 				// it: one delayed on its way may still reach the backend
 				// once T is due there, and be granted, to this node that
 				// gave T up (the backends record a resend's contended or
 				// done, not a refusal). T is then consumed, and history
 				// says so, as for a tick whose resends went unanswered.
-				s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
-					Start: s.clock.Now(), RunID: f.runID(),
+				s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID, Result: ResultNotRun,
+					Start: s.clock.Now(), RunID: t.runID(),
 					Err: fmt.Errorf("%w: a resend was refused as ahead of the backend's clock, and an earlier attempt may still reach it: %w", ErrGrantUnknown, err)})
 			}
-			return nil, SkipBackendError
+			return false, SkipBackendError
 		}
 		if errors.Is(err, ErrGrantUnknown) && s.runObs != nil {
 			// The backend may have granted T, and then no node runs it:
 			// history says so, where the tick would otherwise be consumed
 			// with no word (a skip is a counter, not a record).
-			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
-				Start: s.clock.Now(), Err: err, RunID: f.runID()})
+			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID, Result: ResultNotRun,
+				Start: s.clock.Now(), Err: err, RunID: t.runID()})
 		}
-		s.backendFailed(st, f.tick, err)
-		return nil, SkipBackendError
+		s.backendFailed(st, t.at, err)
+		return false, SkipBackendError
 	}
 	if !ans.Now.IsZero() {
 		// This node's clock minus the backend's, read at the middle of the
 		// round trip.
-		s.clockOffset(before.Add(after.Sub(before) / 2).Sub(ans.Now))
+		s.clockOffset(t.before.Add(t.after.Sub(t.before) / 2).Sub(ans.Now))
 	}
 	s.backendAnswered()
-	if s.pastKeep(f, ans.Verdict) {
+	if s.pastKeep(t, ans.Verdict) {
 		err := fmt.Errorf("%w: a resend was answered %v after the backend's record of an earlier attempt's grant may have lapsed",
 			ErrGrantUnknown, ans.Verdict)
 		s.log.Warn("tick undecided: its try-lock-tick's resend came too late to be told of a grant", slog.String("schedule", def.ID),
-			slog.String("tick", f.tick.Format(time.RFC3339)), slog.Any("error", err))
+			slog.String("tick", t.at.Format(time.RFC3339)), slog.Any("error", err))
 		if s.runObs != nil {
-			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: f.tick, Node: s.opts.NodeID, Result: ResultNotRun,
-				Start: s.clock.Now(), Err: err, RunID: f.runID()})
+			s.runObs.RunRecorded(RunRecord{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID, Result: ResultNotRun,
+				Start: s.clock.Now(), Err: err, RunID: t.runID()})
 		}
 		if ans.Verdict != locking.TickContended {
-			st.decided.raise(f.tick) // done, missed, paused: the mark is at T or past it
+			st.decided.raise(t.at) // done, missed, paused: the mark is at T or past it
 		}
-		return nil, SkipBackendError
+		return false, SkipBackendError
 	}
 
 	if ans.Verdict != locking.TickContended {
-		st.decided.raise(f.tick)
+		st.decided.raise(t.at)
 	}
 
 	switch ans.Verdict {
 	case locking.TickGranted:
 		if ans.Handle == nil {
 			s.log.Error("try-lock-tick granted without a handle: tick not run", slog.String("schedule", def.ID))
-			return nil, SkipBackendError
+			return false, SkipBackendError
 		}
-		return s.newTickLease(ans.Handle, sent), ""
+		s.newTickLease(t, ans.Handle)
+		return true, ""
 	case locking.TickDone, locking.TickContended:
-		return nil, SkipContended
+		return false, SkipContended
 	case locking.TickPaused:
-		return nil, SkipPaused
+		return false, SkipPaused
 	case locking.TickMissed:
-		return nil, SkipMissed
+		return false, SkipMissed
 	case locking.TickExpired:
-		return nil, SkipBackendError // recorded by grantExpired
+		return false, SkipBackendError // recorded by grantExpired
 	}
 	s.log.Error("try-lock-tick answered an unknown verdict: tick not run", slog.String("schedule", def.ID),
 		slog.String("verdict", ans.Verdict.String()))
-	return nil, SkipBackendError
+	return false, SkipBackendError
 }
 
 // nodeLocalPaused reads a node-local tick's pause flag from the cluster
 // state (a locked tick learns it inside try-lock-tick). A backend that
 // does not answer does not stop a node-local run: it needs no backend.
-func (s *Scheduler) nodeLocalPaused(f fired) bool {
+func (s *Scheduler) nodeLocalPaused(t *tick) bool {
 	p, ok := s.opts.Locker.(locking.Pauser)
 	if !ok {
 		return false
@@ -441,9 +622,9 @@ func (s *Scheduler) nodeLocalPaused(f fired) bool {
 		ctx, cancel = context.WithTimeout(ctx, time.Second)
 		defer cancel()
 	}
-	pz, err := p.GetPause(ctx, f.def.ID)
+	pz, err := p.GetPause(ctx, t.def.ID)
 	if err != nil {
-		s.log.Debug("pause flag not read: node-local tick runs", slog.String("schedule", f.def.ID), slog.Any("error", err))
+		s.log.Debug("pause flag not read: node-local tick runs", slog.String("schedule", t.def.ID), slog.Any("error", err))
 		return false
 	}
 	return pz.Active(s.clock.Now())
@@ -483,18 +664,19 @@ func windowAfter(def *compiled, tick, next time.Time) time.Duration {
 	return 0
 }
 
-// waitJitter waits a random delay in [0, Jitter) while holding l,
+// waitJitter waits a random delay in [0, Jitter) while holding t's lock,
 // renewing it as a run would. It returns false when the lock was lost.
 // Shutdown ends the wait early: the job then starts at once.
-func (s *Scheduler) waitJitter(f fired, l *lease) bool {
-	if f.def.Jitter <= 0 {
+func (s *Scheduler) waitJitter(t *tick) bool {
+	l := &t.lease
+	if t.def.Jitter <= 0 {
 		return true
 	}
-	d := time.Duration(s.opts.Rand(int64(f.def.Jitter)))
+	d := time.Duration(s.opts.Rand(int64(t.def.Jitter)))
 	if d <= 0 {
 		return true
 	}
-	d = min(d, f.def.Jitter-1)
+	d = min(d, t.def.Jitter-1)
 	wait := s.clock.NewTimer(d)
 	defer wait.Stop()
 	r := s.clock.NewTimer(l.every)
@@ -508,8 +690,8 @@ func (s *Scheduler) waitJitter(f fired, l *lease) bool {
 		case <-r.C():
 			r.Reset(l.every) // before renewing, as in runJob
 			if err := s.renewLease(l); err != nil {
-				s.log.Error("lock lost during jitter: tick not run", slog.String("schedule", f.def.ID),
-					slog.String("tick", f.tick.Format(time.RFC3339)), slog.Int64("fence", l.h.Fence()),
+				s.log.Error("lock lost during jitter: tick not run", slog.String("schedule", t.def.ID),
+					slog.String("tick", t.at.Format(time.RFC3339)), slog.Int64("fence", l.h.Fence()),
 					slog.Any("error", err))
 				return false
 			}
@@ -527,50 +709,31 @@ func (s *Scheduler) stoppingNow() bool {
 	}
 }
 
-// abandon reports whether shutdown began before node-local f's job
+// abandon reports whether shutdown began before node-local t's job
 // started; if so it drops the tick (logged) and finishes it. A locked tick
 // is never abandoned once granted: its mark is raised, so no other node
 // would run it.
-func (s *Scheduler) abandon(f fired) bool {
+func (s *Scheduler) abandon(t *tick) bool {
 	select {
 	case <-s.stopCh:
 	default:
 		return false
 	}
-	s.log.Info("shutting down: node-local tick abandoned before its run", slog.String("schedule", f.def.ID),
-		slog.String("tick", f.tick.Format(time.RFC3339)))
-	s.finish(f, runOutcome{abandoned: true})
+	s.log.Info("shutting down: node-local tick abandoned before its run", slog.String("schedule", t.def.ID),
+		slog.String("tick", t.at.Format(time.RFC3339)))
+	s.end(t, runOutcome{abandoned: true})
 	return true
-}
-
-// finish ends a tick and records its outcome.
-func (s *Scheduler) finish(f fired, out runOutcome) {
-	s.mu.Lock()
-	s.finishLocked(f, out)
-	s.notifyLocked()
-	s.mu.Unlock()
-}
-
-// finishLocked is finish under s.mu, without waking WaitIdle callers.
-func (s *Scheduler) finishLocked(f fired, out runOutcome) {
-	st := f.st
-	if !out.abandoned {
-		st.last.tick, st.last.skip = unixOrZero(f.tick), indexOf(skipReasons[:], out.skip)
-		if out.skip == "" {
-			st.last.result, st.last.runStart, st.last.runDur = indexOf(runResults[:], out.result), unixOrZero(out.start), out.dur
-		}
-	}
-	if !f.catchup || f.counted {
-		st.active--
-	}
-	s.inflight--
-	s.forgetIfDoneLocked(st)
 }
 
 // reportSkip is step 8 for a tick that did not run: the observer, and one
 // log line whose level says how much an operator should care.
-func (s *Scheduler) reportSkip(f fired, why SkipReason, fence int64) {
-	s.obs.TickSkipped(f.st.id, f.tick, why)
+func (s *Scheduler) reportSkip(t *tick, why SkipReason, fence int64) {
+	s.reportSkipAt(t.st.id, t.at, why, fence)
+}
+
+// reportSkipAt is reportSkip for tick at of schedule id.
+func (s *Scheduler) reportSkipAt(id string, at time.Time, why SkipReason, fence int64) {
+	s.obs.TickSkipped(id, at, why)
 	level := slog.LevelInfo
 	switch why {
 	case SkipContended:
@@ -585,23 +748,23 @@ func (s *Scheduler) reportSkip(f fired, why SkipReason, fence int64) {
 		return // formatting the line costs more than the rest of a tick
 	}
 	s.log.LogAttrs(context.Background(), level, "tick skipped",
-		slog.String("schedule", f.st.id), slog.String("tick", f.tick.Format(time.RFC3339)),
+		slog.String("schedule", id), slog.String("tick", at.Format(time.RFC3339)),
 		slog.String("outcome", string(why)), slog.Duration("duration", 0), slog.Int64("fence", fence))
 }
 
 // reportRun is step 8 for a tick that ran.
-func (s *Scheduler) reportRun(f fired, out runOutcome, fence int64) {
-	s.obs.RunFinished(f.st.id, f.tick, out.result, out.dur, out.overrun)
+func (s *Scheduler) reportRun(t *tick, out runOutcome, fence int64) {
+	s.obs.RunFinished(t.st.id, t.at, out.result, out.dur, out.overrun)
 	if !s.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("schedule", f.st.id), slog.String("tick", f.tick.Format(time.RFC3339)),
+		slog.String("schedule", t.st.id), slog.String("tick", t.at.Format(time.RFC3339)),
 		slog.String("outcome", string(out.result)), slog.Duration("duration", out.dur),
 		slog.Int64("fence", fence), slog.Bool("overrun", out.overrun),
 	}
-	if f.lateness > s.opts.MaxClockSkew {
-		attrs = append(attrs, slog.Duration("late", f.lateness))
+	if t.lateness > s.opts.MaxClockSkew {
+		attrs = append(attrs, slog.Duration("late", t.lateness))
 	}
 	if out.err != nil {
 		attrs = append(attrs, slog.Any("error", out.err))

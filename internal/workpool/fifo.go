@@ -1,4 +1,4 @@
-package scheduler
+package workpool
 
 // fifo is a first-in first-out queue in chunks of fifoChunkLen items. The
 // pool's queues held their tasks in slices, which a burst grew by doubling

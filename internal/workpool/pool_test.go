@@ -1,4 +1,4 @@
-package scheduler
+package workpool
 
 import (
 	"context"
@@ -7,6 +7,16 @@ import (
 	"testing"
 	"time"
 )
+
+// task is the item of the pool in these tests: n tells tasks apart, and
+// end marks an end of a run (what a run hands back to defer).
+type task struct {
+	n   time.Duration
+	end bool
+}
+
+// newPool is New without the hooks, as the tests set them.
+func newPool(run func(task) (task, bool)) *Pool[task] { return New(run, nil, nil) }
 
 // plain is a pool's run that never defers anything.
 func plain(run func(task)) func(task) (task, bool) {
@@ -37,9 +47,9 @@ func TestPoolNeverQueuesATaskBehindABlockedOne(t *testing.T) {
 		}
 	}))
 	for range n {
-		p.submit(task{})
+		p.Submit(task{})
 	}
-	p.close()
+	p.Close()
 	if timedOut.Load() {
 		t.Fatalf("not all %d blocking tasks ran at once: a task waited behind a blocked one", n)
 	}
@@ -54,18 +64,18 @@ func TestPoolCloseRunsWhatIsQueued(t *testing.T) {
 	var ran atomic.Int64
 	gate := make(chan struct{})
 	p := newPool(plain(func(t task) {
-		if t.f.lateness < 0 {
+		if t.n < 0 {
 			<-gate // the first task holds its worker until the rest are queued
 			return
 		}
 		ran.Add(1)
 	}))
-	p.submit(task{f: fired{lateness: -1}})
+	p.Submit(task{n: -1})
 	for range 100 {
-		p.submit(task{})
+		p.Submit(task{})
 	}
 	close(gate)
-	p.close()
+	p.Close()
 	if n := ran.Load(); n != 100 {
 		t.Fatalf("ran %d of 100 queued tasks before close returned", n)
 	}
@@ -93,13 +103,14 @@ func BenchmarkPoolBurst(b *testing.B) {
 			wg.Done()
 		}))
 		wg.Add(n)
+		const popBatch = 64 // the scheduler loop's
 		batch := make([]task, popBatch)
 		for i := 0; i < n; i += popBatch {
-			p.submitAll(batch[:min(popBatch, n-i)])
+			p.SubmitAll(batch[:min(popBatch, n-i)])
 		}
 		wg.Wait()
 		started += p.started
-		p.close()
+		p.Close()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/task")
 	b.ReportMetric(float64(started)/float64(b.N), "workers")
@@ -107,14 +118,14 @@ func BenchmarkPoolBurst(b *testing.B) {
 
 // The ends of runs (later) wait behind every task that has not started,
 // granted and queued alike, and behind the loop's burst (held) and the
-// try-lock-ticks on their way (asking); the one that waited maxDefer goes
+// try-lock-ticks on their way (asking); the one that waited MaxDefer goes
 // first all the same.
 func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 	var now time.Duration
 	p := newPool(plain(func(task) {}))
 	p.now = func() time.Duration { return now }
 	mark := func(n time.Duration) task {
-		return task{f: fired{lateness: n}, ran: &releaseCall{tag: ranTick{f: fired{lateness: n}}}}
+		return task{n: n}
 	}
 	take := func() time.Duration {
 		t.Helper()
@@ -125,10 +136,7 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 		if !ok {
 			t.Fatal("waitingLocked said a task waits; takeLocked took none")
 		}
-		if tk.ran != nil {
-			return tk.ran.tag.f.lateness
-		}
-		return tk.f.lateness
+		return tk.n
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -153,14 +161,14 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 		t.Fatal("an end of a run is due while try-lock-ticks are on their way")
 	}
 	p.queue.push(mark(6))
-	now += maxDefer - 1
+	now += MaxDefer - 1
 	if got := take(); got != 6 {
-		t.Fatalf("took %d before maxDefer, want the queued tick 6", got)
+		t.Fatalf("took %d before MaxDefer, want the queued tick 6", got)
 	}
 	p.queue.push(mark(7))
 	now++
 	if got := take(); got != 5 {
-		t.Fatalf("took %d after maxDefer, want the end of a run 5 that waited that long", got)
+		t.Fatalf("took %d after MaxDefer, want the end of a run 5 that waited that long", got)
 	}
 	if got := take(); got != 7 {
 		t.Fatalf("took %d, want 7", got)
@@ -174,31 +182,31 @@ func TestPoolLaterWaitsBehindStartsBounded(t *testing.T) {
 
 // An end of a run deferred while every worker is parked (try-lock-ticks
 // on their way that never come back) still runs, once it has waited
-// maxDefer; and close runs what is deferred at once.
+// MaxDefer; and close runs what is deferred at once.
 func TestPoolLaterRunsWhenWorkersPark(t *testing.T) {
 	ran := make(chan time.Duration, 2)
-	var p *pool
+	var p *Pool[task]
 	p = newPool(func(t task) (task, bool) {
-		if t.ran == nil {
-			return task{ran: &releaseCall{}}, true // deferred
+		if !t.end {
+			return task{end: true}, true // deferred
 		}
 		ran <- p.now()
 		return task{}, false
 	})
 	p.asking.Store(1) // never answered
 	start := p.now()
-	p.submit(task{})
+	p.Submit(task{})
 	select {
 	case at := <-ran:
-		if waited := at - start; waited < maxDefer {
-			t.Errorf("the end of a run ran after %v while ticks were asking, want it deferred %v", waited, maxDefer)
+		if waited := at - start; waited < MaxDefer {
+			t.Errorf("the end of a run ran after %v while ticks were asking, want it deferred %v", waited, MaxDefer)
 		}
-	case <-time.After(20 * maxDefer):
-		t.Fatalf("the end of a run did not run within %v while workers parked", 20*maxDefer)
+	case <-time.After(20 * MaxDefer):
+		t.Fatalf("the end of a run did not run within %v while workers parked", 20*MaxDefer)
 	}
 
-	p.submit(task{})
-	p.close()
+	p.Submit(task{})
+	p.Close()
 	select {
 	case <-ran:
 	default:
@@ -215,13 +223,13 @@ func TestPoolTakesNothingOnceAskingRose(t *testing.T) {
 	p := newPool(plain(func(task) {}))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.later.push(laterTask{ran: &releaseCall{}, at: p.now()})
+	p.later.push(laterItem[task]{it: task{end: true}, at: p.now()})
 	if !p.waitingLocked() {
 		t.Fatal("a run's end with nothing asking is not due")
 	}
 	p.asking.Add(1) // a tick asks, from another worker
 	if tk, ok := p.takeLocked(); ok {
-		t.Fatalf("took %+v: nothing may be taken while a tick asks and the run's end waited less than maxDefer", tk)
+		t.Fatalf("took %+v: nothing may be taken while a tick asks and the run's end waited less than MaxDefer", tk)
 	}
 	if p.later.len() != 1 {
 		t.Fatalf("later holds %d, want the run's end still waiting", p.later.len())
@@ -229,7 +237,7 @@ func TestPoolTakesNothingOnceAskingRose(t *testing.T) {
 }
 
 // On an injected clock (tests, the simulation) a run's end waits in later
-// no longer than maxDefer of that clock either, not only of the machine's:
+// no longer than MaxDefer of that clock either, not only of the machine's:
 // the simulation steps its clock seconds at a time in microseconds, and a
 // run's end (its history record with it) waited there 18 of its seconds
 // while try-lock-ticks stalled on their way, until the node crashed and the
@@ -238,48 +246,48 @@ func TestPoolLaterBoundedOnTheInjectedClock(t *testing.T) {
 	clk := &stepClock{armed: make(chan struct{}, 1)}
 	ran := make(chan struct{}, 1)
 	p := newPool(func(t task) (task, bool) {
-		if t.ran == nil {
-			return task{ran: &releaseCall{}}, true // deferred
+		if !t.end {
+			return task{end: true}, true // deferred
 		}
 		ran <- struct{}{}
 		return task{}, false
 	})
 	p.now = func() time.Duration { return 0 } // the machine's clock stands still
-	p.setClock(clk)
+	p.clock, p.clockEpoch = clk, clk.Now()
 	p.asking.Store(1) // never answered
 
 	p.mu.Lock()
-	p.laterLocked(task{ran: &releaseCall{}})
+	p.laterLocked(task{end: true})
 	if p.waitingLocked() {
 		p.mu.Unlock()
 		t.Fatal("an end of a run is due at once while try-lock-ticks are on their way")
 	}
-	clk.advance(maxDefer)
+	clk.advance(MaxDefer)
 	if !p.waitingLocked() {
 		p.mu.Unlock()
-		t.Fatal("an end of a run that waited maxDefer on the injected clock is not due")
+		t.Fatal("an end of a run that waited MaxDefer on the injected clock is not due")
 	}
 	p.later.pop()
 	p.mu.Unlock()
 
-	p.submit(task{})
+	p.Submit(task{})
 	<-clk.armed // the worker parked, its run's end deferred
 	select {
 	case <-ran:
 		t.Fatal("the end of a run ran at once while ticks were asking")
 	default:
 	}
-	clk.advance(maxDefer)
+	clk.advance(MaxDefer)
 	select {
 	case <-ran:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the end of a run did not run once it waited maxDefer on the injected clock, workers parked")
+		t.Fatal("the end of a run did not run once it waited MaxDefer on the injected clock, workers parked")
 	}
-	p.close()
+	p.Close()
 }
 
 // stepClock is a Clock that moves only when told to (advance), for the
-// pool's tests: package fakeclock imports this package. Only AfterFunc is
+// pool's tests. Only AfterFunc is
 // used; armed is told of each arming.
 type stepClock struct {
 	mu     sync.Mutex
@@ -300,8 +308,6 @@ func (c *stepClock) Now() time.Time {
 	defer c.mu.Unlock()
 	return c.now
 }
-
-func (c *stepClock) NewTimer(time.Duration) Timer { panic("stepClock: NewTimer is not used") }
 
 func (c *stepClock) AfterFunc(d time.Duration, f func()) Timer {
 	t := &stepTimer{c: c, f: f}
@@ -328,8 +334,6 @@ func (c *stepClock) advance(d time.Duration) {
 		go f()
 	}
 }
-
-func (t *stepTimer) C() <-chan time.Time { return nil }
 
 func (t *stepTimer) Stop() bool {
 	t.c.mu.Lock()

@@ -1,4 +1,4 @@
-package scheduler
+package batch
 
 import (
 	"context"
@@ -43,6 +43,14 @@ func (g *gatedBatcher) TryLockTicks(ctx context.Context, reqs []locking.TickRequ
 	return answers, errs
 }
 
+// tickBatcher batches try-lock-ticks, as the scheduler's does.
+type tickBatcher = Batcher[locking.TickRequest, locking.TickAnswer, struct{}]
+
+type tickCall = Call[locking.TickRequest, locking.TickAnswer, struct{}]
+
+// errShort answers a request the backend left unanswered.
+var errShort = fmt.Errorf("test: the lock backend left a batched try-lock-tick unanswered: %w", locking.ErrUnavailable)
+
 // askAll sends n requests (ticks 1s..ns) through b at once and returns
 // each answer and error by request.
 func askAll(b *tickBatcher, n int) ([]locking.TickAnswer, []error, func()) {
@@ -52,7 +60,7 @@ func askAll(b *tickBatcher, n int) ([]locking.TickAnswer, []error, func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], errs[i] = b.do(context.Background(), locking.TickRequest{Key: fmt.Sprint(i), Tick: time.Unix(int64(i+1), 0)})
+			answers[i], errs[i] = b.Do(context.Background(), locking.TickRequest{Key: fmt.Sprint(i), Tick: time.Unix(int64(i+1), 0)})
 		}()
 	}
 	return answers, errs, wg.Wait
@@ -81,16 +89,13 @@ func waitQueued(t *testing.T, b *tickBatcher, g *gatedBatcher, n int) {
 	}
 }
 
-// TestBatcherGroupsWaitingRequests: while maxSenders batches are on their
+// TestBatcherGroupsWaitingRequests: while MaxSenders batches are on their
 // way, the other requests wait, and the next batch takes all of them; each
 // request gets its own answer.
 func TestBatcherGroupsWaitingRequests(t *testing.T) {
 	const n = 200
 	g := &gatedBatcher{gate: make(chan struct{})}
-	b := newBatcher(struct {
-		Locker
-		locking.TickBatcher
-	}{nil, g}, nil, nil)
+	b := &tickBatcher{Send: g.TryLockTicks, Short: errShort}
 	answers, errs, wait := askAll(b, n)
 	waitQueued(t, b, g, n)
 	close(g.gate)
@@ -100,8 +105,8 @@ func TestBatcherGroupsWaitingRequests(t *testing.T) {
 			t.Fatalf("request %d answered %v, %v: not its own answer", i, answers[i].Mark, errs[i])
 		}
 	}
-	if len(g.batches) != maxSenders+1 {
-		t.Errorf("%d batches for %d requests, %d of them sent before the others queued; want %d", len(g.batches), n, maxSenders, maxSenders+1)
+	if len(g.batches) != MaxSenders+1 {
+		t.Errorf("%d batches for %d requests, %d of them sent before the others queued; want %d", len(g.batches), n, MaxSenders, MaxSenders+1)
 	}
 	if b.senders != 0 || len(b.queue) != 0 {
 		t.Errorf("after the burst: %d senders, %d queued; want none", b.senders, len(b.queue))
@@ -121,10 +126,7 @@ func TestBatcherErrorIsEachRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 50
-			b := newBatcher(struct {
-				Locker
-				locking.TickBatcher
-			}{nil, tc.g}, nil, nil)
+			b := &tickBatcher{Send: tc.g.TryLockTicks, Short: errShort}
 			_, errs, wait := askAll(b, n)
 			waitQueued(t, b, tc.g, n)
 			close(tc.g.gate)
@@ -157,7 +159,7 @@ func TestBatcherErrorIsEachRequests(t *testing.T) {
 // backend had granted (their marks raised) ran nowhere.
 func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
 	entered, gate := make(chan struct{}), make(chan struct{})
-	b := &tickBatcher{short: errShortBatch, send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	b := &tickBatcher{Short: errShort, Send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
 		close(entered)
 		answers, errs := make([]locking.TickAnswer, len(reqs)), make([]error, len(reqs))
 		select {
@@ -176,8 +178,8 @@ func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
 	ctx1, cancel1 := context.WithDeadline(context.Background(), now.Add(time.Hour))
 	ctx2, cancel2 := context.WithDeadline(context.Background(), now.Add(2*time.Hour))
 	defer cancel2()
-	c1 := &tickCall{ctx: ctx1, req: locking.TickRequest{Key: "a", Tick: time.Unix(1, 0)}, wake: make(chan struct{})}
-	c2 := &tickCall{ctx: ctx2, req: locking.TickRequest{Key: "b", Tick: time.Unix(2, 0)}, wake: make(chan struct{})}
+	c1 := &tickCall{Ctx: ctx1, Req: locking.TickRequest{Key: "a", Tick: time.Unix(1, 0)}, Wake: make(chan struct{})}
+	c2 := &tickCall{Ctx: ctx2, Req: locking.TickRequest{Key: "b", Tick: time.Unix(2, 0)}, Wake: make(chan struct{})}
 	b.mu.Lock()
 	b.queue, b.senders = []*tickCall{c1, c2}, 1
 	b.mu.Unlock()
@@ -190,14 +192,14 @@ func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
 	<-entered
 	cancel1() // the earlier-bounded request ends mid-trip
 	close(gate)
-	<-c1.wake
-	<-c2.wake
+	<-c1.Wake
+	<-c2.Wake
 	<-done
-	if !errors.Is(c1.err, context.Canceled) {
-		t.Errorf("the ended request: err %v, want its context's error", c1.err)
+	if !errors.Is(c1.Err, context.Canceled) {
+		t.Errorf("the ended request: err %v, want its context's error", c1.Err)
 	}
-	if c2.err != nil || c2.ans.Verdict != locking.TickGranted || !c2.ans.Mark.Equal(c2.req.Tick) {
-		t.Errorf("the request still bounded: answer %+v, err %v; want granted", c2.ans, c2.err)
+	if c2.Err != nil || c2.Ans.Verdict != locking.TickGranted || !c2.Ans.Mark.Equal(c2.Req.Tick) {
+		t.Errorf("the request still bounded: answer %+v, err %v; want granted", c2.Ans, c2.Err)
 	}
 }
 
@@ -207,7 +209,7 @@ func TestBatchOutlivesOneRequestsEnd(t *testing.T) {
 // raised) though its caller could no longer use the grant.
 func TestBatchSendsNoEndedRequest(t *testing.T) {
 	var sent []locking.TickRequest
-	b := &tickBatcher{short: errShortBatch, send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
+	b := &tickBatcher{Short: errShort, Send: func(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error) {
 		sent = append(sent, reqs...)
 		answers := make([]locking.TickAnswer, len(reqs))
 		for i, r := range reqs {
@@ -218,7 +220,7 @@ func TestBatchSendsNoEndedRequest(t *testing.T) {
 	ended, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
 	call := func(ctx context.Context, key string) *tickCall {
-		return &tickCall{ctx: ctx, req: locking.TickRequest{Key: key, Tick: time.Unix(1, 0)}, wake: make(chan struct{})}
+		return &tickCall{Ctx: ctx, Req: locking.TickRequest{Key: key, Tick: time.Unix(1, 0)}, Wake: make(chan struct{})}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -239,15 +241,15 @@ func TestBatchSendsNoEndedRequest(t *testing.T) {
 			}
 		}
 		for _, c := range tc.calls {
-			<-c.wake
-			if c.req.Key == "live" {
-				if c.err != nil || c.ans.Verdict != locking.TickGranted {
-					t.Errorf("%s: the live request: answer %+v, err %v; want granted", tc.name, c.ans, c.err)
+			<-c.Wake
+			if c.Req.Key == "live" {
+				if c.Err != nil || c.Ans.Verdict != locking.TickGranted {
+					t.Errorf("%s: the live request: answer %+v, err %v; want granted", tc.name, c.Ans, c.Err)
 				}
 				continue
 			}
-			if !errors.Is(c.err, context.DeadlineExceeded) || c.ans.Verdict != 0 {
-				t.Errorf("%s: request %q: answer %+v, err %v; want its context's error, unanswered", tc.name, c.req.Key, c.ans, c.err)
+			if !errors.Is(c.Err, context.DeadlineExceeded) || c.Ans.Verdict != 0 {
+				t.Errorf("%s: request %q: answer %+v, err %v; want its context's error, unanswered", tc.name, c.Req.Key, c.Ans, c.Err)
 			}
 		}
 	}
