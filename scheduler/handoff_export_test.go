@@ -26,3 +26,11 @@ func (s *Scheduler) HeardKeys() []string {
 	}
 	return keys
 }
+
+// Releasing is how many runs of schedule id this node counts as giving
+// their lock back (schedState.releasing).
+func (s *Scheduler) Releasing(id string) int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.states[id].releasing.Load()
+}

@@ -457,3 +457,54 @@ func TestHandoffKeepsOnlyItsSchedulesMarks(t *testing.T) {
 		t.Fatalf("heard keys %v, want only this node's schedule", keys)
 	}
 }
+
+// secondOfTwo ranks this node second of two for every tick: it always
+// waits its turn.
+type secondOfTwo struct{}
+
+func (secondOfTwo) Rank(string, time.Time) (rank, n int) { return 1, 2 }
+
+// A tick whose turn came asks on its timer's goroutine, and on a backend in
+// this process its job runs there too, outside the pool; its end must undo
+// what its run counted. It did not while the pool's hook counted a run's
+// release and the tick's end uncounted it: the count of runs giving their
+// lock back went to -1 for good, and a later tick that fired while a run
+// of the schedule released skipped as still_running instead of waiting
+// for the lock. The tick's state now does both.
+func TestHandoffTurnRunCountsItsReleaseOnce(t *testing.T) {
+	base := fakeclock.New(t0)
+	var ran atomic.Int32
+	s, err := scheduler.New(scheduler.Options{NodeID: "a", Locker: memory.New(memory.WithClock(base.Now)), Backend: hints.Distributed,
+		MaxClockSkew: time.Second, Clock: base, Preferrer: secondOfTwo{}, HandoffDelay: handoffDelay, Watcher: noWatcher{}},
+		[]scheduler.Schedule{{ID: "m", CronExpr: "* * * * *", Hint: hints.RequireGlobal, ExpectedRuntime: time.Second,
+			Job: scheduler.JobFunc(func(context.Context, scheduler.Tick) error { ran.Add(1); return nil })}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	defer func() { cancel(); drain(t, base, done) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer wcancel()
+	if err := s.WaitIdle(wctx); err != nil {
+		t.Fatal(err)
+	}
+	base.Advance(time.Minute) // the tick fires, and waits its turn
+	if err := s.WaitSettled(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("the tick ran before its turn")
+	}
+	base.Advance(handoffDelay)
+	if err := s.WaitIdle(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("ran %d times once its turn came, want 1", ran.Load())
+	}
+	if n := s.Releasing("m"); n != 0 {
+		t.Errorf("%d runs counted as releasing their lock after the run ended, want 0", n)
+	}
+}

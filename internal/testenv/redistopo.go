@@ -222,8 +222,26 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(all))) {
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", len(all))) ||
+				!strings.Contains(info, "cluster_slots_ok:16384") {
 				return fmt.Errorf("not formed yet: %s", info)
+			}
+			// Every node must also see every master's slots as that
+			// master's: a node that is "ok" by its own count may still
+			// answer CLUSTERDOWN for a slot whose owner it has not heard
+			// of (seen once, TestReleaseAllRedisCluster on a fresh machine).
+			slots, err := n.Admin.ClusterSlots(ctx).Result()
+			if err != nil {
+				return err
+			}
+			owners := map[string]bool{}
+			for _, sl := range slots {
+				if len(sl.Nodes) > 0 {
+					owners[sl.Nodes[0].Addr] = true
+				}
+			}
+			if len(owners) != len(c.Masters) {
+				return fmt.Errorf("not formed yet: %s sees %d masters serving slots, want %d", n.Addr, len(owners), len(c.Masters))
 			}
 			return nil
 		})
