@@ -181,7 +181,7 @@ func BenchmarkSameSecond10k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(skipped), "skipped")
-	// Goroutines started to carry the 10,000 ticks (pool.go): far fewer
+	// Goroutines started to carry the 10,000 ticks (internal/workpool): far fewer
 	// than one each when the ticks do not block.
 	b.ReportMetric(float64(workers), "workers")
 	// From the tick until every tick's outcome was reported: the CPU it

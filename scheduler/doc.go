@@ -4,17 +4,17 @@
 // the job runs on this node.
 //
 // Where to look (docs/DESIGN.md "A tick's life" maps steps 1 to 8 to these
-// files):
+// files; the workers that carry ticks are internal/workpool, the group
+// commit of try-lock-ticks and releases internal/batch):
 //
-//   - tick.go: where a tick is decided, steps 2 to 8: hint, try-lock-tick and its answer, jitter, run, release, report. Start here.
+//   - tick.go: the tick, one object from fire to end, and its life in order, steps 1 to 8: its state, start (hint, handoff), ask and decide (try-lock-tick and its answer), locked (jitter, run), afterRun (release, report), and end, which keeps every obligation of a tick once. Start here.
 //   - loop.go: Run, the firing loop over the heap; step 1's overlap check (popDueLocked); graceful stop.
 //   - resend.go: step 4's request sent again with the same token while undecided; late grants, expired grants, ErrGrantUnknown.
-//   - batch.go: many try-lock-ticks in one round trip (locking.TickBatcher), group commit; locking.InProcessLocker.
+//   - batch.go: the try-lock-ticks a backend decides many to a round trip (locking.TickBatcher), through internal/batch's group commit; locking.InProcessLocker.
 //   - handoff.go: the handoff: a preferred node per tick (internal/rendezvous ranks the nodes); the others wait handoff_delay per rank.
 //   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
 //   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
-//   - release.go: step 7's release, batched (locking.ReleaseBatcher); a tick that fired while its lock was being given back.
-//   - pool.go: the workers that carry ticks; ends of runs deferred behind a burst (at most maxDefer).
+//   - release.go: step 7's release, batched (locking.ReleaseBatcher, internal/batch); whether a run's end may wait behind a burst (jobReturned).
 //   - catchup.go: catch-up at start, after an outage, after a reload or a manual run; the marks made at load (InitMarks).
 //   - manual.go: manual runs (trigger, backfill) from step 6 on, under a lock the caller took.
 //   - record.go: step 8's run record for the cluster's history (RunObserver), with the output tail.
@@ -26,7 +26,6 @@
 //   - job.go: Job, JobFunc and Tick (what a job learns of its tick).
 //   - clock.go: the injected Clock; scheduler/fakeclock drives it in tests.
 //   - heap.go: the heap of next fire times (O(log n) per fire, never a scan of all schedules).
-//   - fifo.go: the pool's chunked FIFO queue.
 //   - bootcache.go: the lease clock (CLOCK_BOOTTIME) read without a system call each time.
 //   - boottime_linux.go: CLOCK_BOOTTIME, monotonic and counting suspended time.
 //   - boottime_other.go: its fallback elsewhere (the monotonic clock).

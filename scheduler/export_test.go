@@ -23,7 +23,7 @@ func (s *Scheduler) IdleState() string {
 }
 
 // WorkersStarted is how many worker goroutines the scheduler has started
-// (pool.go): the benchmarks report it next to the number of ticks.
+// (internal/workpool): the benchmarks report it next to the number of ticks.
 func (s *Scheduler) WorkersStarted() int {
 	return s.work.Started()
 }

@@ -44,7 +44,7 @@ func (l *lateBatcher) TryLockTicks(ctx context.Context, reqs []locking.TickReque
 
 // TestLateGrantFreesItsLock: a burst's try-lock-ticks are bounded by the
 // shortest TTL among them (burst), and a grant can come after its
-// request's context ended (batch.go sendOne). Its mark is raised, so no
+// request's context ended (internal/batch sendOne). Its mark is raised, so no
 // other node runs the tick: within its catch-up window, with its lease
 // alive, it runs here (resend.go's late grant). Dropped, with the lock it
 // took kept until its own TTL (b's is an hour, taken in a burst with a,

@@ -91,14 +91,14 @@ type action struct {
 	lateness time.Duration
 	skip     SkipReason
 	// wait: the tick waits for its schedule's runs here to give their
-	// lock back, and is then asked for (releasedLocked): not reported yet.
+	// lock back, and is then asked for (retryWaitingLocked): not reported yet.
 	wait bool
 	next nextNote
 }
 
 // loop is the firing loop: one timer, always armed to the heap's head.
 // Each wake pops what is due, in time order, and queues every tick for the
-// workers (pool.go), which never let one tick wait for another: a slow
+// workers (internal/workpool), which never let one tick wait for another: a slow
 // lock backend never delays another schedule.
 func (s *Scheduler) loop(ctx context.Context) {
 	var timer Timer

@@ -128,7 +128,7 @@ func (s *Scheduler) runManual(t *tick) {
 	switch {
 	case giveBack:
 		m.GiveBack()
-	case l != nil: // a lock_lost run too: see handleTick
+	case l != nil: // a lock_lost run too: see afterRun
 		s.release(t.def.ID, l.h, "after the manual run")
 	}
 	// Still in flight until the catch-up below has been handed out, so

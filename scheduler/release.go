@@ -106,21 +106,7 @@ func (s *Scheduler) released(calls []*releaseCall) {
 	for _, c := range calls {
 		s.logRelease(c.Tag.def.ID, c.Req, "after the run", c.Err)
 	}
-	var tries []action
-	ended := 0
-	s.mu.Lock()
-	for _, c := range calls {
-		var ok bool
-		if tries, ok = s.endLocked(c.Tag, c.Tag.out, tries); ok {
-			ended++
-		}
-	}
-	s.notifyLocked()
-	s.mu.Unlock()
-	s.submitTries(tries)
-	for range ended {
-		s.wg.Done()
-	}
+	s.endReleased(calls)
 }
 
 // jobReturned is told by the worker whose locked tick's job returned

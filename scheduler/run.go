@@ -28,7 +28,7 @@ var (
 	errShutdown = errors.New("scheduler: shutdown grace ran out")
 )
 
-// runOutcome is how a tick ended, for finish and Snapshot.
+// runOutcome is how a tick ended, for end and Snapshot.
 type runOutcome struct {
 	skip      SkipReason // set when the tick did not run
 	abandoned bool       // shutdown began before the run

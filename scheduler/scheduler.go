@@ -185,7 +185,7 @@ type Scheduler struct {
 	fired []*tick
 	// watches keeps stopped run watches (run.go) for reuse.
 	watches sync.Pool
-	// batch sends try-lock-ticks together (batch.go); nil: one by one.
+	// batch sends try-lock-ticks together (batch.go, internal/batch); nil: one by one.
 	batch *tickBatcher
 	// rel sends releases together (release.go); nil: one by one.
 	rel *releaser

@@ -71,9 +71,11 @@ type tick struct {
 	// request it sends again, token included (resend.go).
 	resend *resending
 	// call is its try-lock-tick when batched: the batcher answers into
-	// it. sent is when the attempt answered was sent, on the lease clock;
-	// before and after bracket its round trip on the scheduler's clock.
-	call                tickCall
+	// it (made at the first batched ask, and reused by its resends: a
+	// tick of a backend in this process never needs one). sent is when
+	// the attempt answered was sent, on the lease clock; before and after
+	// bracket its round trip on the scheduler's clock.
+	call                *tickCall
 	sent, before, after time.Time
 
 	lease lease       // granted: how long it may trust its lock (lease.go)
@@ -214,8 +216,11 @@ func (s *Scheduler) ask(t *tick) bool {
 	}
 	if s.batch != nil {
 		s.work.AddAsking(1) // until deliverAnswers: see pool.asking
-		t.call = tickCall{Ctx: ctx, Req: req, Tag: t}
-		s.batch.Submit(&t.call)
+		if t.call == nil {
+			t.call = new(tickCall)
+		}
+		*t.call = tickCall{Ctx: ctx, Req: req, Tag: t}
+		s.batch.Submit(t.call)
 		return false
 	}
 	t.before, t.sent = s.clockAndLease()
@@ -258,7 +263,7 @@ func callTick(c *tickCall) *tick { return c.Tag }
 
 // answered carries on tick t whose batched try-lock-tick was answered.
 func (s *Scheduler) answered(t *tick) bool {
-	c := &t.call
+	c := t.call
 	err := c.Err
 	if s.resend(t, c.Req, c.Ans, &err) {
 		return false // back as a task that asks again, through the batcher
@@ -410,6 +415,27 @@ func (s *Scheduler) end(t *tick, out runOutcome) {
 	s.mu.Unlock()
 	s.submitTries(tries)
 	if ok {
+		s.wg.Done()
+	}
+}
+
+// endReleased is end for the ticks whose locks one batch gave back
+// (release.go released), with their runs' outcomes, under one acquisition
+// of s.mu for the whole batch.
+func (s *Scheduler) endReleased(calls []*releaseCall) {
+	var tries []action
+	ended := 0
+	s.mu.Lock()
+	for _, c := range calls {
+		var ok bool
+		if tries, ok = s.endLocked(c.Tag, c.Tag.out, tries); ok {
+			ended++
+		}
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.submitTries(tries)
+	for range ended {
 		s.wg.Done()
 	}
 }

@@ -240,7 +240,7 @@ func (p *Pool[T]) laterDueLocked(busy bool) bool {
 // its own reading, not on an earlier waitingLocked's: asking moves outside
 // the lock (a batched tick asks from any worker), so a head of later that
 // was due when nothing was asking may no longer be, and a worker that then
-// took from an empty queue ran a zero item (a panic in the scheduler's handleTick).
+// took from an empty queue ran a zero item (a panic in the scheduler's runTask).
 func (p *Pool[T]) takeLocked() (T, bool) {
 	busy := p.granted.len() > 0 || p.queue.len() > 0
 	switch {

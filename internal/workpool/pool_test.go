@@ -217,7 +217,7 @@ func TestPoolLaterRunsWhenWorkersPark(t *testing.T) {
 // A run's end waiting in later is due when nothing is asking; a batched
 // tick that starts asking (asking moves outside the pool's lock) makes it
 // wait again. A worker that saw it due, then took, must not take from the
-// empty queue: it ran a zero task, a panic in handleTick (seen once under
+// empty queue: it ran a zero task, a panic in the scheduler (seen once under
 // -race -count=40, TestLateGrantFreesItsLock's package).
 func TestPoolTakesNothingOnceAskingRose(t *testing.T) {
 	p := newPool(plain(func(task) {}))

@@ -506,7 +506,7 @@ func (s *shard) recordTake(k acceptKey, rec takeRecord, now time.Duration) {
 // marks the record on either), and the schedule's lock is free (the take's lock
 // ended: expired, or its session gone). The taker never started it: the scheduler
 // renews a manual run's lock before it starts the run (scheduler's
-// handleManual), and runs it only once that renewal was answered, so a
+// runManual), and runs it only once that renewal was answered, so a
 // run that started has had its record heard. Without this, a trigger
 // whose take's replies (and every resend's) were lost would live only in
 // the record, and be run nowhere. Several lapsed triggers of a schedule
