@@ -96,8 +96,13 @@ func (s *Scheduler) releaseAfterRun(t *tick) {
 		s.end(t, t.out)
 		return
 	}
-	t.rel = releaseCall{Ctx: s.releaseCtx(), Req: t.lease.h, Tag: t}
-	s.rel.Submit(&t.rel)
+	b := t.batched
+	if b == nil {
+		b = new(batched) // a tick whose backend batches releases, not try-lock-ticks
+		t.batched = b
+	}
+	b.rel = releaseCall{Ctx: s.releaseCtx(), Req: t.lease.h, Tag: t}
+	s.rel.Submit(&b.rel)
 }
 
 // released ends the ticks whose locks a batch gave back (releaseAfterRun),

@@ -70,18 +70,27 @@ type tick struct {
 	// resend, once its try-lock-tick was answered undecided, is the
 	// request it sends again, token included (resend.go).
 	resend *resending
-	// call is its try-lock-tick when batched: the batcher answers into
-	// it (made at the first batched ask, and reused by its resends: a
-	// tick of a backend in this process never needs one). sent is when
-	// the attempt answered was sent, on the lease clock; before and after
-	// bracket its round trip on the scheduler's clock.
-	call                *tickCall
-	sent, before, after time.Time
+	// sent is when the attempt answered was sent, on the lease clock.
+	sent time.Time
+	// batched is what a tick of a batching backend carries besides (made
+	// at its first batched ask): a tick of a backend in this process
+	// never needs it, and a tick that carried it inline was a fifth
+	// larger.
+	batched *batched
 
-	lease lease       // granted: how long it may trust its lock (lease.go)
-	rel   releaseCall // its release after the run, when batched (release.go)
-	out   runOutcome  // how its run ended, once its job returned
-	ran   ran         // what step 8 reports of the run
+	lease lease      // granted: how long it may trust its lock (lease.go)
+	out   runOutcome // how its run ended, once its job returned
+	ran   ran        // what step 8 reports of the run
+}
+
+// batched is a tick's batched try-lock-tick, the batcher answers into
+// (reused by its resends), with its round trip bracketed on the
+// scheduler's clock (before, after), and its batched release after the
+// run (release.go).
+type batched struct {
+	call          tickCall
+	before, after time.Time
+	rel           releaseCall
 }
 
 // tickState is where a tick is in its life. It only moves forward
@@ -216,21 +225,22 @@ func (s *Scheduler) ask(t *tick) bool {
 	}
 	if s.batch != nil {
 		s.work.AddAsking(1) // until deliverAnswers: see pool.asking
-		if t.call == nil {
-			t.call = new(tickCall)
+		if t.batched == nil {
+			t.batched = new(batched)
 		}
-		*t.call = tickCall{Ctx: ctx, Req: req, Tag: t}
-		s.batch.Submit(t.call)
+		t.batched.call = tickCall{Ctx: ctx, Req: req, Tag: t}
+		s.batch.Submit(&t.batched.call)
 		return false
 	}
-	t.before, t.sent = s.clockAndLease()
+	before, sent := s.clockAndLease()
+	t.sent = sent
 	ans, err := s.opts.Locker.TryLockTick(ctx, req)
-	t.after = s.clock.Now()
+	after := s.clock.Now()
 	s.letGo(t)
 	if s.resend(t, req, ans, &err) {
 		return false // back as a task that asks again
 	}
-	return s.decide(t, ans, err)
+	return s.decide(t, ans, err, before, after)
 }
 
 // sendingRequests stamps a batch of try-lock-ticks about to be sent with
@@ -239,7 +249,7 @@ func (s *Scheduler) ask(t *tick) bool {
 func (s *Scheduler) sendingRequests(calls []*tickCall) {
 	before, sent := s.clockAndLease()
 	for _, c := range calls {
-		c.Tag.sent, c.Tag.before = sent, before
+		c.Tag.sent, c.Tag.batched.before = sent, before
 	}
 }
 
@@ -251,7 +261,7 @@ func (s *Scheduler) sendingRequests(calls []*tickCall) {
 func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	after := s.clock.Now()
 	for _, c := range calls {
-		c.Tag.after = after
+		c.Tag.batched.after = after
 		c.Tag.step = stepAnswered
 		s.letGo(c.Tag)
 	}
@@ -263,12 +273,12 @@ func callTick(c *tickCall) *tick { return c.Tag }
 
 // answered carries on tick t whose batched try-lock-tick was answered.
 func (s *Scheduler) answered(t *tick) bool {
-	c := t.call
-	err := c.Err
-	if s.resend(t, c.Req, c.Ans, &err) {
+	b := t.batched
+	err := b.call.Err
+	if s.resend(t, b.call.Req, b.call.Ans, &err) {
 		return false // back as a task that asks again, through the batcher
 	}
-	return s.decide(t, c.Ans, err)
+	return s.decide(t, b.call.Ans, err, b.before, b.after)
 }
 
 // letGo lets go of what t held until its try-lock-tick was answered: its
@@ -287,9 +297,10 @@ func (s *Scheduler) letGo(t *tick) {
 }
 
 // decide carries tick t on from its try-lock-tick's last answer (step 4's
-// end). A grant that came late (after a resend, or after its request's
+// end), whose round trip was between before and after on the scheduler's
+// clock. A grant that came late (after a resend, or after its request's
 // context ended) runs only if it still can (lateGrant).
-func (s *Scheduler) decide(t *tick, ans locking.TickAnswer, err error) bool {
+func (s *Scheduler) decide(t *tick, ans locking.TickAnswer, err error, before, after time.Time) bool {
 	late := t.resend != nil
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer
@@ -297,7 +308,7 @@ func (s *Scheduler) decide(t *tick, ans locking.TickAnswer, err error) bool {
 		// no other node runs T; this one does, if it still can.
 		err, late = nil, true
 	}
-	granted, why := s.lockAnswer(t, ans, err)
+	granted, why := s.lockAnswer(t, ans, err, before, after)
 	if granted && late && !s.lateGrant(t) {
 		return false
 	}
@@ -544,10 +555,10 @@ func newTickToken() string {
 }
 
 // lockAnswer is step 4's answer to t's try-lock-tick, sent at t.sent on
-// the lease clock, between t.before and t.after on the scheduler's. It
+// the lease clock, between before and after on the scheduler's. It
 // reports whether t was granted (its lease then in t.lease), or why it is
 // skipped.
-func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error) (granted bool, why SkipReason) {
+func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, before, after time.Time) (granted bool, why SkipReason) {
 	if t.resend != nil {
 		t.resend.cancel()
 	}
@@ -587,7 +598,7 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error) (gran
 	if !ans.Now.IsZero() {
 		// This node's clock minus the backend's, read at the middle of the
 		// round trip.
-		s.clockOffset(t.before.Add(t.after.Sub(t.before) / 2).Sub(ans.Now))
+		s.clockOffset(before.Add(after.Sub(before) / 2).Sub(ans.Now))
 	}
 	s.backendAnswered()
 	if s.pastKeep(t, ans.Verdict) {
