@@ -332,6 +332,17 @@ func (c *cluster) giveBack(l *lifeState, h *locking.Handle, req store.Request, t
 	}
 }
 
+// takeTokens returns the token drawer of a poll of request id on l: each
+// call draws the token of a new take, from the seed.
+func (c *cluster) takeTokens(l *lifeState, id string) func() string {
+	draws := 0
+	return func() string {
+		token := fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, id, draws)*(1<<63)), c.plan.seed)
+		draws++
+		return token
+	}
+}
+
 // pollTries bounds the polls of one request (one a second).
 const pollTries = 20
 
@@ -343,10 +354,10 @@ const pollTries = 20
 func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool) {
 	defer c.polling.Add(-1)
 	sp := c.sched(op.sched)
-	// A take's token, drawn from the seed: a take whose answer was not
-	// definite is resent with it (internal/agent's poll does so too), and
-	// a new one is drawn after a definite answer.
-	token, draws := "", 0
+	// A take's token: a take whose answer was not definite is resent with
+	// it (internal/agent's poll does so too), and a new one is drawn after
+	// a definite answer.
+	token, newToken := "", c.takeTokens(l, op.id)
 	var tick time.Time
 	// tries bounds the polls; unheard: the poll gave up while its take was
 	// undecided (every reply lost): the agent's polls go on (each second,
@@ -366,8 +377,7 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 		}
 		resending := token != ""
 		if token == "" {
-			token = fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, op.id, draws)*(1<<63)), c.plan.seed)
-			draws++
+			token = newToken()
 		}
 		if try > 0 {
 			t := c.clock.NewTimer(step)
