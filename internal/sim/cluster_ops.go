@@ -203,7 +203,7 @@ func (c *cluster) enqueue(op opAction, now time.Time) {
 	l := running[int(op.pick*float64(len(running)))]
 	c.event(now, "operator asks %s of %s (request %s), %s/%d's poll takes it", op.kind, op.sched, op.id, l.node, l.life)
 	c.polling.Add(1)
-	go c.poll(l, op, req, false)
+	go c.poll(l, op, req, 0)
 }
 
 // handOver starts, on another running life, the poll of each request
@@ -246,7 +246,7 @@ func (c *cluster) handOver(now time.Time) {
 		}
 		c.handedOver[h.op.id]++
 		c.event(now, "%s/%d's poll takes over %s of %s, its take unheard on %s/%d", to.node, to.life, h.op.id, h.op.sched, h.from.node, h.from.life)
-		go c.poll(to, h.op, h.req, true) // counted in polling since handed over
+		go c.poll(to, h.op, h.req, c.handedOver[h.op.id]) // counted in polling since handed over
 	}
 }
 
@@ -332,21 +332,41 @@ func (c *cluster) giveBack(l *lifeState, h *locking.Handle, req store.Request, t
 	}
 }
 
+// takeTokens returns the token drawer of a poll of request id on l, the
+// poll started for it (handover 0) or its handover-th hand-over: each call
+// draws the token of a new take, from the seed. The backend answers a take
+// whose token it knows from its record of that take (the same lock and
+// fence), so no two takes may share one, as no two of the agent's random
+// tokens do; and one life can have several polls of a request at once
+// (the one started for it goes on while a hand-over of it comes to the
+// same life), each counting its draws from 0: the draws are told apart by
+// the poll too.
+func (c *cluster) takeTokens(l *lifeState, id string, handover int) func() string {
+	draws := 0
+	return func() string {
+		token := fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, id, handover, draws)*(1<<63)), c.plan.seed)
+		draws++
+		return token
+	}
+}
+
 // pollTries bounds the polls of one request (one a second).
 const pollTries = 20
 
 // poll takes req with l's link and runs it on l's scheduler.
 //
+// handover: 0 for the poll started for req, k for its k-th hand-over.
 // handed: the request was handed over (handOver), its trigger waiting,
 // unheard, to go back to its queue: a queue found empty is polled again,
 // for twice the TTL past the usual polls.
-func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool) {
+func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handover int) {
+	handed := handover > 0
 	defer c.polling.Add(-1)
 	sp := c.sched(op.sched)
-	// A take's token, drawn from the seed: a take whose answer was not
-	// definite is resent with it (internal/agent's poll does so too), and
-	// a new one is drawn after a definite answer.
-	token, draws := "", 0
+	// A take's token: a take whose answer was not definite is resent with
+	// it (internal/agent's poll does so too), and a new one is drawn after
+	// a definite answer.
+	token, newToken := "", c.takeTokens(l, op.id, handover)
 	var tick time.Time
 	// tries bounds the polls; unheard: the poll gave up while its take was
 	// undecided (every reply lost): the agent's polls go on (each second,
@@ -366,8 +386,7 @@ func (c *cluster) poll(l *lifeState, op opAction, req store.Request, handed bool
 		}
 		resending := token != ""
 		if token == "" {
-			token = fmt.Sprintf("%016x%016x", uint64(c.plan.draw("take token", l.node, l.life, op.id, draws)*(1<<63)), c.plan.seed)
-			draws++
+			token = newToken()
 		}
 		if try > 0 {
 			t := c.clock.NewTimer(step)

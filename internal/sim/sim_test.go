@@ -128,6 +128,7 @@ var triagedSeeds = []uint64{
 	433246, 433806, 445169, 452198, 452522, 462562, 467086, 469339,
 	542433, 576797, // the 50,000-seed run on 6a6fc7a: a backfill's Done behind a trigger put back; a trigger taken near the end
 	477149, 477369, 484813, 485718, 490774, 502011, 507718, 511163, 529023,
+	603428, // two polls of one request on one life drew the same take tokens: a backfill's take answered twice, run twice
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
