@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +78,11 @@ type handoff struct {
 	mu sync.Mutex
 	// heard is the highest mark heard per key: a tick that fires here
 	// after its mark was heard (a faster clock elsewhere) drops at once.
-	heard   map[string]time.Time
-	waiting map[string][]*waiter // by key
+	heard map[string]time.Time
+	// waiting holds the waiters of each key, as a list through
+	// waiter.next and prev (a slice per key was an allocation per
+	// waiting tick, and its removal a scan).
+	waiting map[string]*waiter
 	// nwait counts the waiters not yet heard (WaitSettled, tests).
 	nwait     int
 	listening bool
@@ -117,6 +119,9 @@ type waiter struct {
 	heard     bool      // under handoff.mu
 	deferring bool      // deferred after its turn came (deferToBurstLocked)
 	done      bool      // taken out of waiting; under handoff.mu
+	// prev, next: w's neighbours in its key's list (handoff.waiting);
+	// under handoff.mu.
+	prev, next *waiter
 }
 
 // initHandoff sets s.hand from the options (nil: no handoff).
@@ -126,7 +131,7 @@ func (s *Scheduler) initHandoff() {
 		return
 	}
 	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
-		heard: map[string]time.Time{}, waiting: map[string][]*waiter{},
+		heard: map[string]time.Time{}, waiting: map[string]*waiter{},
 		asking: map[int64]*asking{}}
 	if h.delay == 0 {
 		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
@@ -183,19 +188,15 @@ func (h *handoff) hear(m locking.TickMark) []*waiter {
 	if m.Tick.After(h.heard[m.Key]) {
 		h.heard[m.Key] = m.Tick
 	}
-	ws := h.waiting[m.Key]
-	if len(ws) == 0 {
-		return nil
-	}
 	var out []*waiter
-	for _, w := range ws {
+	for w := h.waiting[m.Key]; w != nil; {
+		next := w.next
 		if !w.tick.After(m.Tick) {
 			w.heard = true
+			h.takeLocked(w)
 			out = append(out, w)
 		}
-	}
-	for _, w := range out {
-		h.takeLocked(w)
+		w = next
 	}
 	return out
 }
@@ -207,15 +208,21 @@ func (h *handoff) takeLocked(w *waiter) {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	ws := h.waiting[w.t.def.ID]
-	if i := slices.Index(ws, w); i >= 0 {
-		ws = slices.Delete(ws, i, i+1)
-		if len(ws) == 0 {
-			delete(h.waiting, w.t.def.ID)
+	key := w.t.def.ID
+	switch {
+	case w.prev != nil:
+		w.prev.next = w.next
+	case h.waiting[key] == w:
+		if w.next == nil {
+			delete(h.waiting, key)
 		} else {
-			h.waiting[w.t.def.ID] = ws
+			h.waiting[key] = w.next
 		}
 	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
 	h.nwait--
 }
 
@@ -247,8 +254,10 @@ func (s *Scheduler) stopWaiting() {
 	h.mu.Lock()
 	h.stopped = true
 	var ws []*waiter
-	for _, l := range h.waiting {
-		ws = append(ws, l...)
+	for _, w := range h.waiting {
+		for ; w != nil; w = w.next {
+			ws = append(ws, w)
+		}
 	}
 	for _, w := range ws {
 		h.takeLocked(w)
@@ -385,7 +394,10 @@ func (s *Scheduler) handOffLocked(f *tick, p handoffPrep) handoffTurn {
 	w := p.w
 	s.advance(f, tickWaiting)
 	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
-	h.waiting[f.def.ID] = append(h.waiting[f.def.ID], w)
+	if head := h.waiting[f.def.ID]; head != nil {
+		head.prev, w.next = w, head
+	}
+	h.waiting[f.def.ID] = w
 	h.nwait++
 	return handoffWaiting
 }
@@ -524,8 +536,8 @@ func (s *Scheduler) settledLocked() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := s.clock.Now()
-	for _, ws := range h.waiting {
-		for _, w := range ws {
+	for _, w := range h.waiting {
+		for ; w != nil; w = w.next {
 			if !w.deadline.After(now) {
 				return false
 			}
