@@ -766,3 +766,36 @@ func TestRunStartingAfterTheGraceStartsCancelled(t *testing.T) {
 		t.Errorf("lock held by %q after the stop", who)
 	}
 }
+
+// A tick mark far ahead of the backend's clock stops the schedule until
+// then: every tick is answered done. The node says so once, at error
+// level, naming the schedule and the time the mark says, and again only
+// after a grant (a later incident); the skips stay contended, at debug.
+func TestMarkAheadOfTheBackendIsLoggedOnce(t *testing.T) {
+	const msg = "tick mark ahead of the lock backend's clock: no tick of this schedule will run before the time it says"
+	ran := make(chan scheduler.Tick, 10)
+	h := newHarness(t, scheduler.Options{MaxClockSkew: time.Second},
+		sched("s", "* * * * * *", hints.RequireGlobal, scheduler.JobFunc(func(_ context.Context, tk scheduler.Tick) error { ran <- tk; return nil })))
+	ahead := t0.Add(time.Hour)
+	ans, err := h.peer.TryLockTick(context.Background(), locking.TickRequest{Key: "s", Tick: ahead, TTL: time.Minute,
+		MaxSkew: 2 * time.Hour, Window: time.Minute})
+	if err != nil || ans.Handle == nil {
+		t.Fatalf("raising the mark: %v, %v", ans.Verdict, err)
+	}
+	if err := h.peer.Release(context.Background(), ans.Handle); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	for range 3 {
+		h.step(time.Second)
+	}
+	if n := h.logs.count(slog.LevelError, msg); n != 1 {
+		t.Fatalf("%d error lines for a mark ahead over 3 ticks, want 1", n)
+	}
+	if got := h.logs.attr(msg, "mark"); got != ahead.Format(time.RFC3339Nano) || h.logs.attr(msg, "schedule") != "s" {
+		t.Errorf("the line names schedule %q and mark %q, want s and %s", h.logs.attr(msg, "schedule"), got, ahead.Format(time.RFC3339Nano))
+	}
+	if len(ran) != 0 {
+		t.Fatalf("a tick ran under a mark an hour ahead")
+	}
+}

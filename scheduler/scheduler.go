@@ -276,6 +276,10 @@ type schedState struct {
 	// releasing counts its runs whose job returned and whose lock is not
 	// given back yet (release.go).
 	releasing atomic.Int32
+	// markAhead: this node logged that the schedule's tick mark lies
+	// ahead of the backend's clock (lockAnswer); cleared by a grant, so a
+	// later incident is logged again.
+	markAhead atomic.Bool
 }
 
 // lastOutcome is kept for every schedule, so it is kept small: times in

@@ -619,6 +619,7 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 	if ans.Verdict != locking.TickContended {
 		st.decided.raise(t.at)
 	}
+	s.checkMarkAhead(t, ans)
 
 	switch ans.Verdict {
 	case locking.TickGranted:
@@ -640,6 +641,29 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 	s.log.Error("try-lock-tick answered an unknown verdict: tick not run", slog.String("schedule", def.ID),
 		slog.String("verdict", ans.Verdict.String()))
 	return false, SkipBackendError
+}
+
+// checkMarkAhead logs, once until the schedule is granted again, a tick
+// answered done by a mark that lies further ahead of the backend's clock
+// than max_clock_skew: no tick of the schedule runs before the time the
+// mark says, and every tick until then would be skipped as contended, at
+// debug level (a mark raised by a bug, or by anyone who can write the
+// backend).
+func (s *Scheduler) checkMarkAhead(t *tick, ans locking.TickAnswer) {
+	st := t.st
+	switch {
+	case ans.Verdict == locking.TickGranted:
+		st.markAhead.Store(false)
+		return
+	case ans.Verdict != locking.TickDone || ans.Now.IsZero() || ans.Mark.Sub(ans.Now) <= s.opts.MaxClockSkew:
+		return
+	}
+	if st.markAhead.Swap(true) {
+		return
+	}
+	s.log.Error("tick mark ahead of the lock backend's clock: no tick of this schedule will run before the time it says",
+		slog.String("schedule", t.def.ID), slog.String("mark", ans.Mark.UTC().Format(time.RFC3339Nano)),
+		slog.Duration("ahead", ans.Mark.Sub(ans.Now)), slog.Duration("max_clock_skew", s.opts.MaxClockSkew))
 }
 
 // nodeLocalPaused reads a node-local tick's pause flag from the cluster

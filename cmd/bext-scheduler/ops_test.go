@@ -359,3 +359,35 @@ func TestOpsWritesRefusedWithoutToken(t *testing.T) {
 		t.Fatalf("node exit %d", code)
 	}
 }
+
+// status names a schedule whose tick mark lies ahead of the clock, with
+// the time the mark says, and still exits 0: the cluster answered.
+func TestStatusShowsAMarkAhead(t *testing.T) {
+	for _, b := range opstest.Shared() {
+		t.Run(b.Name, func(t *testing.T) {
+			lockingTOML, st := b.New(t)
+			cfg := writeFile(t, t.TempDir(), "bext.config.toml", "node_id = \"cli\"\n[http]\nlisten = \"off\"\n"+lockingTOML+opsSchedules)
+			now := time.Now()
+			ahead := now.Add(24 * time.Hour).UTC().Truncate(time.Second)
+			ans, err := st.(interface {
+				TryLockTick(context.Context, locking.TickRequest) (locking.TickAnswer, error)
+			}).TryLockTick(t.Context(), locking.TickRequest{Key: "job", Tick: ahead, TTL: time.Minute, MaxSkew: 25 * time.Hour, Window: time.Minute})
+			if err != nil || ans.Verdict != locking.TickGranted {
+				t.Fatalf("raising job's mark: %v, %v", ans.Verdict, err)
+			}
+			r := cli(t, cfg, 0, "status")
+			want := "MARK AHEAD: job: its tick mark says " + ahead.Format(time.RFC3339)
+			if !strings.Contains(r.Stdout, want) || strings.Contains(r.Stdout, "MARK AHEAD: many") {
+				t.Errorf("status does not flag job's mark (want %q), or flags many:\n%s", want, r.Stdout)
+			}
+			var s ops.Status
+			r = cli(t, cfg, 0, "status", "--json")
+			if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+				t.Fatal(err)
+			}
+			if m := s.Schedules[0].MarkAhead; m == nil || !m.Equal(ahead) || s.Schedules[1].MarkAhead != nil {
+				t.Errorf("status --json mark_ahead: %v and %v, want %v and null", m, s.Schedules[1].MarkAhead, ahead)
+			}
+		})
+	}
+}

@@ -85,6 +85,12 @@ func printStatus(w io.Writer, st ops.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, s := range st.Schedules {
+		if s.MarkAhead != nil {
+			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s, ahead of the clock: no tick of it runs before then (docs/OPERATING.md, \"A tick mark ahead of the clock\")\n",
+				s.ID, fmtTime(*s.MarkAhead))
+		}
+	}
 	fmt.Fprintln(w)
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(w, "no live nodes")

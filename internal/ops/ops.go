@@ -84,6 +84,10 @@ type Schedule struct {
 	Paused   bool       `json:"paused"`
 	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
 	LastRun  *Run       `json:"last_run"`  // null when none is recorded
+	// MarkAhead is the time the schedule's tick mark says, when that lies
+	// further ahead of now than max_clock_skew: no tick of it runs before
+	// then (null otherwise, and for a schedule that takes no lock).
+	MarkAhead *time.Time `json:"mark_ahead"`
 
 	// Pause is the flag behind Paused (note, end time), for tables.
 	Pause locking.Pause `json:"-"`
@@ -295,7 +299,8 @@ func (s *Service) nodes(ctx context.Context) ([]Node, cluster.ConfigDrift, error
 	return out, cluster.Drift(ns), nil
 }
 
-// pauseFanOut bounds the pause flags read at once for a status.
+// pauseFanOut bounds the schedules whose pause flag and tick mark are
+// read at once for a status.
 const pauseFanOut = 8
 
 // Schedules assembles every schedule of the config, in config order.
@@ -342,11 +347,23 @@ func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
 				return
 			}
 			out[i].Pause, out[i].Paused = p, p.Active(now)
+			if defs[i].hint == string(hints.NodeLocal) {
+				return // no lock, no mark
+			}
+			mark, ok, err := s.store.Mark(ctx, out[i].ID)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if ok && mark.Sub(now) > s.maxSkew {
+				mark = mark.UTC()
+				out[i].MarkAhead = &mark
+			}
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, backendErr("reading pause flags", err)
+		return nil, backendErr("reading pause flags and tick marks", err)
 	}
 	return out, nil
 }

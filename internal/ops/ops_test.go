@@ -433,3 +433,56 @@ func TestNoBackend(t *testing.T) {
 		t.Errorf("runs: %v", err)
 	}
 }
+
+// A tick mark raised far ahead of the clock (a bug, or anyone who can write
+// the backend) stops its schedule until that time, with nothing but
+// contended skips at debug level: status names it, with the time the mark
+// says. A mark at the clock is not flagged, nor a node_local schedule's
+// (it takes no lock, so no mark stops it).
+func TestStatusFlagsAMarkAheadOfTheClock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st ops.Store) {
+		ctx := t.Context()
+		p := uniq(t)
+		lk, ok := st.(interface {
+			TryLockTick(context.Context, locking.TickRequest) (locking.TickAnswer, error)
+		})
+		if !ok {
+			t.Fatalf("%T cannot take a tick", st)
+		}
+		now := time.Now()
+		ahead := now.Add(10 * 365 * 24 * time.Hour).Truncate(time.Second)
+		for key, at := range map[string]time.Time{p + "ahead": ahead, p + "now": now.Truncate(time.Millisecond), p + "local": ahead} {
+			// A request whose max skew reaches the future tick is granted
+			// it: what a broken or hostile writer does.
+			ans, err := lk.TryLockTick(ctx, locking.TickRequest{Key: key, Tick: at, TTL: time.Minute,
+				MaxSkew: at.Sub(now) + time.Hour, Window: time.Minute})
+			if err != nil || ans.Verdict != locking.TickGranted {
+				t.Fatalf("raising %s's mark: %v, %v", key, ans.Verdict, err)
+			}
+		}
+		scheds := []scheduler.Schedule{
+			{ID: p + "ahead", CronExpr: "* * * * *", Spec: mustSpec(t, "* * * * *", time.UTC), Hint: hints.RequireGlobal},
+			{ID: p + "now", CronExpr: "* * * * *", Spec: mustSpec(t, "* * * * *", time.UTC), Hint: hints.RequireGlobal},
+			{ID: p + "local", CronExpr: "* * * * *", Spec: mustSpec(t, "* * * * *", time.UTC), Hint: hints.NodeLocal},
+		}
+		s, err := ops.New(st, scheds, ops.Options{}).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Schedules[0].MarkAhead; got == nil || !got.Equal(ahead) || got.Location() != time.UTC {
+			t.Errorf("a mark %v ahead: mark_ahead %v, want %v in UTC", ahead.Sub(now), got, ahead.UTC())
+		}
+		for _, sc := range s.Schedules[1:] {
+			if sc.MarkAhead != nil {
+				t.Errorf("%s: mark_ahead %v, want null", sc.ID, sc.MarkAhead)
+			}
+		}
+		b, err := json.Marshal(s.Schedules[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"mark_ahead":null`) {
+			t.Errorf("status JSON %s: mark_ahead not present as null", b)
+		}
+	})
+}

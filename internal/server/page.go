@@ -151,6 +151,7 @@ type statusData struct {
 	Drift     cluster.ConfigDrift
 	Paused    int
 	Failing   int
+	MarkAhead int // schedules whose tick mark lies ahead of the clock
 }
 
 type scheduleRow struct {
@@ -193,6 +194,9 @@ func (a *api) statusPage(w http.ResponseWriter, r *http.Request) {
 			}
 			if s.LastRun != nil && resultClass(s.LastRun.Result) == "bad" {
 				d.Failing++
+			}
+			if s.MarkAhead != nil {
+				d.MarkAhead++
 			}
 		}
 	}

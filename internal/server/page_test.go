@@ -85,6 +85,11 @@ func newPageFixture(t testing.TB, token, readToken string, n, runs int) *pageFix
 	if err := st.SetPause(ctx, "job", locking.Pause{Paused: true, Note: "disk full <b>", Until: now.Add(2 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
+	// job's tick mark says a day after the page's clock: flagged.
+	if ans, err := st.(locking.TickLocker).TryLockTick(ctx, locking.TickRequest{Key: "job", Tick: now.Add(24 * time.Hour), TTL: time.Minute,
+		MaxSkew: 365 * 24 * time.Hour, Window: 365 * 24 * time.Hour}); err != nil || ans.Handle == nil {
+		t.Fatalf("raising job's mark: %v, %v", ans.Verdict, err)
+	}
 	svc := ops.New(st, defs, ops.Options{Clock: func() time.Time { return now }})
 	s := New("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler), WithAPI(APIConfig{Ops: svc, Token: token, ReadToken: readToken}))
 	return &pageFixture{h: s.srv.Handler, st: st, now: now}
@@ -172,6 +177,8 @@ func TestPageShowsState(t *testing.T) {
 	for _, want := range []string{
 		`<span class="tag paused">paused</span> <q class="note">disk full &lt;b&gt;</q>`,
 		`until <time datetime="2026-03-01T14:00:00Z">`,
+		`<span class="tag bad mark-ahead" title="the tick mark lies ahead of the clock: no tick of this schedule runs before it">mark ahead: <time datetime="2026-03-02T12:00:00Z">`,
+		`<span class="tag bad">1 mark ahead</span>`,
 		`<section class="banner warn" id="drift">`,
 		`<a href="/schedules/job">job</a>: <code>h1</code> on node-&lt;img src=x onerror=window.pwned=2&gt;; <code>h1-changed</code> on node-b`,
 		`<tr class="sched last-bad is-paused" data-id="job">`,
