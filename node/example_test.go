@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/node"
@@ -192,5 +193,99 @@ hint = "node_local"
 	// Output:
 	// reload: <nil>
 	// ran heartbeat
+	// stopped: <nil>
+}
+
+// An operator pauses a program's schedule through the node's API (with a
+// note, as during an incident), and reads its run history: the same
+// cluster state the CLI and the status page read.
+func Example_pauseAndHistory() {
+	cfg, err := config.Parse([]byte(`
+node_id = "embedded"
+[locking]
+backend = "memory"
+[http]
+listen = "127.0.0.1:0"
+token = "a-long-enough-api-token"
+
+[[scheduled]]
+id = "sync"
+cron = "0 3 1 1 *" # once a year: it runs now only when triggered
+hint = "require_global"
+`), "embedded.toml", config.WithGoJobs("sync"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ran := make(chan struct{}, 1)
+	n, err := node.New(context.Background(), cfg, node.Options{
+		Logger: quiet,
+		Jobs: map[string]scheduler.Job{
+			"sync": scheduler.JobFunc(func(context.Context, scheduler.Tick) error {
+				ran <- struct{}{}
+				return nil
+			}),
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error)
+	go func() { done <- n.Run(ctx) }()
+	<-n.Ready()
+	call := func(method, path, body string, out any) {
+		req, _ := http.NewRequest(method, "http://"+n.Addr()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer a-long-enough-api-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			fmt.Println(method, path, resp.Status, err)
+		}
+	}
+
+	var paused struct {
+		Paused bool   `json:"paused"`
+		Note   string `json:"note"`
+	}
+	call(http.MethodPost, "/api/v1/schedules/sync/pause", `{"note": "upstream down"}`, &paused)
+	fmt.Println("paused:", paused.Paused, "note:", paused.Note)
+	call(http.MethodPost, "/api/v1/schedules/sync/resume", "", &paused)
+	fmt.Println("paused:", paused.Paused)
+
+	var trig struct {
+		Accepted bool `json:"accepted"`
+	}
+	call(http.MethodPost, "/api/v1/schedules/sync/trigger?wait=10s", "", &trig)
+	<-ran
+	// The run's record reaches history after the run; read until it has.
+	var runs []struct {
+		Result string `json:"result"`
+		Manual bool   `json:"manual"`
+		Node   string `json:"node"`
+	}
+	for range 500 {
+		if call(http.MethodGet, "/api/v1/schedules/sync/runs?limit=5", "", &runs); len(runs) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // a client polls; the API has no wait for a record
+	}
+	if len(runs) == 0 {
+		fmt.Println("no run in history after 10s")
+		return
+	}
+	fmt.Println("history:", runs[0].Result, "manual:", runs[0].Manual, "on", runs[0].Node)
+	stop()
+	fmt.Println("stopped:", <-done)
+	// Output:
+	// paused: true note: upstream down
+	// paused: false
+	// history: success manual: true on embedded
 	// stopped: <nil>
 }
