@@ -83,8 +83,8 @@ type tick struct {
 	ran   ran        // what step 8 reports of the run
 }
 
-// batched is a tick's batched try-lock-tick, the batcher answers into
-// (reused by its resends), with its round trip bracketed on the
+// batched is a tick's batched try-lock-tick, which the batcher answers
+// into (reused by its resends), with its round trip bracketed on the
 // scheduler's clock (before, after), and its batched release after the
 // run (release.go).
 type batched struct {
@@ -139,14 +139,16 @@ func (s *Scheduler) newTickLocked(st *schedState, at, now time.Time, catchup boo
 func (s *Scheduler) advance(t *tick, to tickState) {
 	if to < t.state {
 		tickMisstep(fmt.Sprintf("scheduler: tick %s of %q moved from %v back to %v", t.at.Format(time.RFC3339Nano), t.def.ID, t.state, to))
+		s.log.Error("a tick's step back refused", slog.String("schedule", t.def.ID), slog.String("tick", t.at.Format(time.RFC3339)),
+			slog.String("state", t.state.String()), slog.String("to", to.String()))
 		return
 	}
 	t.state = to
 }
 
 // tickMisstep is called when a tick breaks its life's order (ended twice,
-// moved back). In production the step is refused and logged by the
-// caller's log line below it; the package's tests make it panic
+// moved back). In production it does nothing: the step is refused, and
+// logged at error by its caller. The package's tests make it panic
 // (export_test.go), so no such bug passes a test.
 var tickMisstep = func(string) {}
 
