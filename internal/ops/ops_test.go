@@ -185,9 +185,9 @@ func TestJSONShape(t *testing.T) {
 	}
 	check("status", keys(m), "schedules", "nodes", "config_drift")
 	scheds := m["schedules"].([]any)
-	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run")
-	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run")
-	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil {
+	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead")
+	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead")
+	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil || s1["mark_ahead"] != nil {
 		t.Errorf("empty last_run/next_tick = %v %v, want null", s1["last_run"], s1["next_tick"])
 	}
 	lr := scheds[0].(map[string]any)["last_run"].(map[string]any)
