@@ -85,8 +85,11 @@ type Schedule struct {
 	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
 	LastRun  *Run       `json:"last_run"`  // null when none is recorded
 	// MarkAhead is the time the schedule's tick mark says, when that lies
-	// further ahead of now than max_clock_skew: no tick of it runs before
-	// then (null otherwise, and for a schedule that takes no lock).
+	// further ahead of the backend's clock than max_clock_skew: no tick of
+	// it runs before then (null otherwise, and for a schedule that takes
+	// no lock). The backend's clock is bounded from above by the live
+	// nodes' announcements (backendNowAtMost), else read as this
+	// Service's.
 	MarkAhead *time.Time `json:"mark_ahead"`
 
 	// Pause is the flag behind Paused (note, end time), for tables.
@@ -266,11 +269,11 @@ func (s *Service) Known(id string) bool {
 
 // Status assembles every schedule, the live nodes and the config drift.
 func (s *Service) Status(ctx context.Context) (Status, error) {
-	scheds, err := s.Schedules(ctx)
+	nodes, drift, err := s.nodes(ctx)
 	if err != nil {
 		return Status{}, err
 	}
-	nodes, drift, err := s.nodes(ctx)
+	scheds, err := s.listSchedules(ctx, nodes)
 	if err != nil {
 		return Status{}, err
 	}
@@ -305,8 +308,44 @@ const pauseFanOut = 8
 
 // Schedules assembles every schedule of the config, in config order.
 func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
+	var nodes []Node
+	if s.store != nil {
+		ns, err := s.store.Nodes(ctx)
+		if err != nil {
+			return nil, backendErr("listing nodes", err)
+		}
+		for _, n := range ns {
+			nodes = append(nodes, Node{LastSeen: n.LastSeen})
+		}
+	}
+	return s.listSchedules(ctx, nodes)
+}
+
+// nodeSeenSlack bounds how old a live node's announcement can be: a node
+// is listed for three of the agent's announcement periods (5 s by
+// default) after its last one.
+const nodeSeenSlack = 15 * time.Second
+
+// backendNowAtMost bounds the backend's clock from above, for the check of
+// a mark ahead of it: a live node's announcement is stamped by the
+// backend's clock (LastSeen), and the backend lists it no longer than
+// nodeSeenSlack after. The Service's own clock counts too, so that without
+// a live node the check still runs; with one, a CLI on a host whose clock
+// runs behind does not take every freshly raised mark for one ahead.
+func backendNowAtMost(now time.Time, nodes []Node) time.Time {
+	for _, n := range nodes {
+		if t := n.LastSeen.Add(nodeSeenSlack); t.After(now) {
+			now = t
+		}
+	}
+	return now
+}
+
+// listSchedules is Schedules, given the live nodes.
+func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, error) {
 	defs := s.schedules()
 	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
@@ -355,7 +394,7 @@ func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
 				errs[i] = err
 				return
 			}
-			if ok && mark.Sub(now) > s.maxSkew {
+			if ok && mark.Sub(markRef) > s.maxSkew {
 				mark = mark.UTC()
 				out[i].MarkAhead = &mark
 			}

@@ -484,5 +484,29 @@ func TestStatusFlagsAMarkAheadOfTheClock(t *testing.T) {
 		if !strings.Contains(string(b), `"mark_ahead":null`) {
 			t.Errorf("status JSON %s: mark_ahead not present as null", b)
 		}
+
+		// Asked from a host whose clock runs an hour behind: the mark
+		// raised at the backend's now is not ahead of the backend, which
+		// a live node's announcement (stamped by the backend) tells.
+		if err := st.Announce(ctx, cluster.Node{NodeID: p + "n", StartedAt: now}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Leave(context.Background(), p+"n") })
+		behind := func() time.Time { return time.Now().Add(-time.Hour) }
+		for what, list := range map[string]func() ([]ops.Schedule, error){
+			"status": func() ([]ops.Schedule, error) {
+				s, err := ops.New(st, scheds, ops.Options{Clock: behind}).Status(ctx)
+				return s.Schedules, err
+			},
+			"schedules": func() ([]ops.Schedule, error) { return ops.New(st, scheds, ops.Options{Clock: behind}).Schedules(ctx) },
+		} {
+			got, err := list()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].MarkAhead == nil || got[1].MarkAhead != nil {
+				t.Errorf("%s from a clock an hour behind: mark_ahead %v and %v, want the far one only", what, got[0].MarkAhead, got[1].MarkAhead)
+			}
+		}
 	})
 }
