@@ -434,12 +434,7 @@ func TestHandoffKeepsOnlyItsSchedulesMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	defer func() { cancel(); drain(t, base, done) }()
-	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer wcancel()
+	wctx := runUntilEnd(t, base, s)
 	if err := s.WaitListening(wctx); err != nil {
 		t.Fatal(err)
 	}
@@ -481,12 +476,7 @@ func TestHandoffTurnRunCountsItsReleaseOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Run(ctx) }()
-	defer func() { cancel(); drain(t, base, done) }()
-	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer wcancel()
+	wctx := runUntilEnd(t, base, s)
 	if err := s.WaitIdle(wctx); err != nil {
 		t.Fatal(err)
 	}
@@ -507,4 +497,18 @@ func TestHandoffTurnRunCountsItsReleaseOnce(t *testing.T) {
 	if n := s.Releasing("m"); n != 0 {
 		t.Errorf("%d runs counted as releasing their lock after the run ended, want 0", n)
 	}
+}
+
+// runUntilEnd runs s until the test ends, then stops it, moving base on
+// while it drains; it returns a context bounded by waitTimeout for the
+// test's waits.
+func runUntilEnd(t *testing.T, base *fakeclock.Clock, s *scheduler.Scheduler) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); drain(t, base, done) })
+	wctx, wcancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(wcancel)
+	return wctx
 }

@@ -284,10 +284,13 @@ func (s *Scheduler) dispatch(acts []action) {
 		}
 		ts = append(ts, a.t)
 	}
+	all := ts
 	ts = s.handOffTasks(ts)
 	s.work.SubmitAll(ts)
-	clear(ts)
-	s.fired = ts
+	// All of the buffer: the ticks the handoff ended or left waiting are
+	// past ts's end, and would stay reachable from it until overwritten.
+	clear(all)
+	s.fired = all[:0]
 }
 
 // endJobs ends the shutdown grace: the jobs still running are cancelled

@@ -655,7 +655,9 @@ func (s *Scheduler) checkMarkAhead(t *tick, ans locking.TickAnswer) {
 	st := t.st
 	switch {
 	case ans.Verdict == locking.TickGranted:
-		st.markAhead.Store(false)
+		if st.markAhead.Load() { // read first: a store per grant would write the line every tick
+			st.markAhead.Store(false)
+		}
 		return
 	case ans.Verdict != locking.TickDone || ans.Now.IsZero() || ans.Mark.Sub(ans.Now) <= s.opts.MaxClockSkew:
 		return
