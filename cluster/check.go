@@ -83,3 +83,17 @@ func CheckTake(r TakeReq) error {
 	}
 	return nil
 }
+
+// CheckSkip validates a skip to record: a schedule, a tick and a reason.
+func CheckSkip(k Skip) error {
+	if err := CheckSchedule(k.Schedule); err != nil {
+		return err
+	}
+	switch {
+	case k.Tick.IsZero():
+		return fmt.Errorf("%w: skip of %q has no tick", ErrInvalid, k.Schedule)
+	case k.Reason == "":
+		return fmt.Errorf("%w: skip of %q at %s has no reason", ErrInvalid, k.Schedule, k.Tick.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}

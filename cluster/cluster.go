@@ -50,6 +50,44 @@ const MaxErrorLen = 512
 // (`[history] keep`).
 const DefaultKeep = 100
 
+// ResultRunning is the result of a run's provisional record: written
+// when its first attempt starts (Attempts 0), so that a run whose node dies
+// before it ends is still in history, with its node and fence. Its final
+// record (Attempts > 0) replaces it, as it replaces an unstarted one (see
+// RecordRuns). `audit` shows a tick whose record stayed running, its node
+// gone, as ran with result running.
+const ResultRunning = "running"
+
+// Skip is a tick consumed without a run, as history keeps it: a decision
+// that raised the schedule's mark to the tick, or past it, and started
+// nothing. With the runs it lets `audit` account for every tick of a
+// schedule: a tick the mark passed with neither a run nor a skip is lost.
+// The JSON names are the contract of the audit's sources.
+type Skip struct {
+	Schedule string    `json:"schedule"`
+	Tick     time.Time `json:"tick"`
+	Node     string    `json:"node"`   // the node that decided it
+	Reason   string    `json:"reason"` // one of the Skip reasons below
+	// Note says more: the pause's note, or why a tick was stopped.
+	Note string    `json:"note"`
+	At   time.Time `json:"at"` // when it was decided, on the deciding node's clock
+}
+
+// The reasons of a Skip (the `reason` of `audit`, a contract).
+const (
+	// SkipPaused: the schedule was paused cluster-wide at the tick.
+	SkipPaused = "paused"
+	// SkipMissed: the tick was decided later than its catch-up window.
+	SkipMissed = "missed"
+	// SkipOverlap: a run of the schedule still held its lock at the tick
+	// (overlap = "skip").
+	SkipOverlap = "overlap"
+	// SkipStopped: no node asked for the tick before the mark passed it
+	// (every node stopped, or none reaching the backend); recorded by the
+	// node whose decision raised the mark over it.
+	SkipStopped = "stopped"
+)
+
 // Node is a live node's announcement. The JSON names are the contract.
 type Node struct {
 	NodeID     string    `json:"node_id"`
@@ -116,16 +154,30 @@ type Store interface {
 	// once, but a history never exceeds 2×keep). Fields over their bounds
 	// are cut to MaxErrorLen and MaxOutputTail. A run recorded unstarted
 	// (Attempts 0: a manual run given back before it started, recorded
-	// lock_lost under its request's id) is replaced by the real run of the
-	// same schedule and RunID (Attempts > 0) once that one is recorded, by
-	// any node, in any batch; never the other way: an unstarted record of a
-	// run already recorded is not stored.
+	// lock_lost under its request's id; or the provisional record of a run
+	// that started, Result ResultRunning) is replaced by the real run of
+	// the same schedule and RunID (Attempts > 0) once that one is recorded,
+	// by any node, in any batch; never the other way: an unstarted record
+	// of a run already recorded is not stored. (A provisional record has
+	// its final's StartedAt: a backend may look for the final among the
+	// runs that started then only.)
 	RecordRuns(ctx context.Context, runs []Run, keep int) error
 	// Runs returns up to limit runs of schedule, newest first (by
 	// StartedAt).
 	Runs(ctx context.Context, schedule string, limit int) ([]Run, error)
 	// LastRuns returns the newest run of each of schedules that has one.
 	LastRuns(ctx context.Context, schedules []string) (map[string]Run, error)
+
+	// RecordSkips adds skips to their schedules' skip records: one per
+	// schedule and tick, the first recorded kept (the same tick recorded
+	// again, by any node, in any batch, is dropped: several nodes may see
+	// one decision). Each schedule keeps its newest keep skips by Tick,
+	// apart from its runs (a paused schedule does not push its runs out),
+	// trimmed as RecordRuns trims (never more than 2×keep). Notes are cut
+	// as run errors are (BoundSkip).
+	RecordSkips(ctx context.Context, skips []Skip, keep int) error
+	// Skips returns up to limit skips of schedule, newest tick first.
+	Skips(ctx context.Context, schedule string, limit int) ([]Skip, error)
 
 	// Announce records n as live until ttl from now (the store's clock),
 	// setting its LastSeen. A store may keep n.Schedules itself rather
@@ -289,6 +341,15 @@ func Bound(r Run) Run {
 		r.OutputTail = r.OutputTail[cut:]
 	}
 	return r
+}
+
+// BoundSkip cuts a skip's note as Bound cuts a run's error, and its
+// reason and node to MaxErrorLen: backends call it before storing.
+func BoundSkip(k Skip) Skip {
+	k.Note = Bound(Run{Error: k.Note}).Error
+	k.Reason = Bound(Run{Error: k.Reason}).Error
+	k.Node = Bound(Run{Error: k.Node}).Error
+	return k
 }
 
 // cleanText makes s valid UTF-8 without NUL bytes.

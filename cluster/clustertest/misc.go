@@ -235,14 +235,28 @@ func caseBadInput(s *suite) {
 		"RecordRuns(run without schedule)": func() error { return st.RecordRuns(s.ctx, []cluster.Run{good, noSched}, 10) },
 		"RecordRuns(control character)":    func() error { return st.RecordRuns(s.ctx, []cluster.Run{good, ctl}, 10) },
 		"RecordRuns(keep 0)":               func() error { return st.RecordRuns(s.ctx, []cluster.Run{good}, 0) },
-		"Runs(empty schedule)":             func() error { _, err := st.Runs(s.ctx, "", 10); return err },
-		"Runs(limit 0)":                    func() error { _, err := st.Runs(s.ctx, "job", 0); return err },
-		"Runs(limit -1)":                   func() error { _, err := st.Runs(s.ctx, "job", -1); return err },
-		"LastRuns(empty id)":               func() error { _, err := st.LastRuns(s.ctx, []string{"job", ""}); return err },
-		"Announce(empty node id)":          func() error { return st.Announce(s.ctx, node("", nil), longTTL) },
-		"Announce(ttl 0)":                  func() error { return st.Announce(s.ctx, node("n", nil), 0) },
-		"Leave(empty node id)":             func() error { return st.Leave(s.ctx, "") },
-		"Enqueue(request without id)":      func() error { return st.Enqueue(s.ctx, []cluster.Request{okReq, noReqID}) },
+		"RecordSkips(skip without schedule)": func() error {
+			return st.RecordSkips(s.ctx, []cluster.Skip{skip("job", 1, "n", "paused"), skip("", 2, "n", "paused")}, 10)
+		},
+		"RecordSkips(skip without tick)": func() error {
+			k := skip("job", 2, "n", "paused")
+			k.Tick = time.Time{}
+			return st.RecordSkips(s.ctx, []cluster.Skip{skip("job", 1, "n", "paused"), k}, 10)
+		},
+		"RecordSkips(skip without reason)": func() error {
+			return st.RecordSkips(s.ctx, []cluster.Skip{skip("job", 1, "n", "paused"), skip("job", 2, "n", "")}, 10)
+		},
+		"RecordSkips(keep 0)":         func() error { return st.RecordSkips(s.ctx, []cluster.Skip{skip("job", 1, "n", "paused")}, 0) },
+		"Skips(empty schedule)":       func() error { _, err := st.Skips(s.ctx, "", 10); return err },
+		"Skips(limit 0)":              func() error { _, err := st.Skips(s.ctx, "job", 0); return err },
+		"Runs(empty schedule)":        func() error { _, err := st.Runs(s.ctx, "", 10); return err },
+		"Runs(limit 0)":               func() error { _, err := st.Runs(s.ctx, "job", 0); return err },
+		"Runs(limit -1)":              func() error { _, err := st.Runs(s.ctx, "job", -1); return err },
+		"LastRuns(empty id)":          func() error { _, err := st.LastRuns(s.ctx, []string{"job", ""}); return err },
+		"Announce(empty node id)":     func() error { return st.Announce(s.ctx, node("", nil), longTTL) },
+		"Announce(ttl 0)":             func() error { return st.Announce(s.ctx, node("n", nil), 0) },
+		"Leave(empty node id)":        func() error { return st.Leave(s.ctx, "") },
+		"Enqueue(request without id)": func() error { return st.Enqueue(s.ctx, []cluster.Request{okReq, noReqID}) },
 		"Enqueue(request without schedule)": func() error {
 			return st.Enqueue(s.ctx, []cluster.Request{okReq, noReqSched})
 		},
@@ -267,6 +281,9 @@ func caseBadInput(s *suite) {
 	if rs := s.runs(st, "job", 10); len(rs) != 0 {
 		s.t.Fatalf("after refused RecordRuns batches, history = %v, want empty (check every run before storing any)", runIDs(rs))
 	}
+	if ks := s.skips(st, "job", 10); len(ks) != 0 {
+		s.t.Fatalf("after refused RecordSkips batches, skips = %v, want none (check every skip before storing any)", skipTicks(ks))
+	}
 	s.wantQueue(st, "job", nil, "after refused Enqueue batches")
 	s.wantNodes(st, nil, "after refused announcements")
 }
@@ -280,12 +297,16 @@ func caseCancelled(s *suite) {
 		"RecordRuns": func() error { return st.RecordRuns(ctx, []cluster.Run{run("job", 1, "n")}, 10) },
 		"Runs":       func() error { _, err := st.Runs(ctx, "job", 10); return err },
 		"LastRuns":   func() error { _, err := st.LastRuns(ctx, []string{"job"}); return err },
-		"Announce":   func() error { return st.Announce(ctx, node("n", nil), longTTL) },
-		"Nodes":      func() error { _, err := st.Nodes(ctx); return err },
-		"Leave":      func() error { return st.Leave(ctx, "n") },
-		"Enqueue":    func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
-		"Queued":     func() error { _, err := st.Queued(ctx); return err },
-		"Requests":   func() error { _, err := st.Requests(ctx, "job"); return err },
+		"RecordSkips": func() error {
+			return st.RecordSkips(ctx, []cluster.Skip{skip("job", 1, "n", "paused")}, 10)
+		},
+		"Skips":    func() error { _, err := st.Skips(ctx, "job", 10); return err },
+		"Announce": func() error { return st.Announce(ctx, node("n", nil), longTTL) },
+		"Nodes":    func() error { _, err := st.Nodes(ctx); return err },
+		"Leave":    func() error { return st.Leave(ctx, "n") },
+		"Enqueue":  func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
+		"Queued":   func() error { _, err := st.Queued(ctx); return err },
+		"Requests": func() error { _, err := st.Requests(ctx, "job"); return err },
 		"TakeRequest": func() error {
 			_, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: "job", Node: "n", TTL: longTTL})
 			return err

@@ -40,6 +40,9 @@ type clusterState struct {
 	// (Attempts 0), which a real run of their id replaces (insertRun);
 	// absent when none.
 	unstarted map[string]int
+	// skips are the ticks consumed without a run, oldest first by Tick,
+	// one per tick, at most 1.25×keep+1 long (as runs).
+	skips map[string][]cluster.Skip
 	// queues are request queues, oldest first; empty ones are deleted.
 	queues map[string][]cluster.Request
 	// accepted maps a schedule's request id to who took it, and when.
@@ -80,6 +83,7 @@ func newClusterState() clusterState {
 	return clusterState{
 		runs:            make(map[string][]cluster.Run),
 		unstarted:       make(map[string]int),
+		skips:           make(map[string][]cluster.Skip),
 		queues:          make(map[string][]cluster.Request),
 		accepted:        make(map[acceptKey]acceptance),
 		acceptedSweepAt: minAcceptedSweep,
@@ -182,6 +186,69 @@ func insertRun(h []cluster.Run, r cluster.Run, keep int) (_ []cluster.Run, unsta
 		return h[:n], unstartedGone
 	}
 	return h, 0
+}
+
+// RecordSkips stores skips (cut by cluster.BoundSkip), one per schedule
+// and tick, the first kept, trimming each schedule's to its newest keep
+// once it is a quarter over (as insertRun). It checks every skip before it
+// stores any.
+func (l *Locker) RecordSkips(ctx context.Context, skips []cluster.Skip, keep int) error {
+	if err := l.usable(ctx, "record skips"); err != nil {
+		return err
+	}
+	if err := cluster.CheckKeep(keep); err != nil {
+		return fmt.Errorf("locking/memory: record skips: %w", err)
+	}
+	for _, k := range skips {
+		if err := cluster.CheckSkip(k); err != nil {
+			return fmt.Errorf("locking/memory: record skips: %w", err)
+		}
+	}
+	for _, k := range skips {
+		k = cluster.BoundSkip(k)
+		s := l.tab.shardFor(k.Schedule)
+		s.mu.Lock()
+		s.skips[k.Schedule] = insertSkip(s.skips[k.Schedule], k, keep)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// insertSkip puts k into h (oldest tick first) unless h has its tick.
+func insertSkip(h []cluster.Skip, k cluster.Skip, keep int) []cluster.Skip {
+	i := len(h)
+	for i > 0 && h[i-1].Tick.After(k.Tick) {
+		i--
+	}
+	if i > 0 && h[i-1].Tick.Equal(k.Tick) {
+		return h // the first record of a tick stays
+	}
+	h = slices.Insert(h, i, k)
+	if over := len(h) - keep; over > keep/4 {
+		n := copy(h, h[over:])
+		clear(h[n:])
+		return h[:n]
+	}
+	return h
+}
+
+// Skips returns up to limit skips of schedule, newest tick first.
+func (l *Locker) Skips(ctx context.Context, schedule string, limit int) ([]cluster.Skip, error) {
+	if err := l.checkSchedule(ctx, "skips", schedule); err != nil {
+		return nil, err
+	}
+	if err := cluster.CheckLimit(limit); err != nil {
+		return nil, fmt.Errorf("locking/memory: skips of %q: %w", schedule, err)
+	}
+	s := l.tab.shardFor(schedule)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.skips[schedule]
+	out := make([]cluster.Skip, min(limit, len(h)))
+	for i := range out {
+		out[i] = h[len(h)-1-i]
+	}
+	return out, nil
 }
 
 // Runs returns up to limit runs of schedule, newest first.
