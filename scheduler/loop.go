@@ -90,6 +90,7 @@ type action struct {
 	at       time.Time
 	lateness time.Duration
 	skip     SkipReason
+	skipDef  *compiled // st's definition when skipped (st.def is read under s.mu)
 	// wait: the tick waits for its schedule's runs here to give their
 	// lock back, and is then asked for (retryWaitingLocked): not reported yet.
 	wait bool
@@ -250,7 +251,7 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 			// the lock is given back, and reported then.
 			a.wait, st.waiting = true, true
 		case st.active > 0 && st.def.Overlap == OverlapSkip:
-			a.skip = SkipStillRunning
+			a.skip, a.skipDef = SkipStillRunning, st.def
 			st.last.tick, st.last.skip = unixOrZero(at), indexOf(skipReasons[:], SkipStillRunning)
 		default:
 			a.t = s.newTickLocked(st, at, now, false)
@@ -277,6 +278,7 @@ func (s *Scheduler) dispatch(acts []action) {
 		s.obs.TickFired(a.st.id, a.at, a.lateness)
 		if a.skip != "" {
 			s.reportSkipAt(a.st.id, a.at, a.skip, 0)
+			s.recordSkipOf(a.skipDef, a.at, RecordOverlap) // still_running, the one skip decided here
 			continue
 		}
 		if a.t.def.lock {

@@ -4,7 +4,7 @@ import "time"
 
 // Observers returns an Observer that tells each of obs everything, and
 // implements each optional observer interface (ClockObserver,
-// RunObserver, RunStartObserver) for those of obs that do: metrics, the
+// RunObserver, RunStartObserver, SkipObserver) for those of obs that do: metrics, the
 // cluster's history and the dead-man's switch each see what they want.
 func Observers(obs ...Observer) Observer { return fanout(obs) }
 
@@ -54,6 +54,14 @@ func (f fanout) RunStarted(r RunStart) {
 	for _, o := range f {
 		if c, ok := o.(RunStartObserver); ok {
 			c.RunStarted(r)
+		}
+	}
+}
+
+func (f fanout) SkipRecorded(r SkipRecord) {
+	for _, o := range f {
+		if c, ok := o.(SkipObserver); ok {
+			c.SkipRecorded(r)
 		}
 	}
 }

@@ -49,7 +49,11 @@ type RunStart struct {
 	Node     string
 	RunID    string
 	Manual   bool
-	Start    time.Time
+	// Start is the run's start: its RunRecord's Start is the same time,
+	// so a record written now (the run's provisional record in history)
+	// and the final one name one start.
+	Start time.Time
+	Fence int64 // the lock's fence; 0 for a node-local run
 }
 
 // RunStartObserver is implemented by observers that want to know when a
@@ -57,6 +61,81 @@ type RunStart struct {
 // run's goroutine just before the job: it must not block.
 type RunStartObserver interface {
 	RunStarted(r RunStart)
+}
+
+// SkipRecord is a tick of a locked schedule that this node saw consumed
+// without a run: the backend answered paused or missed (the mark raised to
+// it), its lock was held by a run of the schedule (overlap), this node
+// skipped it as still running, or this node's decision raised the mark
+// over it while no node had asked for it (stopped). History keeps one
+// record per tick, so that `audit` can tell a skipped tick from a lost
+// one; several nodes may report the same tick.
+type SkipRecord struct {
+	Schedule string
+	Tick     time.Time
+	Node     string
+	Reason   RecordReason
+	At       time.Time // when this node decided it
+}
+
+// RecordReason is why a SkipRecord's tick did not run. The values are the
+// skip reasons of `audit` (cluster.Skip's Reason, a contract).
+type RecordReason string
+
+// Record reasons.
+const (
+	RecordPaused  RecordReason = "paused"
+	RecordMissed  RecordReason = "missed"
+	RecordOverlap RecordReason = "overlap"
+	RecordStopped RecordReason = "stopped"
+)
+
+// SkipObserver is implemented by observers that keep skip records. It is
+// called from the tick's path: it must not block.
+type SkipObserver interface {
+	SkipRecorded(r SkipRecord)
+}
+
+// maxGapRecords bounds the stopped ticks one decision records: a schedule
+// every second whose nodes were all stopped for a day has 86,400, and
+// history keeps the newest [history] keep of them anyway.
+const maxGapRecords = 1000
+
+// recordSkip sends a skip of t's schedule at tick to the SkipObserver.
+func (s *Scheduler) recordSkip(t *tick, at time.Time, why RecordReason) {
+	s.recordSkipOf(t.def, at, why)
+}
+
+// recordSkipOf is recordSkip for a schedule's definition def.
+func (s *Scheduler) recordSkipOf(def *compiled, at time.Time, why RecordReason) {
+	if s.skipObs == nil || !def.lock {
+		return
+	}
+	s.skipObs.SkipRecorded(SkipRecord{Schedule: def.ID, Tick: at, Node: s.opts.NodeID, Reason: why, At: s.clock.Now()})
+}
+
+// recordGap records as stopped the ticks of t's schedule strictly between
+// before (the mark the backend's step found) and t's tick: the step raised
+// the mark over them, and no node had asked for them (an ask would have
+// raised the mark to it, or, answered contended, been recorded as an
+// overlap). The newest maxGapRecords of them.
+func (s *Scheduler) recordGap(t *tick, before time.Time) {
+	if s.skipObs == nil || before.IsZero() || !before.Before(t.at) || t.def.Spec == nil {
+		return
+	}
+	var gap []time.Time
+	for at := t.def.Spec.Next(before); !at.IsZero() && at.Before(t.at); at = t.def.Spec.Next(at) {
+		gap = append(gap, at)
+		if len(gap) > 2*maxGapRecords {
+			gap = append(gap[:0], gap[len(gap)-maxGapRecords:]...)
+		}
+	}
+	if len(gap) > maxGapRecords {
+		gap = gap[len(gap)-maxGapRecords:]
+	}
+	for _, at := range gap {
+		s.recordSkip(t, at, RecordStopped)
+	}
 }
 
 // OutputTailSize bounds the output a run record keeps.

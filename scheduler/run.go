@@ -89,9 +89,11 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	if backoff <= 0 {
 		backoff = DefaultRetryBackoff
 	}
+	var started time.Time
 	if s.startObs != nil {
+		started = s.clock.Now()
 		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID,
-			RunID: jt.RunID, Manual: jt.Manual, Start: s.clock.Now()})
+			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence})
 	}
 	var out runOutcome
 	for attempt := 1; ; attempt++ {
@@ -108,6 +110,11 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 			break // the lock was lost or the node is stopping: no more attempts
 		}
 		backoff *= 2
+	}
+	if !started.IsZero() && !out.unstarted {
+		// The start its observers were told of (history's provisional
+		// record of the run names it), not the last attempt's.
+		out.start = started
 	}
 	if out.start.IsZero() {
 		out.start = s.clock.Now()

@@ -145,6 +145,7 @@ type Scheduler struct {
 	clockObs  ClockObserver    // obs, when it wants clock offsets
 	runObs    RunObserver      // obs, when it keeps run records
 	startObs  RunStartObserver // obs, when it wants run starts
+	skipObs   SkipObserver     // obs, when it keeps skip records
 	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend   backendState     // outage and recovery (catchup.go)
@@ -374,6 +375,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
 	s.startObs, _ = opts.Observer.(RunStartObserver)
+	s.skipObs, _ = opts.Observer.(SkipObserver)
 	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
 		s.maxLease = lb.MaxLease()
 	}

@@ -631,11 +631,21 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 		}
 		s.newTickLease(t, ans.Handle)
 		return true, ""
-	case locking.TickDone, locking.TickContended:
+	case locking.TickDone:
+		return false, SkipContended
+	case locking.TickContended:
+		// The lock is held by a run of the schedule (a previous tick's,
+		// or a manual run's) while the mark is before T: an overlap.
+		// History says so, since T is consumed once a later tick is
+		// decided; should T still be granted later (a catch-up try), its
+		// run is what audit shows.
+		s.recordSkip(t, t.at, RecordOverlap)
 		return false, SkipContended
 	case locking.TickPaused:
+		s.recordSkip(t, t.at, RecordPaused)
 		return false, SkipPaused
 	case locking.TickMissed:
+		s.recordSkip(t, t.at, RecordMissed)
 		return false, SkipMissed
 	case locking.TickExpired:
 		return false, SkipBackendError // recorded by grantExpired

@@ -89,6 +89,7 @@ type Agent struct {
 	drifted   string // the last drift description logged ("" = none)
 
 	records chan scheduler.RunRecord
+	skips   chan scheduler.SkipRecord
 	dropped int // records dropped because the queue was full (under mu)
 
 	// live is the node registry as last read (prefer.go): the scheduler's
@@ -119,7 +120,8 @@ func New(b Backend, run Runner, opts Options) *Agent {
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = 250 * time.Millisecond
 	}
-	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096)}
+	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096),
+		skips: make(chan scheduler.SkipRecord, 4096)}
 }
 
 // NodeID is the node the agent speaks for.
@@ -205,7 +207,32 @@ type observer struct {
 	a *Agent
 }
 
-func (o observer) RunRecorded(r scheduler.RunRecord) { o.a.RunRecorded(r) }
+func (o observer) RunRecorded(r scheduler.RunRecord)   { o.a.RunRecorded(r) }
+func (o observer) RunStarted(r scheduler.RunStart)     { o.a.RunStarted(r) }
+func (o observer) SkipRecorded(r scheduler.SkipRecord) { o.a.SkipRecorded(r) }
+
+// RunStarted queues the run's provisional record (result running, no
+// attempts) for the history (scheduler.RunStartObserver): a run whose node
+// dies before it ends is still in history, with its node and fence, and
+// `audit` does not call its tick lost. The run's final record replaces it
+// (cluster.Store.RecordRuns). Queued on the run records' queue, so that it
+// is written before its final record.
+func (a *Agent) RunStarted(r scheduler.RunStart) {
+	a.RunRecorded(scheduler.RunRecord{Schedule: r.Schedule, Tick: r.Tick, Node: r.Node,
+		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID})
+}
+
+// SkipRecorded queues a tick consumed without a run for the history
+// (scheduler.SkipObserver); like RunRecorded, it never blocks.
+func (a *Agent) SkipRecorded(r scheduler.SkipRecord) {
+	select {
+	case a.skips <- r:
+	default:
+		a.mu.Lock()
+		a.dropped++
+		a.mu.Unlock()
+	}
+}
 
 // RunRecorded queues a run for the history (scheduler.RunObserver). It
 // never blocks a run: when the queue is full (a backend down for long),
@@ -543,13 +570,22 @@ func indefinite(err error) bool {
 func (a *Agent) recordLoop(ctx context.Context, runsEnded <-chan struct{}) {
 	t := time.NewTicker(a.opts.FlushEvery)
 	defer t.Stop()
-	var batch []scheduler.RunRecord
+	var (
+		batch []scheduler.RunRecord
+		skips []scheduler.SkipRecord
+	)
 	flush := func() {
 		if len(batch) > 0 {
 			fctx, cancel := context.WithTimeout(ctx, historyTimeout)
 			a.flush(fctx, batch)
 			cancel()
 			batch = batch[:0]
+		}
+		if len(skips) > 0 {
+			fctx, cancel := context.WithTimeout(ctx, historyTimeout)
+			a.flushSkips(fctx, skips)
+			cancel()
+			skips = skips[:0]
 		}
 	}
 	for {
@@ -559,6 +595,11 @@ func (a *Agent) recordLoop(ctx context.Context, runsEnded <-chan struct{}) {
 			if len(batch) >= 256 {
 				flush()
 			}
+		case k := <-a.skips:
+			skips = append(skips, k)
+			if len(skips) >= 1024 {
+				flush()
+			}
 		case <-t.C:
 			flush()
 		case <-runsEnded:
@@ -566,6 +607,8 @@ func (a *Agent) recordLoop(ctx context.Context, runsEnded <-chan struct{}) {
 				select {
 				case r := <-a.records:
 					batch = append(batch, r)
+				case k := <-a.skips:
+					skips = append(skips, k)
 				default:
 					flush()
 					return
@@ -601,6 +644,31 @@ func (a *Agent) flush(ctx context.Context, recs []scheduler.RunRecord) {
 	}
 }
 
+// flushSkips writes a batch of skip records in one call, a paused tick
+// with its schedule's pause note (one read per paused schedule: pauses
+// are rare).
+func (a *Agent) flushSkips(ctx context.Context, recs []scheduler.SkipRecord) {
+	skips := make([]cluster.Skip, len(recs))
+	notes := map[string]string{}
+	for i, r := range recs {
+		k := cluster.Skip{Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Reason: string(r.Reason), At: r.At}
+		if r.Reason == scheduler.RecordPaused {
+			note, ok := notes[r.Schedule]
+			if !ok {
+				if p, err := a.b.GetPause(ctx, r.Schedule); err == nil {
+					note = p.Note
+				}
+				notes[r.Schedule] = note
+			}
+			k.Note = a.opts.Mask(note)
+		}
+		skips[i] = k
+	}
+	if err := a.b.RecordSkips(ctx, skips, a.opts.Keep); err != nil {
+		a.log.Warn("recording skipped ticks in the cluster's history failed", slog.Int("skips", len(skips)), slog.Any("error", err))
+	}
+}
+
 func (a *Agent) toRun(r scheduler.RunRecord) cluster.Run {
 	run := cluster.Run{
 		Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Result: string(r.Result), StartedAt: r.Start,
@@ -625,8 +693,19 @@ func (a *Agent) maybePause(ctx context.Context, id string) {
 	if n <= 0 {
 		return
 	}
-	runs, err := a.b.Runs(ctx, id, n)
-	if err != nil || len(runs) < n {
+	// Read twice as many: the provisional records of runs still going
+	// (result running) are no runs yet.
+	all, err := a.b.Runs(ctx, id, 2*n)
+	if err != nil {
+		return
+	}
+	runs := all[:0]
+	for _, r := range all {
+		if r.Result != cluster.ResultRunning && len(runs) < n {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) < n {
 		return
 	}
 	for _, r := range runs {
