@@ -442,6 +442,7 @@ const lostCacheTTL = 15 * time.Second
 type lostCache struct {
 	at, until time.Time
 	lost      map[string]int
+	err       error // a failure is kept as long: a backend that cannot answer is not asked on every load
 }
 
 // LostRecently returns the schedules with a lost tick in the last
@@ -452,10 +453,13 @@ func (s *Service) LostRecently(ctx context.Context) (map[string]int, time.Time, 
 	defer s.lostMu.Unlock()
 	start := time.Now()
 	if start.Before(s.lost.until) {
-		return s.lost.lost, s.lost.at, nil
+		return s.lost.lost, s.lost.at, s.lost.err
 	}
 	sums, err := s.AuditSummary(ctx, time.Time{}, time.Time{})
 	if err != nil {
+		if ctx.Err() == nil {
+			s.lost = lostCache{until: time.Now().Add(lostCacheTTL), err: err}
+		}
 		return nil, time.Time{}, err
 	}
 	lost := map[string]int{}

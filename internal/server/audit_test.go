@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
 	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
 // lostTick gives st's schedule p+"job" (*/5) a lost tick: runs 15 and 5
@@ -98,5 +101,48 @@ func TestAPIAudit(t *testing.T) {
 	}
 	if s, err := c.AuditSummary(t.Context(), time.Time{}, time.Time{}); err != nil || len(s) != 2 || s[0].Lost != 1 {
 		t.Errorf("client summary: %+v, %v", s, err)
+	}
+}
+
+// TestPageShowsLostTicks: the detail page's strip shows a lost tick as a
+// red cell titled with its tick and fate; the list page tags the schedule.
+func TestPageShowsLostTicks(t *testing.T) {
+	st := opstest.Memory(t)
+	lost := lostTick(t, st, "")
+	spec, err := cronspec.Parse("*/5 * * * *", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := []scheduler.Schedule{{ID: "job", CronExpr: "*/5 * * * *", Spec: spec}, {ID: "fine", CronExpr: "*/5 * * * *", Spec: spec}}
+	s := New("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler), WithAPI(APIConfig{Ops: ops.New(st, defs, ops.Options{})}))
+	f := &pageFixture{h: s.srv.Handler, st: st}
+
+	b := body(t, f.get(t, "/schedules/job"))
+	cell := `<span class="tick f-lost" title="` + lost.Format(time.RFC3339) + ` lost"></span>`
+	if !strings.Contains(b, cell) {
+		t.Errorf("the detail page lacks %s:\n%s", cell, b)
+	}
+	if n := strings.Count(b, `<span class="tick f-`); n != ops.AuditDefaultTicks {
+		t.Errorf("%d tick cells, want %d", n, ops.AuditDefaultTicks)
+	}
+	if n := strings.Count(b, `<span class="tick f-lost"`); n != 1 {
+		t.Errorf("%d lost cells, want 1", n)
+	}
+	css := body(t, f.get(t, "/assets/page.css"))
+	if !strings.Contains(css, ".tick.f-lost { background: var(--bad); }") || !strings.Contains(css, "--bad: #") {
+		t.Errorf("a lost cell is not red:\n%s", css)
+	}
+	if b := body(t, f.get(t, "/schedules/fine")); strings.Contains(b, `f-lost`) {
+		t.Errorf("fine's strip shows a lost tick")
+	}
+
+	b = body(t, f.get(t, "/"))
+	for _, want := range []string{`<span class="tag bad">1 lost ticks</span>`, `<a href="/schedules/job">job</a> <span class="tag bad lost"`, `>1 lost</span>`} {
+		if !strings.Contains(b, want) {
+			t.Errorf("GET / lacks %s", want)
+		}
+	}
+	if strings.Contains(b, `<a href="/schedules/fine">fine</a> <span class="tag bad lost"`) {
+		t.Errorf("GET / tags fine as lost")
 	}
 }
