@@ -115,3 +115,28 @@ func TestAuditCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintAuditMarksLostAndMarkAhead: the table marks a lost row and,
+// with the mark ahead, says when the next tick can run.
+func TestPrintAuditMarksLostAndMarkAhead(t *testing.T) {
+	tick := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	ahead := tick.Add(48 * time.Hour)
+	var b strings.Builder
+	rows := []ops.AuditTick{{Schedule: "job", Tick: tick, Fate: ops.FateLost, MarkAhead: &ahead}}
+	if err := printAudit(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2026-01-02T03:00:00Z  LOST !!", "MARK AHEAD: job: its tick mark says 2026-01-04T03:00:00Z", "no tick will run before 2026-01-04T03:00:00Z", "1 ticks: 1 lost"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("audit table lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	rows[0].MarkAhead, rows[0].Fate = nil, ops.FateRan
+	if err := printAudit(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "MARK AHEAD") || strings.Contains(b.String(), "LOST") {
+		t.Errorf("a ran tick without a mark ahead:\n%s", b.String())
+	}
+}
