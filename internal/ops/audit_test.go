@@ -90,8 +90,9 @@ func TestAuditFates(t *testing.T) {
 	m := f.m
 	f.runs(t,
 		cluster.Run{Schedule: id, Tick: m(-11), Node: "n1", Result: "success", StartedAt: m(-11).Add(time.Second), Attempts: 1, RunID: "r11"},
-		// A provisional record and the final one of the same tick: the final wins.
-		cluster.Run{Schedule: id, Tick: m(-10), Node: "n1", Result: cluster.ResultRunning, StartedAt: m(-10).Add(2 * time.Second), RunID: "p10"},
+		// A provisional record and the final one of the same tick: the
+		// final wins, though the provisional one comes first (newest start).
+		cluster.Run{Schedule: id, Tick: m(-10), Node: "n1", Result: cluster.ResultRunning, StartedAt: m(-10).Add(3 * time.Second), RunID: "p10"},
 		cluster.Run{Schedule: id, Tick: m(-10), Node: "n2", Result: "failure", StartedAt: m(-10).Add(2 * time.Second), Duration: 1500 * time.Millisecond, Fence: 7, Attempts: 3, RunID: "r10", Error: "exit status 1"},
 		cluster.Run{Schedule: id, Tick: m(-9), Node: "n3", Result: cluster.ResultRunning, StartedAt: m(-9).Add(time.Second), Fence: 8, RunID: "r9"},
 		cluster.Run{Schedule: id, Tick: m(-8), Node: "n1", Result: "not_run", StartedAt: m(-8), RunID: "r8", Error: "the node stopped before it started"},
