@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 	if st, ok := backend.Locker.(ops.Store); ok {
 		store = st
 	}
-	n.ops = ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration})
+	n.ops = ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration, Keep: cfg.History.Keep})
 	if l := cfg.HTTP.Listen; l != "" && l != "off" {
 		n.srv = server.New(l, n.registry, n.metrics.Ready, n.logger, server.WithAPI(server.APIConfig{
 			Ops: n.ops, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,

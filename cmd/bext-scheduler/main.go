@@ -110,7 +110,7 @@ status, history, trigger, pause, resume, backfill: 69 backend unreachable.`,
 		return withCode(exitUsage, fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
 	})
 	root.AddCommand(newRunCmd(), newValidateCmd(), newNextCmd(), newLockCmd(), newLocksCmd(),
-		newStatusCmd(), newHistoryCmd(), newTriggerCmd(), newPauseCmd(), newResumeCmd(), newBackfillCmd(),
+		newStatusCmd(), newHistoryCmd(), newTriggerCmd(), newPauseCmd(), newResumeCmd(), newBackfillCmd(), newAuditCmd(),
 		newVersionCmd())
 	return root
 }

@@ -105,7 +105,7 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		closer()
 		return nil, nil, withCode(exitFailure, fmt.Errorf("the %s backend keeps no cluster state in this build", b.Name))
 	}
-	return ops.New(store, service.Schedules(cfg, logger, nil), ops.Options{By: "cli " + whoAmI(), MaxClockSkew: cfg.Locking.MaxClockSkew.Duration}), closer, nil
+	return ops.New(store, service.Schedules(cfg, logger, nil), ops.Options{By: "cli " + whoAmI(), MaxClockSkew: cfg.Locking.MaxClockSkew.Duration, Keep: cfg.History.Keep}), closer, nil
 }
 
 // whoAmI is user@host, recorded with the requests this CLI queues.

@@ -94,6 +94,37 @@ func (c *Client) Backfill(ctx context.Context, id string, from, to time.Time) (B
 	return a, err
 }
 
+// Audit is GET /api/v1/schedules/{id}/audit?from=&to= (a zero time is
+// left out: the node's default).
+func (c *Client) Audit(ctx context.Context, id string, from, to time.Time) ([]AuditTick, error) {
+	var a []AuditTick
+	err := c.do(ctx, http.MethodGet, schedulePath(id, "audit")+rangeQuery(from, to), nil, &a)
+	return a, err
+}
+
+// AuditSummary is GET /api/v1/audit?from=&to=.
+func (c *Client) AuditSummary(ctx context.Context, from, to time.Time) ([]AuditSummary, error) {
+	var a []AuditSummary
+	err := c.do(ctx, http.MethodGet, "/api/v1/audit"+rangeQuery(from, to), nil, &a)
+	return a, err
+}
+
+// rangeQuery is ?from=&to= in RFC 3339 (nanoseconds kept), each only when
+// set.
+func rangeQuery(from, to time.Time) string {
+	q := url.Values{}
+	if !from.IsZero() {
+		q.Set("from", from.UTC().Format(time.RFC3339Nano))
+	}
+	if !to.IsZero() {
+		q.Set("to", to.UTC().Format(time.RFC3339Nano))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
 func schedulePath(id, what string) string {
 	return "/api/v1/schedules/" + url.PathEscape(id) + "/" + what
 }

@@ -45,6 +45,8 @@ type Operator interface {
 	Pause(ctx context.Context, id string, req PauseRequest) (PauseAnswer, error)
 	Resume(ctx context.Context, id string) (PauseAnswer, error)
 	Backfill(ctx context.Context, id string, from, to time.Time) (BackfillAnswer, error)
+	Audit(ctx context.Context, id string, from, to time.Time) ([]AuditTick, error)
+	AuditSummary(ctx context.Context, from, to time.Time) ([]AuditSummary, error)
 }
 
 // Errors. The CLI and the API map them to exit codes and statuses.
@@ -164,6 +166,10 @@ type Options struct {
 	// MaxClockSkew is [locking] max_clock_skew: a backfill of a schedule
 	// without a tick mark stops this far before now. Default 1s.
 	MaxClockSkew time.Duration
+	// Keep is [history] keep: an audit reads up to twice as many runs and
+	// skips of a schedule, and takes a history of keep or more as maybe
+	// trimmed. Default cluster.DefaultKeep.
+	Keep int
 }
 
 // Service answers operators from the backend itself. It is safe for
@@ -174,6 +180,10 @@ type Service struct {
 	by      string
 	poll    time.Duration
 	maxSkew time.Duration
+	keep    int
+
+	lostMu sync.Mutex // the page's cached lost ticks (LostRecently)
+	lost   lostCache
 
 	mu   sync.RWMutex
 	defs []def   // config order
@@ -201,7 +211,10 @@ type shape struct {
 // New returns a Service over store (nil when the config names no backend)
 // for the config's schedules (see SetSchedules).
 func New(store Store, schedules []scheduler.Schedule, o Options) *Service {
-	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll, maxSkew: o.MaxClockSkew}
+	s := &Service{store: store, now: o.Clock, by: o.By, poll: o.Poll, maxSkew: o.MaxClockSkew, keep: o.Keep}
+	if s.keep <= 0 {
+		s.keep = cluster.DefaultKeep
+	}
 	if s.maxSkew <= 0 {
 		s.maxSkew = time.Second
 	}

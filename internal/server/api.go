@@ -41,12 +41,14 @@ func WithAPI(c APIConfig) Option {
 		mux.HandleFunc("GET /api/v1/schedules", a.reader(a.schedules))
 		mux.HandleFunc("GET /api/v1/nodes", a.reader(a.nodes))
 		mux.HandleFunc("GET /api/v1/schedules/{id}/runs", a.reader(a.runs))
+		mux.HandleFunc("GET /api/v1/schedules/{id}/audit", a.reader(a.audit))
+		mux.HandleFunc("GET /api/v1/audit", a.reader(a.auditSummary))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/trigger", a.writer(a.trigger))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/pause", a.writer(a.pause))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/resume", a.writer(a.resume))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/backfill", a.writer(a.backfill))
 		mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: see GET /api/v1/status, /api/v1/schedules, /api/v1/nodes, /api/v1/schedules/{id}/runs, POST /api/v1/schedules/{id}/{trigger|pause|resume|backfill}")
+			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: see GET /api/v1/status, /api/v1/schedules, /api/v1/nodes, /api/v1/schedules/{id}/runs, /api/v1/schedules/{id}/audit, /api/v1/audit, POST /api/v1/schedules/{id}/{trigger|pause|resume|backfill}")
 		})
 		a.servePage(mux) // the status page (page.go), guarded by the same tokens
 	}
@@ -178,6 +180,53 @@ func (a *api) runs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rs)
+}
+
+// rangeParams reads ?from=&to= (RFC 3339; absent: zero, the ops
+// default); it answers 400 itself and returns false on a bad one.
+func rangeParams(w http.ResponseWriter, r *http.Request) (from, to time.Time, ok bool) {
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"from", &from}, {"to", &to}} {
+		v := r.URL.Query().Get(p.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid", p.name+": want an RFC 3339 time such as 2026-01-02T15:04:05Z")
+			return from, to, false
+		}
+		*p.t = t
+	}
+	return from, to, true
+}
+
+func (a *api) audit(w http.ResponseWriter, r *http.Request) {
+	from, to, ok := rangeParams(w, r)
+	if !ok {
+		return
+	}
+	rows, err := a.ops.Audit(r.Context(), r.PathValue("id"), from, to)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rows)
+}
+
+func (a *api) auditSummary(w http.ResponseWriter, r *http.Request) {
+	from, to, ok := rangeParams(w, r)
+	if !ok {
+		return
+	}
+	sums, err := a.ops.AuditSummary(r.Context(), from, to)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sums)
 }
 
 func (a *api) trigger(w http.ResponseWriter, r *http.Request) {

@@ -152,6 +152,12 @@ type statusData struct {
 	Paused    int
 	Failing   int
 	MarkAhead int // schedules whose tick mark lies ahead of the clock
+	// Lost counts the schedules with a lost tick in the last day, from
+	// ops.LostRecently: a summary of every schedule's history, which the
+	// Service caches (15 s, longer when slow to compute) rather than
+	// reading every history on every load of a page that refreshes every
+	// few seconds.
+	Lost int
 }
 
 type scheduleRow struct {
@@ -159,6 +165,7 @@ type scheduleRow struct {
 	NextIn  string // "in 4m 10s"
 	LastAgo string // "3m ago"
 	Drifted bool
+	Lost    int // ticks lost in the last day (list page only)
 }
 
 type nodeRow struct {
@@ -174,6 +181,38 @@ type scheduleData struct {
 	Runs     []runRow
 	Chart    chart
 	Limit    int
+	Ticks    []tickCell // the last ops.AuditDefaultTicks ticks, oldest first
+	TicksErr string     // why the ticks are not shown
+}
+
+// tickCell is one tick of the detail page's strip.
+type tickCell struct {
+	Fate  string // the cell's class
+	Title string // tick, fate, reason, node
+}
+
+func tickCells(rows []ops.AuditTick) []tickCell {
+	cells := make([]tickCell, len(rows))
+	for i, r := range rows {
+		title := r.Tick.UTC().Format(time.RFC3339) + " " + r.Fate
+		if r.Reason != nil {
+			title += " (" + *r.Reason + ")"
+		}
+		if r.Node != nil {
+			title += " on " + *r.Node
+		}
+		if r.Result != nil {
+			title += ": " + *r.Result
+		}
+		if r.Manual != nil && *r.Manual {
+			title += ", manual"
+		}
+		if r.Note != nil {
+			title += ": " + *r.Note
+		}
+		cells[i] = tickCell{Fate: r.Fate, Title: title}
+	}
+	return cells
 }
 
 type runRow struct {
@@ -198,6 +237,19 @@ func (a *api) statusPage(w http.ResponseWriter, r *http.Request) {
 			if s.MarkAhead != nil {
 				d.MarkAhead++
 			}
+		}
+		lost, _, lerr := a.ops.LostRecently(r.Context())
+		switch {
+		case lerr == nil:
+			for i := range d.Schedules {
+				if n := lost[d.Schedules[i].ID]; n > 0 {
+					d.Schedules[i].Lost = n
+					d.Lost++
+				}
+			}
+		case !errors.Is(lerr, ops.ErrNoBackend):
+			// The rest of the page stands: lost ticks are only unmarked.
+			a.logger.Warn("page: auditing the last day's ticks failed", "err", lerr)
 		}
 	}
 	a.render(w, r, d.Nonce, d, err)
@@ -262,6 +314,18 @@ func (a *api) schedulePage(w http.ResponseWriter, r *http.Request) {
 			d.Runs = append(d.Runs, runRow{Run: run, Ago: relative(d.Now, run.StartedAt)})
 		}
 		d.Chart = durationChart(runs)
+		if err == nil {
+			ticks, aerr := a.ops.Audit(r.Context(), id, time.Time{}, time.Time{})
+			switch {
+			case aerr == nil:
+				d.Ticks = tickCells(ticks)
+			case errors.Is(aerr, ops.ErrNoBackend):
+			default:
+				// The rest of the page stands without the strip.
+				a.logger.Warn("page: auditing the schedule's ticks failed", "schedule", id, "err", aerr)
+				d.TicksErr = "the audit of its ticks failed; see the node's log"
+			}
+		}
 	}
 	if err != nil {
 		d.Schedule.ID = id
