@@ -58,10 +58,14 @@ const MaxAuditTicks = 10000
 // in the default day.
 const MaxAuditSummaryTicks = 100000
 
-// AuditGrace is how long after a decided tick its records may still be
-// on their way (they are written in batches after the decision): a tick
-// within it with no record is pending, not lost.
-const AuditGrace = 60 * time.Second
+// AuditGrace is how long after a tick its records may still be on their
+// way: a node writes them in batches after the decision (every 250ms),
+// each write bounded by 5 s (internal/agent), so 15 s leaves room for a
+// slow one. A tick within it with no record is pending, not lost. (A tick
+// decided late, or passed over by a later decision — recorded stopped
+// then — can read lost for the few seconds its record takes: the alert
+// waits for it to stay lost.)
+const AuditGrace = 15 * time.Second
 
 // AuditDefaultTicks is how many ticks an audit without --from covers.
 const AuditDefaultTicks = 100

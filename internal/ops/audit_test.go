@@ -185,6 +185,7 @@ func TestAuditGraceAndNodeLocal(t *testing.T) {
 		cluster.Run{Schedule: "l", Tick: m(-5), Node: "n1", Result: "success", StartedAt: m(-5), Attempts: 1, RunID: "l5"},
 	)
 	raiseMark(t, f.st, "g", m(0))
+	f.now = m(0).Add(ops.AuditGrace / 2) // the audit's clock: m(0) decided within the grace
 	svc := f.service([]scheduler.Schedule{minutely("g", hints.RequireGlobal), minutely("l", hints.NodeLocal)}, 100)
 	g, err := svc.Audit(t.Context(), "g", m(-5), m(0))
 	if err != nil {
