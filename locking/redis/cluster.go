@@ -117,7 +117,9 @@ type storedNode struct {
 // node (a MULTI cannot span slots). A run recorded again (a resend) is
 // the same member and is stored once. A run recorded unstarted (Attempts
 // 0) is replaced by the real run of its id, never the other way
-// (record.lua).
+// (record.lua); a provisional record (Result running), written by every
+// run as it starts, looks for its final among the runs of its StartedAt
+// only, not the whole history.
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
 	if err := cluster.CheckKeep(keep); err != nil {
 		return err
@@ -151,8 +153,13 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		}
 		// µs since the epoch are exact in a double (the score) until 2255.
 		started := "0"
-		if r.Attempts > 0 {
+		switch {
+		case r.Attempts > 0:
 			started = "1"
+		case r.Result == cluster.ResultRunning:
+			// A provisional record: record.lua looks for its final
+			// among the runs of its StartedAt only.
+			started = "r"
 		}
 		args[r.Schedule] = append(a, strconv.FormatInt(r.StartedAt.UnixMicro(), 10), b, r.RunID, started)
 	}
