@@ -22,8 +22,9 @@ import (
 var _ cluster.Store = (*Locker)(nil)
 
 // Keys of the cluster state. Per schedule, next to its lock (prefix{id}, in
-// its hash slot): the history, the request queue, the record of the last
-// request taken and one accepted record per taken request. For the whole
+// its hash slot): the history, the skip records (skipsSuffix, skips.go),
+// the request queue, the record of the last request taken and one
+// accepted record per taken request. For the whole
 // cluster, under prefix{} (an empty hash tag: Redis Cluster hashes the
 // whole key; no schedule id is empty, so no schedule's keys can be these):
 // the live nodes and the index of schedules with requests. None ends with
