@@ -54,7 +54,7 @@ func clusterBackend(t testing.TB) clustertest.Backend {
 }
 
 // BenchmarkClusterStore is the shared cluster.Store benchmark
-// (RecordRuns/Batch64, Runs/Limit100).
+// (clustertest.Benchmark says what each measures).
 func BenchmarkClusterStore(b *testing.B) {
 	clustertest.Benchmark(b, clusterBackend(b))
 }

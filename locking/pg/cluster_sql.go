@@ -1,6 +1,6 @@
 package pg
 
-// The cluster state (cluster.Store, cluster.go) in five tables beside
+// The cluster state (cluster.Store, cluster.go) in tables beside
 // bext_lock_fences, every row keyed by the namespace first.
 
 const (
@@ -12,7 +12,8 @@ const (
   AND to_regclass('bext_requests') IS NOT NULL
   AND to_regclass('bext_accepted') IS NOT NULL
   AND to_regclass('bext_taken') IS NOT NULL
-  AND to_regclass('bext_taken_heard') IS NOT NULL`
+  AND to_regclass('bext_taken_heard') IS NOT NULL
+  AND to_regclass('bext_skips') IS NOT NULL`
 
 	// createClusterSQL runs under the transaction-level advisory lock that
 	// serialises the creation of bext_lock_fences, as one simple-protocol
@@ -44,6 +45,13 @@ const (
 	// bext_taken and put back or take every row of it, run beside these
 	// (never reading bext_taken_heard) without running a heard trigger
 	// again. A new table, not a column, so no ALTER right is needed.
+	//
+	// bext_skips holds the skip records (a tick consumed without a run),
+	// one per schedule and tick (the primary key: the first recorded
+	// stays), apart from bext_runs so a paused schedule's skips never push
+	// its runs out of its history; its primary key also serves Skips and
+	// the trim (newest tick first). Nodes of versions before it never read
+	// or write it, so they run beside it unchanged.
 	createClusterSQL = `BEGIN;
 SELECT pg_advisory_xact_lock(1650817140, 0);
 CREATE TABLE IF NOT EXISTS bext_runs (
@@ -119,7 +127,78 @@ CREATE TABLE IF NOT EXISTS bext_taken_heard (
     until     timestamptz NOT NULL,
     PRIMARY KEY (namespace, schedule, token)
 );
+CREATE TABLE IF NOT EXISTS bext_skips (
+    namespace text   NOT NULL,
+    schedule  text   NOT NULL,
+    tick_ns   bigint NOT NULL,
+    node      text   NOT NULL,
+    reason    text   NOT NULL,
+    note      text   NOT NULL,
+    at_ns     bigint NOT NULL,
+    PRIMARY KEY (namespace, schedule, tick_ns)
+);
 COMMIT;`
+
+	// recordSkipsSQL stores a batch of skips in one statement and one
+	// round trip, one per schedule and tick, and trims the schedules whose
+	// skips grew past their bound in that same statement.
+	//
+	//	$1 namespace  $2 keep  $3 trim threshold (keep + slack)
+	//	$4.. the skips, one array per column
+	//
+	// d keeps the first skip of each tick of the batch (DISTINCT ON, by
+	// batch order: an insert may not touch one row twice), and ON CONFLICT
+	// DO NOTHING keeps a tick already stored, by any node: the first
+	// record of a tick stays.
+	//
+	// The trim runs, as recordRunsSQL's, only once a schedule passes the
+	// threshold (trimThreshold: once every keep/10 skips, not every one),
+	// but without a count row: cut reads the schedule's newest threshold+1
+	// stored ticks (a backward scan of the primary key, index only, with
+	// LIMIT: the stored skips of other schedules are never read) and the
+	// batch's; past the threshold, the keep-th newest of them is the cut:
+	// stored rows older are deleted, batch rows older are not inserted.
+	// (The newest keep of all stored ticks are among the newest
+	// threshold+1, so reading no more is exact.) A batch committed by
+	// another node after this statement's snapshot is not ranked; the next
+	// trim takes it. Two statements never deadlock: the trim locks the rows
+	// it deletes with SKIP LOCKED (a row another trim holds is that trim's
+	// to delete), and the inserts go in key order.
+	recordSkipsSQL = `WITH b AS MATERIALIZED (
+  SELECT * FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::bigint[])
+    WITH ORDINALITY AS b(schedule, tick_ns, node, reason, note, at_ns, ord)),
+d AS MATERIALIZED (
+  SELECT DISTINCT ON (b.schedule, b.tick_ns) b.* FROM b ORDER BY b.schedule, b.tick_ns, b.ord),
+cut AS MATERIALIZED (
+  SELECT s.schedule, t.ticks[$2::bigint::integer] AS cut
+  FROM (SELECT DISTINCT d.schedule FROM d) AS s CROSS JOIN LATERAL (
+    SELECT array_agg(x.tick_ns ORDER BY x.tick_ns DESC) AS ticks FROM (
+      (SELECT f.tick_ns FROM bext_skips f WHERE f.namespace = $1::text AND f.schedule = s.schedule
+        ORDER BY f.tick_ns DESC LIMIT $3::bigint + 1)
+      UNION
+      SELECT d.tick_ns FROM d WHERE d.schedule = s.schedule) AS x) AS t
+  WHERE cardinality(t.ticks) > $3::bigint),
+del AS (
+  DELETE FROM bext_skips f USING (
+    SELECT o.tid FROM cut CROSS JOIN LATERAL (
+      SELECT g.ctid AS tid FROM bext_skips g
+      WHERE g.namespace = $1::text AND g.schedule = cut.schedule AND g.tick_ns < cut.cut
+      FOR UPDATE SKIP LOCKED) AS o) AS x
+  WHERE f.ctid = x.tid
+  RETURNING 1),
+ins AS (
+  INSERT INTO bext_skips (namespace, schedule, tick_ns, node, reason, note, at_ns)
+  SELECT $1::text, d.schedule, d.tick_ns, d.node, d.reason, d.note, d.at_ns
+  FROM d LEFT JOIN cut ON cut.schedule = d.schedule
+  WHERE cut.cut IS NULL OR d.tick_ns >= cut.cut
+  ORDER BY d.schedule, d.tick_ns
+  ON CONFLICT (namespace, schedule, tick_ns) DO NOTHING
+  RETURNING 1)
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del)`
+
+	skipsSQL = `SELECT schedule, tick_ns, node, reason, note, at_ns FROM bext_skips
+WHERE namespace = $1::text AND schedule = $2::text
+ORDER BY tick_ns DESC LIMIT $3::bigint`
 
 	// recordRunsSQL stores a batch of runs in one statement and one round
 	// trip, and trims the histories that grew past their bound.

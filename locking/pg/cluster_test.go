@@ -20,7 +20,7 @@ import (
 // cleanClusterRows deletes a namespace's rows from the cluster tables
 // that exist.
 func cleanClusterRows(ctx context.Context, t testing.TB, admin *pgx.Conn, ns string) {
-	for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted", "bext_taken", "bext_taken_heard"} {
+	for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted", "bext_taken", "bext_taken_heard", "bext_skips"} {
 		var exists bool
 		if err := admin.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
 			t.Logf("cleaning %s: %v", table, err)

@@ -148,14 +148,26 @@
 //
 // # The cluster tables
 //
-// The cluster state (cluster.Store: runs, nodes, manual-run queues and
-// takes) lives in bext_runs, bext_run_counts, bext_nodes, bext_requests,
-// bext_accepted, bext_taken and bext_taken_heard, created on first use
-// with CREATE TABLE IF NOT EXISTS (see createClusterSQL for their
+// The cluster state (cluster.Store: runs, skips, nodes, manual-run queues
+// and takes) lives in bext_runs, bext_run_counts, bext_skips, bext_nodes,
+// bext_requests, bext_accepted, bext_taken and bext_taken_heard, created on
+// first use with CREATE TABLE IF NOT EXISTS (see createClusterSQL for their
 // columns); a role without CREATE works once they all exist. Nothing is
 // altered in place: bext_taken_heard, added with cluster.Store.GiveBack,
-// is a table of its own, so upgrading needs the CREATE right once, never
-// ALTER, or an operator runs:
+// and bext_skips, added with cluster.Store.RecordSkips, are tables of
+// their own, so upgrading needs the CREATE right once, never ALTER, or an
+// operator runs:
+//
+//	CREATE TABLE IF NOT EXISTS bext_skips (
+//	    namespace text   NOT NULL,
+//	    schedule  text   NOT NULL,
+//	    tick_ns   bigint NOT NULL,
+//	    node      text   NOT NULL,
+//	    reason    text   NOT NULL,
+//	    note      text   NOT NULL,
+//	    at_ns     bigint NOT NULL,
+//	    PRIMARY KEY (namespace, schedule, tick_ns)
+//	);
 //
 //	CREATE TABLE IF NOT EXISTS bext_taken_heard (
 //	    namespace text        NOT NULL,
@@ -170,7 +182,8 @@
 //	);
 //
 // Nodes of earlier versions run beside these on the same tables: they
-// never read bext_taken_heard, and a row of bext_taken means a take not
+// never read bext_skips (the skips they decide are not recorded) nor
+// bext_taken_heard, and a row of bext_taken means a take not
 // heard back for every version. (A build of this branch between GiveBack
 // and this table marked heard takes in a bext_taken column, heard; rows it
 // marked would be read as not heard here: do not run it beside this one.)

@@ -22,8 +22,9 @@ import (
 var _ cluster.Store = (*Locker)(nil)
 
 // Keys of the cluster state. Per schedule, next to its lock (prefix{id}, in
-// its hash slot): the history, the request queue, the record of the last
-// request taken and one accepted record per taken request. For the whole
+// its hash slot): the history, the skip records (skipsSuffix, skips.go),
+// the request queue, the record of the last request taken and one
+// accepted record per taken request. For the whole
 // cluster, under prefix{} (an empty hash tag: Redis Cluster hashes the
 // whole key; no schedule id is empty, so no schedule's keys can be these):
 // the live nodes and the index of schedules with requests. None ends with
@@ -117,7 +118,9 @@ type storedNode struct {
 // node (a MULTI cannot span slots). A run recorded again (a resend) is
 // the same member and is stored once. A run recorded unstarted (Attempts
 // 0) is replaced by the real run of its id, never the other way
-// (record.lua).
+// (record.lua); a provisional record (Result running), written by every
+// run as it starts, looks for its final among the runs of its StartedAt
+// only, not the whole history.
 func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) error {
 	if err := cluster.CheckKeep(keep); err != nil {
 		return err
@@ -151,8 +154,13 @@ func (l *Locker) RecordRuns(ctx context.Context, runs []cluster.Run, keep int) e
 		}
 		// µs since the epoch are exact in a double (the score) until 2255.
 		started := "0"
-		if r.Attempts > 0 {
+		switch {
+		case r.Attempts > 0:
 			started = "1"
+		case r.Result == cluster.ResultRunning:
+			// A provisional record: record.lua looks for its final
+			// among the runs of its StartedAt only.
+			started = "r"
 		}
 		args[r.Schedule] = append(a, strconv.FormatInt(r.StartedAt.UnixMicro(), 10), b, r.RunID, started)
 	}

@@ -26,8 +26,14 @@
 //   - RecordRuns runs record.lua per schedule (ZADD, then ZREMRANGEBYRANK
 //     to keep, atomically), all schedules in one pipelined round trip; a
 //     run recorded unstarted (Attempts 0) is indexed by run id in a hash
-//     beside the history, so the real run of that id replaces it;
-//     LastRuns reads the newest run of 500 schedules per round trip.
+//     beside the history, so the real run of that id replaces it (a
+//     provisional record, Result running, looks for its final among the
+//     runs of its StartedAt only); LastRuns reads the newest run of 500
+//     schedules per round trip.
+//   - RecordSkips runs skips.lua per schedule (ZADD of each skip whose
+//     tick, its score, is not there yet, then ZREMRANGEBYRANK to keep,
+//     atomically) on a key of its own beside the history, all schedules in
+//     one pipelined round trip.
 //   - TakeRequest runs take.lua: the schedule's lock (the grant and fence of
 //     acquire.lua), the head of its request queue, a trigger's LPOP and the
 //     accepted record, in one step; a backfill tick stays at the head until

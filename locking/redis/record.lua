@@ -4,11 +4,18 @@
 -- KEYS[2] the history's runs recorded unstarted (Attempts 0: a manual run
 -- given back before it started), a hash run id -> member.
 -- ARGV[1] keep; ARGV[2..] per run: score, member, run id, '1' if started
--- (Attempts > 0) else '0'.
+-- (Attempts > 0), 'r' if the provisional record of a run that started
+-- (Attempts 0, Result running), else '0' (unstarted).
 -- One record per run id for an unstarted run: the real run of that id
 -- replaces it, and an unstarted record of a run already recorded (in the
--- history or in this batch) is not stored. Only an unstarted record
--- searches the history: they are rare.
+-- history or in this batch) is not stored. A provisional record is written
+-- by every run as it starts, so it must be cheap: its final record has its
+-- StartedAt, its score, so it looks only among the members of that score
+-- (ZRANGEBYSCORE score score: O(log n) plus the runs that started that
+-- µs, usually none). Any other unstarted record (a manual run given back
+-- before it started, recorded under its request's id with a StartedAt of
+-- its own) searches the whole history, decoding every member: they are
+-- rare.
 -- Returns the history's length after the step.
 local h, u = KEYS[1], KEYS[2]
 local hasU = redis.call('EXISTS', u) == 1
@@ -19,9 +26,16 @@ for i = 2, #ARGV, 4 do
   end
 end
 -- recorded: whether the history holds a run with this id (a member is
--- the run's JSON, a newline, then its output).
-local function recorded(id)
-  for _, m in ipairs(redis.call('ZRANGE', h, 0, -1)) do
+-- the run's JSON, a newline, then its output): among the members scored
+-- score when given, else among all.
+local function recorded(id, score)
+  local ms
+  if score then
+    ms = redis.call('ZRANGEBYSCORE', h, score, score)
+  else
+    ms = redis.call('ZRANGE', h, 0, -1)
+  end
+  for _, m in ipairs(ms) do
     local nl = string.find(m, '\n', 1, true)
     local ok, r = pcall(cjson.decode, string.sub(m, 1, (nl or (#m + 1)) - 1))
     if ok and type(r) == 'table' and r['run_id'] == id then
@@ -43,7 +57,8 @@ for i = 2, #ARGV, 4 do
     end
     pairs_[#pairs_ + 1] = score
     pairs_[#pairs_ + 1] = member
-  elseif not started[id] and redis.call('HEXISTS', u, id) == 0 and not recorded(id) then
+  elseif not started[id] and redis.call('HEXISTS', u, id) == 0
+      and not recorded(id, ARGV[i + 3] == 'r' and score or nil) then
     redis.call('HSET', u, id, member)
     hasU = true
     pairs_[#pairs_ + 1] = score
