@@ -35,8 +35,8 @@ const (
 )
 
 // tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
-// now, ahead.
-const tickReplyLen = 5
+// now, ahead, before.
+const tickReplyLen = 6
 
 // initMarksBatch bounds how many marks one InitMarks round trip creates, so
 // that each stays short on the server and within OpTimeout.
@@ -165,16 +165,20 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], r[4])
+	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], r[4], r[5])
 }
 
-// decodeTick turns tick_step's verdict, fence, mark and ahead for c, and
-// the server's time now, into the answer, registering a granted lock.
-func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, mark, now, ahead int64) (locking.TickAnswer, error) {
+// decodeTick turns tick_step's verdict, fence, mark, ahead and before for
+// c, and the server's time now, into the answer, registering a granted
+// lock.
+func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, mark, now, ahead, before int64) (locking.TickAnswer, error) {
 	req := c.req
 	ans := locking.TickAnswer{Now: time.UnixMicro(now)}
 	if mark != 0 {
 		ans.Mark = time.UnixMicro(mark)
+	}
+	if before != 0 {
+		ans.Before = time.UnixMicro(before)
 	}
 	switch verdict {
 	case tickGranted:
@@ -332,17 +336,18 @@ func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error
 	return p, nil
 }
 
-// replyInts decodes a script's reply strictly as an array of n integers.
+// replyInts decodes a script's reply strictly as an array of n integers
+// (n < 0: any number of them).
 func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != n {
+	if !ok || (n >= 0 && len(a) != n) {
 		return nil, fmt.Errorf("%w: %T %v, want %d integers", errReply, v, v, n)
 	}
-	out := make([]int64, n)
+	out := make([]int64, len(a))
 	for i, x := range a {
 		if out[i], ok = x.(int64); !ok {
 			return nil, fmt.Errorf("%w: element %d is %T %v, want an integer", errReply, i, x, x)
@@ -450,24 +455,55 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 	args[count] = strconv.Itoa((len(args) - count - 7) / 2)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), 1+ticksReplyLen*len(batch))
-	for j, i := range batch {
+	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), -1)
+	if err == nil {
+		err = checkTicksReply(r, len(batch))
+	}
+	o := 1 // r[o] starts the next request's part
+	for _, i := range batch {
 		if err != nil {
 			errs[i] = l.opError(ctx, "try-lock-tick", calls[i].req.Key, err)
 			continue
 		}
-		v := r[1+j*ticksReplyLen : 1+(j+1)*ticksReplyLen]
-		fence, ahead := v[1], int64(0)
-		if v[0] == tickAhead {
+		v := r[o : o+ticksReplyLen]
+		o += ticksReplyLen
+		fence, ahead, before := v[1], int64(0), int64(0)
+		switch v[0] {
+		case tickAhead:
 			fence, ahead = 0, v[1]
+		case tickGranted, tickPaused, tickMissed:
+			before = r[o]
+			o++
 		}
-		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], v[0], fence, v[2], r[0], ahead)
+		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], v[0], fence, v[2], r[0], ahead, before)
 	}
 }
 
 // ticksReplyLen is the length of each request's part of ticks.lua's
-// reply: verdict, fence (or ahead), mark.
+// reply: verdict, fence (or ahead), mark; then, with the verdicts that
+// raise the mark (granted, paused, missed), one more: before.
 const ticksReplyLen = 3
+
+// checkTicksReply checks that r, ticks.lua's reply, answers n requests:
+// now, then each request's part, of its verdict's length, and nothing
+// after.
+func checkTicksReply(r []int64, n int) error {
+	o := 1
+	for range n {
+		if o+ticksReplyLen > len(r) {
+			return fmt.Errorf("%w: %d integers answer fewer than %d requests", errReply, len(r), n)
+		}
+		switch r[o] {
+		case tickGranted, tickPaused, tickMissed:
+			o++
+		}
+		o += ticksReplyLen
+	}
+	if o != len(r) {
+		return fmt.Errorf("%w: %d integers for %d requests, want %d", errReply, len(r), n, o)
+	}
+	return nil
+}
 
 // sameTickRun reports whether a and b share ticks.lua's run arguments:
 // compared as they are sent (TTL in ms, times in µs).

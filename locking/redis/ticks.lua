@@ -19,8 +19,11 @@
 -- :tick:T, else the schedule's; 'r' in it: resends,
 -- locking.TickRequest.Resend), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
--- Returns now, then 3 integers per request: verdict, fence (for verdict
--- 6, ahead), mark; verdict 7: that request's step failed.
+-- Returns now, then per request 3 integers, verdict, fence (for verdict
+-- 6, ahead), mark, and a 4th, before (tick_step's; 0 for none), only
+-- with the verdicts that raise the mark (1, 4, 5): the answers that raise
+-- nothing (done and contended: every node's but one, every tick) stay 3.
+-- Verdict 7: that request's step failed.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -72,7 +75,7 @@ while i <= #ARGV do
     -- alone (7).
     -- The step's mark is stored and told only once it returned: a failed
     -- step raises no mark and publishes nothing (step_raise).
-    local ok, v, fence, mark, ahead, raise = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
+    local ok, v, fence, mark, ahead, raise, before = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
       ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
     if not ok then
       v, fence, mark = 7, 0, 0
@@ -84,6 +87,10 @@ while i <= #ARGV do
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
     o, k = o + 3, k + 5
+    if v == 1 or v == 4 or v == 5 then
+      out[o + 1] = before or 0
+      o = o + 1
+    end
   end
   i = i + 7 + 2 * n
 end
