@@ -12,9 +12,10 @@
 //   - try-lock-tick runs tick.lua: the decision of locking.DecideTick
 //     (resent call, ahead, done, paused, missed, contended, granted) made
 //     in one script on the server's clock (TIME), reading and raising the
-//     key's tick mark and reading its pause flag. The reply is six
-//     integers: verdict, fence, mark, the server's time, ahead offset, and
-//     the mark before the step (locking.TickAnswer.Before; 0 for none).
+//     key's tick mark and reading its pause flag. The reply is five
+//     integers: verdict, fence, mark, the server's time, ahead offset (the
+//     mark before the step instead, locking.TickAnswer.Before, with
+//     granted, paused and missed; 0 for none).
 //   - renew runs renew.lua: PEXPIRE only if the lock still holds our value.
 //   - release runs release.lua: DEL only if the lock still holds our value.
 //   - InitMarks creates absent marks at the server's time (SET NX), one

@@ -35,8 +35,8 @@ const (
 )
 
 // tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
-// now, ahead, before.
-const tickReplyLen = 6
+// now, ahead (before, with granted, paused and missed).
+const tickReplyLen = 5
 
 // initMarksBatch bounds how many marks one InitMarks round trip creates, so
 // that each stays short on the server and within OpTimeout.
@@ -165,7 +165,12 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], r[4], r[5])
+	ahead, before := r[4], int64(0)
+	switch r[0] {
+	case tickGranted, tickPaused, tickMissed:
+		ahead, before = 0, r[4]
+	}
+	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], ahead, before)
 }
 
 // decodeTick turns tick_step's verdict, fence, mark, ahead and before for
@@ -471,7 +476,9 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 		switch v[0] {
 		case tickAhead:
 			fence, ahead = 0, v[1]
-		case tickGranted, tickPaused, tickMissed:
+		case tickPaused, tickMissed:
+			fence, before = 0, v[1]
+		case tickGranted:
 			before = r[o]
 			o++
 		}
@@ -480,8 +487,8 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 }
 
 // ticksReplyLen is the length of each request's part of ticks.lua's
-// reply: verdict, fence (or ahead), mark; then, with the verdicts that
-// raise the mark (granted, paused, missed), one more: before.
+// reply: verdict, fence (ahead when ahead, before when paused or missed),
+// mark; then, when granted, one more: before.
 const ticksReplyLen = 3
 
 // checkTicksReply checks that r, ticks.lua's reply, answers n requests:
@@ -493,8 +500,7 @@ func checkTicksReply(r []int64, n int) error {
 		if o+ticksReplyLen > len(r) {
 			return fmt.Errorf("%w: %d integers answer fewer than %d requests", errReply, len(r), n)
 		}
-		switch r[o] {
-		case tickGranted, tickPaused, tickMissed:
+		if r[o] == tickGranted {
 			o++
 		}
 		o += ticksReplyLen

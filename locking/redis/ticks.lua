@@ -20,10 +20,10 @@
 -- locking.TickRequest.Resend), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
 -- Returns now, then per request 3 integers, verdict, fence (for verdict
--- 6, ahead), mark, and a 4th, before (tick_step's; 0 for none), only
--- with the verdicts that raise the mark (1, 4, 5): the answers that raise
--- nothing (done and contended: every node's but one, every tick) stay 3.
--- Verdict 7: that request's step failed.
+-- 6, ahead; for 4 and 5, which draw none, before), mark, and with verdict
+-- 1 a 4th, before (tick_step's before: 0 for none): only a grant, which
+-- has a fence, costs the reply an integer more. Verdict 7: that request's
+-- step failed.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -83,11 +83,13 @@ while i <= #ARGV do
       step_raise(ks[k + 3], v, raise, channel, tick_s, ARGV[a])
       if v == 6 then
         fence = ahead
+      elseif v == 4 or v == 5 then
+        fence = before or 0
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
     o, k = o + 3, k + 5
-    if v == 1 or v == 4 or v == 5 then
+    if v == 1 then
       out[o + 1] = before or 0
       o = o + 1
     end
