@@ -32,10 +32,16 @@ const (
 	// tickExpired: a resend whose grant's lease ended, told expired with
 	// the grant's fence (locking.TickExpired).
 	tickExpired = 8
+	// tickResent: granted to a resend, from its own lock or its grant's
+	// record, with the mark as it is. Verdicts granted, paused and missed
+	// decided anew carry the mark before the step in the mark's place
+	// instead (locking.TickAnswer.Before; 0: none), their mark being T
+	// (markSlot): the reply grows by nothing.
+	tickResent = 9
 )
 
-// tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
-// now, ahead (before, with granted, paused and missed).
+// tickReplyLen is the length of tick.lua's reply: verdict, fence, mark (or
+// before, markSlot), now, ahead.
 const tickReplyLen = 5
 
 // initMarksBatch bounds how many marks one InitMarks round trip creates, so
@@ -165,12 +171,21 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	ahead, before := r[4], int64(0)
-	switch r[0] {
+	v, mark, before := markSlot(c, r[0], r[2])
+	return l.decodeTick(ctx, c, v, r[1], mark, r[3], r[4], before)
+}
+
+// markSlot reads the mark's place of a reply of verdict v to c: the mark
+// before the step with the verdicts that raise the mark, decided anew, whose
+// mark is T; the mark itself otherwise, and tickResent is tickGranted.
+func markSlot(c *tickCall, v, slot int64) (verdict, mark, before int64) {
+	switch v {
 	case tickGranted, tickPaused, tickMissed:
-		ahead, before = 0, r[4]
+		return v, c.req.Tick.UnixMicro(), slot
+	case tickResent:
+		return tickGranted, slot, 0
 	}
-	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], ahead, before)
+	return v, slot, 0
 }
 
 // decodeTick turns tick_step's verdict, fence, mark, ahead and before for
@@ -341,18 +356,17 @@ func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error
 	return p, nil
 }
 
-// replyInts decodes a script's reply strictly as an array of n integers
-// (n < 0: any number of them).
+// replyInts decodes a script's reply strictly as an array of n integers.
 func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
 	a, ok := v.([]any)
-	if !ok || (n >= 0 && len(a) != n) {
+	if !ok || len(a) != n {
 		return nil, fmt.Errorf("%w: %T %v, want %d integers", errReply, v, v, n)
 	}
-	out := make([]int64, len(a))
+	out := make([]int64, n)
 	for i, x := range a {
 		if out[i], ok = x.(int64); !ok {
 			return nil, fmt.Errorf("%w: element %d is %T %v, want an integer", errReply, i, x, x)
@@ -460,56 +474,25 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 	args[count] = strconv.Itoa((len(args) - count - 7) / 2)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), -1)
-	if err == nil {
-		err = checkTicksReply(r, len(batch))
-	}
-	o := 1 // r[o] starts the next request's part
-	for _, i := range batch {
+	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), 1+ticksReplyLen*len(batch))
+	for j, i := range batch {
 		if err != nil {
 			errs[i] = l.opError(ctx, "try-lock-tick", calls[i].req.Key, err)
 			continue
 		}
-		v := r[o : o+ticksReplyLen]
-		o += ticksReplyLen
-		fence, ahead, before := v[1], int64(0), int64(0)
-		switch v[0] {
-		case tickAhead:
+		v := r[1+j*ticksReplyLen : 1+(j+1)*ticksReplyLen]
+		fence, ahead := v[1], int64(0)
+		if v[0] == tickAhead {
 			fence, ahead = 0, v[1]
-		case tickPaused, tickMissed:
-			fence, before = 0, v[1]
-		case tickGranted:
-			before = r[o]
-			o++
 		}
-		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], v[0], fence, v[2], r[0], ahead, before)
+		verdict, mark, before := markSlot(&calls[i], v[0], v[2])
+		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], verdict, fence, mark, r[0], ahead, before)
 	}
 }
 
 // ticksReplyLen is the length of each request's part of ticks.lua's
-// reply: verdict, fence (ahead when ahead, before when paused or missed),
-// mark; then, when granted, one more: before.
+// reply: verdict, fence (or ahead), mark (or before, markSlot).
 const ticksReplyLen = 3
-
-// checkTicksReply checks that r, ticks.lua's reply, answers n requests:
-// now, then each request's part, of its verdict's length, and nothing
-// after.
-func checkTicksReply(r []int64, n int) error {
-	o := 1
-	for range n {
-		if o+ticksReplyLen > len(r) {
-			return fmt.Errorf("%w: %d integers answer fewer than %d requests", errReply, len(r), n)
-		}
-		if r[o] == tickGranted {
-			o++
-		}
-		o += ticksReplyLen
-	}
-	if o != len(r) {
-		return fmt.Errorf("%w: %d integers for %d requests, want %d", errReply, len(r), n, o)
-	}
-	return nil
-}
 
 // sameTickRun reports whether a and b share ticks.lua's run arguments:
 // compared as they are sent (TTL in ms, times in µs).

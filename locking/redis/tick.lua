@@ -9,15 +9,18 @@
 -- the caller's key, published as 'T key' (T as given in ARGV[4]); ARGV[10]
 -- '1' for a resend (locking.TickRequest.Resend), else ''.
 -- Returns {verdict, fence, mark, now, ahead} (tick_step's, and now), where
--- ahead, set only with verdict 6, carries before instead with the verdicts
--- that raise the mark (1, 4, 5; 0 when the step gave none), so the reply
--- stays five integers (each one more costs the caller an allocation).
+-- mark carries tick_step's before instead when the step gave one (verdicts
+-- 1, 4, 5 decided anew: their mark is T, which the caller knows; 0 for no
+-- mark before), and a grant that gave none (a resend's) is verdict 9, its
+-- mark in place: the reply stays five integers, none larger than it was.
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3], grant_key(KEYS[1], ARGV[1])})
 local v, fence, mark, ahead, raise, before = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s, ARGV[10] == '1')
 step_raise(KEYS[3], v, raise, ARGV[8], ARGV[4], ARGV[9])
 flush()
-if v == 1 or v == 4 or v == 5 then
-  ahead = before or 0
+if before then
+  mark = before
+elseif v == 1 then
+  v = 9
 end
 return {v, fence, mark, now, ahead}

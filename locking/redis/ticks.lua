@@ -19,11 +19,10 @@
 -- :tick:T, else the schedule's; 'r' in it: resends,
 -- locking.TickRequest.Resend), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
--- Returns now, then per request 3 integers, verdict, fence (for verdict
--- 6, ahead; for 4 and 5, which draw none, before), mark, and with verdict
--- 1 a 4th, before (tick_step's before: 0 for none): only a grant, which
--- has a fence, costs the reply an integer more. Verdict 7: that request's
--- step failed.
+-- Returns now, then 3 integers per request: verdict, fence (for verdict
+-- 6, ahead), mark; verdict 7: that request's step failed. As tick.lua's,
+-- mark carries the step's before when it gave one, and a grant that gave
+-- none is verdict 9.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -83,16 +82,14 @@ while i <= #ARGV do
       step_raise(ks[k + 3], v, raise, channel, tick_s, ARGV[a])
       if v == 6 then
         fence = ahead
-      elseif v == 4 or v == 5 then
-        fence = before or 0
+      elseif before then
+        mark = before
+      elseif v == 1 then
+        v = 9
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
     o, k = o + 3, k + 5
-    if v == 1 then
-      out[o + 1] = before or 0
-      o = o + 1
-    end
   end
   i = i + 7 + 2 * n
 end
