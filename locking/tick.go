@@ -69,6 +69,8 @@ import (
 //
 // The handle's fence is at least the backend's clock in microseconds and
 // above every fence the key had before, whatever data the backend lost.
+// A verdict that raises the mark (granted, paused, missed, decided anew)
+// answers the stored mark it raised, TickAnswer.Before (TickBefore).
 type TickLocker interface {
 	TryLockTick(ctx context.Context, req TickRequest) (TickAnswer, error)
 	// InitMarks creates the mark of every key that has none, at the
@@ -168,6 +170,14 @@ type TickAnswer struct {
 	// Fence is set with TickExpired: the fence the expired grant drew, for
 	// the caller's record of the tick it did not run.
 	Fence int64
+	// Before is the key's mark before the step (the stored mark, not raised to
+	// Floor), set with the verdicts that raise the mark (granted, paused,
+	// missed) when the key had one; zero otherwise (no mark yet, another
+	// verdict, or an answer from a resend's record). The scheduler records
+	// the ticks of the schedule strictly between Before and T as skipped
+	// (`stopped`): no node asked for them before this step passed the mark
+	// over them.
+	Before time.Time
 }
 
 // ErrTickAhead is wrapped by the error of a try-lock-tick whose T lies more
@@ -248,6 +258,18 @@ func DecideTick(r TickRequest, now time.Time, mark time.Time, ok, paused, held b
 		return TickContended, eff, 0
 	}
 	return 0, r.Tick, 0
+}
+
+// TickBefore is TickAnswer.Before of a step DecideTick decided as v (0:
+// take the lock, which grants) on the stored mark (ok false when missing):
+// the stored mark, as it was before the step, for the verdicts that raise
+// the mark (granted, paused, missed) when the key had one; else zero. A
+// resend answered from its grant's record has none.
+func TickBefore(v TickVerdict, mark time.Time, ok bool) time.Time {
+	if !ok || (v != 0 && !v.Raised()) {
+		return time.Time{}
+	}
+	return mark
 }
 
 // GrantKeep is how long a backend keeps the record of a granted

@@ -37,6 +37,7 @@ var tickCases = []testCase{
 	{"Tick/MissingMark", caseTickMissingMark},
 	{"Tick/FloorRaisesForgottenMark", caseTickFloor},
 	{"Tick/InitMarks", caseTickInitMarks},
+	{"Tick/BeforeIsTheMarkThePrecedingStepLeft", caseTickBefore},
 	{"Mark/Read", caseMarkRead},
 	{"Tick/PerTick", caseTickPerTick},
 	{"Tick/ResentCall", caseTickResent},
@@ -292,6 +293,72 @@ func caseTickInitMarks(s *suite) {
 		s.t.Fatalf("InitMarks with keys named twice = %v, want nil", err)
 	}
 	s.wantTick(a, s.tickReq(twice, s.onTime().Add(-time.Second)), locking.TickDone, "locker A on a key InitMarks was given twice, 1s before")
+}
+
+// TickAnswer.Before is the stored mark the step found, with the verdicts
+// that raise it (granted, paused, missed): the init mark, then each
+// decided tick in turn, a skipped one included. Zero with done, contended,
+// a resend answered from its grant, and a key that had no mark.
+func caseTickBefore(s *suite) {
+	a, b := s.locker(), s.locker()
+	mr, ok := a.(locking.MarkReader)
+	if !ok {
+		s.t.Fatalf("%T does not implement locking.MarkReader: every backend must (locking/mark.go)", a)
+	}
+	wantBefore := func(ans locking.TickAnswer, want time.Time, who string) {
+		s.t.Helper()
+		if !ans.Before.Equal(want) {
+			s.t.Errorf("%s: %v with Before %v, want %v", who, ans.Verdict, ans.Before, want)
+		}
+	}
+	k := s.key("k")
+	if err := s.ticker(a).InitMarks(s.ctx, []string{k}); err != nil {
+		s.t.Fatalf("InitMarks = %v", err)
+	}
+	m0, ok, err := mr.Mark(s.ctx, k)
+	if err != nil || !ok {
+		s.t.Fatalf("Mark after InitMarks = %v, %v, %v; want a mark", m0, ok, err)
+	}
+	t1 := s.onTime().Add(time.Second)
+	r1 := s.tickReq(k, t1)
+	r1.Token = s.newToken()
+	ans := s.wantTick(a, r1, locking.TickGranted, "locker A at T1, after InitMarks")
+	wantBefore(ans, m0, "locker A at T1")
+	r1.Resend = true
+	again := s.wantTick(a, r1, locking.TickGranted, "locker A resending T1 (its grant holds)")
+	wantBefore(again, time.Time{}, "locker A resending T1")
+	s.mustRelease(a, again.Handle, "locker A with the resent call's handle")
+	wantBefore(s.wantTick(b, s.tickReq(k, t1), locking.TickDone, "locker B at T1"), time.Time{}, "locker B at T1")
+
+	// T2 is skipped: no node asks for it.
+	t3 := t1.Add(2 * time.Second)
+	ans = s.wantTick(b, s.tickReq(k, t3), locking.TickGranted, "locker B at T3 (T2 not asked)")
+	wantBefore(ans, t1, "locker B at T3")
+	wantBefore(s.wantTick(a, s.tickReq(k, t3.Add(time.Second)), locking.TickContended, "locker A at T4 while B holds T3"),
+		time.Time{}, "locker A at T4 while B holds T3")
+	s.mustRelease(b, ans.Handle, "locker B")
+
+	if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	t4 := t3.Add(time.Second)
+	wantBefore(s.wantTick(a, s.tickReq(k, t4), locking.TickPaused, "locker A at T4 while paused"), t3, "locker A at T4 while paused")
+	if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{}); err != nil {
+		s.t.Fatalf("SetPause (resume) = %v", err)
+	}
+
+	// Missed: an old mark first (a request with a large MaxSkew claims a
+	// tick 50s back), then a tick 30s late with a 10s window.
+	km := s.key("missed")
+	now := s.onTime()
+	wide := s.tickReq(km, now.Add(-50*time.Second))
+	wide.MaxSkew, wide.Window = 2*time.Minute, 0
+	ans = s.wantTick(a, wide, locking.TickGranted, "locker A at T-50s with MaxSkew 2m, no mark yet")
+	wantBefore(ans, time.Time{}, "locker A on a key without a mark")
+	s.mustRelease(a, ans.Handle, "locker A")
+	late := s.tickReq(km, now.Add(-30*time.Second))
+	late.Window = 10 * time.Second
+	wantBefore(s.wantTick(b, late, locking.TickMissed, "locker B at T-30s (Window 10s)"), wide.Tick, "locker B at T-30s")
 }
 
 // PerTick: consecutive ticks are granted while the first lock is held,

@@ -134,7 +134,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	if newMark.After(base) {
 		ms.marks[r.Key] = newMark
 	}
-	ans.Mark = newMark
+	ans.Mark, ans.Before = newMark, locking.TickBefore(v, mark, hasMark)
 	if v != 0 {
 		if r.Resend && r.Token != "" && (v == locking.TickContended || v == locking.TickDone) {
 			// A resend's verdict is kept, so that a late copy of an

@@ -253,6 +253,10 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// says (set_config's is_local: this transaction's own, read at its
 	// commit). Each row returns the setting in force as a check.
 	//
+	// Each row answers, after the mark, the stored mark a step that raised
+	// it (granted, paused, missed; decided anew, not a resend's) found
+	// before it: locking.TickAnswer.Before, NULL when the key had none.
+	//
 	// A mark raised to T (granted, paused, missed; not a resent call's,
 	// which its first call told) is told to the cluster's listeners
 	// (locking.TickWatcher, watch.go) with pg_notify($3, 'T key'), one
@@ -337,6 +341,7 @@ SELECT i.ord, CASE
     ELSE i.intent END,
   CASE WHEN i.v IN ('resend', 'expired') THEN (i.tg ->> 0)::bigint ELSE u.fence END,
   CASE WHEN i.v = 'decided' THEN i.mark ELSE coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend', 'expired') THEN i.mark ELSE i.eff END) END,
+  CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.mark END,
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`

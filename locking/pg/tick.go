@@ -126,13 +126,14 @@ type tickRow struct {
 	verdict    string
 	fence      *int64
 	mark       *int64
+	before     *int64 // the stored mark a raising step found (TickAnswer.Before)
 	nowUS      int64
 	pid        uint32
 	syncCommit string
 }
 
 func (r *tickRow) dest() []any {
-	return []any{&r.verdict, &r.fence, &r.mark, &r.nowUS, &r.pid, &r.syncCommit}
+	return []any{&r.verdict, &r.fence, &r.mark, &r.before, &r.nowUS, &r.pid, &r.syncCommit}
 }
 
 // tryLockTick is tryLockTickBatch of one.
@@ -149,6 +150,9 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 	ans = locking.TickAnswer{Now: time.UnixMicro(row.nowUS)}
 	if row.mark != nil {
 		ans.Mark = time.UnixMicro(*row.mark)
+	}
+	if row.before != nil {
+		ans.Before = time.UnixMicro(*row.before)
 	}
 	switch row.verdict {
 	case "granted":

@@ -161,6 +161,9 @@ func TestTickDecidesAsDecideTick(t *testing.T) {
 			if !ans.Mark.Equal(newMark) {
 				t.Errorf("answered mark %v, DecideTick says %v", ans.Mark, newMark)
 			}
+			if want := locking.TickBefore(v, storedMark, hadMark); !ans.Before.Equal(want) {
+				t.Errorf("%v with Before %v, TickBefore says %v", ans.Verdict, ans.Before, want)
+			}
 			if lag := time.Since(ans.Now); lag < -time.Second || lag > time.Second {
 				t.Errorf("answer's Now %v is %v from this clock", ans.Now, lag)
 			}
@@ -460,7 +463,7 @@ func TestTickSynchronousCommit(t *testing.T) {
 			br := conn.SendBatch(ctx, b)
 			_, err := br.Exec()
 			if err == nil {
-				err = br.QueryRow().Scan(new(int64), &verdict, new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
+				err = br.QueryRow().Scan(new(int64), &verdict, new(*int64), new(*int64), new(*int64), new(int64), new(uint32), &sc, &lsnIn)
 			}
 			if cerr := br.Close(); err == nil {
 				err = cerr

@@ -13,7 +13,9 @@
 //     (resent call, ahead, done, paused, missed, contended, granted) made
 //     in one script on the server's clock (TIME), reading and raising the
 //     key's tick mark and reading its pause flag. The reply is five
-//     integers: verdict, fence, mark, the server's time, ahead offset.
+//     integers: verdict, fence, mark, the server's time, ahead offset; a
+//     step that raised the mark to T answers the mark before it
+//     (locking.TickAnswer.Before; 0 for none) in the mark's place.
 //   - renew runs renew.lua: PEXPIRE only if the lock still holds our value.
 //   - release runs release.lua: DEL only if the lock still holds our value.
 //   - InitMarks creates absent marks at the server's time (SET NX), one

@@ -32,10 +32,16 @@ const (
 	// tickExpired: a resend whose grant's lease ended, told expired with
 	// the grant's fence (locking.TickExpired).
 	tickExpired = 8
+	// tickResent: granted to a resend, from its own lock or its grant's
+	// record, with the mark as it is. Verdicts granted, paused and missed
+	// decided anew carry the mark before the step in the mark's place
+	// instead (locking.TickAnswer.Before; 0: none), their mark being T
+	// (markSlot): the reply grows by nothing.
+	tickResent = 9
 )
 
-// tickReplyLen is the length of tick.lua's reply: verdict, fence, mark,
-// now, ahead.
+// tickReplyLen is the length of tick.lua's reply: verdict, fence, mark (or
+// before, markSlot), now, ahead.
 const tickReplyLen = 5
 
 // initMarksBatch bounds how many marks one InitMarks round trip creates, so
@@ -165,16 +171,34 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	return l.decodeTick(ctx, c, r[0], r[1], r[2], r[3], r[4])
+	v, mark, before := markSlot(c, r[0], r[2])
+	return l.decodeTick(ctx, c, v, r[1], mark, r[3], r[4], before)
 }
 
-// decodeTick turns tick_step's verdict, fence, mark and ahead for c, and
-// the server's time now, into the answer, registering a granted lock.
-func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, mark, now, ahead int64) (locking.TickAnswer, error) {
+// markSlot reads the mark's place of a reply of verdict v to c: the mark
+// before the step with the verdicts that raise the mark, decided anew, whose
+// mark is T; the mark itself otherwise, and tickResent is tickGranted.
+func markSlot(c *tickCall, v, slot int64) (verdict, mark, before int64) {
+	switch v {
+	case tickGranted, tickPaused, tickMissed:
+		return v, c.req.Tick.UnixMicro(), slot
+	case tickResent:
+		return tickGranted, slot, 0
+	}
+	return v, slot, 0
+}
+
+// decodeTick turns tick_step's verdict, fence, mark, ahead and before for
+// c, and the server's time now, into the answer, registering a granted
+// lock.
+func (l *Locker) decodeTick(ctx context.Context, c *tickCall, verdict, fence, mark, now, ahead, before int64) (locking.TickAnswer, error) {
 	req := c.req
 	ans := locking.TickAnswer{Now: time.UnixMicro(now)}
 	if mark != 0 {
 		ans.Mark = time.UnixMicro(mark)
+	}
+	if before != 0 {
+		ans.Before = time.UnixMicro(before)
 	}
 	switch verdict {
 	case tickGranted:
@@ -461,12 +485,13 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 		if v[0] == tickAhead {
 			fence, ahead = 0, v[1]
 		}
-		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], v[0], fence, v[2], r[0], ahead)
+		verdict, mark, before := markSlot(&calls[i], v[0], v[2])
+		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], verdict, fence, mark, r[0], ahead, before)
 	}
 }
 
 // ticksReplyLen is the length of each request's part of ticks.lua's
-// reply: verdict, fence (or ahead), mark.
+// reply: verdict, fence (or ahead), mark (or before, markSlot).
 const ticksReplyLen = 3
 
 // sameTickRun reports whether a and b share ticks.lua's run arguments:

@@ -431,6 +431,10 @@ func testTickGrid(t *testing.T, batch bool) {
 		if d := ans.Mark.Sub(wantMark).Abs(); d > time.Microsecond {
 			t.Errorf("%s: mark %v, want %v", name, ans.Mark, wantMark)
 		}
+		if want := locking.TickBefore(wantV, base.Add(mo), mo != gridNone); ans.Before.IsZero() != want.IsZero() ||
+			ans.Before.UnixMicro() != want.UnixMicro() {
+			t.Errorf("%s: %v with Before %v, want %v", name, ans.Verdict, ans.Before, want)
+		}
 		if wantV == locking.TickGranted {
 			if err := l.Release(ctx, ans.Handle); err != nil {
 				t.Errorf("%s: Release: %v", name, err)

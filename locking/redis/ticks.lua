@@ -20,7 +20,9 @@
 -- locking.TickRequest.Resend), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
 -- Returns now, then 3 integers per request: verdict, fence (for verdict
--- 6, ahead), mark; verdict 7: that request's step failed.
+-- 6, ahead), mark; verdict 7: that request's step failed. As tick.lua's,
+-- mark carries the step's before when it gave one, and a grant that gave
+-- none is verdict 9.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -72,7 +74,7 @@ while i <= #ARGV do
     -- alone (7).
     -- The step's mark is stored and told only once it returned: a failed
     -- step raises no mark and publishes nothing (step_raise).
-    local ok, v, fence, mark, ahead, raise = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
+    local ok, v, fence, mark, ahead, raise, before = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
       ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
     if not ok then
       v, fence, mark = 7, 0, 0
@@ -80,6 +82,10 @@ while i <= #ARGV do
       step_raise(ks[k + 3], v, raise, channel, tick_s, ARGV[a])
       if v == 6 then
         fence = ahead
+      elseif before then
+        mark = before
+      elseif v == 1 then
+        v = 9
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark

@@ -7,13 +7,16 @@
 -- starts with; holder ('' or '|' .. holder), ttl in ms, T, floor ('' for
 -- none), max skew and catch-up window in microseconds: decimal strings.
 -- resend: whether the request is a resend (locking.TickRequest.Resend).
--- Returns verdict, fence, mark, ahead, all integers (microseconds), and
--- raise: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
+-- Returns verdict, fence, mark, ahead, all integers (microseconds), raise
+-- and before: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
 -- ahead (T is ahead by 'ahead'), 8 expired (a resend whose grant's lease
 -- ended and that cannot be granted again: fence is the grant's); fence is
 -- set when granted; mark is the
 -- mark after the step (0: none); raise is the mark's decimal to store (nil:
--- unchanged), which the caller hands to step_raise.
+-- unchanged), which the caller hands to step_raise; before is the stored
+-- mark the step found (locking.TickAnswer.Before), set only with the
+-- verdicts that raise it, decided anew (1, 4, 5; nil otherwise, 0 when the
+-- key had no mark).
 -- The values the steps read, kept for the whole script: the lock, mark and
 -- counter keys' values (false: no such key), fetched for many requests in
 -- one MGET (load), and whether pause flags exist, known for a whole batch
@@ -243,11 +246,12 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   -- The pause flag is read here, inside the step: a pause set before this
   -- call always wins. A paused or missed tick is consumed (the mark moves to
   -- it), so neither a resume nor a late node runs it.
+  local before = tonumber(stored or 0)
   if is_paused(pause, now) then
-    return 4, 0, tick, 0, tick_s
+    return 4, 0, tick, 0, tick_s, before
   end
   if now - tick > math.max(skew, window) then
-    return 5, 0, tick, 0, tick_s
+    return 5, 0, tick, 0, tick_s, before
   end
 
   if held then
@@ -284,7 +288,7 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   values[lock] = tag .. '#' .. fence_s .. holder
   redis.call('SET', gk, fence_s, 'PX', 2 * tonumber(ttl))
   values[gk] = fence_s
-  return 1, fence, tick, 0, tick_s
+  return 1, fence, tick, 0, tick_s, before
 end
 
 -- step_raise does what a step decided for its mark, once the step
