@@ -136,18 +136,27 @@ func TestOverlapTicksAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// This node's own run of the next tick still goes at the one after.
+	// (The grant of that next tick passed the mark over +1m, which it
+	// also records, as stopped: history keeps a tick's first record.)
 	h.loopParked()
 	h.clock.Advance(time.Minute)
 	job.waitStarted(t)
 	h.loopParked()
 	h.clock.Advance(time.Minute)
-	ks = recs.waitSkipRecs(t, 2)
-	wantSkipRec(t, ks[1], t0.Add(3*time.Minute), scheduler.RecordOverlap)
+	recs.waitSkipRecs(t, 3)
 	close(job.release)
 	h.idle()
-	if n := len(recs.skipRecs()); n != 2 {
-		t.Fatalf("%d skip records, want 2: %+v", n, recs.skipRecs())
+	first := map[time.Time]scheduler.SkipRecord{}
+	for _, k := range recs.skipRecs() {
+		if _, ok := first[k.Tick]; !ok {
+			first[k.Tick] = k
+		}
 	}
+	if len(first) != 2 {
+		t.Fatalf("records of %d ticks, want 2 (+1m, +3m): %+v", len(first), recs.skipRecs())
+	}
+	wantSkipRec(t, first[t0.Add(time.Minute)], t0.Add(time.Minute), scheduler.RecordOverlap)
+	wantSkipRec(t, first[t0.Add(3*time.Minute)], t0.Add(3*time.Minute), scheduler.RecordOverlap)
 }
 
 // A run's start is told with the start and the fence its final record
@@ -181,5 +190,35 @@ func TestRunStartNamesItsRecord(t *testing.T) {
 	}
 	if r.Attempts != 2 {
 		t.Fatalf("record of %d attempts, want 2", r.Attempts)
+	}
+}
+
+// The ticks a decision passes the mark over, which no node asked for (here
+// the backend's clock and this node's jump five minutes while the node is
+// away), are recorded stopped by the node whose decision passed them.
+func TestTicksPassedOverAreRecordedStopped(t *testing.T) {
+	h, recs := histHarness(t, &countingJob{}, nil)
+	h.step(time.Minute) // t0+1m runs: the mark is at it
+	h.step(5 * time.Minute)
+	byTick := map[time.Time]scheduler.RecordReason{}
+	for _, k := range recs.skipRecs() {
+		byTick[k.Tick] = k.Reason
+	}
+	recs.mu.Lock()
+	ran := map[time.Time]bool{}
+	for _, r := range recs.runs {
+		ran[r.Tick] = true
+	}
+	recs.mu.Unlock()
+	for k := 2; k <= 5; k++ {
+		if at := t0.Add(time.Duration(k) * time.Minute); byTick[at] != scheduler.RecordStopped || ran[at] {
+			t.Errorf("tick +%dm: record %q, ran %v; want recorded stopped (skips %v)", k, byTick[at], ran[at], byTick)
+		}
+	}
+	if at := t0.Add(6 * time.Minute); !ran[at] || byTick[at] != "" {
+		t.Errorf("tick +6m: ran %v, record %q; want run, no record", ran[at], byTick[at])
+	}
+	if len(byTick) != 4 {
+		t.Errorf("%d skip records, want 4: %v", len(byTick), byTick)
 	}
 }

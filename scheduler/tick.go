@@ -629,6 +629,7 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 			s.log.Error("try-lock-tick granted without a handle: tick not run", slog.String("schedule", def.ID))
 			return false, SkipBackendError
 		}
+		s.recordGap(t, ans.Before)
 		s.newTickLease(t, ans.Handle)
 		return true, ""
 	case locking.TickDone:
@@ -642,9 +643,11 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 		s.recordSkip(t, t.at, RecordOverlap)
 		return false, SkipContended
 	case locking.TickPaused:
+		s.recordGap(t, ans.Before)
 		s.recordSkip(t, t.at, RecordPaused)
 		return false, SkipPaused
 	case locking.TickMissed:
+		s.recordGap(t, ans.Before)
 		s.recordSkip(t, t.at, RecordMissed)
 		return false, SkipMissed
 	case locking.TickExpired:
