@@ -592,6 +592,22 @@ func (a *Agent) recordLoop(ctx context.Context, runsEnded <-chan struct{}) {
 		select {
 		case r := <-a.records:
 			batch = append(batch, r)
+			if r.Result == cluster.ResultRunning {
+				// A run's start is written at once, with what else is
+				// queued (group commit: under load, starts batch while
+				// a write is out): until it lands, a node killed under the
+				// run leaves its tick with no record, lost to audit.
+			queued:
+				for len(batch) < 256 {
+					select {
+					case r := <-a.records:
+						batch = append(batch, r)
+					default:
+						break queued
+					}
+				}
+				flush()
+			}
 			if len(batch) >= 256 {
 				flush()
 			}
