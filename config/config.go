@@ -144,6 +144,10 @@ type History struct {
 	// Keep is how many runs per schedule are kept (newest first); default
 	// cluster.DefaultKeep.
 	Keep int `toml:"keep"`
+	// AuditEvery is how often the cluster audits each schedule's recent
+	// ticks for bext_scheduler_ticks_lost (one live node per schedule, three
+	// small reads each); default DefaultAuditEvery.
+	AuditEvery Duration `toml:"audit_every"`
 }
 
 // Enabled reports whether the HTTP listener should run.

@@ -29,6 +29,9 @@ const (
 	DefaultOverlap         = OverlapSkip
 	DefaultHTTPTimeout     = 30 * time.Second
 	DefaultHistoryKeep     = cluster.DefaultKeep
+	// DefaultAuditEvery is [history] audit_every: a lost tick is in
+	// bext_scheduler_ticks_lost within about a minute of its grace.
+	DefaultAuditEvery = time.Minute
 	// MaxHistoryKeep bounds [history] keep: a schedule's history costs up
 	// to keep × 5 KiB in the backend, per schedule.
 	MaxHistoryKeep       = 10000
@@ -55,7 +58,7 @@ func defaultConfig() Config {
 	return Config{
 		ShutdownGrace: Duration{DefaultShutdownGrace},
 		HTTP:          HTTP{Listen: DefaultListen},
-		History:       History{Keep: DefaultHistoryKeep},
+		History:       History{Keep: DefaultHistoryKeep, AuditEvery: Duration{DefaultAuditEvery}},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Notify:        Notify{Timeout: Duration{DefaultNotifyTimeout}},
 		Cluster:       Cluster{HandoffDelay: Duration{DefaultHandoffDelay}},

@@ -90,6 +90,7 @@ func TestOpsKeyProblems(t *testing.T) {
 		{"negative pause_after_failures", job + "command = [\"x\"]\npause_after_failures = -3\n", `schedule "j": pause_after_failures is -3`, 5},
 		{"keep 0", "[history]\nkeep = 0\n" + job + "command = [\"x\"]\n", `history.keep is 0`, 2},
 		{"keep too big", "[history]\nkeep = 1000000\n" + job + "command = [\"x\"]\n", `history.keep is 1000000; want 1 to 10000`, 2},
+		{"audit_every too short", "[history]\naudit_every = \"10ms\"\n" + job + "command = [\"x\"]\n", `history.audit_every is 10ms; want 1s or more`, 2},
 		{"token with a space", "[http]\ntoken = \"${BEXT_TEST_SPACE_TOKEN}\"\n" + job + "command = [\"x\"]\n", `http.token: the token holds a space`, 2},
 		{"read_token with a space", "[http]\n\nread_token = \"${BEXT_TEST_SPACE_TOKEN}\"\n" + job + "command = [\"x\"]\n", `http.read_token: the token holds a space`, 3},
 		{"unknown history key", "[history]\nkept = 3\n" + job + "command = [\"x\"]\n", `unknown key "history.kept"`, 2},

@@ -46,6 +46,9 @@ func (c *Config) validate() []Problem {
 	if k := c.History.Keep; k < 1 || k > MaxHistoryKeep {
 		v.add(at("history.keep"), "history.keep is %d; want 1 to %d (runs kept per schedule)", k, MaxHistoryKeep)
 	}
+	if d := c.History.AuditEvery.Duration; d < time.Second {
+		v.add(at("history.audit_every"), "history.audit_every is %v; want 1s or more", d)
+	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error": // "" is the default, info
 	default:

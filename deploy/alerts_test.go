@@ -49,6 +49,8 @@ func exported(t *testing.T) (series, map[string][]string) {
 	m.NextTick("s", time.Now().Add(time.Minute))
 	// The last-success gauge is absent until a success: record one.
 	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
+	// So is the lost-ticks gauge, until an audit finds one.
+	m.SetLostTicks(map[string]int{"s": 1})
 	l := metrics.InstrumentLocker(memory.New(), "memory", m)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	fams, err := reg.Gather()

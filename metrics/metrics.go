@@ -60,6 +60,12 @@ type Metrics struct {
 	lockDuration *prometheus.HistogramVec
 	heldLocks    *prometheus.GaugeVec
 
+	// lostTicks has a series only for schedules with a lost tick, set by
+	// the node that audits them (SetLostTicks); lostIDs are those series.
+	lostTicks *prometheus.GaugeVec
+	lostMu    sync.Mutex
+	lostIDs   map[string]bool
+
 	// fixed has every collector New registered on the caller's registry
 	// except sched: Handler gathers it, then writes sched's series itself.
 	fixed *prometheus.Registry
@@ -208,6 +214,10 @@ func New(reg prometheus.Registerer, build BuildInfo, opts ...Option) *Metrics {
 		Name: "bext_locking_held_locks",
 		Help: "Locks this process holds now, per backend.",
 	}, []string{"backend"}))
+	m.lostTicks = registerFixed(m, reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "bext_scheduler_ticks_lost",
+		Help: "Ticks of the schedule lost in its recent window (the last 15 minutes, or its last two ticks): its tick mark passed them and history has neither a run nor a skip record of them (see `bext-scheduler audit`). Exported by the one live node that audits the schedule, and only while it has a lost tick.",
+	}, []string{"schedule"}))
 	m.clockOffset = registerFixed(m, reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bext_scheduler_clock_offset_seconds",
 		Help: "This node's clock minus the lock backend's, measured on the last try-lock-tick.",
@@ -328,3 +338,26 @@ func (m *Metrics) Readiness() *Readiness { return m.ready }
 
 // Ready is Readiness().Ready: the /readyz check.
 func (m *Metrics) Ready(ctx context.Context) error { return m.ready.Ready(ctx) }
+
+// SetLostTicks sets bext_scheduler_ticks_lost to lost: a series for each
+// schedule in it (a count above 0), and none for the others, which this
+// node no longer audits or which lost nothing lately. Series are set
+// before the stale ones are deleted, so a scrape never sees a schedule
+// that still has a lost tick go missing.
+func (m *Metrics) SetLostTicks(lost map[string]int) {
+	m.lostMu.Lock()
+	defer m.lostMu.Unlock()
+	next := make(map[string]bool, len(lost))
+	for id, n := range lost {
+		if n > 0 {
+			m.lostTicks.WithLabelValues(id).Set(float64(n))
+			next[id] = true
+		}
+	}
+	for id := range m.lostIDs {
+		if !next[id] {
+			m.lostTicks.DeleteLabelValues(id)
+		}
+	}
+	m.lostIDs = next
+}

@@ -152,6 +152,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 		n.agent = agent.New(ab, manualRunner{n}, agent.Options{
 			NodeID: cfg.NodeID, Version: n.version, StartedAt: time.Now(), Keep: cfg.History.Keep,
 			Mask: service.Masker(cfg), Drift: n.metrics.ConfigDrift, Paused: n.notifier.Paused, Logger: n.logger,
+			// n.ops is set below, before the agent runs.
+			Audit:      func(ctx context.Context, ids []string) (map[string]int, error) { return n.ops.LostTicks(ctx, ids) },
+			Lost:       n.metrics.SetLostTicks,
+			AuditEvery: cfg.History.AuditEvery.Duration,
 		})
 		observer = scheduler.Observers(n.metrics, notifierObserver{n: n.notifier}, n.agent.Observer())
 	}

@@ -124,6 +124,7 @@ func TestClusterAuditAccountsForEveryTick(t *testing.T) {
 			c := newOpsCluster(t, lockingTOML, st, `
 [history]
 keep = 500
+audit_every = "1s"
 [[scheduled]]
 id = "g"
 cron = "*/1 * * * * *"
@@ -342,6 +343,15 @@ command = ["/bin/sh", "-c", '@FENCEJOB@']
 					t.Errorf("tick %s before the mark was raised is lost", row.Tick.UTC().Format(time.RFC3339Nano))
 				}
 			}
+			// The alert's metric names the schedule, on the one node that
+			// audits it.
+			waitFor(t, "bext_scheduler_ticks_lost{schedule=\"g\"} on a node", 30*time.Second, func() bool {
+				total := 0.0
+				for _, n := range c.nodes {
+					total += n.metric(t, "bext_scheduler_ticks_lost", `schedule="g"`)
+				}
+				return total >= 1
+			})
 			sum := proctest.Run(t, bin, nil, "audit", "--json", "--config", c.cfg)
 			var counts []struct {
 				Schedule string `json:"schedule"`

@@ -68,6 +68,15 @@ type Options struct {
 	AnnounceEvery time.Duration // default 5s; a node expires after 3 of them
 	PollEvery     time.Duration // default 1s: how soon a trigger is picked up
 	FlushEvery    time.Duration // default 250ms: how long a run record may wait
+
+	// Audit, when set, is asked every AuditEvery for the lost ticks of
+	// the schedules this node audits (ops.Service.LostTicks), and Lost is
+	// told its answer (bext_scheduler_ticks_lost). Each schedule is
+	// audited by one live node, the first in its rendezvous order, so the
+	// cluster reads each schedule's history once per AuditEvery.
+	Audit      func(ctx context.Context, ids []string) (map[string]int, error)
+	Lost       func(lost map[string]int)
+	AuditEvery time.Duration // default 1m
 }
 
 // Agent is one node's cluster duties. Create with New, start with Run.
@@ -119,6 +128,9 @@ func New(b Backend, run Runner, opts Options) *Agent {
 	}
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = 250 * time.Millisecond
+	}
+	if opts.AuditEvery <= 0 {
+		opts.AuditEvery = time.Minute
 	}
 	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096),
 		skips: make(chan scheduler.SkipRecord, 4096)}
@@ -266,12 +278,68 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 		a.every(ctx, a.opts.PollEvery, func(pctx context.Context) { a.poll(ctx, pctx) })
 	}()
 	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
+	if a.opts.Audit != nil && a.opts.Lost != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The first audit waits a period: the announce must have read
+			// the live nodes, and a node just started has nothing to add.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(a.opts.AuditEvery):
+			}
+			a.every(ctx, a.opts.AuditEvery, a.audit)
+		}()
+	}
 	wg.Wait()
 	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
 	defer cancel()
 	if err := a.b.Leave(end, a.opts.NodeID); err != nil {
 		a.log.Debug("leaving the cluster's node list failed", slog.Any("error", err))
 	}
+}
+
+// audit asks for the lost ticks of the schedules this node audits (the
+// first in each one's rendezvous order among the live nodes) and tells
+// Lost. With no live registry read yet it audits nothing.
+func (a *Agent) audit(ctx context.Context) {
+	live := a.live.Load()
+	if live == nil {
+		return
+	}
+	var mine []string
+	for _, id := range a.scheduleIDs() {
+		if rank, _ := live.peers.Rank(id, time.Time{}); rank == 0 {
+			mine = append(mine, id)
+		}
+	}
+	lost, err := a.opts.Audit(ctx, mine)
+	if err != nil {
+		a.log.Warn("auditing the schedules' recent ticks failed", slog.Int("schedules", len(mine)), slog.Any("error", err))
+		if ctx.Err() != nil {
+			return // keep the last answer rather than clear it
+		}
+	}
+	a.opts.Lost(lost)
+}
+
+// scheduleIDs returns the ids of the node's schedules.
+func (a *Agent) scheduleIDs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.common != nil {
+		ids := make([]string, 0, len(a.hashes))
+		for id := range a.hashes {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	ids := make([]string, len(a.schedules))
+	for i, sc := range a.schedules {
+		ids[i] = sc.ID
+	}
+	return ids
 }
 
 // historyTimeout bounds one write of run records (and the last one at

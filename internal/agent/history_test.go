@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +101,71 @@ func TestHistoryKeepsStartsAndSkips(t *testing.T) {
 	}
 	if ks[0].Reason != cluster.SkipStopped || ks[0].Note != "" || !ks[0].At.Equal(at(7)) {
 		t.Fatalf("stopped skip %+v", ks[0])
+	}
+}
+
+// Each schedule's recent ticks are audited by one live node (the first in
+// its rendezvous order), every AuditEvery, and what the audit finds is
+// told to Lost.
+func TestAuditEachScheduleOnOneNode(t *testing.T) {
+	mem := memory.New()
+	ids := []string{"s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"}
+	var scheds []agent.Schedule
+	for _, id := range ids {
+		scheds = append(scheds, agent.Schedule{ID: id, TTL: time.Minute})
+	}
+	type told struct {
+		node string
+		ids  []string
+		lost map[string]int
+	}
+	calls := make(chan told, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, node := range []string{"a", "b"} {
+		var asked []string
+		ag := agent.New(mem.Peer(node), noRunner{}, agent.Options{NodeID: node, AnnounceEvery: 20 * time.Millisecond,
+			AuditEvery: 50 * time.Millisecond,
+			Audit: func(_ context.Context, ids []string) (map[string]int, error) {
+				asked = ids
+				return map[string]int{ids[0]: 1}, nil
+			},
+			Lost: func(lost map[string]int) {
+				select {
+				case calls <- told{node, asked, lost}:
+				default:
+				}
+			}})
+		ag.SetSchedules(scheds, nil, "h")
+		wg.Add(1)
+		go func() { defer wg.Done(); ag.Run(ctx, nil) }()
+	}
+	// Once both nodes see each other, every schedule is audited by
+	// exactly one of them.
+	deadline := time.After(20 * time.Second)
+	last := map[string]told{}
+	for {
+		select {
+		case c := <-calls:
+			last[c.node] = c
+		case <-deadline:
+			t.Fatalf("never split between the two nodes: %+v", last)
+		}
+		if len(last["a"].ids)+len(last["b"].ids) != len(ids) || len(last["a"].ids) == 0 || len(last["b"].ids) == 0 {
+			continue
+		}
+		seen := map[string]int{}
+		for _, c := range last {
+			for _, id := range c.ids {
+				seen[id]++
+			}
+			if c.lost[c.ids[0]] != 1 {
+				t.Fatalf("%s told Lost %v, want its audit's answer", c.node, c.lost)
+			}
+		}
+		if len(seen) == len(ids) {
+			return
+		}
 	}
 }

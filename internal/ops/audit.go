@@ -250,6 +250,13 @@ func (s *Service) auditReadLimit() int { return 2 * s.keep }
 // rows of its manual runs there, in tick order; more than maxTicks of the
 // spec's is ErrInvalid.
 func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, maxTicks int, emit func(AuditTick)) error {
+	return s.auditLimit(ctx, d, from, to, now, maxTicks, s.auditReadLimit(), emit)
+}
+
+// auditLimit is audit reading at most limit runs and limit skips: when a
+// read comes back full, what it did not reach is before the horizon
+// (unknown, never lost).
+func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time, maxTicks, limit int, emit func(AuditTick)) error {
 	var ticks []time.Time
 	for t := d.spec.Next(from); !t.IsZero() && !t.After(to); t = d.spec.Next(t) {
 		if len(ticks) == maxTicks {
@@ -266,7 +273,6 @@ func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, max
 		}
 		ticks = append(ticks, t.UTC())
 	}
-	limit := s.auditReadLimit()
 	runs, err := s.store.Runs(ctx, d.id, limit)
 	if err != nil {
 		return backendErr("reading history", err)
@@ -305,7 +311,7 @@ func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, max
 			skipOf[k.Tick.UnixNano()] = k
 		}
 	}
-	horizon, anyRecord := auditHorizon(runs, skips, s.keep)
+	horizon, anyRecord := auditHorizon(runs, skips, min(s.keep, limit))
 
 	fate := func(t time.Time) AuditTick {
 		row := AuditTick{Schedule: d.id, Tick: t.UTC(), MarkAhead: ahead}
@@ -475,4 +481,56 @@ func (s *Service) LostRecently(ctx context.Context) (map[string]int, time.Time, 
 	took := time.Since(start)
 	s.lost = lostCache{at: s.now(), until: time.Now().Add(max(lostCacheTTL, 10*took)), lost: lost}
 	return lost, s.lost.at, nil
+}
+
+// LostSpan is the recent window LostTicks audits: the last 15 minutes, or
+// a schedule's last two ticks when they go further back (an hourly
+// schedule's lost tick stays counted for two hours, long enough for an
+// alert to see it).
+const LostSpan = 15 * time.Minute
+
+// LostTicks audits the locked schedules among ids over their recent
+// window (LostSpan) and returns those with a lost tick, and how many: what
+// bext_scheduler_ticks_lost exports. It reads each schedule's newest runs
+// and skips, only as many as its window can hold (twice its ticks there,
+// plus a few for manual runs), and its mark: three small reads a schedule.
+// Unknown ids and node_local schedules are passed over.
+func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, error) {
+	if s.store == nil {
+		return nil, ErrNoBackend
+	}
+	nodes, err := s.nodeTimes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := backendNowAtMost(s.now(), nodes)
+	lost := map[string]int{}
+	var errs []error
+	for _, id := range ids {
+		d, err := s.lookup(id)
+		if err != nil || d.spec == nil || d.hint == string(hints.NodeLocal) {
+			continue
+		}
+		from := now.Add(-LostSpan)
+		if t := ticksBefore(d.spec, now, 2); t.Before(from) {
+			from = t
+		}
+		n := 0
+		for t := d.spec.Next(from); !t.IsZero() && !t.After(now) && n <= MaxAuditTicks; t = d.spec.Next(t) {
+			n++
+		}
+		limit := min(s.auditReadLimit(), 2*n+8)
+		err = s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
+			if t.Fate == FateLost {
+				lost[d.id]++
+			}
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			errs = append(errs, fmt.Errorf("auditing %q: %w", id, err))
+		}
+	}
+	return lost, errors.Join(errs...)
 }

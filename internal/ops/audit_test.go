@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -368,3 +369,45 @@ func TestAuditJSONShape(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestLostTicksRecentWindow: LostTicks names the locked schedules with a
+// lost tick in their recent window (LostSpan) and how many; a schedule
+// whose ticks all ran, a node_local one, an unknown id and a lost tick
+// older than the window are not counted.
+func TestLostTicksRecentWindow(t *testing.T) {
+	f := newAuditFixture(t)
+	m := f.m
+	// g: ran at -30 (the horizon) and -20..-1 but -3; ok: ran -20..-1.
+	f.runs(t, cluster.Run{Schedule: "g", Tick: m(-30), Node: "n1", Result: "success", StartedAt: m(-30), Attempts: 1, RunID: "g30"})
+	for k := -20; k <= -1; k++ {
+		if k != -3 {
+			f.runs(t, cluster.Run{Schedule: "g", Tick: m(k), Node: "n1", Result: "success", StartedAt: m(k), Attempts: 1, RunID: fmt.Sprint("g", k)})
+		}
+		f.runs(t, cluster.Run{Schedule: "ok", Tick: m(k), Node: "n1", Result: "success", StartedAt: m(k), Attempts: 1, RunID: fmt.Sprint("ok", k)})
+	}
+	raiseMark(t, f.st, "g", m(-1))
+	raiseMark(t, f.st, "ok", m(-1))
+	f.now = m(0).Add(ops.AuditGrace / 2)
+	svc := f.service([]scheduler.Schedule{minutely("g", hints.RequireGlobal), minutely("ok", hints.RequireGlobal), minutely("l", hints.NodeLocal)}, 100)
+	lost, err := svc.LostTicks(t.Context(), []string{"g", "ok", "l", "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// -29..-21 are lost too, but before the window: only -3 counts.
+	if len(lost) != 1 || lost["g"] != 1 {
+		t.Fatalf("LostTicks = %v, want g: 1 (its tick -3)", lost)
+	}
+	if all, err := svc.Audit(t.Context(), "g", m(-31), m(0)); err != nil || countFate(all, ops.FateLost) != 10 {
+		t.Fatalf("the full audit finds %d lost (%v), want the older ones too", countFate(all, ops.FateLost), err)
+	}
+}
+
+func countFate(rows []ops.AuditTick, fate string) int {
+	n := 0
+	for _, r := range rows {
+		if r.Fate == fate {
+			n++
+		}
+	}
+	return n
+}
