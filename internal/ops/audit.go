@@ -505,32 +505,52 @@ func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, 
 	}
 	now := backendNowAtMost(s.now(), nodes)
 	lost := map[string]int{}
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, pauseFanOut) // a few schedules at a time, as AuditSummary
 	for _, id := range ids {
 		d, err := s.lookup(id)
 		if err != nil || d.spec == nil || d.hint == string(hints.NodeLocal) {
 			continue
 		}
-		from := now.Add(-LostSpan)
-		if t := ticksBefore(d.spec, now, 2); t.Before(from) {
-			from = t
+		if ctx.Err() != nil {
+			break
 		}
-		n := 0
-		for t := d.spec.Next(from); !t.IsZero() && !t.After(now) && n <= MaxAuditTicks; t = d.spec.Next(t) {
-			n++
-		}
-		limit := min(s.auditReadLimit(), 2*n+8)
-		err = s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
-			if t.Fate == FateLost {
-				lost[d.id]++
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			from := now.Add(-LostSpan)
+			if t := ticksBefore(d.spec, now, 2); t.Before(from) {
+				from = t
 			}
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
+			n := 0
+			for t := d.spec.Next(from); !t.IsZero() && !t.After(now) && n <= MaxAuditTicks; t = d.spec.Next(t) {
+				n++
 			}
-			errs = append(errs, fmt.Errorf("auditing %q: %w", id, err))
-		}
+			limit := min(s.auditReadLimit(), 2*n+8)
+			k := 0
+			err := s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
+				if t.Fate == FateLost {
+					k++
+				}
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if k > 0 {
+				lost[d.id] = k
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("auditing %q: %w", d.id, err))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return lost, errors.Join(errs...)
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // raiseMark claims tick of key on st, so its tick mark is at tick.
-func raiseMark(t *testing.T, st ops.Store, key string, tick time.Time) {
+func raiseMark(t testing.TB, st ops.Store, key string, tick time.Time) {
 	t.Helper()
 	lk := st.(interface {
 		TryLockTick(context.Context, locking.TickRequest) (locking.TickAnswer, error)
