@@ -169,8 +169,22 @@ func (c *opsCluster) jobRuns(schedule string) []jobRun {
 	return out
 }
 
-// history reads a schedule's history from the backend, newest first.
+// history reads a schedule's finished runs from the backend, newest
+// first: the provisional records of runs still going (result running)
+// are left out, as the tests wait for how runs ended (allHistory has them).
 func (c *opsCluster) history(schedule string) []cluster.Run {
+	c.t.Helper()
+	var out []cluster.Run
+	for _, r := range c.allHistory(schedule) {
+		if r.Result != cluster.ResultRunning {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// allHistory reads a schedule's whole history, newest first.
+func (c *opsCluster) allHistory(schedule string) []cluster.Run {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
