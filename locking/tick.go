@@ -53,7 +53,14 @@ import (
 //     its node moved on: decided anew once the lock is free, it was
 //     granted, T consumed and its lock held for a TTL, run by nobody. A
 //     first attempt answered contended (N-1 nodes of every tick) writes
-//     no record: without a resend its node never sends it again;
+//     no record: without a resend its node never sends it again. A
+//     request carrying a Token (first attempt or resend) answered paused
+//     or missed, decided anew, leaves the same record of its verdict for
+//     GrantKeep: its reply lost, its resend would be decided anew as done
+//     (the mark is at T), and its node would record nothing of the tick it
+//     consumed (audit: lost). Answered from the record, the verdict raises
+//     nothing and has no Before. Another T, or a request past the keep, is
+//     decided anew; a request without a Token leaves no record;
 //   - T lies more than MaxSkew ahead of the backend's clock: an error
 //     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
 //     changes;
@@ -117,6 +124,8 @@ type TickRequest struct {
 	// decides anew as contended or done (see TickLocker), so that a late
 	// copy of an earlier attempt, or another resend, is answered the same
 	// and takes nothing. A first attempt answered contended writes nothing.
+	// Paused and missed are recorded for every request with a Token,
+	// Resend or not: the resend after a lost paused reply is told paused.
 	Resend bool
 }
 

@@ -222,3 +222,32 @@ func TestTicksPassedOverAreRecordedStopped(t *testing.T) {
 		t.Errorf("%d skip records, want 4: %v", len(byTick), byTick)
 	}
 }
+
+// A tick answered paused whose reply is lost is resent (same token and T),
+// and the resend is answered paused again from the backend's record of
+// that verdict (the mark is at T: decided anew it would be done): history
+// is told the tick was paused, once, and audit does not call it lost.
+func TestPausedTickWithLostReplyIsRecorded(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(pathNames[batched], func(t *testing.T) {
+			t.Parallel()
+			clock := fakeclock.New(t0)
+			l, locker := newLossy(clock, batched)
+			h, recs := histHarnessOn(t, clock, &countingJob{}, locker)
+			if err := l.mem.SetPause(context.Background(), "s", locking.Pause{Paused: true, Note: "maintenance"}); err != nil {
+				t.Fatal(err)
+			}
+			l.losing(1) // the first attempt is answered paused, its reply lost
+			h.step(time.Minute)
+			ks := recs.waitSkipRecs(t, 1)
+			wantSkipRec(t, ks[0], t0.Add(time.Minute), scheduler.RecordPaused)
+			h.idle()
+			if calls, tokens := l.sent(); calls != 2 || tokens[0] == "" || tokens[1] != tokens[0] {
+				t.Errorf("%d try-lock-ticks with tokens %q, want 2 (the reply lost, then the resend), the same token", calls, tokens)
+			}
+			if ks := recs.skipRecs(); len(ks) != 1 {
+				t.Errorf("skip records %+v, want one", ks)
+			}
+		})
+	}
+}

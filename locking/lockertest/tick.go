@@ -66,6 +66,8 @@ var tickCases = []testCase{
 	{"Pause/ConsumesDueTick", caseTickPaused},
 	{"Pause/Until", caseTickPauseUntil},
 	{"Pause/RoundTrip", casePauseRoundTrip},
+	{"Pause/VerdictKeptForResend", func(s *suite) { caseTickVerdictKept(s, false) }},
+	{"Tick/MissedVerdictKeptForResend", func(s *suite) { caseTickVerdictKept(s, true) }},
 	{"BadInput/TryLockTick", caseBadTick},
 }
 
@@ -1081,6 +1083,80 @@ func caseTickPaused(s *suite) {
 	s.wantTick(a, s.tickReq(k, t1.Add(time.Second)), locking.TickDone, "locker A at T+1s after resume")
 	h := s.grant(a, s.tickReq(k, t1.Add(2*time.Second)), "locker A at T+2s after resume (paused ticks took no lock)")
 	s.mustRelease(a, h, "locker A")
+}
+
+// A request carrying a Token answered paused (missed: T beyond MaxSkew and
+// Window behind the clock) is recorded: resent with that Token and T (its
+// reply lost), it is answered the same verdict, from the record (no
+// Before), changing nothing: the mark stays at T and the lock free, even
+// once the key is resumed. Decided anew it would be done (the mark is at
+// T), and its node would record nothing of the tick it consumed: audit
+// would call T lost. The same Token with another T is decided anew, and a
+// request without a Token leaves no record (done when asked again).
+func caseTickVerdictKept(s *suite, missed bool) {
+	a, b := s.locker(), s.locker()
+	k := s.key("k")
+	now := s.onTime()
+	want, what := locking.TickPaused, "paused"
+	r := s.tickReq(k, now)
+	if missed {
+		want, what = locking.TickMissed, "missed"
+		// An old mark first: a missing one counts as now minus MaxSkew.
+		wide := s.tickReq(k, now.Add(-50*time.Second))
+		wide.MaxSkew, wide.Window = 2*time.Minute, 0
+		h := s.grant(a, wide, "locker A at T-50s with MaxSkew 2m")
+		s.mustRelease(a, h, "locker A")
+		r = s.tickReq(k, now.Add(-30*time.Second))
+		r.Window = 10 * time.Second // 30s late: beyond MaxSkew 5s and Window 10s
+	} else if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	r.Token = s.newToken()
+	ans := s.wantTick(b, r, want, "locker B's first attempt at T")
+	if !ans.Mark.Equal(r.Tick) {
+		s.t.Errorf("mark after a %s tick = %v, want the tick %v (consumed)", what, ans.Mark, r.Tick)
+	}
+	re := r
+	re.Resend = true
+	ans = s.wantTick(b, re, want, "locker B resending T (its first reply lost)")
+	if !ans.Before.IsZero() {
+		s.t.Errorf("a resend answered %s from its record: Before = %v, want zero (its first attempt told it)", what, ans.Before)
+	}
+	s.wantTick(a, r, want, "a late copy of locker B's first attempt at T")
+	s.wantMark(a, k, r.Tick, true, "after the resends")
+	if !missed {
+		if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{}); err != nil {
+			s.t.Fatalf("SetPause(resume) = %v", err)
+		}
+	}
+	s.wantTick(b, re, want, "locker B resending T once more, the key resumed")
+	s.wantMark(a, k, r.Tick, true, "after the resend on the resumed key")
+
+	// The same Token with another T is decided anew: an earlier T is done,
+	// a later one granted (the verdicts took no lock).
+	other := r
+	other.Tick = r.Tick.Add(-time.Second)
+	s.wantTick(b, other, locking.TickDone, "locker B at T-1s with T's token")
+	other.Tick = now.Add(time.Second)
+	other.Window = tickWindow
+	h := s.grant(b, other, "locker B at now+1s with T's token")
+	s.mustRelease(b, h, "locker B")
+
+	// Without a Token: no record, asked again it is done.
+	k2 := s.key("k2")
+	bare := s.tickReq(k2, now)
+	if missed {
+		wide := s.tickReq(k2, now.Add(-50*time.Second))
+		wide.MaxSkew, wide.Window = 2*time.Minute, 0
+		h := s.grant(a, wide, "locker A at T-50s with MaxSkew 2m (second key)")
+		s.mustRelease(a, h, "locker A")
+		bare = s.tickReq(k2, now.Add(-30*time.Second))
+		bare.Window = 10 * time.Second
+	} else if err := s.pauser(a).SetPause(s.ctx, k2, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+		s.t.Fatalf("SetPause = %v", err)
+	}
+	s.wantTick(b, bare, want, "locker B at T without a token (second key)")
+	s.wantTick(b, bare, locking.TickDone, "locker B asking T again without a token (second key)")
 }
 
 // Until ends a pause by itself: in the past it does not pause, in the

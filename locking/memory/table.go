@@ -119,10 +119,11 @@ type keyGrants struct {
 	recs []grantRec
 }
 
-// grantRec is the record of one try-lock-tick grant, or of a resend's
-// verdict decided anew as contended or done (decided set, fence 0): a late
-// copy of an earlier attempt of that request is answered the same, and
-// takes nothing (locking.TickRequest.Resend).
+// grantRec is the record of one try-lock-tick grant, or of a verdict
+// decided anew (decided set, fence 0): a resend's contended or done, or
+// paused or missed for any request carrying a Token. A late copy of an
+// earlier attempt of that request, or a resend after a lost reply, is
+// answered the same, and takes nothing (locking.TickRequest.Resend).
 type grantRec struct {
 	token   string
 	tick    int64               // T in µs

@@ -15,28 +15,31 @@ import (
 // token, same T) from its own lock while that lock lives, from its grant's
 // record once the lock's TTL ran out (shard.grants,
 // locking.DecideLapsedResend), or, when a resend of it (Resend) was
-// answered contended or done, decided anew, with that verdict and nothing
-// changed (its record, kept as long: a late copy of an earlier attempt),
-// else decides with locking.DecideTick on the table's clock. A
-// raised mark is then told to the table's watches (watch.go), after the
-// shard mutexes are released.
+// answered contended or done, or any attempt of it carrying a Token was
+// answered paused or missed, decided anew, with that verdict and nothing
+// changed (its record, kept as long: a late copy of an earlier attempt,
+// or a resend after a lost reply), else decides with locking.DecideTick on
+// the table's clock. A mark raised is then told to the table's watches
+// (watch.go), after the shard mutexes are released.
 func (l *Locker) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
-	ans, err := l.tryLockTick(ctx, r)
-	if err == nil && ans.Verdict.Raised() && l.tab.watches.n.Load() > 0 {
+	ans, kept, err := l.tryLockTick(ctx, r)
+	// An answer from a verdict record (paused or missed, kept for a
+	// resend) raised nothing: its first attempt told the watches.
+	if err == nil && !kept && ans.Verdict.Raised() && l.tab.watches.n.Load() > 0 {
 		l.tab.watches.publish(locking.TickMark{Key: r.Key, Tick: r.Tick.Truncate(time.Microsecond)})
 	}
 	return ans, err
 }
 
-func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error) {
+func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans locking.TickAnswer, kept bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
+		return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
 	}
 	if l.closed.Load() {
-		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+		return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
 	}
 	if err := locking.CheckTickRequest(r); err != nil {
-		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick: %w", err)
+		return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick: %w", err)
 	}
 	lockKey := r.Key
 	if r.PerTick {
@@ -47,10 +50,10 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	// Checked again under the shard locks, as in TryLock: Close cannot miss
 	// a lock taken here.
 	if l.closed.Load() {
-		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
+		return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, locking.ErrClosed)
 	}
 	wall, now := l.tab.now()
-	ans := locking.TickAnswer{Now: wall}
+	ans = locking.TickAnswer{Now: wall}
 	mark, hasMark := ms.marks[r.Key]
 	cur, held := ls.m[lockKey]
 	held = held && now < cur.expires
@@ -69,7 +72,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 			keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
 		ans.Verdict, ans.Mark = locking.TickGranted, mark
 		ans.Handle = locking.NewHandle(l, lockKey, cur.token, cur.fence, r.TTL, nil)
-		return ans, nil
+		return ans, false, nil
 	}
 	if r.Token != "" && len(ls.grants) != 0 {
 		if kg, i := ls.findGrant(lockKey, r.Token, r.Tick.UnixMicro(), now); i >= 0 {
@@ -83,23 +86,26 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 				// A resend of this request was answered so, decided anew:
 				// this is a late copy of an earlier attempt, or another
 				// resend, and its node moved on. Granted, T would run
-				// nowhere and the lock be held for nothing.
+				// nowhere and the lock be held for nothing. Or an attempt
+				// of it was answered paused or missed: a resend after that
+				// reply was lost is told the same (decided anew, done),
+				// and its node records the tick it consumed.
 				ans.Verdict, ans.Mark = g.decided, mark
-				return ans, nil
+				return ans, true, nil
 			}
 			paused := ms.pauses[r.Key].Active(wall)
 			v := locking.DecideLapsedResend(r, mark, hasMark, paused, held || kg.last != g.fence)
 			ans.Mark = mark
 			if v != locking.TickGranted {
 				ans.Verdict, ans.Fence = v, g.fence
-				return ans, nil
+				return ans, false, nil
 			}
 			ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: g.fence, token: g.token, tick: g.tick}
 			g.keep = expiry(now, locking.GrantKeep(r.TTL, 0))
 			ls.keepGrant(lockKey, g, now)
 			ans.Verdict = locking.TickGranted
 			ans.Handle = locking.NewHandle(l, lockKey, g.token, g.fence, r.TTL, nil)
-			return ans, nil
+			return ans, false, nil
 		}
 	}
 
@@ -109,7 +115,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	}
 	v, newMark, ahead := locking.DecideTick(r, wall, mark, hasMark, paused, held)
 	if ahead != 0 {
-		return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick: %w",
+		return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick: %w",
 			&locking.AheadError{Key: r.Key, Tick: r.Tick, Offset: ahead, MaxSkew: r.MaxSkew})
 	}
 	var token string
@@ -119,7 +125,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 		if token == "" {
 			tok, err := ls.tokenString()
 			if err != nil {
-				return locking.TickAnswer{}, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
+				return locking.TickAnswer{}, false, fmt.Errorf("locking/memory: try-lock-tick %q: %w", r.Key, err)
 			}
 			token = tok
 		}
@@ -136,16 +142,21 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	}
 	ans.Mark, ans.Before = newMark, locking.TickBefore(v, mark, hasMark)
 	if v != 0 {
-		if r.Resend && r.Token != "" && (v == locking.TickContended || v == locking.TickDone) {
+		if r.Token != "" && (v == locking.TickPaused || v == locking.TickMissed ||
+			(r.Resend && (v == locking.TickContended || v == locking.TickDone))) {
 			// A resend's verdict is kept, so that a late copy of an
 			// earlier attempt is answered the same (the grant record
 			// would have answered it, had there been a grant). A first
-			// attempt writes nothing: it is sent again only as a resend.
+			// attempt answered contended writes nothing: it is sent
+			// again only as a resend. Paused and missed are kept for a
+			// first attempt too: its reply lost, its resend would be
+			// answered done (the mark is at T), and its node would
+			// record nothing of the tick it consumed.
 			ls.keepGrant(lockKey, grantRec{token: r.Token, tick: r.Tick.UnixMicro(), decided: v,
 				keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
 		}
 		ans.Verdict = v
-		return ans, nil
+		return ans, false, nil
 	}
 	// The fence is above the last of both shards: the schedule's fences
 	// increase across its per-tick locks and its plain ones.
@@ -163,7 +174,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (lockin
 	ls.sweepIfGrown(now)
 	ans.Verdict = locking.TickGranted
 	ans.Handle = locking.NewHandle(l, lockKey, token, fence, r.TTL, nil)
-	return ans, nil
+	return ans, false, nil
 }
 
 // InitMarks creates the mark of every key that has none at the table's

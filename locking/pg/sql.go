@@ -156,11 +156,17 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	//	per request (arrays, one key at most once): $4 key (the mark's row)
 	//	$5 lock id  $6 T  $7 floor  $8 max skew  $9 window (microseconds)  $10 token
 	//	$11 keep (microseconds, see below)  $12 per tick  $13 TTL (microseconds)
-	//	$14 resend (locking.TickRequest.Resend)
+	//	$14 resend (locking.TickRequest.Resend)  $15 owned (the request
+	//	carries its caller's Token, not one drawn for it)
 	//
 	// A resend answered contended or done, decided anew (no grant entry
 	// of its token and T), adds an entry under 'T/token' (µs, as text):
-	// [verdict, token, until], until its keep from now. A later request
+	// [verdict, token, until], until its keep from now. So does a request
+	// carrying its caller's Token (owned; first attempt or resend)
+	// answered paused or missed: the mark is then at T, and the resend that
+	// follows a lost reply would be answered done, its node recording
+	// nothing of the tick it consumed; answered paused or missed from the
+	// entry instead, it raises nothing (no Before, no notification). A later request
 	// with that token and T (a late copy of an earlier attempt, delayed on
 	// the network, or another resend) is answered that verdict ('decided')
 	// and changes nothing: its node was told contended and moved on, and
@@ -274,11 +280,11 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 e AS MATERIALIZED (
   SELECT q.key, q.id, q.tick, q.skew, q.win, q.tok, q.keep, q.per, q.ttl, q.ord, c.ts, c.now_us,
     r.tick_mark AS mark, r.fence AS rfence, r.rid,
-    r.tick_grants -> q.tick::text AS tg, r.tick_grants -> (q.tick::text || '/' || q.tok) AS dg, q.resend,
+    r.tick_grants -> q.tick::text AS tg, r.tick_grants -> (q.tick::text || '/' || q.tok) AS dg, q.resend, q.owned,
     coalesce(r.paused AND (r.pause_until IS NULL OR c.ts < r.pause_until), false) AS paused,
     greatest(coalesce(r.tick_mark, c.now_us - q.skew), least(q.floor, c.now_us)) AS eff
-  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[], $13::bigint[], $14::boolean[])
-      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ttl, resend, ord)
+  FROM c CROSS JOIN unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::boolean[], $13::bigint[], $14::boolean[], $15::boolean[])
+      WITH ORDINALITY AS q(key, id, tick, floor, skew, win, tok, keep, per, ttl, resend, owned, ord)
     LEFT JOIN LATERAL (
       SELECT f.tick_mark, f.fence, f.paused, f.pause_until, f.tick_grants, f.ctid AS rid
       FROM bext_lock_fences f WHERE f.namespace = $1::text AND f.key = q.key OFFSET 0) AS r ON true),
@@ -301,7 +307,7 @@ i0 AS MATERIALIZED (
   SELECT d.*, l.ok, CASE WHEN d.v = 'lock' THEN CASE WHEN l.ok THEN 'grant' ELSE 'contended' END ELSE d.v END AS intent
   FROM d, LATERAL (SELECT CASE WHEN d.v IN ('lock', 'resend') THEN pg_try_advisory_lock(d.id) ELSE false END AS ok) AS l),
 i AS MATERIALIZED (
-  SELECT i0.*, (i0.resend AND i0.intent IN ('done', 'contended')) AS rec FROM i0),
+  SELECT i0.*, ((i0.resend AND i0.intent IN ('done', 'contended')) OR (i0.owned AND i0.intent IN ('paused', 'missed'))) AS rec FROM i0),
 u AS (
   UPDATE bext_lock_fences AS t SET
     tick_mark = CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.tick WHEN i.intent = 'resend' THEN t.tick_mark ELSE i.eff END,

@@ -23,7 +23,9 @@ import (
 // succeed by re-entrancy): granted from that lock for a resent call of the
 // request holding it (same key, T and Token; its lease is the live
 // session's lock), done when it was granted for T or a later tick, else
-// contended.
+// contended. A request carrying its caller's Token answered paused or
+// missed leaves a 'T/token' entry in the row's tick_grants, as a resend's
+// contended or done does: its resend after a lost reply is told the same.
 //
 // T is taken at microsecond precision.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {

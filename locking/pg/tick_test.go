@@ -459,7 +459,7 @@ func TestTickSynchronousCommit(t *testing.T) {
 			b := &pgx.Batch{}
 			b.Queue(lockRowsSQL, c.ns, []string{key})
 			b.Queue(sql, c.ns, "test", "", []string{key}, []int64{lockID(c.ns, key)}, []int64{base.UnixMicro()},
-				[]int64{time.Time{}.UnixMicro()}, []int64{testSkew.Microseconds()}, []int64{testWindow.Microseconds()}, []string{"tok"}, []int64{time.Minute.Microseconds()}, []bool{false}, []int64{time.Minute.Microseconds()}, []bool{false})
+				[]int64{time.Time{}.UnixMicro()}, []int64{testSkew.Microseconds()}, []int64{testWindow.Microseconds()}, []string{"tok"}, []int64{time.Minute.Microseconds()}, []bool{false}, []int64{time.Minute.Microseconds()}, []bool{false}, []bool{true})
 			br := conn.SendBatch(ctx, b)
 			_, err := br.Exec()
 			if err == nil {

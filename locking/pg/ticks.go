@@ -220,14 +220,15 @@ func tickRounds(calls []tickCall) [][]int {
 type tickParams struct {
 	keys, tokens                                    []string
 	ids, ticks, floors, skews, windows, keeps, ttls []int64
-	perTick, resends                                []bool
+	perTick, resends, owned                         []bool
 }
 
 func newTickParams(calls []tickCall) tickParams {
 	n := len(calls)
 	a := tickParams{keys: make([]string, n), tokens: make([]string, n), ids: make([]int64, n),
 		ticks: make([]int64, n), floors: make([]int64, n), skews: make([]int64, n), windows: make([]int64, n),
-		keeps: make([]int64, n), ttls: make([]int64, n), perTick: make([]bool, n), resends: make([]bool, n)}
+		keeps: make([]int64, n), ttls: make([]int64, n), perTick: make([]bool, n), resends: make([]bool, n),
+		owned: make([]bool, n)}
 	for i := range calls {
 		c := &calls[i]
 		r := &c.req
@@ -235,6 +236,7 @@ func newTickParams(calls []tickCall) tickParams {
 		a.ticks[i], a.floors[i] = r.Tick.UnixMicro(), r.Floor.UnixMicro()
 		a.skews[i], a.windows[i], a.keeps[i] = r.MaxSkew.Microseconds(), r.Window.Microseconds(), c.keep
 		a.perTick[i], a.ttls[i], a.resends[i] = r.PerTick, r.TTL.Microseconds(), r.Resend
+		a.owned[i] = r.Token != ""
 	}
 	return a
 }
@@ -247,7 +249,7 @@ func (l *Locker) tickStatements(a tickParams, lockTimeout string) *pgx.Batch {
 	b.Queue(lockTimeoutSQL, lockTimeout)
 	b.Queue(lockRowsSQL, l.opts.Namespace, a.keys)
 	b.Queue(tryLockTicksSQL, l.opts.Namespace, l.opts.Holder, l.channel,
-		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps, a.perTick, a.ttls, a.resends)
+		a.keys, a.ids, a.ticks, a.floors, a.skews, a.windows, a.tokens, a.keeps, a.perTick, a.ttls, a.resends, a.owned)
 	return b
 }
 

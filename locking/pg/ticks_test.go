@@ -271,7 +271,7 @@ func TestTickBatchLooksUpEachRow(t *testing.T) {
 		_ = tx.Rollback(ctx)
 		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 	}()
-	if _, err := tx.Exec(ctx, `PREPARE tick_batch(text, text, text, text[], bigint[], bigint[], bigint[], bigint[], bigint[], text[], bigint[], boolean[], bigint[], boolean[]) AS `+tryLockTicksSQL); err != nil {
+	if _, err := tx.Exec(ctx, `PREPARE tick_batch(text, text, text, text[], bigint[], bigint[], bigint[], bigint[], bigint[], text[], bigint[], boolean[], bigint[], boolean[], boolean[]) AS `+tryLockTicksSQL); err != nil {
 		t.Fatal(err)
 	}
 	ids, ticks, zeros, skews, tokens := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]string, n)
@@ -282,7 +282,7 @@ func TestTickBatchLooksUpEachRow(t *testing.T) {
 	if _, err := tx.Exec(ctx, lockRowsSQL, c.ns, keys); err != nil {
 		t.Fatal(err)
 	}
-	plan := explain(t, tx, `EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7, $6, $8, $6, $8)`,
+	plan := explain(t, tx, `EXECUTE tick_batch($1, 'h', '', $2, $3, $4, $5, $6, $6, $7, $6, $8, $6, $8, $8)`,
 		c.ns, keys, ids, ticks, zeros, skews, tokens, make([]bool, n))
 	for _, line := range plan {
 		if strings.Contains(line, "Rows Removed by Join Filter") {

@@ -38,6 +38,11 @@ const (
 	// instead (locking.TickAnswer.Before; 0: none), their mark being T
 	// (markSlot): the reply grows by nothing.
 	tickResent = 9
+	// tickPausedKept, tickMissedKept: paused or missed, answered from the
+	// request's verdict record (tickstep.lua's grant_key), with the mark
+	// in place: nothing was raised, and the answer has no Before.
+	tickPausedKept = 10
+	tickMissedKept = 11
 )
 
 // tickReplyLen is the length of tick.lua's reply: verdict, fence, mark (or
@@ -65,7 +70,9 @@ const initMarksBatch = 500
 // A resend (req.Resend) answered contended or done, decided anew, leaves
 // 'c' or 'd' under the same record key for as long: a late copy of an
 // earlier attempt, or another resend, is answered the same and changes
-// nothing. go-redis does not resend a script by itself (url.go,
+// nothing. So does any request carrying req.Token answered paused or
+// missed ('p', 'm'): its resend after a lost reply is told the same, not
+// done. go-redis does not resend a script by itself (url.go,
 // noRetries): the caller does, marking it a resend.
 func (l *Locker) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
 	c, err := l.prepareTick(req)
@@ -154,12 +161,19 @@ func (l *Locker) tickArgs(c *tickCall) (keys []string, args []any) {
 			l.tickChannel(), req.Key, resendArg(req)}
 }
 
-// resendArg is tick.lua's resend argument: '1' for a resend
+// resendArg is tick.lua's flags argument: 'r' for a resend
 // (locking.TickRequest.Resend), whose verdict contended or done the script
-// then records for a late copy of an earlier attempt.
+// then records for a late copy of an earlier attempt; 't' for a request
+// carrying its caller's Token, whose verdict paused or missed it records
+// for a resend after a lost reply.
 func resendArg(req *locking.TickRequest) string {
-	if req.Resend {
-		return "1"
+	switch {
+	case req.Resend && req.Token != "":
+		return "rt"
+	case req.Resend:
+		return "r"
+	case req.Token != "":
+		return "t"
 	}
 	return ""
 }
@@ -184,6 +198,10 @@ func markSlot(c *tickCall, v, slot int64) (verdict, mark, before int64) {
 		return v, c.req.Tick.UnixMicro(), slot
 	case tickResent:
 		return tickGranted, slot, 0
+	case tickPausedKept:
+		return tickPaused, slot, 0
+	case tickMissedKept:
+		return tickMissed, slot, 0
 	}
 	return v, slot, 0
 }
@@ -464,6 +482,9 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 			if c.req.Resend {
 				per += "r"
 			}
+			if c.req.Token != "" {
+				per += "t"
+			}
 			args = append(args, nil, l.ttlArg(c.req.TTL),
 				strconv.FormatInt(c.req.Tick.UnixMicro(), 10), tickFloor(&c.req),
 				strconv.FormatInt(c.req.MaxSkew.Microseconds(), 10),
@@ -503,7 +524,8 @@ func sameTickRun(a, b *locking.TickRequest) bool {
 		(a.Floor.IsZero() || a.Floor.UnixMicro() == b.Floor.UnixMicro()) &&
 		a.MaxSkew.Microseconds() == b.MaxSkew.Microseconds() &&
 		a.Window.Microseconds() == b.Window.Microseconds() &&
-		a.PerTick == b.PerTick && a.Resend == b.Resend
+		a.PerTick == b.PerTick && a.Resend == b.Resend &&
+		(a.Token == "") == (b.Token == "")
 }
 
 // tickPipeline decides the requests calls[i], i in batch, in one

@@ -7,15 +7,19 @@
 -- catch-up window; times and durations in microseconds, as decimal strings;
 -- ARGV[8] the channel raised marks are published on ('' for none), ARGV[9]
 -- the caller's key, published as 'T key' (T as given in ARGV[4]); ARGV[10]
--- '1' for a resend (locking.TickRequest.Resend), else ''.
+-- flags: 'r' in it for a resend (locking.TickRequest.Resend), 't' in it
+-- when the request carries its caller's Token.
 -- Returns {verdict, fence, mark, now, ahead} (tick_step's, and now), where
 -- mark carries tick_step's before instead when the step gave one (verdicts
 -- 1, 4, 5 decided anew: their mark is T, which the caller knows; 0 for no
 -- mark before), and a grant that gave none (a resend's) is verdict 9, its
 -- mark in place: the reply stays five integers, none larger than it was.
+-- Verdicts 10 and 11 (paused, missed from the request's record) carry the
+-- mark in place too.
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3], grant_key(KEYS[1], ARGV[1])})
-local v, fence, mark, ahead, raise, before = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s, ARGV[10] == '1')
+local v, fence, mark, ahead, raise, before = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s,
+  string.find(ARGV[10], 'r', 1, true) ~= nil, string.find(ARGV[10], 't', 1, true) ~= nil)
 step_raise(KEYS[3], v, raise, ARGV[8], ARGV[4], ARGV[9])
 flush()
 if before then

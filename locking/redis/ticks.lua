@@ -17,12 +17,14 @@
 -- n, ttl in ms, T, floor ('' for none), max skew, window (µs, decimal
 -- strings as tick.lua's), flags ('1' in it: the tick's lock, prefix{key}
 -- :tick:T, else the schedule's; 'r' in it: resends,
--- locking.TickRequest.Resend), followed by n pairs key, tag (the
+-- locking.TickRequest.Resend; 't' in it: requests carrying their caller's
+-- Token), followed by n pairs key, tag (the
 -- request's token '@' T, as tick.lua's).
 -- Returns now, then 3 integers per request: verdict, fence (for verdict
 -- 6, ahead), mark; verdict 7: that request's step failed. As tick.lua's,
 -- mark carries the step's before when it gave one, and a grant that gave
--- none is verdict 9.
+-- none is verdict 9; 10 and 11 (paused, missed from a record) carry the
+-- mark.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -67,6 +69,7 @@ i = 4
 while i <= #ARGV do
   local n, ttl, tick_s, floor_s, skew_s, window_s = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local resend = string.find(ARGV[i + 6], 'r', 1, true) ~= nil
+  local owned = string.find(ARGV[i + 6], 't', 1, true) ~= nil
   for a = i + 7, i + 5 + 2 * n, 2 do
     -- A script is not rolled back: an error in one request (a key of
     -- another type) must not abort the script after the requests before
@@ -75,7 +78,7 @@ while i <= #ARGV do
     -- The step's mark is stored and told only once it returned: a failed
     -- step raises no mark and publishes nothing (step_raise).
     local ok, v, fence, mark, ahead, raise, before = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
-      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
+      ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend, owned)
     if not ok then
       v, fence, mark = 7, 0, 0
     else

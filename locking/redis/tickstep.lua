@@ -6,11 +6,14 @@
 -- and T as token '@' T (µs; built by the caller), what a lock's value
 -- starts with; holder ('' or '|' .. holder), ttl in ms, T, floor ('' for
 -- none), max skew and catch-up window in microseconds: decimal strings.
--- resend: whether the request is a resend (locking.TickRequest.Resend).
+-- resend: whether the request is a resend (locking.TickRequest.Resend);
+-- owned: whether it carries its caller's Token (not one drawn for it).
 -- Returns verdict, fence, mark, ahead, all integers (microseconds), raise
 -- and before: verdict 1 granted, 2 done, 3 contended, 4 paused, 5 missed, 6
 -- ahead (T is ahead by 'ahead'), 8 expired (a resend whose grant's lease
--- ended and that cannot be granted again: fence is the grant's); fence is
+-- ended and that cannot be granted again: fence is the grant's), 10 paused
+-- and 11 missed answered from the request's verdict record (grant_key; the
+-- mark in place, nothing raised); fence is
 -- set when granted; mark is the
 -- mark after the step (0: none); raise is the mark's decimal to store (nil:
 -- unchanged), which the caller hands to step_raise; before is the stored
@@ -145,12 +148,17 @@ end
 -- moved on: decided anew once the lock is free, the copy would be granted,
 -- T run nowhere and the lock held for nothing. A first attempt writes no
 -- such record (every node but one, every tick): without a resend its node
--- never sends it again. The caller reads the key with the others (load).
+-- never sends it again. It holds 'p' or 'm' for a request carrying its
+-- caller's Token (owned; first attempt or resend) answered paused or
+-- missed, decided anew: the mark is then at T, and the resend that follows
+-- a lost reply would be answered done, its node recording nothing of the
+-- tick it consumed. Answered paused or missed from the record instead, the
+-- resend raises nothing. The caller reads the key with the others (load).
 local function grant_key(lock, tag)
   return lock .. ':grant:' .. tag
 end
 
-local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend)
+local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend, owned)
   local tick, skew, window = tonumber(tick_s), tonumber(skew_s), tonumber(window_s)
   -- No closure and no table is built per step: a burst runs thousands of
   -- them in one script.
@@ -170,14 +178,21 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     return 1, fence, tonumber(value(mark) or 0), 0, nil
   end
 
-  -- A resend of this request was answered contended or done, decided anew
-  -- (grant_key): answered the same, nothing changes.
+  -- A resend of this request was answered contended or done, or an attempt
+  -- of it paused or missed, decided anew (grant_key): answered the same,
+  -- nothing changes.
   local gk = grant_key(lock, tag)
   local rec = value(gk)
-  if rec == 'c' then
-    return 3, 0, tonumber(value(mark) or 0), 0, nil
-  elseif rec == 'd' then
-    return 2, 0, tonumber(value(mark) or 0), 0, nil
+  if rec then
+    if rec == 'c' then
+      return 3, 0, tonumber(value(mark) or 0), 0, nil
+    elseif rec == 'd' then
+      return 2, 0, tonumber(value(mark) or 0), 0, nil
+    elseif rec == 'p' then
+      return 10, 0, tonumber(value(mark) or 0), 0, nil
+    elseif rec == 'm' then
+      return 11, 0, tonumber(value(mark) or 0), 0, nil
+    end
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
@@ -246,11 +261,21 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   -- The pause flag is read here, inside the step: a pause set before this
   -- call always wins. A paused or missed tick is consumed (the mark moves to
   -- it), so neither a resume nor a late node runs it.
+  -- Either verdict is recorded for a request with its caller's Token
+  -- (grant_key): its resend after a lost reply is told the same.
   local before = tonumber(stored or 0)
   if is_paused(pause, now) then
+    if owned then
+      redis.call('SET', gk, 'p', 'PX', 2 * tonumber(ttl))
+      values[gk] = 'p'
+    end
     return 4, 0, tick, 0, tick_s, before
   end
   if now - tick > math.max(skew, window) then
+    if owned then
+      redis.call('SET', gk, 'm', 'PX', 2 * tonumber(ttl))
+      values[gk] = 'm'
+    end
     return 5, 0, tick, 0, tick_s, before
   end
 
