@@ -92,6 +92,7 @@ const (
 	invOverlap  = "6 overlap skip: runs of a schedule never overlap"
 	invPaused   = "6b a paused schedule starts no run after pause returned"
 	invHistory  = "7 history holds every run that ended"
+	// invAudit is audit.go's: "8 audit: no tick lost".
 )
 
 // run is a job's run: its attempts (retries are one run), by run id.
@@ -199,6 +200,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkGrantsRun(all)...)
 	vs = append(vs, c.checkManual()...)
 	vs = append(vs, c.checkTicks(all)...)
+	vs = append(vs, c.checkAudit()...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
