@@ -46,6 +46,10 @@ type violation struct {
 // dropped it as heard, and its node did not run it): the node gives the
 // take back (cluster.Store.GiveBack), and the trigger runs from a later
 // take, once.
+//
+// Open: the two holes of invariant 8 (audit.go), ticks consumed by a
+// try-lock-tick step whose reply was lost: holePausedReplyLost and
+// holeGrantGapReplyLost.
 
 // queuedAtEnd reports whether request id of schedule is on its queue now
 // that the run ended, counting a trigger whose take's lock lapsed unheard
