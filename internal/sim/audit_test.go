@@ -87,13 +87,15 @@ func TestCheckAuditPausedReplyLost(t *testing.T) {
 }
 
 // A loss of the marks excuses the ticks after the highest one decided
-// before it, up to where the first step after it found the mark; not
-// those after.
+// before it, up to where the first step after it found the mark (a
+// resend answered from its grant's record is none); not those after.
 func TestCheckAuditLossOfMarks(t *testing.T) {
 	c := audited(20, 10, 12, 16)
 	c.plan.losses = []stateLoss{{kind: lossRestart, at: sec(9.5)}}
 	c.verdicts.vs = []verdict{
 		{node: "node-0", key: "s0", tick: sec(8), v: locking.TickGranted, mark: sec(8), before: sec(6), at: sec(8), delivered: true},
+		// A resend answered from its grant's record after the loss: no step.
+		{node: "node-0", key: "s0", tick: sec(6), v: locking.TickGranted, mark: sec(6), at: sec(11), delivered: true, again: true},
 		{node: "node-0", key: "s0", tick: sec(14), v: locking.TickGranted, mark: sec(14), at: sec(14), delivered: true},
 		{node: "node-0", key: "s0", tick: sec(18), v: locking.TickGranted, mark: sec(18), before: sec(14), at: sec(18), delivered: true},
 	}
