@@ -43,7 +43,11 @@ const (
 	// one, without the clock floor (locking/memory; invariant 4, once the
 	// counter was lost).
 	NoFenceFloor Name = "fence-floor-removed"
+	// NoSkipRecords: no tick consumed without a run is written to history
+	// as skipped (scheduler/record.go; invariant 8: the audit finds a tick
+	// lost).
+	NoSkipRecords Name = "skip-records-dropped"
 )
 
 // All lists every mutation, in the order TestMutations runs them.
-var All = []Name{IgnoreMark, NoResend, ReleaseDeferred, PauseOutsideStep, NoLeaseTimer, NoHistory, NoFenceFloor}
+var All = []Name{IgnoreMark, NoResend, ReleaseDeferred, PauseOutsideStep, NoLeaseTimer, NoHistory, NoFenceFloor, NoSkipRecords}

@@ -46,6 +46,10 @@ type violation struct {
 // dropped it as heard, and its node did not run it): the node gives the
 // take back (cluster.Store.GiveBack), and the trigger runs from a later
 // take, once.
+//
+// Open: the two holes of invariant 8 (audit.go), ticks consumed by a
+// try-lock-tick step whose reply was lost: holePausedReplyLost and
+// holeGrantGapReplyLost.
 
 // queuedAtEnd reports whether request id of schedule is on its queue now
 // that the run ended, counting a trigger whose take's lock lapsed unheard
@@ -92,6 +96,7 @@ const (
 	invOverlap  = "6 overlap skip: runs of a schedule never overlap"
 	invPaused   = "6b a paused schedule starts no run after pause returned"
 	invHistory  = "7 history holds every run that ended"
+	// invAudit is audit.go's: "8 audit: no tick lost".
 )
 
 // run is a job's run: its attempts (retries are one run), by run id.
@@ -199,6 +204,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkGrantsRun(all)...)
 	vs = append(vs, c.checkManual()...)
 	vs = append(vs, c.checkTicks(all)...)
+	vs = append(vs, c.checkAudit()...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }

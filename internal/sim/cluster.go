@@ -32,6 +32,12 @@ type cluster struct {
 	ledger ledger
 	// history is ledger.mu's: the run records the nodes wrote.
 	history []histRec
+	// skipRecs and starts are ledger.mu's: the skip records and run
+	// starts the nodes wrote (scheduler.SkipObserver, RunStartObserver).
+	skipRecs []skipRec
+	starts   []startRec
+	// verdicts is every try-lock-tick answer the backend gave (audit.go).
+	verdicts verdictLog
 	// skips are ledger.mu's: the ticks each life reported skipped, and why.
 	skips map[skipKey]scheduler.SkipReason
 	lives []*lifeState // every life started, in start order

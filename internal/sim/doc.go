@@ -17,7 +17,11 @@
 // runs in a zone through a DST change, some jobs ignore SIGTERM
 // (workload.go). The jobs write every attempt to the ledger (ledger.go),
 // and check.go (with check_ops.go) holds the invariants the ledger must
-// satisfy.
+// satisfy. The nodes' history (run records, starts and skip records, as
+// the production binary stores them) is kept too: invariant 7 checks it
+// against the ledger, and invariant 8 (audit.go) asks of it what `audit`
+// asks, against the backend's final marks: no tick of a locked schedule
+// that its mark passed is lost.
 //
 // One seed decides the plan (plan.go): schedules, nodes, offsets and every
 // fault window. Decisions made per call are hashed from the seed and the
@@ -79,6 +83,7 @@
 //	lease-deadline timer removed (scheduler/run.go)       5 lease deadline    15 (15-153 before hung renewals, link_hang.go)
 //	a failed run not in history (scheduler/record.go)     7 history           1
 //	fence floor removed (locking/memory; lost counters)   4 fences increase   3
+//	no skip record written (scheduler/record.go)          8 audit             3
 //
 // (In parentheses: the two runs after the wider faults and workload of
 // branch simwide changed every seed's plan; the others took the same

@@ -142,8 +142,8 @@ func (j *job) Run(ctx context.Context, t scheduler.Tick) error {
 var errJobFailed = fmt.Errorf("sim: job failed (drawn)")
 
 // observer is a node life's Observer: it keeps the run records (the
-// cluster's history, as the production binary stores them) until the
-// life crashes, and traces skips.
+// cluster's history, as the production binary stores them), its skip
+// records and its runs' starts until the life crashes, and traces skips.
 type observer struct {
 	scheduler.NopObserver
 	c  *cluster
@@ -164,6 +164,18 @@ type histRec struct {
 	life int
 }
 
+// skipRec is a skip record and the life that wrote it.
+type skipRec struct {
+	scheduler.SkipRecord
+	life int
+}
+
+// startRec is a run's start record and the life that wrote it.
+type startRec struct {
+	scheduler.RunStart
+	life int
+}
+
 func (o *observer) RunRecorded(r scheduler.RunRecord) {
 	c := o.c
 	c.ledger.mu.Lock()
@@ -172,6 +184,31 @@ func (o *observer) RunRecorded(r scheduler.RunRecord) {
 		return // a crashed process writes no history
 	}
 	c.history = append(c.history, histRec{r, o.lf.life})
+}
+
+// SkipRecorded keeps a skip record (scheduler.SkipObserver), as history
+// would, until the life crashes: invariant 8 (audit.go) reads them.
+func (o *observer) SkipRecorded(r scheduler.SkipRecord) {
+	c := o.c
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	if o.lf.crashed {
+		return // a crashed process writes no history
+	}
+	c.skipRecs = append(c.skipRecs, skipRec{r, o.lf.life})
+}
+
+// RunStarted keeps a run's start (scheduler.RunStartObserver): the agent
+// writes it to history at once (its provisional record), until the life
+// crashes.
+func (o *observer) RunStarted(r scheduler.RunStart) {
+	c := o.c
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	if o.lf.crashed {
+		return
+	}
+	c.starts = append(c.starts, startRec{r, o.lf.life})
 }
 
 func (o *observer) TickSkipped(id string, tick time.Time, why scheduler.SkipReason) {

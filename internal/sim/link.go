@@ -235,6 +235,7 @@ func (l *link) TryLockTick(ctx context.Context, r locking.TickRequest) (locking.
 		l.dupLater(tickID(r), lost, l.dupTick(resent, f == pass))
 	}
 	l.logGrant(r, ans, err, issued, sent, f == pass)
+	l.logVerdict(r, ans, err, f == pass, false)
 	if f == loseReply {
 		return locking.TickAnswer{}, l.refusal(ctx, f)
 	}
@@ -289,6 +290,7 @@ func (l *link) TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]
 	for i, r := range reqs {
 		if i < len(got) && i < len(gotErrs) {
 			l.logGrant(r, got[i], gotErrs[i], issued, sent, f == pass)
+			l.logVerdict(r, got[i], gotErrs[i], f == pass, false)
 		}
 	}
 	if f == loseReply {
@@ -308,6 +310,9 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 		return l.refusal(ctx, f)
 	}
 	err = l.mem.InitMarks(ctx, keys)
+	if err == nil {
+		l.logInitMarks(keys)
+	}
 	if f == loseReply || l.cut.Load() {
 		return l.refusal(ctx, loseReply)
 	}

@@ -142,6 +142,7 @@ func (l *link) dupTick(reqs []locking.TickRequest, heard bool) func(ctx context.
 				break
 			}
 			out += fmt.Sprintf("[%s@%s: %v %v]", r.Key, l.c.at(r.Tick), got[i].Verdict, errs[i])
+			l.logVerdict(r, got[i], errs[i], false, true)
 			if errs[i] != nil || got[i].Verdict != locking.TickGranted || got[i].Handle == nil {
 				continue
 			}

@@ -38,6 +38,7 @@ func TestMutations(t *testing.T) {
 		{mutation.NoLeaseTimer, invLease},
 		{mutation.NoHistory, invHistory},
 		{mutation.NoFenceFloor, invFence},
+		{mutation.NoSkipRecords, invAudit},
 	}
 	if len(cases) != len(mutation.All) {
 		t.Fatalf("%d mutations tested, %d exist: test every one", len(cases), len(mutation.All))

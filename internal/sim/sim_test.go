@@ -129,6 +129,7 @@ var triagedSeeds = []uint64{
 	542433, 576797, // the 50,000-seed run on 6a6fc7a: a backfill's Done behind a trigger put back; a trigger taken near the end
 	477149, 477369, 484813, 485718, 490774, 502011, 507718, 511163, 529023,
 	603428, // two polls of one request on one life drew the same take tokens: a backfill's take answered twice, run twice
+	2990,   // invariant 8: a resend answered from its grant's record after a loss of the marks taken for a step
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
