@@ -130,6 +130,7 @@ var triagedSeeds = []uint64{
 	477149, 477369, 484813, 485718, 490774, 502011, 507718, 511163, 529023,
 	603428, // two polls of one request on one life drew the same take tokens: a backfill's take answered twice, run twice
 	2990,   // invariant 8: a resend answered from its grant's record after a loss of the marks taken for a step
+	766,    // invariant 8: paused, its reply lost, its node crashed before a resend was answered
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
