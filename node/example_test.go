@@ -264,14 +264,15 @@ hint = "require_global"
 	}
 	call(http.MethodPost, "/api/v1/schedules/sync/trigger?wait=10s", "", &trig)
 	<-ran
-	// The run's record reaches history after the run; read until it has.
+	// The run's final record reaches history after the run (while it runs,
+	// its record says running); read until it has.
 	var runs []struct {
 		Result string `json:"result"`
 		Manual bool   `json:"manual"`
 		Node   string `json:"node"`
 	}
 	for range 500 {
-		if call(http.MethodGet, "/api/v1/schedules/sync/runs?limit=5", "", &runs); len(runs) > 0 {
+		if call(http.MethodGet, "/api/v1/schedules/sync/runs?limit=5", "", &runs); len(runs) > 0 && runs[0].Result != "running" {
 			break
 		}
 		time.Sleep(20 * time.Millisecond) // a client polls; the API has no wait for a record
