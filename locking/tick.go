@@ -21,8 +21,8 @@ import (
 //     request for the same T (Key and Tick), and that grant's lease lives
 //     (it was not released, nor did its lock end and go to another
 //     holder): TickGranted with the fence that grant drew (the same
-//     acquisition, never another's), its lease extended as a renewal
-//     would (TTL from now). A request with a granted call's Token but
+//     acquisition, never another's) and the grant's Before, its lease
+//     extended as a renewal would (TTL from now). A request with a granted call's Token but
 //     another T is no resend: it is decided as any other request. So is a
 //     resend once its grant was released by its holder (Release, even one
 //     that found the lock lapsed: done, T being marked): the holder ran T
@@ -33,11 +33,11 @@ import (
 //   - the request is a resend of a grant whose lease ended (its TTL ran
 //     out from the grant or its last extension, with no Release): every
 //     backend keeps a record of each granted request that carried a Token
-//     (key, Token, T, fence) for GrantKeep after its grant or last
+//     (key, Token, T, fence, Before) for GrantKeep after its grant or last
 //     extension, the time its caller goes on resending (a lost reply may
 //     cost it longer than the TTL). Answered as DecideLapsedResend says:
-//     TickGranted with the grant's own fence (the same acquisition
-//     continued: the lock is taken again, TTL from now) when no later
+//     TickGranted with the grant's own fence and Before (the same
+//     acquisition continued: the lock is taken again, TTL from now) when no later
 //     acquisition of its lock key came since, the lock is free, the key
 //     is not paused and (schedule lock) the mark is still T; otherwise
 //     TickExpired with the grant's fence (TickAnswer.Fence), and nothing
@@ -59,7 +59,8 @@ import (
 //     GrantKeep: its reply lost, its resend would be decided anew as done
 //     (the mark is at T), and its node would record nothing of the tick it
 //     consumed (audit: lost). Answered from the record, the verdict raises
-//     nothing and has no Before. Another T, or a request past the keep, is
+//     nothing and carries the Before its first attempt answered (kept in
+//     the record). Another T, or a request past the keep, is
 //     decided anew; a request without a Token leaves no record;
 //   - T lies more than MaxSkew ahead of the backend's clock: an error
 //     wrapping ErrTickAhead (an *AheadError naming the offset); nothing
@@ -77,7 +78,12 @@ import (
 // The handle's fence is at least the backend's clock in microseconds and
 // above every fence the key had before, whatever data the backend lost.
 // A verdict that raises the mark (granted, paused, missed, decided anew)
-// answers the stored mark it raised, TickAnswer.Before (TickBefore).
+// answers the stored mark it raised, TickAnswer.Before (TickBefore), and
+// the record it leaves keeps it: an answer from a record (a grant's,
+// while its lease lives or taken again after it lapsed; a paused or
+// missed verdict's) carries the same Before, so that a resend after a
+// lost reply lets its node record the ticks that step passed the mark
+// over.
 type TickLocker interface {
 	TryLockTick(ctx context.Context, req TickRequest) (TickAnswer, error)
 	// InitMarks creates the mark of every key that has none, at the
@@ -182,7 +188,10 @@ type TickAnswer struct {
 	// Before is the key's mark before the step (the stored mark, not raised to
 	// Floor), set with the verdicts that raise the mark (granted, paused,
 	// missed) when the key had one; zero otherwise (no mark yet, another
-	// verdict, or an answer from a resend's record). The scheduler records
+	// verdict). An answer from a resend's record (granted from its grant's
+	// record, or paused or missed from its verdict record) carries the
+	// Before of the step that left the record: the first attempt's, whose
+	// reply may have been lost. The scheduler records
 	// the ticks of the schedule strictly between Before and T as skipped
 	// (`stopped`): no node asked for them before this step passed the mark
 	// over them.
@@ -273,7 +282,8 @@ func DecideTick(r TickRequest, now time.Time, mark time.Time, ok, paused, held b
 // take the lock, which grants) on the stored mark (ok false when missing):
 // the stored mark, as it was before the step, for the verdicts that raise
 // the mark (granted, paused, missed) when the key had one; else zero. A
-// resend answered from its grant's record has none.
+// backend keeps it in the record the step leaves, and answers it again to
+// a resend answered from that record.
 func TickBefore(v TickVerdict, mark time.Time, ok bool) time.Time {
 	if !ok || (v != 0 && !v.Raised()) {
 		return time.Time{}

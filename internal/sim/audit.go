@@ -20,20 +20,26 @@ import (
 const invAudit = "8 audit: no locked tick its mark passed is lost"
 
 // holePausedReplyLost: a try-lock-tick answered paused or missed (the
-// backend raised the mark to T) whose reply the link lost: the node never
-// heard the verdict and recorded nothing, neither T nor the ticks the step
-// passed the mark over; its resends, answered done, say nothing either.
-// The audit shows T (and that gap) lost.
+// backend raised the mark to T) whose reply the link lost, and whose node
+// heard no answer to any resend of it either (every reply lost, or the
+// node died or gave up first): it recorded nothing, neither T nor the
+// ticks the step passed the mark over. The audit shows T (and that gap)
+// lost. A resend answered from the backend's verdict record carries the
+// verdict and the step's Before, and its node records both: a tick lost
+// though a resend's answer was heard is no known hole.
 const holePausedReplyLost = "paused or missed verdict's reply lost: the mark raised, nothing recorded"
 
 // holeGrantGapReplyLost: a try-lock-tick granted T with the mark below an
 // earlier tick T' (Before), its reply lost: the step passed the mark over
-// the ticks between, which only the node that hears the answer records
-// (`stopped`, scheduler's recordGap); the resend is answered from the
-// grant's record, which keeps no Before, and the ticks between are
-// answered done to every later ask (seed 1338: s0@+14s granted, reply
-// lost, mark before +12s; s0@+13s recorded by no one). T itself is
-// invariant 2's (granted).
+// the ticks between, which only the node that hears an answer records
+// (`stopped`, scheduler's recordGap), and its node heard no answer to any
+// resend of it either (every reply lost, or it died or gave up first: it
+// records T not run, grant unknown, without the gap). The ticks between
+// are answered done to every later ask (seed 709: s1@+16s granted, its
+// reply and its resend's lost, mark before +7s; s1@+14s recorded by no
+// one). A resend answered from the grant's record carries the step's
+// Before, and its node records the gap: a tick lost though such an answer
+// was heard is no known hole. T itself is invariant 2's (granted).
 const holeGrantGapReplyLost = "granted verdict's reply lost: the ticks the step passed the mark over recorded by no one"
 
 // verdict is one try-lock-tick answer the backend gave.
@@ -132,10 +138,11 @@ func (g *verdictLog) all() ([]verdict, map[string]time.Time) {
 //   - a tick of the spec a reload replaced, decided by no node before the
 //     reload (reloadedOver).
 //
-// A tick whose mark-raising step never reached its node for a lost reply
-// is a known hole: holePausedReplyLost (a paused or missed step's tick, or
-// a tick it passed the mark over), holeGrantGapReplyLost (a tick a grant's
-// step passed the mark over).
+// A tick whose mark-raising step never reached its node for a lost reply,
+// nor any answer to a resend of it (heardAgain), is a known hole:
+// holePausedReplyLost (a paused or missed step's tick, or a tick it passed
+// the mark over), holeGrantGapReplyLost (a tick a grant's step passed the
+// mark over).
 func (c *cluster) checkAudit() []violation {
 	mr, ok := c.mem.(locking.MarkReader)
 	if !ok {
@@ -228,7 +235,7 @@ func (c *cluster) checkAudit() []violation {
 				}
 				vl := violation{inv: invAudit, at: t, msg: msg}
 				switch {
-				case !ok || v.delivered || v.dup:
+				case !ok || v.delivered || v.dup || heardAgain(mine, v):
 				case v.v == locking.TickPaused || v.v == locking.TickMissed:
 					vl.known = holePausedReplyLost
 				case v.v == locking.TickGranted:
@@ -246,6 +253,19 @@ func (c *cluster) atOrNone(t time.Time) string {
 		return "none"
 	}
 	return c.at(t)
+}
+
+// heardAgain reports whether v's node heard an answer of v's verdict to a
+// resend of v's request (the same node life and tick): answered from the
+// backend's record, it carries v's Before, and the node records the ticks
+// v's step passed the mark over (and, paused or missed, T).
+func heardAgain(vs []verdict, v verdict) bool {
+	for _, u := range vs {
+		if u.delivered && !u.dup && u.node == v.node && u.life == v.life && u.tick.Equal(v.tick) && u.v == v.v {
+			return true
+		}
+	}
+	return false
 }
 
 // diedWithin reports whether v's node life crashed within d after v.

@@ -84,6 +84,39 @@ func TestCheckAuditPausedReplyLost(t *testing.T) {
 			t.Errorf("delivered %v: violations %+v, want one of known hole %q", delivered, vs, want)
 		}
 	}
+	// Its reply lost, but a resend's answer from the verdict record heard
+	// (it carries the verdict and the step's Before): no known hole, the
+	// node should have recorded T.
+	c := audited(20, 10)
+	c.verdicts.vs = append(c.verdicts.vs,
+		verdict{node: "node-0", key: "s0", tick: sec(10), v: locking.TickPaused, mark: sec(10), before: sec(8), at: sec(10)},
+		verdict{node: "node-0", key: "s0", tick: sec(10), v: locking.TickPaused, mark: sec(10), before: sec(8), at: sec(11), delivered: true})
+	if vs := c.checkAudit(); len(vs) != 1 || vs[0].known != "" {
+		t.Errorf("a resend's answer heard: violations %+v, want one of no known hole", vs)
+	}
+}
+
+// A tick a grant's step passed the mark over, its reply lost, is the known
+// hole only while no answer to a resend of it was heard: answered from the
+// grant's record, that answer carries the step's Before.
+func TestCheckAuditGrantGapReplyLost(t *testing.T) {
+	for _, heard := range []bool{false, true} {
+		c := audited(20, 10)
+		c.verdicts.vs = append(c.verdicts.vs,
+			verdict{node: "node-0", key: "s0", tick: sec(12), v: locking.TickGranted, mark: sec(12), before: sec(8), at: sec(12), token: "t"})
+		if heard {
+			c.verdicts.vs = append(c.verdicts.vs, verdict{node: "node-0", key: "s0", tick: sec(12), v: locking.TickGranted,
+				mark: sec(12), before: sec(8), at: sec(13), token: "t", delivered: true, again: true})
+		}
+		c.grants.add(grant{node: "node-0", key: "s0", tick: sec(12), token: "t"})
+		want := holeGrantGapReplyLost
+		if heard {
+			want = ""
+		}
+		if vs := c.checkAudit(); len(vs) != 1 || !vs[0].at.Equal(sec(10)) || vs[0].known != want {
+			t.Errorf("resend heard %v: violations %+v, want one at +10s of known hole %q", heard, vs, want)
+		}
+	}
 }
 
 // A loss of the marks excuses the ticks after the highest one decided

@@ -48,8 +48,9 @@ type violation struct {
 // take, once.
 //
 // Open: the two holes of invariant 8 (audit.go), ticks consumed by a
-// try-lock-tick step whose reply was lost: holePausedReplyLost and
-// holeGrantGapReplyLost.
+// try-lock-tick step whose reply was lost, and no answer to any resend of
+// it heard either (a heard resend is answered from the backend's record,
+// with the step's Before): holePausedReplyLost and holeGrantGapReplyLost.
 
 // queuedAtEnd reports whether request id of schedule is on its queue now
 // that the run ended, counting a trigger whose take's lock lapsed unheard

@@ -300,7 +300,10 @@ func caseTickInitMarks(s *suite) {
 // TickAnswer.Before is the stored mark the step found, with the verdicts
 // that raise it (granted, paused, missed): the init mark, then each
 // decided tick in turn, a skipped one included. Zero with done, contended,
-// a resend answered from its grant, and a key that had no mark.
+// and a key that had no mark. A resend answered from its grant's record
+// (its grant's lock still held, or taken again after its lease ended)
+// answers its first attempt's Before: that attempt's reply lost, the
+// resend's node records the ticks the step passed over.
 func caseTickBefore(s *suite) {
 	a, b := s.locker(), s.locker()
 	mr, ok := a.(locking.MarkReader)
@@ -328,7 +331,7 @@ func caseTickBefore(s *suite) {
 	wantBefore(ans, m0, "locker A at T1")
 	r1.Resend = true
 	again := s.wantTick(a, r1, locking.TickGranted, "locker A resending T1 (its grant holds)")
-	wantBefore(again, time.Time{}, "locker A resending T1")
+	wantBefore(again, m0, "locker A resending T1 (the first attempt's Before)")
 	s.mustRelease(a, again.Handle, "locker A with the resent call's handle")
 	wantBefore(s.wantTick(b, s.tickReq(k, t1), locking.TickDone, "locker B at T1"), time.Time{}, "locker B at T1")
 
@@ -361,6 +364,32 @@ func caseTickBefore(s *suite) {
 	late := s.tickReq(km, now.Add(-30*time.Second))
 	late.Window = 10 * time.Second
 	wantBefore(s.wantTick(b, late, locking.TickMissed, "locker B at T-30s (Window 10s)"), wide.Tick, "locker B at T-30s")
+
+	// A resend after the grant's lease ended, taken again from the grant's
+	// record: the first attempt's Before.
+	if s.b.EndLease == nil {
+		return
+	}
+	kl := s.key("lapsed")
+	first := s.tickReq(kl, s.onTime().Add(-2*time.Second))
+	h := s.grant(a, first, "locker A at T-2s (second key)")
+	s.mustRelease(a, h, "locker A (second key)")
+	rl := s.tickReq(kl, first.Tick.Add(time.Second))
+	rl.TTL, rl.Token = s.ttl(), s.newToken()
+	ans = s.wantTick(a, rl, locking.TickGranted, "locker A at T-1s (second key; its reply is lost)")
+	wantBefore(ans, first.Tick, "locker A at T-1s (second key)")
+	s.endLease(rl)
+	rl.Resend = true
+	re := s.wantTick(b, rl, locking.TickGranted, "locker B resending T-1s after its grant's lease ended")
+	if re.Handle.Fence() != ans.Handle.Fence() {
+		s.t.Errorf("resend after the lease ended: fence %d, want the grant's %d", re.Handle.Fence(), ans.Handle.Fence())
+	}
+	wantBefore(re, first.Tick, "locker B resending T-1s after its grant's lease ended (taken again)")
+	s.loseReply(rl) // the resend's reply is lost too
+	c := s.locker()
+	again = s.wantTick(c, rl, locking.TickGranted, "locker C resending T-1s again")
+	wantBefore(again, first.Tick, "locker C resending T-1s again (its lock held)")
+	s.mustRelease(c, again.Handle, "locker C (second key)")
 }
 
 // PerTick: consecutive ticks are granted while the first lock is held,
@@ -1087,8 +1116,9 @@ func caseTickPaused(s *suite) {
 
 // A request carrying a Token answered paused (missed: T beyond MaxSkew and
 // Window behind the clock) is recorded: resent with that Token and T (its
-// reply lost), it is answered the same verdict, from the record (no
-// Before), changing nothing: the mark stays at T and the lock free, even
+// reply lost), it is answered the same verdict, from the record (with the
+// first attempt's Before: its node records the ticks that step passed
+// over), changing nothing: the mark stays at T and the lock free, even
 // once the key is resumed. Decided anew it would be done (the mark is at
 // T), and its node would record nothing of the tick it consumed: audit
 // would call T lost. The same Token with another T is decided anew, and a
@@ -1099,6 +1129,7 @@ func caseTickVerdictKept(s *suite, missed bool) {
 	now := s.onTime()
 	want, what := locking.TickPaused, "paused"
 	r := s.tickReq(k, now)
+	var before time.Time // the mark the first attempt finds
 	if missed {
 		want, what = locking.TickMissed, "missed"
 		// An old mark first: a missing one counts as now minus MaxSkew.
@@ -1106,10 +1137,17 @@ func caseTickVerdictKept(s *suite, missed bool) {
 		wide.MaxSkew, wide.Window = 2*time.Minute, 0
 		h := s.grant(a, wide, "locker A at T-50s with MaxSkew 2m")
 		s.mustRelease(a, h, "locker A")
+		before = wide.Tick
 		r = s.tickReq(k, now.Add(-30*time.Second))
 		r.Window = 10 * time.Second // 30s late: beyond MaxSkew 5s and Window 10s
-	} else if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
-		s.t.Fatalf("SetPause = %v", err)
+	} else {
+		// A mark first, so that the verdict has a Before to keep.
+		h := s.grant(a, s.tickReq(k, now.Add(-time.Second)), "locker A at T-1s")
+		s.mustRelease(a, h, "locker A")
+		before = now.Add(-time.Second)
+		if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{Paused: true, Note: "lockertest"}); err != nil {
+			s.t.Fatalf("SetPause = %v", err)
+		}
 	}
 	r.Token = s.newToken()
 	ans := s.wantTick(b, r, want, "locker B's first attempt at T")
@@ -1118,11 +1156,18 @@ func caseTickVerdictKept(s *suite, missed bool) {
 	}
 	re := r
 	re.Resend = true
-	ans = s.wantTick(b, re, want, "locker B resending T (its first reply lost)")
-	if !ans.Before.IsZero() {
-		s.t.Errorf("a resend answered %s from its record: Before = %v, want zero (its first attempt told it)", what, ans.Before)
+	firstBefore := ans.Before
+	if !firstBefore.Equal(before) {
+		s.t.Errorf("first attempt answered %s: Before = %v, want the mark it found %v", what, firstBefore, before)
 	}
-	s.wantTick(a, r, want, "a late copy of locker B's first attempt at T")
+	ans = s.wantTick(b, re, want, "locker B resending T (its first reply lost)")
+	if !ans.Before.Equal(firstBefore) {
+		s.t.Errorf("a resend answered %s from its record: Before = %v, want its first attempt's %v (its node records the ticks that step passed over)",
+			what, ans.Before, firstBefore)
+	}
+	if ans = s.wantTick(a, r, want, "a late copy of locker B's first attempt at T"); !ans.Before.Equal(firstBefore) {
+		s.t.Errorf("a late copy answered %s from its record: Before = %v, want its first attempt's %v", what, ans.Before, firstBefore)
+	}
 	s.wantMark(a, k, r.Tick, true, "after the resends")
 	if !missed {
 		if err := s.pauser(a).SetPause(s.ctx, k, locking.Pause{}); err != nil {

@@ -130,6 +130,10 @@ type grantRec struct {
 	fence   int64               // the fence it drew
 	keep    time.Duration       // on the table's elapsed clock: kept until then
 	decided locking.TickVerdict // 0: a grant's record
+	// before is the first attempt's TickAnswer.Before (the stored mark its
+	// step found; zero: none), answered again by a resend answered from
+	// the record.
+	before time.Time
 }
 
 // acquired tells key's grant records, if any, that key was acquired with

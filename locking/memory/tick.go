@@ -67,10 +67,15 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans lo
 		// token must not be handed that call's lock.
 		cur.expires = expiry(now, r.TTL)
 		ls.m[lockKey] = cur
-		// Its record is kept from the extension as the lease is.
+		// Its record is kept from the extension as the lease is, with the
+		// first attempt's Before, answered again.
+		var before time.Time
+		if _, i := ls.findGrant(lockKey, cur.token, cur.tick, now); i >= 0 {
+			before = ls.grants[lockKey].recs[i].before
+		}
 		ls.keepGrant(lockKey, grantRec{token: cur.token, tick: cur.tick, fence: cur.fence,
-			keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
-		ans.Verdict, ans.Mark = locking.TickGranted, mark
+			keep: expiry(now, locking.GrantKeep(r.TTL, 0)), before: before}, now)
+		ans.Verdict, ans.Mark, ans.Before = locking.TickGranted, mark, before
 		ans.Handle = locking.NewHandle(l, lockKey, cur.token, cur.fence, r.TTL, nil)
 		return ans, false, nil
 	}
@@ -91,6 +96,9 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans lo
 				// reply was lost is told the same (decided anew, done),
 				// and its node records the tick it consumed.
 				ans.Verdict, ans.Mark = g.decided, mark
+				if g.decided.Raised() {
+					ans.Before = g.before
+				}
 				return ans, true, nil
 			}
 			paused := ms.pauses[r.Key].Active(wall)
@@ -103,7 +111,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans lo
 			ls.m[lockKey] = entry{owner: l, expires: expiry(now, r.TTL), fence: g.fence, token: g.token, tick: g.tick}
 			g.keep = expiry(now, locking.GrantKeep(r.TTL, 0))
 			ls.keepGrant(lockKey, g, now)
-			ans.Verdict = locking.TickGranted
+			ans.Verdict, ans.Before = locking.TickGranted, g.before
 			ans.Handle = locking.NewHandle(l, lockKey, g.token, g.fence, r.TTL, nil)
 			return ans, false, nil
 		}
@@ -153,7 +161,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans lo
 			// answered done (the mark is at T), and its node would
 			// record nothing of the tick it consumed.
 			ls.keepGrant(lockKey, grantRec{token: r.Token, tick: r.Tick.UnixMicro(), decided: v,
-				keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
+				keep: expiry(now, locking.GrantKeep(r.TTL, 0)), before: ans.Before}, now)
 		}
 		ans.Verdict = v
 		return ans, false, nil
@@ -168,7 +176,7 @@ func (l *Locker) tryLockTick(ctx context.Context, r locking.TickRequest) (ans lo
 		// Only a caller's own token can be resent: a drawn one needs no
 		// record (the scheduler on memory in its own process draws none).
 		ls.keepGrant(lockKey, grantRec{token: token, tick: r.Tick.UnixMicro(), fence: fence,
-			keep: expiry(now, locking.GrantKeep(r.TTL, 0))}, now)
+			keep: expiry(now, locking.GrantKeep(r.TTL, 0)), before: ans.Before}, now)
 	}
 	ls.acquired(lockKey, fence)
 	ls.sweepIfGrown(now)

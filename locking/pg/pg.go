@@ -117,6 +117,9 @@ type lease struct {
 	rowKey    string
 	token     string
 	tickUS    int64
+	// before is the grant's TickAnswer.Before (µs; nil: none), answered
+	// again to a resend this Locker answers from the lease.
+	before *int64
 
 	// req is set for a TakeRequest's lease (token is then the take's): a
 	// resend of that take is answered from it. heard says its taker's word

@@ -166,7 +166,8 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// answered paused or missed: the mark is then at T, and the resend that
 	// follows a lost reply would be answered done, its node recording
 	// nothing of the tick it consumed; answered paused or missed from the
-	// entry instead, it raises nothing (no Before, no notification). A later request
+	// entry instead, it raises nothing (no notification) and answers the
+	// entry's Before (below). A later request
 	// with that token and T (a late copy of an earlier attempt, delayed on
 	// the network, or another resend) is answered that verdict ('decided')
 	// and changes nothing: its node was told contended and moved on, and
@@ -260,8 +261,14 @@ ON CONFLICT (namespace, key) DO UPDATE SET fence = t.fence WHERE false`
 	// commit). Each row returns the setting in force as a check.
 	//
 	// Each row answers, after the mark, the stored mark a step that raised
-	// it (granted, paused, missed; decided anew, not a resend's) found
-	// before it: locking.TickAnswer.Before, NULL when the key had none.
+	// it (granted, paused, missed; decided anew) found before it:
+	// locking.TickAnswer.Before, NULL when the key had none. A grant's
+	// entry keeps it as its fifth element, a paused or missed verdict's
+	// entry as its fourth (null: none), and a resend answered from the
+	// entry (granted again, or paused or missed 'decided') answers it
+	// again: its first attempt's reply lost, the resend's node records the
+	// ticks that step passed over. An entry written before it came has
+	// none.
 	//
 	// A mark raised to T (granted, paused, missed; not a resent call's,
 	// which its first call told) is told to the cluster's listeners
@@ -317,14 +324,15 @@ u AS (
     tick_grants = CASE WHEN i.intent = 'grant' THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
           WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
-        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep, i.now_us + i.ttl))
+        || jsonb_build_object(i.tick::text, jsonb_build_array(greatest(t.fence + 1, 1, i.now_us), i.tok, i.now_us + i.keep, i.now_us + i.ttl, i.mark))
       WHEN i.intent = 'resend' THEN
         jsonb_set(jsonb_set(t.tick_grants, ARRAY[i.tick::text, '2'], to_jsonb(greatest(coalesce((i.tg ->> 2)::bigint, 0), i.now_us + i.keep))),
           ARRAY[i.tick::text, '3'], to_jsonb(i.now_us + i.ttl))
       WHEN i.rec THEN
         coalesce((SELECT jsonb_object_agg(g.k, g.v) FROM jsonb_each(t.tick_grants) AS g(k, v)
           WHERE coalesce((g.v ->> 2)::bigint, g.k::bigint + i.keep + greatest(i.skew, i.win)) >= i.now_us), '{}'::jsonb)
-        || jsonb_build_object(i.tick::text || '/' || i.tok, jsonb_build_array(i.intent, i.tok, i.now_us + i.keep))
+        || jsonb_build_object(i.tick::text || '/' || i.tok, jsonb_build_array(i.intent, i.tok, i.now_us + i.keep,
+          CASE WHEN i.intent IN ('paused', 'missed') THEN i.mark END))
       ELSE t.tick_grants END,
     holder = CASE WHEN i.intent = 'grant' THEN $2::text ELSE t.holder END,
     acquired_at = CASE WHEN i.intent = 'grant' THEN i.ts ELSE t.acquired_at END
@@ -347,7 +355,9 @@ SELECT i.ord, CASE
     ELSE i.intent END,
   CASE WHEN i.v IN ('resend', 'expired') THEN (i.tg ->> 0)::bigint ELSE u.fence END,
   CASE WHEN i.v = 'decided' THEN i.mark ELSE coalesce(u.tick_mark, CASE WHEN i.v IN ('ahead', 'resend', 'expired') THEN i.mark ELSE i.eff END) END,
-  CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.mark END,
+  CASE WHEN i.intent IN ('grant', 'paused', 'missed') THEN i.mark
+    WHEN i.v = 'resend' AND i.ok THEN (i.tg ->> 4)::bigint
+    WHEN i.v = 'decided' AND i.dg ->> 0 IN ('paused', 'missed') THEN (i.dg ->> 3)::bigint END,
   i.now_us, pg_backend_pid(), current_setting('synchronous_commit')
 FROM n, i LEFT JOIN u ON u.key = i.key
 ORDER BY i.ord`

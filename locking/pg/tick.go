@@ -22,7 +22,7 @@ import (
 // Locker holds answers without asking (asking from its session would
 // succeed by re-entrancy): granted from that lock for a resent call of the
 // request holding it (same key, T and Token; its lease is the live
-// session's lock), done when it was granted for T or a later tick, else
+// session's lock; with the grant's Before), done when it was granted for T or a later tick, else
 // contended. A request carrying its caller's Token answered paused or
 // missed leaves a 'T/token' entry in the row's tick_grants, as a resend's
 // contended or done does: its resend after a lost reply is told the same.
@@ -96,7 +96,11 @@ func (l *Locker) startTick(ctx context.Context, req locking.TickRequest) (c tick
 		mine.mu.Unlock()
 		if !done {
 			h := locking.NewHandle(l, req.Key, token, mine.fenceVal, req.TTL, mine)
-			return c, locking.TickAnswer{Verdict: locking.TickGranted, Handle: h, Mark: req.Tick}, nil, true
+			ans := locking.TickAnswer{Verdict: locking.TickGranted, Handle: h, Mark: req.Tick}
+			if mine.before != nil { // the grant's, answered again
+				ans.Before = time.UnixMicro(*mine.before)
+			}
+			return c, ans, nil, true
 		}
 		// Released meanwhile: ask again (Postgres answers done).
 		ans, err := l.TryLockTick(ctx, req)
@@ -163,8 +167,13 @@ func (l *Locker) tickAnswer(s *session, c *tickCall, row *tickRow) (ls *lease, a
 				locking.ErrUnavailable, req.Key, row.fence, row.syncCommit), true
 		}
 		ans.Verdict = locking.TickGranted
+		var before *int64 // a copy: the row's may be scanned into again
+		if row.before != nil {
+			b := *row.before
+			before = &b
+		}
 		ls := &lease{id: c.id, key: c.lockKey, sess: s, fenceVal: *row.fence,
-			tick: true, grantOpen: true, rowKey: req.Key, token: c.token, tickUS: req.Tick.UnixMicro()}
+			tick: true, grantOpen: true, rowKey: req.Key, token: c.token, tickUS: req.Tick.UnixMicro(), before: before}
 		l.hold(ls)
 		return ls, ans, nil, false
 	case "done":

@@ -69,8 +69,10 @@
 //	                StartedAt in µs, trimmed to keep by every write
 //	P{K}:requests   the manual run requests: a list of JSON, oldest first
 //	P{K}:accepted:<id>  the node that took request id; expires after a day
-//	<lock>:grant:<token@T>  a try-lock-tick's grant record (its fence), or
-//	                a resend's verdict ('c' contended, 'd' done), kept
+//	<lock>:grant:<token@T>  a try-lock-tick's grant record (its fence '/'
+//	                the step's Before, µs, 0: none), or a resend's verdict
+//	                ('c' contended, 'd' done), or a paused or missed
+//	                verdict ('p', 'm', then the step's Before), kept
 //	                locking.GrantKeep; <lock> is P{K} or a per-tick lock
 //	                (tickstep.lua)
 //	P{K}:taken:<token>  the request a take (TakeRequest) took, kept twice

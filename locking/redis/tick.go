@@ -40,7 +40,10 @@ const (
 	tickResent = 9
 	// tickPausedKept, tickMissedKept: paused or missed, answered from the
 	// request's verdict record (tickstep.lua's grant_key), with the mark
-	// in place: nothing was raised, and the answer has no Before.
+	// in place: nothing was raised. These and tickResent, answered from a
+	// record, carry the Before the record kept (its first attempt's) where
+	// no other verdict carries anything: tick.lua in ahead's place,
+	// ticks.lua after all its requests' integers (kept).
 	tickPausedKept = 10
 	tickMissedKept = 11
 )
@@ -185,25 +188,33 @@ func (l *Locker) answerTick(ctx context.Context, c *tickCall, cmd *goredis.Cmd) 
 	if err != nil {
 		return locking.TickAnswer{}, l.opError(ctx, "try-lock-tick", c.req.Key, err)
 	}
-	v, mark, before := markSlot(c, r[0], r[2])
+	v, mark, before := markSlot(c, r[0], r[2], r[4])
 	return l.decodeTick(ctx, c, v, r[1], mark, r[3], r[4], before)
 }
 
 // markSlot reads the mark's place of a reply of verdict v to c: the mark
 // before the step with the verdicts that raise the mark, decided anew, whose
 // mark is T; the mark itself otherwise, and tickResent is tickGranted.
-func markSlot(c *tickCall, v, slot int64) (verdict, mark, before int64) {
+// kept is the Before a record kept, read for the verdicts answered from a
+// record (tickResent, tickPausedKept, tickMissedKept; kept).
+func markSlot(c *tickCall, v, slot, kept int64) (verdict, mark, before int64) {
 	switch v {
 	case tickGranted, tickPaused, tickMissed:
 		return v, c.req.Tick.UnixMicro(), slot
 	case tickResent:
-		return tickGranted, slot, 0
+		return tickGranted, slot, kept
 	case tickPausedKept:
-		return tickPaused, slot, 0
+		return tickPaused, slot, kept
 	case tickMissedKept:
-		return tickMissed, slot, 0
+		return tickMissed, slot, kept
 	}
 	return v, slot, 0
+}
+
+// kept reports whether a reply's verdict v was answered from a record,
+// and carries the Before the record kept.
+func kept(v int64) bool {
+	return v == tickResent || v == tickPausedKept || v == tickMissedKept
 }
 
 // decodeTick turns tick_step's verdict, fence, mark, ahead and before for
@@ -376,15 +387,25 @@ func (l *Locker) GetPause(ctx context.Context, key string) (locking.Pause, error
 
 // replyInts decodes a script's reply strictly as an array of n integers.
 func replyInts(cmd *goredis.Cmd, n int) ([]int64, error) {
+	return replyIntsOf(cmd, n, false)
+}
+
+// replyIntsFrom decodes a script's reply strictly as an array of at least
+// n integers.
+func replyIntsFrom(cmd *goredis.Cmd, n int) ([]int64, error) {
+	return replyIntsOf(cmd, n, true)
+}
+
+func replyIntsOf(cmd *goredis.Cmd, n int, more bool) ([]int64, error) {
 	v, err := cmd.Result()
 	if err != nil {
 		return nil, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) != n {
+	if !ok || len(a) < n || (!more && len(a) != n) {
 		return nil, fmt.Errorf("%w: %T %v, want %d integers", errReply, v, v, n)
 	}
-	out := make([]int64, n)
+	out := make([]int64, len(a))
 	for i, x := range a {
 		if out[i], ok = x.(int64); !ok {
 			return nil, fmt.Errorf("%w: element %d is %T %v, want an integer", errReply, i, x, x)
@@ -495,7 +516,21 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 	args[count] = strconv.Itoa((len(args) - count - 7) / 2)
 	opCtx, cancel := l.opContext(ctx)
 	defer cancel()
-	r, err := replyInts(ticksScript.Run(opCtx, l.client, nil, args...), 1+ticksReplyLen*len(batch))
+	n := 1 + ticksReplyLen*len(batch)
+	r, err := replyIntsFrom(ticksScript.Run(opCtx, l.client, nil, args...), n)
+	if err == nil {
+		// One more integer for each request answered from a record.
+		want := n
+		for j := range batch {
+			if kept(r[1+j*ticksReplyLen]) {
+				want++
+			}
+		}
+		if len(r) != want {
+			err = fmt.Errorf("%w: %d integers, want %d", errReply, len(r), want)
+		}
+	}
+	x := n // the next kept Before
 	for j, i := range batch {
 		if err != nil {
 			errs[i] = l.opError(ctx, "try-lock-tick", calls[i].req.Key, err)
@@ -506,7 +541,11 @@ func (l *Locker) tickScriptBatch(ctx context.Context, calls []tickCall, batch []
 		if v[0] == tickAhead {
 			fence, ahead = 0, v[1]
 		}
-		verdict, mark, before := markSlot(&calls[i], v[0], v[2])
+		var kb int64
+		if kept(v[0]) {
+			kb, x = r[x], x+1
+		}
+		verdict, mark, before := markSlot(&calls[i], v[0], v[2], kb)
 		answers[i], errs[i] = l.decodeTick(ctx, &calls[i], verdict, fence, mark, r[0], ahead, before)
 	}
 }

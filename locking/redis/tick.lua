@@ -15,16 +15,23 @@
 -- mark before), and a grant that gave none (a resend's) is verdict 9, its
 -- mark in place: the reply stays five integers, none larger than it was.
 -- Verdicts 10 and 11 (paused, missed from the request's record) carry the
--- mark in place too.
+-- mark in place too. Verdicts 9, 10 and 11, answered from a record, carry
+-- the before the record kept (tick_step's kept_before; 0: none) in
+-- ahead's place, which is 0 with every verdict but 6.
 local now, now_s = clock()
 load({KEYS[1], KEYS[2], KEYS[3], grant_key(KEYS[1], ARGV[1])})
-local v, fence, mark, ahead, raise, before = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s,
+local v, fence, mark, ahead, raise, before, kept_before = tick_step(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now, now_s,
   string.find(ARGV[10], 'r', 1, true) ~= nil, string.find(ARGV[10], 't', 1, true) ~= nil)
 step_raise(KEYS[3], v, raise, ARGV[8], ARGV[4], ARGV[9])
 flush()
 if before then
   mark = before
-elseif v == 1 then
-  v = 9
+else
+  if v == 1 then
+    v = 9
+  end
+  if kept_before then
+    ahead = kept_before
+  end
 end
 return {v, fence, mark, now, ahead}

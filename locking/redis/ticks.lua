@@ -24,7 +24,10 @@
 -- 6, ahead), mark; verdict 7: that request's step failed. As tick.lua's,
 -- mark carries the step's before when it gave one, and a grant that gave
 -- none is verdict 9; 10 and 11 (paused, missed from a record) carry the
--- mark.
+-- mark. After every request's 3 integers, one more for each request
+-- answered 9, 10 or 11, in the requests' order: the before its record kept
+-- (tick_step's kept_before; 0: none). A batch of first attempts has none:
+-- its reply is as long as it was.
 local now, now_s = clock()
 local holder, channel, prefix = ARGV[1], ARGV[2], ARGV[3]
 
@@ -63,7 +66,7 @@ end
 load(reads)
 load_pauses(pauses)
 
-local out = {now}
+local out, kept = {now}, {}
 local o, k = 1, 0
 i = 4
 while i <= #ARGV do
@@ -77,7 +80,7 @@ while i <= #ARGV do
     -- alone (7).
     -- The step's mark is stored and told only once it returned: a failed
     -- step raises no mark and publishes nothing (step_raise).
-    local ok, v, fence, mark, ahead, raise, before = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
+    local ok, v, fence, mark, ahead, raise, before, kept_before = pcall(tick_step, ks[k + 1], ks[k + 2], ks[k + 3], ks[k + 4],
       ARGV[a + 1], holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend, owned)
     if not ok then
       v, fence, mark = 7, 0, 0
@@ -91,10 +94,16 @@ while i <= #ARGV do
         v = 9
       end
     end
+    if v == 9 or v == 10 or v == 11 then
+      kept[#kept + 1] = kept_before or 0
+    end
     out[o + 1], out[o + 2], out[o + 3] = v, fence, mark
     o, k = o + 3, k + 5
   end
   i = i + 7 + 2 * n
 end
 flush()
+for _, b in ipairs(kept) do
+  out[#out + 1] = b
+end
 return out

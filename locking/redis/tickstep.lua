@@ -19,7 +19,10 @@
 -- unchanged), which the caller hands to step_raise; before is the stored
 -- mark the step found (locking.TickAnswer.Before), set only with the
 -- verdicts that raise it, decided anew (1, 4, 5; nil otherwise, 0 when the
--- key had no mark).
+-- key had no mark); and kept_before, set only with an answer from a
+-- record (a resend granted from its own lock or its grant's record, 1;
+-- paused or missed from a verdict record, 10, 11): the Before the first
+-- attempt's step found, kept in the record (0: none).
 -- The values the steps read, kept for the whole script: the lock, mark and
 -- counter keys' values (false: no such key), fetched for many requests in
 -- one MGET (load), and whether pause flags exist, known for a whole batch
@@ -135,7 +138,8 @@ local function is_paused(pause, now)
 end
 
 -- A grant's record: the key lock .. ':grant:' .. tag (its lock key's hash
--- slot), holding the fence it drew as its exact decimal, kept for
+-- slot), holding the fence it drew as its exact decimal, then '/' and the
+-- grant's before (the stored mark its step found; 0: none), kept for
 -- locking.GrantKeep (twice the TTL: Redis locks last their TTL) from the
 -- grant or the last resend that extended it, and deleted by the grant's
 -- release (release.lua, releases.lua). A resend that comes after the lock
@@ -148,14 +152,31 @@ end
 -- moved on: decided anew once the lock is free, the copy would be granted,
 -- T run nowhere and the lock held for nothing. A first attempt writes no
 -- such record (every node but one, every tick): without a resend its node
--- never sends it again. It holds 'p' or 'm' for a request carrying its
+-- never sends it again. It holds 'p' or 'm', followed by the step's before
+-- (0: none), for a request carrying its
 -- caller's Token (owned; first attempt or resend) answered paused or
 -- missed, decided anew: the mark is then at T, and the resend that follows
 -- a lost reply would be answered done, its node recording nothing of the
 -- tick it consumed. Answered paused or missed from the record instead, the
--- resend raises nothing. The caller reads the key with the others (load).
+-- resend raises nothing, and answers the first attempt's before again. The caller reads the key with the others (load).
 local function grant_key(lock, tag)
   return lock .. ':grant:' .. tag
+end
+
+-- split_grant reads a grant's record rec: the fence's decimal and the
+-- grant's before (the stored mark its step found, locking.TickAnswer.Before;
+-- 0: none), kept as fence '/' before and answered again to a resend
+-- answered from the record. A record of an earlier release (the fence
+-- alone) has no before: 0. nil, 0 for no record.
+local function split_grant(rec)
+  if not rec then
+    return nil, 0
+  end
+  local f, b = string.match(rec, '^(%d+)/(%d+)$')
+  if f then
+    return f, tonumber(b)
+  end
+  return rec, 0
 end
 
 local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, floor_s, skew_s, window_s, now, now_s, resend, owned)
@@ -172,27 +193,27 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   -- resend's: decided as any other request too (done: T is marked).
   local held = value(lock)
   local fence = held and own_fence(held, tag, holder)
+  local gk = grant_key(lock, tag)
+  local rec = value(gk)
   if fence then
     redis.call('PEXPIRE', lock, ttl)
-    redis.call('PEXPIRE', grant_key(lock, tag), 2 * tonumber(ttl))
-    return 1, fence, tonumber(value(mark) or 0), 0, nil
+    redis.call('PEXPIRE', gk, 2 * tonumber(ttl))
+    local _, rb = split_grant(rec)
+    return 1, fence, tonumber(value(mark) or 0), 0, nil, nil, rb
   end
 
   -- A resend of this request was answered contended or done, or an attempt
   -- of it paused or missed, decided anew (grant_key): answered the same,
-  -- nothing changes.
-  local gk = grant_key(lock, tag)
-  local rec = value(gk)
-  if rec then
-    if rec == 'c' then
-      return 3, 0, tonumber(value(mark) or 0), 0, nil
-    elseif rec == 'd' then
-      return 2, 0, tonumber(value(mark) or 0), 0, nil
-    elseif rec == 'p' then
-      return 10, 0, tonumber(value(mark) or 0), 0, nil
-    elseif rec == 'm' then
-      return 11, 0, tonumber(value(mark) or 0), 0, nil
-    end
+  -- nothing changes; paused and missed with the Before their record kept.
+  local kind = rec and string.sub(rec, 1, 1)
+  if kind == 'c' then
+    return 3, 0, tonumber(value(mark) or 0), 0, nil
+  elseif kind == 'd' then
+    return 2, 0, tonumber(value(mark) or 0), 0, nil
+  elseif kind == 'p' then
+    return 10, 0, tonumber(value(mark) or 0), 0, nil, nil, tonumber(string.sub(rec, 2)) or 0
+  elseif kind == 'm' then
+    return 11, 0, tonumber(value(mark) or 0), 0, nil, nil, tonumber(string.sub(rec, 2)) or 0
   end
 
   -- A tick too far ahead of the server's clock is refused; nothing changes.
@@ -242,14 +263,15 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
       -- prefix{key}:fence); a per-tick lock's (prefix{key}:tick:T) does not.
       local per = lock ~= string.sub(counter, 1, #lock)
       local stored_mark = value(mark)
+      local rf, rb = split_grant(rec)
       if held or is_paused(pause, now)
-          or (not per and (value(counter) ~= rec or not stored_mark or tonumber(stored_mark) ~= tick)) then
-        return 8, tonumber(rec), tonumber(stored_mark or 0), 0, keep_eff
+          or (not per and (value(counter) ~= rf or not stored_mark or tonumber(stored_mark) ~= tick)) then
+        return 8, tonumber(rf), tonumber(stored_mark or 0), 0, keep_eff
       end
-      redis.call('SET', lock, tag .. '#' .. rec .. holder, 'PX', ttl)
-      values[lock] = tag .. '#' .. rec .. holder
+      redis.call('SET', lock, tag .. '#' .. rf .. holder, 'PX', ttl)
+      values[lock] = tag .. '#' .. rf .. holder
       redis.call('PEXPIRE', gk, 2 * tonumber(ttl))
-      return 1, tonumber(rec), tonumber(stored_mark or 0), 0, keep_eff
+      return 1, tonumber(rf), tonumber(stored_mark or 0), 0, keep_eff, nil, rb
     end
     if resend then
       redis.call('SET', gk, 'd', 'PX', 2 * tonumber(ttl))
@@ -266,15 +288,15 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
   local before = tonumber(stored or 0)
   if is_paused(pause, now) then
     if owned then
-      redis.call('SET', gk, 'p', 'PX', 2 * tonumber(ttl))
-      values[gk] = 'p'
+      redis.call('SET', gk, 'p' .. (stored or '0'), 'PX', 2 * tonumber(ttl))
+      values[gk] = 'p' .. (stored or '0')
     end
     return 4, 0, tick, 0, tick_s, before
   end
   if now - tick > math.max(skew, window) then
     if owned then
-      redis.call('SET', gk, 'm', 'PX', 2 * tonumber(ttl))
-      values[gk] = 'm'
+      redis.call('SET', gk, 'm' .. (stored or '0'), 'PX', 2 * tonumber(ttl))
+      values[gk] = 'm' .. (stored or '0')
     end
     return 5, 0, tick, 0, tick_s, before
   end
@@ -311,8 +333,9 @@ local function tick_step(lock, counter, mark, pause, tag, holder, ttl, tick_s, f
     end
   end
   values[lock] = tag .. '#' .. fence_s .. holder
-  redis.call('SET', gk, fence_s, 'PX', 2 * tonumber(ttl))
-  values[gk] = fence_s
+  local g = fence_s .. '/' .. (stored or '0')
+  redis.call('SET', gk, g, 'PX', 2 * tonumber(ttl))
+  values[gk] = g
   return 1, fence, tick, 0, tick_s, before
 end
 
