@@ -141,7 +141,14 @@ func TestSimTriagedSeeds(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the harness failed: %v\nreplay: %s -strict", err, replay(seed))
 			}
-			if vs := c.check(); len(vs) > 0 {
+			// Strict, but for invariant 8's two labelled holes: a step none
+			// of whose replies ever reached its node, which no fix on the
+			// node can see (docs/RELIABILITY.md). Replays are not exact, and
+			// a seed triaged for another cause may meet one (282755 did).
+			vs := slices.DeleteFunc(c.check(), func(v violation) bool {
+				return v.known == holePausedReplyLost || v.known == holeGrantGapReplyLost
+			})
+			if len(vs) > 0 {
 				t.Errorf("%s", report(c, vs))
 			}
 		})
