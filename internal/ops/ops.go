@@ -378,6 +378,25 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	if err != nil {
 		return nil, backendErr("reading the last runs", err)
 	}
+	// A schedule's newest record is often the provisional one of a run
+	// still going (result running): its last run is the newest that
+	// ended, read for those schedules only (one small read each); with
+	// none ended yet, the running one is shown.
+	for id, r := range last {
+		if r.Result != cluster.ResultRunning {
+			continue
+		}
+		rs, err := s.store.Runs(ctx, id, 8)
+		if err != nil {
+			return nil, backendErr("reading the last runs", err)
+		}
+		for _, f := range rs {
+			if f.Result != cluster.ResultRunning {
+				last[id] = f
+				break
+			}
+		}
+	}
 	for i := range out {
 		if r, ok := last[out[i].ID]; ok {
 			run := FromCluster(r)

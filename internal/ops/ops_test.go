@@ -510,3 +510,38 @@ func TestStatusFlagsAMarkAheadOfTheClock(t *testing.T) {
 		}
 	})
 }
+
+// A schedule's last run is the newest that ended, not the provisional
+// record of a run still going; with none ended, the running one.
+func TestStatusLastRunIsTheNewestEnded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st ops.Store) {
+		ctx := t.Context()
+		p := uniq(t)
+		now := utc("2026-01-10T12:00:00Z")
+		svc := ops.New(st, defs(t, p), ops.Options{Clock: func() time.Time { return now }})
+		runs := []cluster.Run{
+			{Schedule: p + "nightly", Tick: utc("2026-01-09T02:00:00Z"), Node: "a", Result: "success", StartedAt: utc("2026-01-09T02:00:01Z"), Attempts: 1, RunID: "r1"},
+			{Schedule: p + "nightly", Tick: utc("2026-01-10T02:00:00Z"), Node: "b", Result: cluster.ResultRunning, StartedAt: utc("2026-01-10T02:00:01Z"), RunID: "r2"},
+			{Schedule: p + "spread", Tick: utc("2026-01-10T02:00:00Z"), Node: "b", Result: cluster.ResultRunning, StartedAt: utc("2026-01-10T02:00:01Z"), RunID: "s1"},
+		}
+		if err := st.RecordRuns(ctx, runs, 10); err != nil {
+			t.Fatal(err)
+		}
+		scheds, err := svc.Schedules(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range scheds {
+			switch sc.ID {
+			case p + "nightly":
+				if sc.LastRun == nil || sc.LastRun.RunID != "r1" {
+					t.Errorf("nightly's last run %+v, want r1 (r2 still runs)", sc.LastRun)
+				}
+			case p + "spread":
+				if sc.LastRun == nil || sc.LastRun.RunID != "s1" || sc.LastRun.Result != cluster.ResultRunning {
+					t.Errorf("spread's last run %+v, want s1 running (none ended)", sc.LastRun)
+				}
+			}
+		}
+	})
+}
