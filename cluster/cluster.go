@@ -99,6 +99,24 @@ type Node struct {
 	// effective definition (its next fire times included), so drift can
 	// name the schedules that differ.
 	Schedules map[string]string `json:"-"`
+	// Ready is the node's own readiness (its /readyz) when it announced.
+	Ready bool `json:"-"`
+	// ClockOffset is the node's clock minus the backend's, as the node
+	// last measured it; nil when it has not measured one.
+	ClockOffset *time.Duration `json:"-"`
+	// Running lists the runs going on the node when it announced (a node
+	// announces again soon after one starts or ends), oldest first.
+	Running []Running `json:"-"`
+}
+
+// Running is a run going on a node, as the node's announcement tells:
+// what `status` shows as running now, and what `stop` stops.
+type Running struct {
+	Schedule  string    `json:"schedule"`
+	Tick      time.Time `json:"tick"`
+	RunID     string    `json:"run_id"`
+	StartedAt time.Time `json:"started_at"` // the first attempt's start
+	Attempt   int       `json:"attempt"`    // 1 for the first attempt
 }
 
 // Request is a manual run asked of the cluster: a trigger (run once now)

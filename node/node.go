@@ -156,6 +156,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 			Audit:      func(ctx context.Context, ids []string) (map[string]int, error) { return n.ops.LostTicks(ctx, ids) },
 			Lost:       n.metrics.SetLostTicks,
 			AuditEvery: cfg.History.AuditEvery.Duration,
+			Ready:      n.metrics.Ready,
 		})
 		observer = scheduler.Observers(n.metrics, notifierObserver{n: n.notifier}, n.agent.Observer())
 	}

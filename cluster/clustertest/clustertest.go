@@ -120,6 +120,7 @@ var cases = []testCase{
 	{"Skips/KeepTrimsApartFromRuns", caseSkipsKeep},
 	{"Skips/AllFieldsRoundTrip", caseSkipFields},
 	{"Nodes/AnnounceSortedAndSchedules", caseNodes},
+	{"Nodes/ReadyClockOffsetRunning", caseNodeState},
 	{"Nodes/Expire", caseNodeExpiry},
 	{"Nodes/Leave", caseLeave},
 	{"Requests/EnqueueQueuedOrder", caseEnqueue},

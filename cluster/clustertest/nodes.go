@@ -165,3 +165,38 @@ func caseLeave(s *suite) {
 		s.t.Fatalf("Nodes = %v, want 6 nodes sorted by id", nodeIDs(got))
 	}
 }
+
+// A node's readiness, clock offset and running runs come back as
+// announced (times to the microsecond at least), and a later announcement
+// without them clears them: `status` shows what runs now from these.
+func caseNodeState(s *suite) {
+	st := s.store()
+	off := -1500 * time.Millisecond
+	n := node("node-r", map[string]string{"backup": "h1"})
+	n.Ready, n.ClockOffset = true, &off
+	n.Running = []cluster.Running{
+		{Schedule: "backup", Tick: base, RunID: "r1", StartedAt: base.Add(1234 * time.Microsecond), Attempt: 1},
+		{Schedule: "sync/ü", Tick: base.Add(time.Minute), RunID: "r2", StartedAt: base.Add(time.Minute + time.Second), Attempt: 3},
+	}
+	s.check(st.Announce(s.ctx, n, longTTL), "Announce(running)")
+	got := s.wantNodes(st, []cluster.Node{n}, "a node with runs")[0]
+	if !got.Ready || got.ClockOffset == nil || *got.ClockOffset != off {
+		s.t.Fatalf("node ready %v, clock offset %v; want true, %v", got.Ready, got.ClockOffset, off)
+	}
+	if len(got.Running) != len(n.Running) {
+		s.t.Fatalf("node running %+v, want %+v", got.Running, n.Running)
+	}
+	for i, w := range n.Running {
+		g := got.Running[i]
+		if g.Schedule != w.Schedule || g.RunID != w.RunID || g.Attempt != w.Attempt || !g.Tick.Equal(w.Tick) || !g.StartedAt.Equal(w.StartedAt) {
+			s.t.Fatalf("node running[%d] = %+v, want %+v", i, g, w)
+		}
+	}
+	n.Ready, n.ClockOffset, n.Running = false, nil, nil
+	s.check(st.Announce(s.ctx, n, longTTL), "Announce(idle)")
+	got = s.wantNodes(st, []cluster.Node{n}, "the node idle")[0]
+	if got.Ready || got.ClockOffset != nil || len(got.Running) != 0 {
+		s.t.Fatalf("node announced idle reads ready %v, clock offset %v, running %+v; want false, nil, none",
+			got.Ready, got.ClockOffset, got.Running)
+	}
+}

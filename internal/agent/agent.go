@@ -9,6 +9,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +78,10 @@ type Options struct {
 	Audit      func(ctx context.Context, ids []string) (map[string]int, error)
 	Lost       func(lost map[string]int)
 	AuditEvery time.Duration // default 1m
+
+	// Ready, when set, is the node's readiness (its /readyz), announced
+	// with the node; nil announces the node ready.
+	Ready func(ctx context.Context) error
 }
 
 // Agent is one node's cluster duties. Create with New, start with Run.
@@ -104,6 +109,15 @@ type Agent struct {
 	// live is the node registry as last read (prefer.go): the scheduler's
 	// Preferrer reads it on every locked tick, without asking the backend.
 	live atomic.Pointer[liveNodes]
+
+	// running is the runs going on on this node (under mu), announced
+	// with it; kick asks the announce loop for an early announcement when
+	// it changes. offset is the clock offset last measured (ns), with
+	// offsetSet once one was.
+	running   map[string]cluster.Running // by run id
+	kick      chan struct{}
+	offset    atomic.Int64
+	offsetSet atomic.Bool
 }
 
 // New returns an agent for the node's schedules (see SetSchedules).
@@ -133,7 +147,7 @@ func New(b Backend, run Runner, opts Options) *Agent {
 		opts.AuditEvery = time.Minute
 	}
 	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096),
-		skips: make(chan scheduler.SkipRecord, 4096)}
+		skips: make(chan scheduler.SkipRecord, 4096), running: map[string]cluster.Running{}, kick: make(chan struct{}, 1)}
 }
 
 // NodeID is the node the agent speaks for.
@@ -223,6 +237,13 @@ func (o observer) RunRecorded(r scheduler.RunRecord)   { o.a.RunRecorded(r) }
 func (o observer) RunStarted(r scheduler.RunStart)     { o.a.RunStarted(r) }
 func (o observer) SkipRecorded(r scheduler.SkipRecord) { o.a.SkipRecorded(r) }
 
+// ClockOffset keeps the node's clock offset for its announcement
+// (scheduler.ClockObserver).
+func (o observer) ClockOffset(d time.Duration) {
+	o.a.offset.Store(int64(d))
+	o.a.offsetSet.Store(true)
+}
+
 // RunStarted queues the run's provisional record (result running, no
 // attempts) for the history (scheduler.RunStartObserver): a run whose node
 // dies before it ends is still in history, with its node and fence, and
@@ -230,6 +251,10 @@ func (o observer) SkipRecorded(r scheduler.SkipRecord) { o.a.SkipRecorded(r) }
 // (cluster.Store.RecordRuns). Queued on the run records' queue, so that it
 // is written before its final record.
 func (a *Agent) RunStarted(r scheduler.RunStart) {
+	a.mu.Lock()
+	a.running[r.RunID] = cluster.Running{Schedule: r.Schedule, Tick: r.Tick, RunID: r.RunID, StartedAt: r.Start, Attempt: 1}
+	a.mu.Unlock()
+	a.announceSoon()
 	a.RunRecorded(scheduler.RunRecord{Schedule: r.Schedule, Tick: r.Tick, Node: r.Node,
 		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID})
 }
@@ -250,6 +275,15 @@ func (a *Agent) SkipRecorded(r scheduler.SkipRecord) {
 // never blocks a run: when the queue is full (a backend down for long),
 // the record is dropped and counted in the log.
 func (a *Agent) RunRecorded(r scheduler.RunRecord) {
+	if r.Result != cluster.ResultRunning {
+		a.mu.Lock()
+		_, was := a.running[r.RunID]
+		delete(a.running, r.RunID)
+		a.mu.Unlock()
+		if was {
+			a.announceSoon()
+		}
+	}
 	select {
 	case a.records <- r:
 	default:
@@ -272,7 +306,7 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); a.every(ctx, a.opts.AnnounceEvery, a.announce) }()
+	go func() { defer wg.Done(); a.announceLoop(ctx) }()
 	go func() {
 		defer wg.Done()
 		a.every(ctx, a.opts.PollEvery, func(pctx context.Context) { a.poll(ctx, pctx) })
@@ -363,13 +397,63 @@ func (a *Agent) every(ctx context.Context, d time.Duration, f func(context.Conte
 	}
 }
 
-// announce tells the cluster this node is alive, then looks at the live
-// nodes for config drift.
+// announceSoon asks for an announcement before the next period: what
+// runs on the node changed, and `status` and `stop` read it from there.
+func (a *Agent) announceSoon() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// announceGap is the least time between two announcements: a node whose
+// runs start and end many times a second announces once a second.
+const announceGap = time.Second
+
+// announceLoop announces at once, then every AnnounceEvery, and soon
+// after what runs changed (announceSoon), at most once per announceGap.
+func (a *Agent) announceLoop(ctx context.Context) {
+	t := time.NewTicker(a.opts.AnnounceEvery)
+	defer t.Stop()
+	for {
+		opCtx, cancel := context.WithTimeout(ctx, max(a.opts.AnnounceEvery, 2*time.Second))
+		a.announce(opCtx)
+		cancel()
+		gap := time.NewTimer(min(announceGap, a.opts.AnnounceEvery))
+		select {
+		case <-ctx.Done():
+			gap.Stop()
+			return
+		case <-gap.C:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+	}
+}
+
+// announce tells the cluster this node is alive, with its readiness,
+// clock offset and running runs, then looks at the live nodes for config
+// drift.
 func (a *Agent) announce(ctx context.Context) {
+	ready := a.opts.Ready == nil || a.opts.Ready(ctx) == nil
 	a.mu.Lock()
 	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
-		ConfigHash: a.configH, Schedules: a.hashes}
+		ConfigHash: a.configH, Schedules: a.hashes, Ready: ready}
+	for _, r := range a.running {
+		n.Running = append(n.Running, r)
+	}
 	a.mu.Unlock()
+	slices.SortFunc(n.Running, func(x, y cluster.Running) int {
+		return cmp.Or(x.StartedAt.Compare(y.StartedAt), strings.Compare(x.RunID, y.RunID))
+	})
+	if a.offsetSet.Load() {
+		d := time.Duration(a.offset.Load())
+		n.ClockOffset = &d
+	}
 	if err := a.b.Announce(ctx, n, 3*a.opts.AnnounceEvery); err != nil {
 		a.log.Debug("announcing the node failed", slog.Any("error", err))
 		return

@@ -93,6 +93,12 @@ type Schedule struct {
 	// nodes' announcements (backendNowAtMost), else read as this
 	// Service's.
 	MarkAhead *time.Time `json:"mark_ahead"`
+	// Running lists the runs of the schedule going on now, on any live
+	// node, as the nodes announced them ([] when idle).
+	Running []Running `json:"running"`
+	// Queued lists the manual runs waiting for a node, oldest first ([]
+	// when none): a trigger each, a backfill as one entry.
+	Queued []Queued `json:"queued"`
 
 	// Pause is the flag behind Paused (note, end time), for tables.
 	Pause locking.Pause `json:"-"`
@@ -108,13 +114,41 @@ func FromCluster(r cluster.Run) Run {
 	return r
 }
 
-// Node is a live node: cluster.Node's JSON with times in UTC.
+// Node is a live node: cluster.Node's JSON with times in UTC, its
+// readiness and clock offset as it announced them.
 type Node struct {
 	NodeID     string    `json:"node_id"`
 	Version    string    `json:"version"`
 	StartedAt  time.Time `json:"started_at"`
 	LastSeen   time.Time `json:"last_seen"`
 	ConfigHash string    `json:"config_hash"`
+	Ready      bool      `json:"ready"`
+	// ClockOffsetSeconds is the node's clock minus the backend's; null
+	// when the node has not measured it (a backend without a clock).
+	ClockOffsetSeconds *float64 `json:"clock_offset_seconds"`
+
+	running []cluster.Running // for the schedules' Running
+}
+
+// Running is a run going on now, as `status` shows it.
+type Running struct {
+	Node      string    `json:"node"`
+	Tick      time.Time `json:"tick"`
+	RunID     string    `json:"run_id"`
+	StartedAt time.Time `json:"started_at"` // the first attempt's start
+	Attempt   int       `json:"attempt"`
+}
+
+// Queued is manual work waiting for a node: a trigger (Tick is the time it
+// was asked for; From and To null) or a backfill (Tick is the next of its
+// ticks to run, From and To its first and last left).
+type Queued struct {
+	Kind     string     `json:"kind"` // "trigger" or "backfill"
+	Tick     time.Time  `json:"tick"`
+	From     *time.Time `json:"from"`
+	To       *time.Time `json:"to"`
+	By       string     `json:"by"`
+	QueuedAt time.Time  `json:"queued_at"`
 }
 
 // Status is `status --json` and GET /api/v1/status.
@@ -309,8 +343,7 @@ func (s *Service) nodes(ctx context.Context) ([]Node, cluster.ConfigDrift, error
 		return nil, cluster.ConfigDrift{}, backendErr("listing nodes", err)
 	}
 	for _, n := range ns {
-		out = append(out, Node{NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UTC(),
-			LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash})
+		out = append(out, nodeOf(n))
 	}
 	return out, cluster.Drift(ns), nil
 }
@@ -328,10 +361,21 @@ func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
 			return nil, backendErr("listing nodes", err)
 		}
 		for _, n := range ns {
-			nodes = append(nodes, Node{LastSeen: n.LastSeen})
+			nodes = append(nodes, nodeOf(n))
 		}
 	}
 	return s.listSchedules(ctx, nodes)
+}
+
+// nodeOf is a live node as operators see it.
+func nodeOf(n cluster.Node) Node {
+	o := Node{NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UTC(),
+		LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash, Ready: n.Ready, running: n.Running}
+	if n.ClockOffset != nil {
+		sec := n.ClockOffset.Seconds()
+		o.ClockOffsetSeconds = &sec
+	}
+	return o
 }
 
 // nodeSeenSlack bounds how old a live node's announcement can be: a node
@@ -362,7 +406,8 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint}
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint,
+			Running: []Running{}, Queued: []Queued{}}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {
 				next = next.UTC()
@@ -373,6 +418,9 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	}
 	if s.store == nil || len(defs) == 0 {
 		return out, nil
+	}
+	if err := s.addLive(ctx, out, nodes); err != nil {
+		return nil, err
 	}
 	last, err := s.store.LastRuns(ctx, ids)
 	if err != nil {
@@ -437,6 +485,65 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 		return nil, backendErr("reading pause flags and tick marks", err)
 	}
 	return out, nil
+}
+
+// addLive fills each schedule's Running, from the live nodes'
+// announcements, and Queued, from the queues of the schedules that have
+// requests (one read for the cluster, then one per such schedule).
+func (s *Service) addLive(ctx context.Context, out []Schedule, nodes []Node) error {
+	at := make(map[string]int, len(out))
+	for i := range out {
+		at[out[i].ID] = i
+	}
+	for _, n := range nodes {
+		for _, r := range n.running {
+			if i, ok := at[r.Schedule]; ok {
+				out[i].Running = append(out[i].Running, Running{Node: n.NodeID, Tick: r.Tick.UTC(),
+					RunID: r.RunID, StartedAt: r.StartedAt.UTC(), Attempt: r.Attempt})
+			}
+		}
+	}
+	queued, err := s.store.Queued(ctx)
+	if err != nil {
+		return backendErr("listing the queues", err)
+	}
+	for _, id := range queued {
+		i, ok := at[id]
+		if !ok {
+			continue // a schedule of another config
+		}
+		reqs, err := s.store.Requests(ctx, id)
+		if err != nil {
+			return backendErr("reading the queue of "+id, err)
+		}
+		out[i].Queued = queuedOf(reqs)
+	}
+	return nil
+}
+
+// queuedOf shows a queue: each trigger, and each backfill (its requests
+// asked together: the same By and At) as one entry.
+func queuedOf(reqs []cluster.Request) []Queued {
+	out := []Queued{}
+	for _, r := range reqs {
+		if !r.Backfill {
+			out = append(out, Queued{Kind: "trigger", Tick: r.Tick.UTC(), By: r.By, QueuedAt: r.At.UTC()})
+			continue
+		}
+		tick := r.Tick.UTC()
+		if n := len(out); n > 0 && out[n-1].Kind == "backfill" && out[n-1].By == r.By && out[n-1].QueuedAt.Equal(r.At.UTC()) {
+			if tick.Before(*out[n-1].From) {
+				out[n-1].From = &tick
+			}
+			if tick.After(*out[n-1].To) {
+				out[n-1].To = &tick
+			}
+			continue
+		}
+		from, to := tick, tick
+		out = append(out, Queued{Kind: "backfill", Tick: tick, From: &from, To: &to, By: r.By, QueuedAt: r.At.UTC()})
+	}
+	return out
 }
 
 // Runs returns up to limit runs of schedule id, newest first.

@@ -185,17 +185,18 @@ func TestJSONShape(t *testing.T) {
 	}
 	check("status", keys(m), "schedules", "nodes", "config_drift")
 	scheds := m["schedules"].([]any)
-	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead")
-	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead")
+	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued")
+	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued")
 	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil || s1["mark_ahead"] != nil {
 		t.Errorf("empty last_run/next_tick = %v %v, want null", s1["last_run"], s1["next_tick"])
 	}
+
 	lr := scheds[0].(map[string]any)["last_run"].(map[string]any)
 	check("run", keys(lr), "schedule", "tick", "node", "result", "started_at", "duration_seconds", "fence", "manual", "attempts", "error", "run_id", "output_tail")
 	if lr["fence"] != float64(7) || lr["duration_seconds"] != 1.5 || lr["tick"] != "2026-01-10T12:00:00Z" {
 		t.Errorf("run fence %v duration %v tick %v", lr["fence"], lr["duration_seconds"], lr["tick"])
 	}
-	check("node", keys(m["nodes"].([]any)[0]), "node_id", "version", "started_at", "last_seen", "config_hash")
+	check("node", keys(m["nodes"].([]any)[0]), "node_id", "version", "started_at", "last_seen", "config_hash", "ready", "clock_offset_seconds")
 	d := m["config_drift"].(map[string]any)
 	if d["drifted"] != false || d["schedules"] == nil {
 		t.Errorf("config_drift = %v, want drifted false and schedules []", d)

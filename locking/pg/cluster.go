@@ -224,6 +224,11 @@ type nodeDoc struct {
 	StartedAt  time.Time         `json:"started_at"`
 	ConfigHash string            `json:"config_hash"`
 	Schedules  map[string]string `json:"schedules"`
+	// Added later: nodes of older versions leave them out, and ignore
+	// them.
+	Ready         bool            `json:"ready,omitempty"`
+	ClockOffsetNS *int64          `json:"clock_offset_ns,omitempty"`
+	Running       []store.Running `json:"running,omitempty"`
 }
 
 // Announce records n as live until ttl from now on the database clock,
@@ -232,7 +237,8 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 	if err := store.CheckNode(n, ttl); err != nil {
 		return err
 	}
-	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules})
+	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules,
+		Ready: n.Ready, ClockOffsetNS: offsetNS(n.ClockOffset), Running: n.Running})
 	if err != nil {
 		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
@@ -263,7 +269,8 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 				return fmt.Errorf("node %q: %w", id, err)
 			}
 			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
-				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules})
+				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules,
+				Ready: d.Ready, ClockOffset: offsetOf(d.ClockOffsetNS), Running: d.Running})
 			return nil
 		})
 		return err
@@ -770,4 +777,22 @@ func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
 		_ = l.unlock(ctx, ls)
 	}
 	return gerr
+}
+
+// offsetNS and offsetOf store a node's clock offset as nanoseconds, nil
+// when not measured.
+func offsetNS(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
+	}
+	ns := int64(*d)
+	return &ns
+}
+
+func offsetOf(ns *int64) *time.Duration {
+	if ns == nil {
+		return nil
+	}
+	d := time.Duration(*ns)
+	return &d
 }
