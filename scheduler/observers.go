@@ -4,7 +4,7 @@ import "time"
 
 // Observers returns an Observer that tells each of obs everything, and
 // implements each optional observer interface (ClockObserver,
-// RunObserver, RunStartObserver, SkipObserver) for those of obs that do: metrics, the
+// RunObserver, RunStartObserver, AttemptObserver, SkipObserver) for those of obs that do: metrics, the
 // cluster's history and the dead-man's switch each see what they want.
 func Observers(obs ...Observer) Observer { return fanout(obs) }
 
@@ -62,6 +62,14 @@ func (f fanout) SkipRecorded(r SkipRecord) {
 	for _, o := range f {
 		if c, ok := o.(SkipObserver); ok {
 			c.SkipRecorded(r)
+		}
+	}
+}
+
+func (f fanout) AttemptStarted(runID string, attempt int) {
+	for _, o := range f {
+		if c, ok := o.(AttemptObserver); ok {
+			c.AttemptStarted(runID, attempt)
 		}
 	}
 }

@@ -63,6 +63,13 @@ type RunStartObserver interface {
 	RunStarted(r RunStart)
 }
 
+// AttemptObserver is implemented by observers that want to know when a
+// run retries: attempt (2 and up) of run runID starts (the node's
+// announcement of what runs says which attempt). Called like RunStarted.
+type AttemptObserver interface {
+	AttemptStarted(runID string, attempt int)
+}
+
 // SkipRecord is a tick of a locked schedule that this node saw consumed
 // without a run: the backend answered paused or missed (the mark raised to
 // it), its lock was held by a run of the schedule (overlap), this node

@@ -98,6 +98,9 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	var out runOutcome
 	for attempt := 1; ; attempt++ {
 		jt.Attempt = attempt
+		if attempt > 1 && s.attemptObs != nil {
+			s.attemptObs.AttemptStarted(jt.RunID, attempt)
+		}
 		out = s.attempt(t, l, jt)
 		out.attempts = attempt
 		if out.result != ResultFailure || attempt > def.Retries {
@@ -106,11 +109,19 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		s.log.Info("run failed: retrying within the tick", slog.String("schedule", def.ID),
 			slog.String("tick", t.at.Format(time.RFC3339)), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.Any("error", out.err))
-		if !s.waitHoldingLock(t, l, backoff) {
+		stopped := s.backoffStart(jt.RunID)
+		waited := !s.stopAsked(jt.RunID) && s.waitHoldingLock(t, l, backoff, stopped)
+		s.backoffEnd(jt.RunID)
+		if s.stopAsked(jt.RunID) {
+			out.result = ResultCancelled // stopped between attempts: no more
+			break
+		}
+		if !waited {
 			break // the lock was lost or the node is stopping: no more attempts
 		}
 		backoff *= 2
 	}
+	s.stopDone(jt.RunID)
 	if !started.IsZero() && !out.unstarted {
 		// The start its observers were told of (history's provisional
 		// record of the run names it), not the last attempt's.
@@ -128,8 +139,8 @@ const DefaultRetryBackoff = 10 * time.Second
 
 // waitHoldingLock waits d while holding l (renewing it as a run would), for the
 // backoff between attempts. It reports false when the lock was lost, the
-// lease deadline passed, or shutdown began.
-func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration) bool {
+// lease deadline passed, shutdown began, or the run was stopped.
+func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration, stopped <-chan struct{}) bool {
 	wait := s.clock.NewTimer(d)
 	defer wait.Stop()
 	var renewC <-chan time.Time
@@ -142,6 +153,8 @@ func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration) bool {
 			case <-wait.C():
 				return !s.expired(l)
 			case <-s.stopCh:
+				return false
+			case <-stopped:
 				return false
 			case <-renewC:
 				r.Reset(l.every)
@@ -157,6 +170,8 @@ func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration) bool {
 	case <-wait.C():
 		return true
 	case <-s.stopCh:
+		return false
+	case <-stopped:
 		return false
 	}
 }
@@ -193,7 +208,7 @@ func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
 	}
 
 	w := s.newWatch()
-	w.t, w.l, w.fence, w.cancel = t, l, fence, cancel
+	w.t, w.l, w.fence, w.cancel, w.runID = t, l, fence, cancel, jt.RunID
 	w.overrunAt = start.Add(def.ExpectedRuntime)
 	if l != nil {
 		w.renewAt = start.Add(l.every)
@@ -206,6 +221,9 @@ func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
 		w.timeoutAt = start.Add(def.Timeout)
 	}
 	s.runs.add(w)
+	if s.stopAsked(jt.RunID) {
+		cancel(errStopped) // stopped before this attempt registered (StopRun)
+	}
 	w.start(start)
 	err := s.callJob(ctx, def.Job, jt)
 	s.runs.remove(w)
@@ -221,7 +239,7 @@ func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
 		out.result = ResultLockLost
 	case errors.Is(cause, errTimeout):
 		out.result = ResultTimeout
-	case errors.Is(cause, errShutdown):
+	case errors.Is(cause, errShutdown), errors.Is(cause, errStopped):
 		out.result = ResultCancelled
 	case err != nil:
 		out.result = ResultFailure
@@ -320,6 +338,7 @@ type watch struct {
 	l      *lease // nil for a node-local run: nothing to renew
 	fence  int64
 	cancel context.CancelCauseFunc
+	runID  string // for StopRun
 	// list, next, prev: w's place in s.runs while its job runs.
 	list       *runList
 	next, prev *watch

@@ -142,14 +142,15 @@ type Scheduler struct {
 	obs   Observer
 	log   *slog.Logger
 	// Resolved once at New, so a tick pays nothing to find them.
-	clockObs  ClockObserver    // obs, when it wants clock offsets
-	runObs    RunObserver      // obs, when it keeps run records
-	startObs  RunStartObserver // obs, when it wants run starts
-	skipObs   SkipObserver     // obs, when it keeps skip records
-	maxLease  time.Duration    // the backend's LeaseBounder bound; 0: the TTL
-	bootClock func() time.Time // the lease clock (lease.go); nil: clock.Now
-	backend   backendState     // outage and recovery (catchup.go)
-	hand      *handoff         // nil: no handoff (handoff.go)
+	clockObs   ClockObserver    // obs, when it wants clock offsets
+	runObs     RunObserver      // obs, when it keeps run records
+	startObs   RunStartObserver // obs, when it wants run starts
+	attemptObs AttemptObserver  // obs, when it wants retries' starts
+	skipObs    SkipObserver     // obs, when it keeps skip records
+	maxLease   time.Duration    // the backend's LeaseBounder bound; 0: the TTL
+	bootClock  func() time.Time // the lease clock (lease.go); nil: clock.Now
+	backend    backendState     // outage and recovery (catchup.go)
+	hand       *handoff         // nil: no handoff (handoff.go)
 	// idleWanted: some WaitIdle or WaitSettled (tests) has waited since
 	// the last notifyLocked; a handoff waiter notifies only then.
 	idleWanted atomic.Bool
@@ -198,6 +199,9 @@ type Scheduler struct {
 	// cancelled; the end of the grace cancels the runs through runs.
 	runBase context.Context
 	runs    runSet
+	// stops and backoffs serve StopRun (stop.go).
+	stops    stops
+	backoffs backoffs
 	// relCtx bounds releases (loop.go releaseCtx).
 	relCtx     atomic.Pointer[sharedDeadline]
 	cancelJobs context.CancelCauseFunc
@@ -375,6 +379,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.clockObs, _ = opts.Observer.(ClockObserver)
 	s.runObs, _ = opts.Observer.(RunObserver)
 	s.startObs, _ = opts.Observer.(RunStartObserver)
+	s.attemptObs, _ = opts.Observer.(AttemptObserver)
 	s.skipObs, _ = opts.Observer.(SkipObserver)
 	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
 		s.maxLease = lb.MaxLease()
