@@ -167,6 +167,8 @@ func TakeKeep(ttl time.Duration) time.Duration { return 2 * ttl }
 // key_prefix, Postgres namespace): two clusters sharing one server never
 // see each other's state.
 type Store interface {
+	Control
+
 	// RecordRuns appends runs to their schedules' histories, keeping the
 	// newest keep of each (older ones are trimmed, not necessarily at
 	// once, but a history never exceeds 2×keep). Fields over their bounds

@@ -273,6 +273,15 @@ func caseBadInput(s *suite) {
 		"Accepted(empty schedule)":       func() error { _, err := st.Accepted(s.ctx, "", "t1"); return err },
 		"Accepted(empty id)":             func() error { _, err := st.Accepted(s.ctx, "job", ""); return err },
 		"Held(empty schedule)":           func() error { _, err := st.Held(s.ctx, ""); return err },
+		"RecordAction(empty schedule)":   func() error { return st.RecordAction(s.ctx, action("", "pause", 1), 10) },
+		"RecordAction(no kind)":          func() error { return st.RecordAction(s.ctx, action("job", "", 1), 10) },
+		"Actions(empty schedule)":        func() error { _, err := st.Actions(s.ctx, "", 10); return err },
+		"Actions(limit 0)":               func() error { _, err := st.Actions(s.ctx, "job", 0); return err },
+		"RequestStop(no id)":             func() error { return st.RequestStop(s.ctx, stopReq("", 1), longTTL) },
+		"RequestStop(ttl 0)":             func() error { return st.RequestStop(s.ctx, stopReq("x", 1), 0) },
+		"StopActed(no id)":               func() error { return st.StopActed(s.ctx, "", "n", nil) },
+		"StopActed(no node)":             func() error { return st.StopActed(s.ctx, "x", "", nil) },
+		"CancelQueue(empty schedule)":    func() error { _, err := st.CancelQueue(s.ctx, ""); return err },
 	}
 	for what, f := range bad {
 		s.noPanic(what, func() { s.wantErrIs(f(), cluster.ErrInvalid, what) })
@@ -300,13 +309,19 @@ func caseCancelled(s *suite) {
 		"RecordSkips": func() error {
 			return st.RecordSkips(ctx, []cluster.Skip{skip("job", 1, "n", "paused")}, 10)
 		},
-		"Skips":    func() error { _, err := st.Skips(ctx, "job", 10); return err },
-		"Announce": func() error { return st.Announce(ctx, node("n", nil), longTTL) },
-		"Nodes":    func() error { _, err := st.Nodes(ctx); return err },
-		"Leave":    func() error { return st.Leave(ctx, "n") },
-		"Enqueue":  func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
-		"Queued":   func() error { _, err := st.Queued(ctx); return err },
-		"Requests": func() error { _, err := st.Requests(ctx, "job"); return err },
+		"Skips":        func() error { _, err := st.Skips(ctx, "job", 10); return err },
+		"Announce":     func() error { return st.Announce(ctx, node("n", nil), longTTL) },
+		"Nodes":        func() error { _, err := st.Nodes(ctx); return err },
+		"Leave":        func() error { return st.Leave(ctx, "n") },
+		"Enqueue":      func() error { return st.Enqueue(ctx, []cluster.Request{request("job", "t1", 1, false)}) },
+		"Queued":       func() error { _, err := st.Queued(ctx); return err },
+		"Requests":     func() error { _, err := st.Requests(ctx, "job"); return err },
+		"RecordAction": func() error { return st.RecordAction(ctx, action("job", "pause", 1), 10) },
+		"Actions":      func() error { _, err := st.Actions(ctx, "job", 10); return err },
+		"RequestStop":  func() error { return st.RequestStop(ctx, stopReq("x", 1), longTTL) },
+		"StopRequests": func() error { _, err := st.StopRequests(ctx); return err },
+		"StopActed":    func() error { return st.StopActed(ctx, "x", "n", nil) },
+		"CancelQueue":  func() error { _, err := st.CancelQueue(ctx, "job"); return err },
 		"TakeRequest": func() error {
 			_, err := st.TakeRequest(ctx, cluster.TakeReq{Schedule: "job", Node: "n", TTL: longTTL})
 			return err

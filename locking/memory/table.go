@@ -50,6 +50,8 @@ type table struct {
 	shards [numShards]shard
 	// nodes are the live announcements (cluster.Store), few and table-wide.
 	nodes nodeTable
+	// control is the operators' acts (control.go), few and table-wide.
+	control controlTable
 	// watches are the TickWatchers listening to raised marks (watch.go).
 	watches watchers
 }

@@ -13,7 +13,9 @@ const (
   AND to_regclass('bext_accepted') IS NOT NULL
   AND to_regclass('bext_taken') IS NOT NULL
   AND to_regclass('bext_taken_heard') IS NOT NULL
-  AND to_regclass('bext_skips') IS NOT NULL`
+  AND to_regclass('bext_skips') IS NOT NULL
+  AND to_regclass('bext_actions') IS NOT NULL
+  AND to_regclass('bext_stops') IS NOT NULL`
 
 	// createClusterSQL runs under the transaction-level advisory lock that
 	// serialises the creation of bext_lock_fences, as one simple-protocol
@@ -137,7 +139,46 @@ CREATE TABLE IF NOT EXISTS bext_skips (
     at_ns     bigint NOT NULL,
     PRIMARY KEY (namespace, schedule, tick_ns)
 );
+CREATE TABLE IF NOT EXISTS bext_actions (
+    namespace text   NOT NULL,
+    schedule  text   NOT NULL,
+    seq       bigint GENERATED ALWAYS AS IDENTITY,
+    action    jsonb  NOT NULL,
+    PRIMARY KEY (namespace, schedule, seq)
+);
+CREATE TABLE IF NOT EXISTS bext_stops (
+    namespace  text        NOT NULL,
+    id         text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    request    jsonb       NOT NULL,
+    acted      jsonb       NOT NULL DEFAULT '{}',
+    PRIMARY KEY (namespace, id)
+);
 COMMIT;`
+
+	// The operators' acts (control.go). bext_actions keeps each
+	// schedule's actions, newest by seq; recordActionSQL trims the ones
+	// past keep in the statement that adds one. bext_stops keeps the stop
+	// requests until expires_at (the database clock), each node's part in
+	// acted (node -> its stopped runs); expired rows are dropped by the
+	// next request. New tables: nodes of earlier versions never touch them.
+	recordActionSQL = `WITH ins AS (
+  INSERT INTO bext_actions (namespace, schedule, action) VALUES ($1::text, $2::text, $3::jsonb) RETURNING seq)
+DELETE FROM bext_actions WHERE namespace = $1::text AND schedule = $2::text AND seq <= (
+  SELECT seq FROM bext_actions WHERE namespace = $1::text AND schedule = $2::text
+  ORDER BY seq DESC OFFSET $4::bigint LIMIT 1)`
+	actionsSQL = `SELECT action FROM bext_actions WHERE namespace = $1::text AND schedule = $2::text
+ORDER BY seq DESC LIMIT $3::bigint`
+	requestStopSQL = `WITH gone AS (
+  DELETE FROM bext_stops WHERE namespace = $1::text AND expires_at <= clock_timestamp())
+INSERT INTO bext_stops (namespace, id, expires_at, request)
+VALUES ($1::text, $2::text, clock_timestamp() + $3::bigint * interval '1 microsecond', $4::jsonb)
+ON CONFLICT (namespace, id) DO NOTHING`
+	stopRequestsSQL = `SELECT request, acted FROM bext_stops WHERE namespace = $1::text AND expires_at > clock_timestamp()`
+	stopActedSQL    = `UPDATE bext_stops SET acted = acted || jsonb_build_object($3::text, $4::jsonb)
+WHERE namespace = $1::text AND id = $2::text AND expires_at > clock_timestamp()`
+	cancelQueueSQL = `WITH d AS (DELETE FROM bext_requests WHERE namespace = $1::text AND schedule = $2::text RETURNING 1)
+SELECT count(*) FROM d`
 
 	// recordSkipsSQL stores a batch of skips in one statement and one
 	// round trip, one per schedule and tick, and trims the schedules whose
