@@ -157,6 +157,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 			Lost:       n.metrics.SetLostTicks,
 			AuditEvery: cfg.History.AuditEvery.Duration,
 			Ready:      n.metrics.Ready,
+			// n.sched is set below, before the agent runs.
+			StopRun: func(runID string) bool { return n.sched.StopRun(runID) },
 		})
 		observer = scheduler.Observers(n.metrics, notifierObserver{n: n.notifier}, n.agent.Observer())
 	}

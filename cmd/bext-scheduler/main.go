@@ -109,6 +109,7 @@ status, history, trigger, pause, resume, backfill: 69 backend unreachable.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return withCode(exitUsage, fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
 	})
+	root.AddCommand(newStopCmd(), newCancelCmd())
 	root.AddCommand(newRunCmd(), newValidateCmd(), newNextCmd(), newLockCmd(), newLocksCmd(),
 		newStatusCmd(), newHistoryCmd(), newTriggerCmd(), newPauseCmd(), newResumeCmd(), newBackfillCmd(), newAuditCmd(),
 		newVersionCmd())

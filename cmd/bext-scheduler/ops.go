@@ -87,6 +87,7 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		if err != nil {
 			return nil, nil, withCode(exitUsage, err)
 		}
+		cl.SetBy(whoAmI())
 		return cl, func() {}, nil
 	}
 	if ctx == nil {
@@ -105,7 +106,7 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		closer()
 		return nil, nil, withCode(exitFailure, fmt.Errorf("the %s backend keeps no cluster state in this build", b.Name))
 	}
-	return ops.New(store, service.Schedules(cfg, logger, nil), ops.Options{By: "cli " + whoAmI(), MaxClockSkew: cfg.Locking.MaxClockSkew.Duration, Keep: cfg.History.Keep}), closer, nil
+	return ops.New(store, service.Schedules(cfg, logger, nil), ops.Options{By: whoAmI(), MaxClockSkew: cfg.Locking.MaxClockSkew.Duration, Keep: cfg.History.Keep}), closer, nil
 }
 
 // whoAmI is user@host, recorded with the requests this CLI queues.

@@ -85,6 +85,9 @@ func printStatus(w io.Writer, st ops.Status) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printLive(w, st, time.Now()); err != nil {
+		return err
+	}
 	for _, s := range st.Schedules {
 		if s.MarkAhead != nil {
 			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s, ahead of the clock: no tick of it runs before then (docs/OPERATING.md, \"A tick mark ahead of the clock\")\n",
@@ -96,9 +99,10 @@ func printStatus(w io.Writer, st ops.Status) error {
 		fmt.Fprintln(w, "no live nodes")
 	} else {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tCONFIG")
+		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tREADY\tCLOCK OFFSET\tCONFIG")
 		for _, n := range st.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.NodeID, dash(n.Version), fmtTime(n.StartedAt), fmtTime(n.LastSeen), dash(n.ConfigHash))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.NodeID, dash(n.Version), fmtTime(n.StartedAt), fmtTime(n.LastSeen),
+				yesNo(n.Ready), fmtOffset(n.ClockOffsetSeconds), dash(n.ConfigHash))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

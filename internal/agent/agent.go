@@ -82,6 +82,10 @@ type Options struct {
 	// Ready, when set, is the node's readiness (its /readyz), announced
 	// with the node; nil announces the node ready.
 	Ready func(ctx context.Context) error
+	// StopRun, when set, stops a run of this node (the scheduler's
+	// StopRun): the agent calls it for an operator's stop request
+	// (cluster.Control) naming a schedule that runs here.
+	StopRun func(runID string) bool
 }
 
 // Agent is one node's cluster duties. Create with New, start with Run.
@@ -115,6 +119,7 @@ type Agent struct {
 	// it changes. offset is the clock offset last measured (ns), with
 	// offsetSet once one was.
 	running   map[string]cluster.Running // by run id
+	stopsSeen map[string]bool            // stop requests acted on (pollStops' only)
 	kick      chan struct{}
 	offset    atomic.Int64
 	offsetSet atomic.Bool
@@ -237,6 +242,21 @@ func (o observer) RunRecorded(r scheduler.RunRecord)   { o.a.RunRecorded(r) }
 func (o observer) RunStarted(r scheduler.RunStart)     { o.a.RunStarted(r) }
 func (o observer) SkipRecorded(r scheduler.SkipRecord) { o.a.SkipRecorded(r) }
 
+// AttemptStarted keeps the attempt a run is at for the node's
+// announcement (scheduler.AttemptObserver).
+func (o observer) AttemptStarted(runID string, attempt int) {
+	o.a.mu.Lock()
+	r, ok := o.a.running[runID]
+	if ok {
+		r.Attempt = attempt
+		o.a.running[runID] = r
+	}
+	o.a.mu.Unlock()
+	if ok {
+		o.a.announceSoon()
+	}
+}
+
 // ClockOffset keeps the node's clock offset for its announcement
 // (scheduler.ClockObserver).
 func (o observer) ClockOffset(d time.Duration) {
@@ -311,6 +331,10 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 		defer wg.Done()
 		a.every(ctx, a.opts.PollEvery, func(pctx context.Context) { a.poll(ctx, pctx) })
 	}()
+	if a.opts.StopRun != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.every(ctx, a.opts.PollEvery, a.pollStops) }()
+	}
 	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
 	if a.opts.Audit != nil && a.opts.Lost != nil {
 		wg.Add(1)
@@ -331,6 +355,67 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 	defer cancel()
 	if err := a.b.Leave(end, a.opts.NodeID); err != nil {
 		a.log.Debug("leaving the cluster's node list failed", slog.Any("error", err))
+	}
+}
+
+// pollStops acts on the operators' stop requests: for each one it has not
+// acted on that names a schedule running here, it stops those runs (the
+// ones going on now: a run that starts later is not stopped) and tells
+// the cluster what it stopped. A node with nothing running reads nothing.
+func (a *Agent) pollStops(ctx context.Context) {
+	a.mu.Lock()
+	idle := len(a.running) == 0
+	a.mu.Unlock()
+	if idle {
+		return
+	}
+	reqs, err := a.b.StopRequests(ctx)
+	if err != nil {
+		a.log.Debug("looking for stop requests failed", slog.Any("error", err))
+		return
+	}
+	if a.stopsSeen == nil {
+		a.stopsSeen = map[string]bool{}
+	}
+	live := make(map[string]bool, len(reqs))
+	for _, r := range reqs {
+		live[r.ID] = true
+		if a.stopsSeen[r.ID] {
+			continue
+		}
+		var runs []cluster.Running
+		a.mu.Lock()
+		for _, run := range a.running {
+			if run.Schedule == r.Schedule {
+				runs = append(runs, run)
+			}
+		}
+		a.mu.Unlock()
+		if len(runs) == 0 {
+			a.stopsSeen[r.ID] = true // not ours: nothing runs here
+			continue
+		}
+		stopped := []cluster.Stopped{}
+		for _, run := range runs {
+			if a.opts.StopRun(run.RunID) {
+				stopped = append(stopped, cluster.Stopped{Node: a.opts.NodeID, Tick: run.Tick, RunID: run.RunID})
+				a.log.Warn("stopping a run, as an operator asked", slog.String("schedule", r.Schedule),
+					slog.String("tick", run.Tick.UTC().Format(time.RFC3339)), slog.String("run_id", run.RunID),
+					slog.String("by", r.By))
+			}
+		}
+		if err := a.b.StopActed(ctx, r.ID, a.opts.NodeID, stopped); err != nil {
+			// Not seen: the next poll stops again (a no-op for a run
+			// stopped already) and tells again.
+			a.log.Warn("telling the cluster what was stopped failed", slog.String("schedule", r.Schedule), slog.Any("error", err))
+			continue
+		}
+		a.stopsSeen[r.ID] = true
+	}
+	for id := range a.stopsSeen {
+		if !live[id] {
+			delete(a.stopsSeen, id)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
@@ -42,11 +43,14 @@ func (s *Service) Trigger(ctx context.Context, id string, wait time.Duration) (T
 		}
 	}
 	now := s.now()
-	req := cluster.Request{ID: newID(), Schedule: id, Tick: now, By: s.by, At: now}
+	req := cluster.Request{ID: newID(), Schedule: id, Tick: now, By: s.byOf(ctx), At: now}
 	if err := s.store.Enqueue(ctx, []cluster.Request{req}); err != nil {
 		return TriggerAnswer{}, backendErr("queueing the trigger", err)
 	}
 	ans := TriggerAnswer{Schedule: id}
+	if err := s.record(ctx, id, cluster.ActionTrigger, ""); err != nil {
+		return ans, err
+	}
 	node, err := s.awaitAccepted(ctx, id, req.ID, wait)
 	if err != nil {
 		return ans, err
@@ -103,7 +107,11 @@ func (s *Service) Pause(ctx context.Context, id string, req PauseRequest) (Pause
 	if err := s.store.SetPause(ctx, id, p); err != nil {
 		return PauseAnswer{}, backendErr("pausing", err)
 	}
-	return pauseAnswer(id, p), nil
+	note := p.Note
+	if !p.Until.IsZero() {
+		note = strings.TrimSpace(note + " (until " + p.Until.Format(time.RFC3339) + ")")
+	}
+	return pauseAnswer(id, p), s.record(ctx, id, cluster.ActionPause, note)
 }
 
 // maxNote bounds a pause note: it is shown in tables and pages.
@@ -121,7 +129,7 @@ func (s *Service) Resume(ctx context.Context, id string) (PauseAnswer, error) {
 	if err := s.store.SetPause(ctx, id, locking.Pause{}); err != nil {
 		return PauseAnswer{}, backendErr("resuming", err)
 	}
-	return pauseAnswer(id, locking.Pause{}), nil
+	return pauseAnswer(id, locking.Pause{}), s.record(ctx, id, cluster.ActionResume, "")
 }
 
 func pauseAnswer(id string, p locking.Pause) PauseAnswer {
@@ -161,7 +169,7 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 	now := s.now()
 	reqs := make([]cluster.Request, len(ticks))
 	for i, t := range ticks {
-		reqs[i] = cluster.Request{ID: newID(), Schedule: id, Tick: t, Backfill: true, By: s.by, At: now}
+		reqs[i] = cluster.Request{ID: newID(), Schedule: id, Tick: t, Backfill: true, By: s.byOf(ctx), At: now}
 	}
 	if err := s.store.Enqueue(ctx, reqs); err != nil {
 		if errors.Is(err, cluster.ErrBusy) {
@@ -169,7 +177,8 @@ func (s *Service) Backfill(ctx context.Context, id string, from, to time.Time) (
 		}
 		return BackfillAnswer{}, backendErr("queueing the backfill", err)
 	}
-	return BackfillAnswer{Schedule: id, Ticks: ticks}, nil
+	note := fmt.Sprintf("%d ticks, %s to %s", len(ticks), ticks[0].Format(time.RFC3339), ticks[len(ticks)-1].Format(time.RFC3339))
+	return BackfillAnswer{Schedule: id, Ticks: ticks}, s.record(ctx, id, cluster.ActionBackfill, note)
 }
 
 // checkDecided refuses a range of d that holds a tick past its tick mark

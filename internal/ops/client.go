@@ -21,8 +21,13 @@ type Client struct {
 	base      string // http://host:port
 	token     string // write token
 	readToken string // read token; the write token when empty
+	by        string // who asks (user@host), sent with writes
 	http      *http.Client
 }
+
+// SetBy names who asks (the CLI's user@host): the node records it, after
+// the client's address, with what the writes do.
+func (c *Client) SetBy(by string) { c.by = by }
 
 // NewClient returns a Client for the node listening at listen ("host:port"
 // as [http] listen spells it; a wildcard host means this machine). token
@@ -66,6 +71,20 @@ func (c *Client) Runs(ctx context.Context, id string, limit int) ([]Run, error) 
 func (c *Client) Trigger(ctx context.Context, id string, wait time.Duration) (TriggerAnswer, error) {
 	var a TriggerAnswer
 	err := c.do(ctx, http.MethodPost, schedulePath(id, "trigger")+"?wait="+url.QueryEscape(wait.String()), nil, &a)
+	return a, err
+}
+
+// Stop is POST /api/v1/schedules/{id}/stop?wait=D.
+func (c *Client) Stop(ctx context.Context, id string, wait time.Duration) (StopAnswer, error) {
+	var a StopAnswer
+	err := c.do(ctx, http.MethodPost, schedulePath(id, "stop")+"?wait="+url.QueryEscape(wait.String()), nil, &a)
+	return a, err
+}
+
+// Cancel is DELETE /api/v1/schedules/{id}/queue.
+func (c *Client) Cancel(ctx context.Context, id string) (CancelAnswer, error) {
+	var a CancelAnswer
+	err := c.do(ctx, http.MethodDelete, schedulePath(id, "queue"), nil, &a)
 	return a, err
 }
 
@@ -153,6 +172,10 @@ func (e *APIError) Unwrap() error {
 		return ErrBusy
 	case "no_backend":
 		return ErrNoBackend
+	case "not_running":
+		return ErrNotRunning
+	case "not_stopped":
+		return ErrNotStopped
 	case "unavailable":
 		return ErrUnavailable
 	case "unauthorized", "forbidden":
@@ -180,6 +203,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if c.by != "" && method != http.MethodGet {
+		req.Header.Set("X-Bext-By", c.by)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

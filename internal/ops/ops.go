@@ -42,6 +42,8 @@ type Operator interface {
 	Status(ctx context.Context) (Status, error)
 	Runs(ctx context.Context, id string, limit int) ([]Run, error)
 	Trigger(ctx context.Context, id string, wait time.Duration) (TriggerAnswer, error)
+	Stop(ctx context.Context, id string, wait time.Duration) (StopAnswer, error)
+	Cancel(ctx context.Context, id string) (CancelAnswer, error)
 	Pause(ctx context.Context, id string, req PauseRequest) (PauseAnswer, error)
 	Resume(ctx context.Context, id string) (PauseAnswer, error)
 	Backfill(ctx context.Context, id string, from, to time.Time) (BackfillAnswer, error)
@@ -99,6 +101,10 @@ type Schedule struct {
 	// Queued lists the manual runs waiting for a node, oldest first ([]
 	// when none): a trigger each, a backfill as one entry.
 	Queued []Queued `json:"queued"`
+	// LastAction is the newest operator act on the schedule (who paused,
+	// resumed, triggered, backfilled, stopped or cancelled it, when);
+	// null when none is recorded.
+	LastAction *LastAction `json:"last_action"`
 
 	// Pause is the flag behind Paused (note, end time), for tables.
 	Pause locking.Pause `json:"-"`
@@ -466,6 +472,16 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 				return
 			}
 			out[i].Pause, out[i].Paused = p, p.Active(now)
+			as, err := s.store.Actions(ctx, out[i].ID, 1)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if len(as) > 0 {
+				a := as[0]
+				a.At = a.At.UTC()
+				out[i].LastAction = &a
+			}
 			if defs[i].hint == string(hints.NodeLocal) {
 				return // no lock, no mark
 			}

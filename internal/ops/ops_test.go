@@ -185,8 +185,8 @@ func TestJSONShape(t *testing.T) {
 	}
 	check("status", keys(m), "schedules", "nodes", "config_drift")
 	scheds := m["schedules"].([]any)
-	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued")
-	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued")
+	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued", "last_action")
+	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued", "last_action")
 	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil || s1["mark_ahead"] != nil {
 		t.Errorf("empty last_run/next_tick = %v %v, want null", s1["last_run"], s1["next_tick"])
 	}

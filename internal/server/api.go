@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,8 +48,10 @@ func WithAPI(c APIConfig) Option {
 		mux.HandleFunc("POST /api/v1/schedules/{id}/pause", a.writer(a.pause))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/resume", a.writer(a.resume))
 		mux.HandleFunc("POST /api/v1/schedules/{id}/backfill", a.writer(a.backfill))
+		mux.HandleFunc("POST /api/v1/schedules/{id}/stop", a.writer(a.stop))
+		mux.HandleFunc("DELETE /api/v1/schedules/{id}/queue", a.writer(a.cancel))
 		mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: see GET /api/v1/status, /api/v1/schedules, /api/v1/nodes, /api/v1/schedules/{id}/runs, /api/v1/schedules/{id}/audit, /api/v1/audit, POST /api/v1/schedules/{id}/{trigger|pause|resume|backfill}")
+			writeError(w, http.StatusNotFound, "not_found", "no such endpoint: see GET /api/v1/status, /api/v1/schedules, /api/v1/nodes, /api/v1/schedules/{id}/runs, /api/v1/schedules/{id}/audit, /api/v1/audit, POST /api/v1/schedules/{id}/{trigger|pause|resume|backfill|stop}, DELETE /api/v1/schedules/{id}/queue")
 		})
 		a.servePage(mux) // the status page (page.go), guarded by the same tokens
 	}
@@ -133,7 +136,7 @@ func (a *api) writer(h http.HandlerFunc) http.HandlerFunc {
 			unauthorized(w, "wrong token")
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(ops.WithBy(r.Context(), apiBy(r))))
 	}
 }
 
@@ -279,6 +282,64 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
+func (a *api) stop(w http.ResponseWriter, r *http.Request) {
+	wait := defaultTriggerWait
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "invalid", "wait: want a duration such as 10s")
+			return
+		}
+		wait = min(d, maxTriggerWait)
+	}
+	id := r.PathValue("id")
+	ans, err := a.ops.Stop(r.Context(), id, wait)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.logger.Info("api: stop", "schedule", id, "stopped", len(ans.Stopped), "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	ans, err := a.ops.Cancel(r.Context(), id)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.logger.Info("api: cancel", "schedule", id, "cancelled", ans.Cancelled, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// byHeader names the person behind an API call, as the CLI sends it
+// (user@host): recorded after the client's address, never trusted alone.
+const byHeader = "X-Bext-By"
+
+// apiBy is who a write through the API is recorded as done by: "api",
+// the client's address, and the CLI's user@host when it sent one (cut
+// to 64 printable bytes: it is shown in tables).
+func apiBy(r *http.Request) string {
+	host := r.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	by := "api " + host
+	if v := r.Header.Get(byHeader); v != "" {
+		clean := make([]byte, 0, len(v))
+		for i := 0; i < len(v) && len(clean) < 64; i++ {
+			if c := v[i]; c > 0x20 && c < 0x7f {
+				clean = append(clean, c)
+			}
+		}
+		if len(clean) > 0 {
+			by += " (" + string(clean) + ")"
+		}
+	}
+	return by
+}
+
 // backfillRequest is the body of POST .../backfill.
 type backfillRequest struct {
 	From time.Time `json:"from"`
@@ -335,6 +396,10 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "busy", err.Error())
 	case errors.Is(err, ops.ErrNoBackend):
 		writeError(w, http.StatusConflict, "no_backend", err.Error())
+	case errors.Is(err, ops.ErrNotRunning):
+		writeError(w, http.StatusConflict, "not_running", err.Error())
+	case errors.Is(err, ops.ErrNotStopped):
+		writeError(w, http.StatusGatewayTimeout, "not_stopped", err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads the answer.
 	case ops.Unreachable(err):
