@@ -41,6 +41,6 @@ func warnOpenReads(logger *slog.Logger, h config.HTTP, addr string) {
 	if h.ReadToken != "" || isLoopback(h.Listen) {
 		return
 	}
-	logger.Warn("the API and status page are open to anyone who reaches "+addr+": set [http] read_token (for example read_token = \"${BEXT_READ_TOKEN}\")",
+	logger.Warn("the API and status page are open to anyone who reaches "+addr+": set [http] read_token (for example read_token = \"${BEXT_API_READ_TOKEN}\")",
 		"addr", addr)
 }
