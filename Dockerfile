@@ -7,7 +7,13 @@
 #     --build-arg VERSION=$(git describe --tags --always --dirty) \
 #     --build-arg COMMIT=$(git rev-parse --short HEAD) .
 #   docker run --rm -v $PWD/bext.config.toml:/etc/bext/bext.config.toml:ro \
-#     -e REDIS_URL=redis://redis:6379/0 -p 9464:9464 bext-scheduler
+#     -e REDIS_URL=redis://redis:6379/0 -e BEXT_API_READ_TOKEN=$(openssl rand -hex 16) \
+#     -p 9464:9464 bext-scheduler
+#
+# The node listens on every interface here (CMD below), so its config should
+# hold read_token = "${BEXT_API_READ_TOKEN}" as examples/cluster.config.toml
+# does: without it the API and status page are open to anyone reaching the
+# port, and the node warns at start.
 #
 # .dockerignore keeps .git out of the context, so version and commit come in
 # as build arguments (the Makefile computes the same values for `make build`).

@@ -123,12 +123,25 @@ type HTTP struct {
 	// ReadToken, when set, is needed for the API's reads too (the write
 	// token is accepted for them as well). A secret like Token.
 	ReadToken string `toml:"read_token"`
+	// MaxConnections caps the connections served at once; more wait in the
+	// kernel's queue. Default DefaultMaxConnections, 1 to
+	// MaxMaxConnections. The node lowers it further to half its
+	// descriptor limit, so a flood of connections cannot take the
+	// descriptors its jobs need.
+	MaxConnections int `toml:"max_connections"`
+	// Hosts are the extra host names (no port) a request's Host header may
+	// carry, besides the listen address, loopback names and addresses, and,
+	// on a 0.0.0.0 or :: listen, any IP address. Another Host is refused
+	// (421), so a web page cannot reach the API through a name of its own
+	// that resolves here (DNS rebinding).
+	Hosts []string `toml:"hosts"`
 }
 
 // String shows the settings with the tokens masked, so logging the struct
 // cannot leak them.
 func (h HTTP) String() string {
-	return fmt.Sprintf("{listen=%q token=%s read_token=%s}", h.Listen, maskSet(h.Token), maskSet(h.ReadToken))
+	return fmt.Sprintf("{listen=%q token=%s read_token=%s max_connections=%d hosts=%q}",
+		h.Listen, maskSet(h.Token), maskSet(h.ReadToken), h.MaxConnections, h.Hosts)
 }
 
 // maskSet shows whether a secret is set, never the secret.

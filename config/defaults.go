@@ -13,10 +13,15 @@ import (
 const (
 	DefaultShutdownGrace = 30 * time.Second
 	DefaultListen        = "127.0.0.1:9464"
-	DefaultLogLevel      = "info"
-	DefaultLogFormat     = "text"
-	DefaultSafetyMargin  = 5 * time.Second
-	DefaultMaxClockSkew  = time.Second
+	// DefaultMaxConnections is [http] max_connections: far above what
+	// Prometheus, probes and operators open, far below a descriptor limit.
+	DefaultMaxConnections = 256
+	// MaxMaxConnections bounds [http] max_connections.
+	MaxMaxConnections   = 65536
+	DefaultLogLevel     = "info"
+	DefaultLogFormat    = "text"
+	DefaultSafetyMargin = 5 * time.Second
+	DefaultMaxClockSkew = time.Second
 	// DefaultHandoffDelay is [cluster] handoff_delay's default: far above a
 	// backend round trip, far below max_clock_skew.
 	DefaultHandoffDelay    = 250 * time.Millisecond
@@ -57,7 +62,7 @@ func Default() *Config {
 func defaultConfig() Config {
 	return Config{
 		ShutdownGrace: Duration{DefaultShutdownGrace},
-		HTTP:          HTTP{Listen: DefaultListen},
+		HTTP:          HTTP{Listen: DefaultListen, MaxConnections: DefaultMaxConnections},
 		History:       History{Keep: DefaultHistoryKeep, AuditEvery: Duration{DefaultAuditEvery}},
 		Log:           Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Notify:        Notify{Timeout: Duration{DefaultNotifyTimeout}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ command = ["true"]
 		t.Errorf("node_id %q, want the host name %q", c.NodeID, host)
 	}
 	want := defaultConfig()
-	if c.ShutdownGrace != want.ShutdownGrace || c.HTTP != want.HTTP || c.Log != want.Log ||
+	if c.ShutdownGrace != want.ShutdownGrace || !reflect.DeepEqual(c.HTTP, want.HTTP) || c.Log != want.Log ||
 		c.Locking.SafetyMargin != want.Locking.SafetyMargin || c.Locking.MaxClockSkew != want.Locking.MaxClockSkew {
 		t.Errorf("defaults not filled: %+v", c)
 	}

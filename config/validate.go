@@ -43,6 +43,16 @@ func (c *Config) validate() []Problem {
 	}
 	v.token(c.HTTP.Token, "http.token", at("http.token"))
 	v.token(c.HTTP.ReadToken, "http.read_token", at("http.read_token"))
+	if m := c.HTTP.MaxConnections; m < 1 || m > MaxMaxConnections {
+		v.add(at("http.max_connections"), "http.max_connections is %d; want 1 to %d (connections served at once)", m, MaxMaxConnections)
+	}
+	for i, h := range c.HTTP.Hosts {
+		// The value is not quoted: it may have come from ${VAR}.
+		if err := CheckHost(h); err != nil {
+			key := "http.hosts." + strconv.Itoa(i)
+			v.add(at(key), "http.hosts[%d]: %v", i, err)
+		}
+	}
 	if k := c.History.Keep; k < 1 || k > MaxHistoryKeep {
 		v.add(at("history.keep"), "history.keep is %d; want 1 to %d (runs kept per schedule)", k, MaxHistoryKeep)
 	}
@@ -443,6 +453,28 @@ func CheckListen(addr string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// CheckHost reports whether h can be an [http] hosts entry: a host name or
+// IP address as a Host header carries it, without port or scheme.
+func CheckHost(h string) error {
+	switch {
+	case h == "":
+		return errors.New("empty; want a host name such as \"bext.example.com\"")
+	case net.ParseIP(h) != nil:
+		return nil
+	case strings.Contains(h, "://"):
+		return errors.New("want a host name, not a URL (no scheme)")
+	case strings.Contains(h, ":"):
+		return errors.New("want a host name without a port (any port is accepted)")
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return errors.New("not a host name (letters, digits, '-', '_' and '.' only)")
+		}
 	}
 	return nil
 }

@@ -15,9 +15,10 @@ import (
 // clusterEnv is what examples/cluster.config.toml and examples/jobs need
 // from the environment.
 var clusterEnv = map[string]string{
-	"REDIS_URL":          "redis://:secret@127.0.0.1:6379/0",
-	"TOKEN":              "example-token",
-	"BACKUP_DB_PASSWORD": "example-password",
+	"REDIS_URL":           "redis://:secret@127.0.0.1:6379/0",
+	"TOKEN":               "example-token",
+	"BEXT_API_READ_TOKEN": "example-read-token",
+	"BACKUP_DB_PASSWORD":  "example-password",
 }
 
 func TestClusterExampleValidates(t *testing.T) {

@@ -79,6 +79,7 @@ func TestSystemdUnit(t *testing.T) {
 	// jobs the node is still waiting for (and the lock release after them).
 	t.Setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
 	t.Setenv("TOKEN", "t")
+	t.Setenv("BEXT_API_READ_TOKEN", "r")
 	t.Setenv("BACKUP_DB_PASSWORD", "p")
 	cfg, err := config.Load(repo("examples/cluster.config.toml"))
 	if err != nil {

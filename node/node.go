@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,6 +84,10 @@ type Node struct {
 	sched    *scheduler.Scheduler
 	ops      *ops.Service
 	srv      *server.Server // nil with [http] listen = "off"
+	// httpConns is the cap on srv's connections (httpConnCap) and
+	// fdLimit the descriptor limit it was sized from (0: unknown).
+	httpConns int
+	fdLimit   uint64
 
 	nScheduled int
 	version    string
@@ -191,10 +196,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 		store = st
 	}
 	n.ops = ops.New(store, schedules, ops.Options{By: "api " + cfg.NodeID, MaxClockSkew: cfg.Locking.MaxClockSkew.Duration, Keep: cfg.History.Keep})
+	n.fdLimit = raiseDescriptorLimit(n.logger)
 	if l := cfg.HTTP.Listen; l != "" && l != "off" {
+		n.httpConns = httpConnCap(cfg.HTTP.MaxConnections, n.fdLimit)
+		if n.httpConns < cfg.HTTP.MaxConnections {
+			n.logger.Warn("[http] max_connections lowered to half the descriptor limit, so a connection flood leaves the rest to jobs",
+				"max_connections", cfg.HTTP.MaxConnections, "serving", n.httpConns, "descriptor_limit", n.fdLimit)
+		}
 		n.srv = server.New(l, n.registry, n.metrics.Ready, n.logger, server.WithAPI(server.APIConfig{
 			Ops: n.ops, Token: cfg.HTTP.Token, ReadToken: cfg.HTTP.ReadToken,
-		}), server.WithMetrics(n.metrics.Handler(slog.NewLogLogger(n.logger.Handler(), slog.LevelError))))
+		}), server.WithMetrics(n.metrics.Handler(slog.NewLogLogger(n.logger.Handler(), slog.LevelError))),
+			server.WithMaxConnections(n.httpConns), server.WithHosts(cfg.HTTP.Hosts))
 	}
 	n.nScheduled = len(cfg.Scheduled)
 	if opts.ReleaseSchedules {
@@ -241,7 +253,9 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 		n.logger.Info("serving metrics and health", "addr", n.srv.Addr(),
-			"api_writes", n.started.HTTP.Token != "", "api_read_token", n.started.HTTP.ReadToken != "")
+			"api_writes", n.started.HTTP.Token != "", "api_read_token", n.started.HTTP.ReadToken != "",
+			"max_connections", n.httpConns, "descriptor_limit", n.fdLimit)
+		warnOpenReads(n.logger, n.started.HTTP, n.srv.Addr())
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -343,6 +357,9 @@ func (n *Node) Reload(next *config.Config) error {
 	}
 	if next.HTTP.Token != started.HTTP.Token || next.HTTP.ReadToken != started.HTTP.ReadToken {
 		n.logger.Warn("reload: [http] token and read_token changes apply at the next restart")
+	}
+	if next.HTTP.MaxConnections != started.HTTP.MaxConnections || !slices.Equal(next.HTTP.Hosts, started.HTTP.Hosts) {
+		n.logger.Warn("reload: [http] max_connections and hosts changes apply at the next restart")
 	}
 	applyNotify(next, n.notifier, n.metrics)
 	if next.Notify != started.Notify {

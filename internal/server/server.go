@@ -19,12 +19,14 @@ import (
 )
 
 // Timeouts. A scrape gathers every metric, which takes milliseconds; the
-// bounds are there so a stuck or slow client cannot hold a connection.
+// bounds are there so a stuck or slow client cannot hold a connection (one
+// of at most MaxConnections: a connection that sends nothing is closed
+// after readHeaderTimeout, an idle keep-alive one after idleTimeout).
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 10 * time.Second
 	writeTimeout      = 30 * time.Second
-	idleTimeout       = 60 * time.Second
+	idleTimeout       = 30 * time.Second
 	// readyTimeout bounds one /readyz check (its ping is bounded too).
 	readyTimeout = 5 * time.Second
 )
@@ -34,10 +36,12 @@ var ErrStarted = errors.New("server: already started")
 
 // Server serves /metrics, /healthz and /readyz.
 type Server struct {
-	addr    string
-	logger  *slog.Logger
-	srv     *http.Server
-	metrics http.Handler // /metrics: reg through promhttp, or WithMetrics's
+	addr     string
+	logger   *slog.Logger
+	srv      *http.Server
+	metrics  http.Handler // /metrics: reg through promhttp, or WithMetrics's
+	hosts    []string     // WithHosts: names a request's Host may carry
+	maxConns int          // WithMaxConnections; 0 is no cap
 
 	mu   sync.Mutex
 	ln   net.Listener
@@ -49,7 +53,9 @@ type Server struct {
 // nil (a nil ready means always ready) and 503 with the error's text
 // otherwise, so that text must come from our own code, never carry secrets.
 // A nil reg serves no metrics; a nil logger means slog.Default(). Options
-// add routes (WithAPI).
+// add routes (WithAPI) and limits (WithMaxConnections, WithHosts). Every
+// route but /healthz, /readyz and /metrics answers only requests whose Host
+// names this node (host.go).
 func New(addr string, reg prometheus.Gatherer, ready func(ctx context.Context) error, logger *slog.Logger, opts ...Option) *Server {
 	if logger == nil {
 		logger = slog.Default()
@@ -109,6 +115,13 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("server: listening on %q: %w", s.addr, err)
 	}
+	if s.maxConns > 0 {
+		ln = newLimitListener(ln, s.maxConns)
+	}
+	// Guarded here, on the way to the network, rather than in New: tests
+	// that serve the handler in process (httptest names example.com) see
+	// the routes alone.
+	s.srv.Handler = newHostGuard(s.addr, s.hosts).wrap(s.srv.Handler)
 	s.ln = ln
 	s.done = make(chan struct{})
 	go func() {
@@ -155,6 +168,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // fleet written without a message per series).
 func WithMetrics(h http.Handler) Option {
 	return func(s *Server, _ *http.ServeMux) { s.metrics = h }
+}
+
+// WithMaxConnections serves at most n connections at once (n > 0); more
+// wait in the kernel's accept queue until one closes (limit.go).
+func WithMaxConnections(n int) Option {
+	return func(s *Server, _ *http.ServeMux) { s.maxConns = n }
+}
+
+// WithHosts adds names a request's Host header may carry besides the
+// listen address and loopback ([http] hosts; host.go).
+func WithHosts(hosts []string) Option {
+	return func(s *Server, _ *http.ServeMux) { s.hosts = hosts }
 }
 
 func writeText(w http.ResponseWriter, status int, body string) {
