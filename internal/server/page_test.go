@@ -254,7 +254,7 @@ func TestPageShowsLiveWork(t *testing.T) {
 	}
 
 	trigger := `<div class="queued"><span class="tag">trigger</span> <time datetime="2026-03-01T11:57:00Z">2026-03-01T11:57:00Z</time> by <span class="who">alice@host</span>, queued <time datetime="2026-03-01T11:57:00Z" title="2026-03-01T11:57:00Z">3m ago</time></div>`
-	backfill := `<div class="queued"><span class="tag">backfill</span> <time datetime="2026-02-28T00:00:00Z">2026-02-28T00:00:00Z</time>..<time datetime="2026-02-28T00:10:00Z">2026-02-28T00:10:00Z</time> by <span class="who">bob@ops</span>, queued <time datetime="2026-03-01T11:58:00Z" title="2026-03-01T11:58:00Z">2m ago</time></div>`
+	backfill := `<div class="queued"><span class="tag">backfill</span> <time datetime="2026-02-28T00:00:00Z">2026-02-28T00:00:00Z</time> to <time datetime="2026-02-28T00:10:00Z">2026-02-28T00:10:00Z</time> by <span class="who">bob@ops</span>, queued <time datetime="2026-03-01T11:58:00Z" title="2026-03-01T11:58:00Z">2m ago</time></div>`
 	running := []string{
 		`>running on <span class="node">node-c</span> for <span class="dur">12s</span>, attempt 2</div>`,
 		`>running on <span class="node">node-d</span> for <span class="dur">3m</span></div>`,
