@@ -302,6 +302,27 @@ func TestPageShowsLiveWork(t *testing.T) {
 	}
 }
 
+// TestPageFilterBox: the list's filter box is for JavaScript only (hidden
+// without it) and the list comes whole, no row hidden by the server; a
+// schedule's page has no box.
+func TestPageFilterBox(t *testing.T) {
+	t.Parallel()
+	f := newPageFixture(t, writeTok, "", 5, 1)
+	list := body(t, f.get(t, "/"))
+	if !regexp.MustCompile(`<span class="filter js-only"><label for="filter">filter</label> <input id="filter" type="search"`).MatchString(list) {
+		t.Errorf("GET / has no filter box for JavaScript only")
+	}
+	if n := strings.Count(list, `<tr class="sched`); n != 5 {
+		t.Errorf("GET / lists %d schedules, want all 5", n)
+	}
+	if regexp.MustCompile(`<tr[^>]* hidden`).MatchString(list) {
+		t.Errorf("GET / hides a row without JavaScript")
+	}
+	if strings.Contains(body(t, f.get(t, "/schedules/job")), `id="filter"`) {
+		t.Errorf("a schedule's page has a filter box")
+	}
+}
+
 // TestPageLongIDTitle: an id too long for the list's column carries its
 // whole self as the link's title (the CSS ends it in an ellipsis).
 func TestPageLongIDTitle(t *testing.T) {
