@@ -60,9 +60,10 @@ const (
 	pageQueueShown  = 3
 )
 
-// pageIDShown is how many characters of an id the list shows before an
-// ellipsis; a longer id gets its whole self as the link's title.
-const pageIDShown = 40
+// pageIDShown is the longest id the list surely shows whole: page.css
+// cuts the link at 32ch (32 widths of a "0", more of most letters) with
+// an ellipsis, so a longer id gets its whole self as the link's title.
+const pageIDShown = 32
 
 // pageOffsetWarn is the clock offset the nodes table marks: the
 // BextClockOffset alert's threshold (deploy/alerts.yml), half the default
