@@ -353,9 +353,10 @@ func nodeRows(ns []ops.Node, now time.Time) []nodeRow {
 	return rows
 }
 
-// fmtOffset is a clock offset with its sign: "+12ms", "-1.5s", "0ms".
+// fmtOffset is a clock offset with its sign, to the millisecond: "+12ms",
+// "-1.5s", and "0ms" under half a millisecond either way (not "-0ms").
 func fmtOffset(sec float64) string {
-	d := time.Duration(math.Round(sec * float64(time.Second)))
+	d := time.Duration(math.Round(sec*1000)) * time.Millisecond
 	switch {
 	case d < 0:
 		return "-" + fmtDuration(-d)

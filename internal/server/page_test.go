@@ -302,6 +302,19 @@ func TestPageShowsLiveWork(t *testing.T) {
 	}
 }
 
+// TestFmtOffset: a clock offset reads with its sign, to the millisecond.
+func TestFmtOffset(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sec  float64
+		want string
+	}{{0, "0ms"}, {-0.0003, "0ms"}, {0.0004, "0ms"}, {0.0006, "+1ms"}, {0.012, "+12ms"}, {-1.5, "-1.5s"}, {-0.9996, "-1.0s"}, {75, "+1m 15s"}} {
+		if got := fmtOffset(c.sec); got != c.want {
+			t.Errorf("fmtOffset(%v) = %q, want %q", c.sec, got, c.want)
+		}
+	}
+}
+
 // TestPageFilterBox: the list's filter box is for JavaScript only (hidden
 // without it) and the list comes whole, no row hidden by the server; a
 // schedule's page has no box.
