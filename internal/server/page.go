@@ -9,6 +9,7 @@ import (
 	"errors"
 	"html/template"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -44,18 +45,30 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"resclass": resultClass,
 	"schedurl": func(id string) string { return "/schedules/" + url.PathEscape(id) },
 	"short":    shortHash,
-	"join":     func(ss []string) string { return strings.Join(ss, ", ") },
+	"long":     func(id string) bool { return len(id) > pageIDShown },
 }).ParseFS(pageFS, "page/*.html"))
 
 // pageRefresh is how often the page refreshes itself (page.js; a meta
 // refresh inside <noscript> without JavaScript).
 const pageRefresh = 5 * time.Second
 
-// Page limits: the detail page's runs (and its chart's bars).
+// Page limits: the detail page's runs (and its chart's bars); the queued
+// requests a row of the list shows (the schedule's page shows them all).
 const (
 	pageRunsDefault = 50
 	pageRunsMax     = 500
+	pageQueueShown  = 3
 )
+
+// pageIDShown is the longest id the list surely shows whole: page.css
+// cuts the link at 32ch (32 widths of a "0", more of most letters) with
+// an ellipsis, so a longer id gets its whole self as the link's title.
+const pageIDShown = 32
+
+// pageOffsetWarn is the clock offset the nodes table marks: the
+// BextClockOffset alert's threshold (deploy/alerts.yml), half the default
+// max_clock_skew.
+const pageOffsetWarn = 0.5 // seconds
 
 // pageCSP forbids every source but this origin's stylesheet, images and
 // API, and every script but the one carrying the response's nonce: an
@@ -158,20 +171,50 @@ type statusData struct {
 	// reading every history on every load of a page that refreshes every
 	// few seconds.
 	Lost int
+	// Running and Queued count the schedules running now and those with
+	// manual work waiting.
+	Running, Queued int
 }
 
+// scheduleRow is a schedule as both pages show it. Each of ops.Schedule's
+// fields is rendered by one named template of page.html, shared by the
+// list's row and the schedule's page: "pause-state" (the state cell),
+// "last-run" (the last run cell), "now" and "queue-head" (what runs and
+// waits now).
 type scheduleRow struct {
 	ops.Schedule
 	NextIn  string // "in 4m 10s"
 	LastAgo string // "3m ago"
 	Drifted bool
 	Lost    int // ticks lost in the last day (list page only)
+
+	Live      []liveRun   // Running, with how long each has run
+	Queue     []queuedReq // Queued, with how long each has waited
+	QueueHead []queuedReq // the first pageQueueShown of Queue: the list's
+	QueueMore int         // how many of Queue the list leaves to the schedule's page
+}
+
+// liveRun is a run going on now: "running on node-b for 12s".
+type liveRun struct {
+	ops.Running
+	For string
+}
+
+// queuedReq is a trigger or backfill waiting for a node.
+type queuedReq struct {
+	ops.Queued
+	Ago string // since it was queued
 }
 
 type nodeRow struct {
 	ops.Node
 	Uptime  string
 	SeenAgo string
+	// Offset is the node's clock offset as the page shows it ("+12ms",
+	// "-1.5s"), "" when the node has not measured one; OffsetWarn when
+	// it is past pageOffsetWarn either way.
+	Offset     string
+	OffsetWarn bool
 }
 
 // scheduleData is GET /schedules/{id}.
@@ -237,6 +280,12 @@ func (a *api) statusPage(w http.ResponseWriter, r *http.Request) {
 			if s.MarkAhead != nil {
 				d.MarkAhead++
 			}
+			if len(s.Running) > 0 {
+				d.Running++
+			}
+			if len(s.Queued) > 0 {
+				d.Queued++
+			}
 		}
 		lost, _, lerr := a.ops.LostRecently(r.Context())
 		switch {
@@ -269,16 +318,53 @@ func scheduleRows(st ops.Status, now time.Time) []scheduleRow {
 		if s.LastRun != nil {
 			rows[i].LastAgo = relative(now, s.LastRun.StartedAt)
 		}
+		rows[i].Live, rows[i].Queue = liveRuns(s.Running, now), queuedReqs(s.Queued, now)
+		rows[i].QueueHead = rows[i].Queue[:min(len(rows[i].Queue), pageQueueShown)]
+		rows[i].QueueMore = len(rows[i].Queue) - len(rows[i].QueueHead)
 	}
 	return rows
+}
+
+func liveRuns(rs []ops.Running, now time.Time) []liveRun {
+	out := make([]liveRun, len(rs))
+	for i, r := range rs {
+		out[i] = liveRun{Running: r, For: fmtDuration(now.Sub(r.StartedAt))}
+	}
+	return out
+}
+
+func queuedReqs(qs []ops.Queued, now time.Time) []queuedReq {
+	out := make([]queuedReq, len(qs))
+	for i, q := range qs {
+		out[i] = queuedReq{Queued: q, Ago: relative(now, q.QueuedAt)}
+	}
+	return out
 }
 
 func nodeRows(ns []ops.Node, now time.Time) []nodeRow {
 	rows := make([]nodeRow, len(ns))
 	for i, n := range ns {
 		rows[i] = nodeRow{Node: n, Uptime: fmtDuration(now.Sub(n.StartedAt)), SeenAgo: relative(now, n.LastSeen)}
+		if off := n.ClockOffsetSeconds; off != nil {
+			rows[i].Offset = fmtOffset(*off)
+			rows[i].OffsetWarn = math.Abs(*off) > pageOffsetWarn
+		}
 	}
 	return rows
+}
+
+// fmtOffset is a clock offset with its sign, to the millisecond: "+12ms",
+// "-1.5s", and "0ms" under half a millisecond either way (not "-0ms").
+func fmtOffset(sec float64) string {
+	d := time.Duration(math.Round(sec*1000)) * time.Millisecond
+	switch {
+	case d < 0:
+		return "-" + fmtDuration(-d)
+	case d > 0:
+		return "+" + fmtDuration(d)
+	default:
+		return fmtDuration(0)
+	}
 }
 
 func (a *api) schedulePage(w http.ResponseWriter, r *http.Request) {

@@ -184,7 +184,7 @@ func TestPageShowsState(t *testing.T) {
 		`<span class="tag bad mark-ahead" title="the tick mark lies ahead of the clock: no tick of this schedule runs before it">mark ahead: <time datetime="` + f.markAhead.UTC().Format(time.RFC3339) + `">`,
 		`<span class="tag bad">1 mark ahead</span>`,
 		`<section class="banner warn" id="drift">`,
-		`<a href="/schedules/job">job</a>: <code>h1</code> on node-&lt;img src=x onerror=window.pwned=2&gt;; <code>h1-changed</code> on node-b`,
+		`<a href="/schedules/job">job</a>: <code>h1</code> on <span class="node">node-&lt;img src=x onerror=window.pwned=2&gt;</span>; <code>h1-changed</code> on <span class="node">node-b</span>`,
 		`<tr class="sched last-bad is-paused" data-id="job">`,
 		`<span class="res bad">failure</span>`,
 		`<time datetime="2026-03-01T12:05:00Z">2026-03-01T12:05:00Z</time> <span class="rel">in 5m</span>`,
@@ -215,6 +215,145 @@ func TestPageShowsState(t *testing.T) {
 		if r := f.get(t, a); r.StatusCode != http.StatusOK {
 			t.Errorf("GET %s: %d", a, r.StatusCode)
 		}
+	}
+}
+
+// TestPageShowsLiveWork: what runs now ("running on node-c for 12s", one
+// line per node running it), the queue (kind, tick or range, who, when;
+// the list shows the first three and links to the rest), and per node its
+// readiness, clock offset (marked past the alert's threshold, "unmeasured"
+// when null) and last seen.
+func TestPageShowsLiveWork(t *testing.T) {
+	t.Parallel()
+	f := newPageFixture(t, writeTok, "", 2, 1)
+	ctx := context.Background()
+	hashes := map[string]string{"job": "h1", evilID: "h2"}
+	plus, minus := 12*time.Millisecond, -1500*time.Millisecond
+	for _, n := range []cluster.Node{
+		{NodeID: "node-c", Ready: true, ClockOffset: &plus, Running: []cluster.Running{
+			{Schedule: "job", Tick: f.now.Add(-time.Minute), RunID: "run-c", StartedAt: f.now.Add(-12 * time.Second), Attempt: 2}}},
+		{NodeID: "node-d", ClockOffset: &minus, Running: []cluster.Running{
+			{Schedule: "job", Tick: f.now, RunID: "run-d", StartedAt: f.now.Add(-3 * time.Minute), Attempt: 1}}},
+	} {
+		n.Version, n.StartedAt, n.ConfigHash, n.Schedules = "v1.2.3", f.now.Add(-time.Hour), "cfg0", hashes
+		if err := f.st.Announce(ctx, n, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := f.now.Add(-3 * time.Minute)
+	reqs := []cluster.Request{{ID: "q1", Schedule: "job", Tick: at, By: "alice@host", At: at}}
+	for i := range 3 {
+		tick := time.Date(2026, 2, 28, 0, 5*i, 0, 0, time.UTC)
+		reqs = append(reqs, cluster.Request{ID: fmt.Sprint("b", i), Schedule: "job", Tick: tick, Backfill: true, By: "bob@ops", At: at.Add(time.Minute)})
+	}
+	for i := range 3 {
+		reqs = append(reqs, cluster.Request{ID: fmt.Sprint("q", i+2), Schedule: "job", Tick: at, By: "api 127.0.0.1", At: at.Add(2 * time.Minute)})
+	}
+	if err := f.st.Enqueue(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+
+	trigger := `<div class="queued"><span class="tag">trigger</span> <time datetime="2026-03-01T11:57:00Z">2026-03-01T11:57:00Z</time> by <span class="who">alice@host</span>, queued <time datetime="2026-03-01T11:57:00Z" title="2026-03-01T11:57:00Z">3m ago</time></div>`
+	backfill := `<div class="queued"><span class="tag">backfill</span> <time datetime="2026-02-28T00:00:00Z">2026-02-28T00:00:00Z</time> to <time datetime="2026-02-28T00:10:00Z">2026-02-28T00:10:00Z</time> by <span class="who">bob@ops</span>, queued <time datetime="2026-03-01T11:58:00Z" title="2026-03-01T11:58:00Z">2m ago</time></div>`
+	running := []string{
+		`>running on <span class="node">node-c</span> for <span class="dur">12s</span>, attempt 2</div>`,
+		`>running on <span class="node">node-d</span> for <span class="dur">3m</span></div>`,
+	}
+	list := body(t, f.get(t, "/"))
+	for _, want := range append([]string{
+		`<span class="tag run">1 running</span> <span class="tag">1 queued</span></h2>`,
+		trigger, backfill,
+		`<div class="more"><a href="/schedules/job">2 more queued</a></div>`,
+		`<tr data-node="node-c"><td class="id">node-c</td>
+<td class="ready"><span class="tag good">ready</span></td>`,
+		`<td class="offset"><span class="dur" title="the node clock minus the backend clock">&#43;12ms</span></td>`,
+		`<tr data-node="node-d"><td class="id">node-d</td>
+<td class="ready"><span class="tag bad">not ready</span></td>`,
+		`<td class="offset"><span class="dur tag warn" title="the node clock minus the backend clock">-1.5s</span></td>`,
+		`<td class="offset"><span class="none" title="the node has not measured it (the backend has no clock)">unmeasured</span></td>`,
+		`<td class="seen"><time datetime="`,
+	}, running...) {
+		if !strings.Contains(list, want) {
+			t.Errorf("GET / lacks %s", want)
+		}
+	}
+	if n := strings.Count(list, `<div class="queued">`); n != pageQueueShown {
+		t.Errorf("the list shows %d queued entries, want %d", n, pageQueueShown)
+	}
+	// The other schedule is idle: its cell is empty.
+	if !strings.Contains(list, `<td class="now"></td>`) {
+		t.Errorf("an idle schedule's running/queued cell is not empty")
+	}
+
+	detail := body(t, f.get(t, "/schedules/job"))
+	for _, want := range append([]string{trigger, backfill}, running...) {
+		if !strings.Contains(detail, want) {
+			t.Errorf("GET /schedules/job lacks %s", want)
+		}
+	}
+	if n := strings.Count(detail, `<div class="queued">`); n != 5 {
+		t.Errorf("the schedule's page shows %d queued entries, want all 5", n)
+	}
+	idle := body(t, f.get(t, "/schedules/"+url.PathEscape(evilID)))
+	for _, want := range []string{`<dd class="now"><span class="none">not running</span></dd>`, `<dd class="queue"><span class="none">nothing</span></dd>`} {
+		if !strings.Contains(idle, want) {
+			t.Errorf("an idle schedule's page lacks %s", want)
+		}
+	}
+}
+
+// TestFmtOffset: a clock offset reads with its sign, to the millisecond.
+func TestFmtOffset(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sec  float64
+		want string
+	}{{0, "0ms"}, {-0.0003, "0ms"}, {0.0004, "0ms"}, {0.0006, "+1ms"}, {0.012, "+12ms"}, {-1.5, "-1.5s"}, {-0.9996, "-1.0s"}, {75, "+1m 15s"}} {
+		if got := fmtOffset(c.sec); got != c.want {
+			t.Errorf("fmtOffset(%v) = %q, want %q", c.sec, got, c.want)
+		}
+	}
+}
+
+// TestPageFilterBox: the list's filter box is for JavaScript only (hidden
+// without it) and the list comes whole, no row hidden by the server; a
+// schedule's page has no box.
+func TestPageFilterBox(t *testing.T) {
+	t.Parallel()
+	f := newPageFixture(t, writeTok, "", 5, 1)
+	list := body(t, f.get(t, "/"))
+	if !regexp.MustCompile(`<span class="filter js-only"><label for="filter">filter</label> <input id="filter" type="search"`).MatchString(list) {
+		t.Errorf("GET / has no filter box for JavaScript only")
+	}
+	if n := strings.Count(list, `<tr class="sched`); n != 5 {
+		t.Errorf("GET / lists %d schedules, want all 5", n)
+	}
+	if regexp.MustCompile(`<tr[^>]* hidden`).MatchString(list) {
+		t.Errorf("GET / hides a row without JavaScript")
+	}
+	if strings.Contains(body(t, f.get(t, "/schedules/job")), `id="filter"`) {
+		t.Errorf("a schedule's page has a filter box")
+	}
+}
+
+// TestPageLongIDTitle: an id too long for the list's column carries its
+// whole self as the link's title (the CSS ends it in an ellipsis).
+func TestPageLongIDTitle(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("long-id-", 6)
+	if len(long) <= pageIDShown {
+		t.Fatalf("test id %q is not long", long)
+	}
+	svc := ops.New(opstest.Memory(t), []scheduler.Schedule{{ID: long, CronExpr: "@daily"}, {ID: "short", CronExpr: "@daily"}},
+		ops.Options{})
+	s := New("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler), WithAPI(APIConfig{Ops: svc}))
+	f := &pageFixture{h: s.srv.Handler}
+	b := body(t, f.get(t, "/"))
+	if !strings.Contains(b, `<a href="/schedules/`+long+`" title="`+long+`">`+long+`</a>`) {
+		t.Errorf("the long id's link has no title:\n%s", b)
+	}
+	if !strings.Contains(b, `<a href="/schedules/short">short</a>`) {
+		t.Errorf("the short id's link has a title, or is missing")
 	}
 }
 

@@ -108,6 +108,48 @@
 	}
 	showToken();
 
+	// Filter: the list's rows whose text holds every word typed (any case),
+	// in the page, with no request. The box lives outside <main>, so a
+	// refresh keeps it, and the new rows are filtered before they paint.
+	// Without this script the box is hidden and every row shows.
+	var filter = document.getElementById("filter");
+	var filterCount = document.getElementById("filter-count");
+	function rowText(r) {
+		if (r.bextText === undefined) {
+			var parts = [r.dataset.id];
+			r.querySelectorAll("td:not(.act)").forEach(function (td) { parts.push(td.textContent); });
+			r.bextText = parts.join(" ").toLowerCase();
+		}
+		return r.bextText;
+	}
+	function applyFilter() {
+		if (!filter) { return; }
+		var words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+		var rows = main.querySelectorAll("tr.sched");
+		var shown = 0;
+		rows.forEach(function (r) {
+			var text = words.length ? rowText(r) : "";
+			var ok = words.every(function (w) { return text.indexOf(w) >= 0; });
+			if (r.hidden === ok) { r.hidden = !ok; }
+			if (ok) { shown++; }
+		});
+		filterCount.textContent = words.length ? shown + " of " + rows.length : "";
+	}
+	if (filter) {
+		filter.addEventListener("input", applyFilter);
+		filter.addEventListener("keydown", function (ev) {
+			if (ev.key === "Escape") { filter.value = ""; applyFilter(); }
+		});
+		document.addEventListener("keydown", function (ev) {
+			var t = ev.target.tagName;
+			if (ev.key === "/" && t !== "INPUT" && t !== "TEXTAREA" && !ev.ctrlKey && !ev.metaKey && !ev.altKey) {
+				ev.preventDefault();
+				filter.focus();
+			}
+		});
+		applyFilter(); // a value the browser restored on reload
+	}
+
 	// Refresh: fetch this page's <main> and swap it in, keeping the scroll
 	// position, the open output tails, and the operator's text selection
 	// (a round is skipped while text is selected in the page).
@@ -126,6 +168,7 @@
 			main.querySelectorAll("details[open]").forEach(function (d) { open[d.dataset.key] = true; });
 			var y = window.scrollY;
 			main.innerHTML = x.html; // our own template's output: escaped markup, no script
+			applyFilter();
 			main.querySelectorAll("details").forEach(function (d) { if (open[d.dataset.key]) { d.open = true; } });
 			window.scrollTo(window.scrollX, y);
 			var u = document.querySelector("#updated time");
