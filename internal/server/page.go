@@ -185,8 +185,10 @@ type scheduleRow struct {
 	ops.Schedule
 	NextIn  string // "in 4m 10s"
 	LastAgo string // "3m ago"
-	Drifted bool
-	Lost    int // ticks lost in the last day (list page only)
+	// ActedAgo is since the newest operator act (LastAction).
+	ActedAgo string
+	Drifted  bool
+	Lost     int // ticks lost in the last day (list page only)
 
 	Live      []liveRun   // Running, with how long each has run
 	Queue     []queuedReq // Queued, with how long each has waited
@@ -317,6 +319,9 @@ func scheduleRows(st ops.Status, now time.Time) []scheduleRow {
 		}
 		if s.LastRun != nil {
 			rows[i].LastAgo = relative(now, s.LastRun.StartedAt)
+		}
+		if s.LastAction != nil {
+			rows[i].ActedAgo = relative(now, s.LastAction.At)
 		}
 		rows[i].Live, rows[i].Queue = liveRuns(s.Running, now), queuedReqs(s.Queued, now)
 		rows[i].QueueHead = rows[i].Queue[:min(len(rows[i].Queue), pageQueueShown)]

@@ -252,6 +252,9 @@ func TestPageShowsLiveWork(t *testing.T) {
 	if err := f.st.Enqueue(ctx, reqs); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.st.RecordAction(ctx, cluster.Action{Schedule: "job", Kind: "stop", By: "carol@desk", At: f.now.Add(-time.Minute)}, 10); err != nil {
+		t.Fatal(err)
+	}
 
 	trigger := `<div class="queued"><span class="tag">trigger</span> <time datetime="2026-03-01T11:57:00Z">2026-03-01T11:57:00Z</time> by <span class="who">alice@host</span>, queued <time datetime="2026-03-01T11:57:00Z" title="2026-03-01T11:57:00Z">3m ago</time></div>`
 	backfill := `<div class="queued"><span class="tag">backfill</span> <time datetime="2026-02-28T00:00:00Z">2026-02-28T00:00:00Z</time> to <time datetime="2026-02-28T00:10:00Z">2026-02-28T00:10:00Z</time> by <span class="who">bob@ops</span>, queued <time datetime="2026-03-01T11:58:00Z" title="2026-03-01T11:58:00Z">2m ago</time></div>`
@@ -272,6 +275,7 @@ func TestPageShowsLiveWork(t *testing.T) {
 		`<td class="offset"><span class="dur tag warn" title="the node clock minus the backend clock">-1.5s</span></td>`,
 		`<td class="offset"><span class="none" title="the node has not measured it (the backend has no clock)">unmeasured</span></td>`,
 		`<td class="seen"><time datetime="`,
+		`<div class="acted">stop by <span class="who">carol@desk</span> <time datetime="2026-03-01T11:59:00Z" title="2026-03-01T11:59:00Z">1m ago</time></div>`,
 	}, running...) {
 		if !strings.Contains(list, want) {
 			t.Errorf("GET / lacks %s", want)
