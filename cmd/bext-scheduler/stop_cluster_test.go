@@ -175,6 +175,45 @@ func TestClusterStopCancelRunningBy(t *testing.T) {
 			if la == nil || la.Kind != cluster.ActionPause || la.By != "api 127.0.0.1 (alice@laptop)" || la.Note != "by api" {
 				t.Fatalf("last action after the API's pause = %+v, want pause by \"api 127.0.0.1 (alice@laptop)\"", la)
 			}
+
+			// A stop through the API of a node that does not run it.
+			acc = c.trigger("long") // a trigger runs a paused schedule too
+			waitFor(t, "status to show the second run", 15*time.Second, func() bool {
+				s := scheduleOf(t, c.statusOf(), "long")
+				if len(s.Running) == 1 && s.Running[0].RunID != running.RunID {
+					running = s.Running[0]
+					return true
+				}
+				return false
+			})
+			other := c.nodes["node-1"]
+			if running.Node == "node-1" {
+				other = c.nodes["node-2"]
+			}
+			req, _ = http.NewRequest(http.MethodPost, "http://"+other.addr+"/api/v1/schedules/long/stop?wait=20s", nil)
+			req.Header.Set("Authorization", "Bearer stop-test-token")
+			resp, err = http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sa = ops.StopAnswer{}
+			err = json.NewDecoder(resp.Body).Decode(&sa)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || len(sa.Stopped) != 1 || sa.Stopped[0].RunID != running.RunID {
+				t.Fatalf("stop through %s's API: %s, %+v, %v; want the run %s of %s stopped", other.id, resp.Status, sa, err, running.RunID, running.Node)
+			}
+			waitFor(t, "the second stopped run's record", 20*time.Second, func() bool {
+				for _, h := range c.history("long") {
+					if h.RunID == running.RunID {
+						rec = h
+						return true
+					}
+				}
+				return false
+			})
+			if rec.Result != "cancelled" {
+				t.Fatalf("run stopped through the API recorded %+v, want cancelled", rec)
+			}
 		})
 	}
 }
