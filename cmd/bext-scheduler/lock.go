@@ -53,8 +53,8 @@ about every TTL/3 while CMD runs, and releases it when CMD exits. The
 scheduler's locks and these are the same: --key nightly-report excludes the
 schedule with that id.
 
-Exit codes: CMD's own (128+N when signal N killed it); 75 when the lock is
-held elsewhere (after --wait, if given); 69 when the backend is
+Exit codes: CMD's own (128+N when signal N killed it); 127 when CMD cannot
+be started (not found); 75 when the lock is held elsewhere (after --wait, if given); 69 when the backend is
 unreachable; 2 for usage or config errors; 1 when the lock was lost while
 CMD ran (CMD got SIGTERM, then SIGKILL 10s later); 128+N when signal N
 (130 SIGINT, 143 SIGTERM) ended --wait before the lock was taken.

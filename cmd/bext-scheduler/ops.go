@@ -92,8 +92,8 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// Quiet at open: the durability warnings are for the nodes' logs
-	// (run prints them at start), not for every status an operator asks.
+	// Quiet at open: what the backend's client logs (go-redis's dial
+	// failures) is the nodes' business; a command reports its own error.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b, err := service.OpenBackend(ctx, cfg, quiet)
 	if err != nil {
