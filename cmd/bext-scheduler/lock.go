@@ -336,11 +336,7 @@ func printLocks(w io.Writer, infos []locking.LockInfo, asJSON bool) error {
 		if i.TTLLeft > 0 {
 			left = i.TTLLeft.Round(time.Millisecond).String()
 		}
-		holder := i.Holder
-		if holder == "" {
-			holder = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", i.Key, i.Fence, left, holder)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", safe(i.Key), i.Fence, left, dash(i.Holder))
 	}
 	return tw.Flush()
 }

@@ -256,7 +256,7 @@ accepted it within --wait; 2 usage, invalid config or unknown schedule id;
 					return err
 				}
 			} else if ans.Accepted {
-				fmt.Fprintf(c.OutOrStdout(), "trigger %s: accepted by node %s\n", id, ans.Node)
+				fmt.Fprintf(c.OutOrStdout(), "trigger %s: accepted by node %s\n", safe(id), safe(ans.Node))
 			}
 			if !ans.Accepted {
 				return withCode(exitFailure, fmt.Errorf("trigger %s: queued, but no node accepted it within %v; it stays queued and runs when a node takes the schedule's lock (are nodes running? see 'bext-scheduler status')", id, wait))
@@ -318,7 +318,7 @@ such as 2h). A trigger still runs a paused schedule.
 			if ans.Note != "" {
 				msg += fmt.Sprintf(" (note: %s)", ans.Note)
 			}
-			fmt.Fprintln(c.OutOrStdout(), msg)
+			fmt.Fprintln(c.OutOrStdout(), safe(msg))
 			return nil
 		},
 	}
@@ -356,7 +356,7 @@ skipped while it was paused are not replayed (use backfill for that).
 			if f.asJSON {
 				return printJSON(c.OutOrStdout(), ans)
 			}
-			fmt.Fprintf(c.OutOrStdout(), "resumed %s: its next tick runs; ticks skipped while paused are not replayed\n", id)
+			fmt.Fprintf(c.OutOrStdout(), "resumed %s: its next tick runs; ticks skipped while paused are not replayed\n", safe(id))
 			return nil
 		},
 	}
@@ -410,7 +410,7 @@ still its regular ticks' to run.
 				return printJSON(c.OutOrStdout(), ans)
 			}
 			fmt.Fprintf(c.OutOrStdout(), "queued %d ticks of %s, %s to %s; nodes run them one at a time, in order (see 'bext-scheduler history %s')\n",
-				len(ans.Ticks), id, fmtTime(ans.Ticks[0]), fmtTime(ans.Ticks[len(ans.Ticks)-1]), id)
+				len(ans.Ticks), safe(id), fmtTime(ans.Ticks[0]), fmtTime(ans.Ticks[len(ans.Ticks)-1]), safe(id))
 			return nil
 		},
 	}
