@@ -15,6 +15,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/service"
+	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // The operators' commands (DESIGN.md "Operating it"): status, history,
@@ -29,8 +30,9 @@ state lives inside the node's process, so it asks the node's API at
 [http] listen instead (writes send [http] token; reads [http] read_token
 when set).`
 
-const opsExitHelp = `Exit codes: 0 ok; 1 runtime failure; 2 usage, invalid config or unknown
-schedule id; 69 backend (or node API) unreachable.`
+const opsExitHelp = `Exit codes: 0 ok; 1 runtime failure; 2 usage, invalid config, unknown
+schedule id, or a permission the backend refused to the configured user;
+69 backend (or node API) unreachable.`
 
 // opsTimeout bounds one read or write of the cluster state.
 const opsTimeout = 30 * time.Second
@@ -127,6 +129,8 @@ func opsErr(err error) error {
 		return withCode(exitUsage, err)
 	case errors.Is(err, ops.ErrRunning):
 		return withCode(exitHeld, err)
+	case errors.Is(err, locking.ErrPermission):
+		return backendErr("", err)
 	case ops.Unreachable(err):
 		return withCode(exitUnavailable, err)
 	}
