@@ -258,25 +258,45 @@ const minSecret = 4
 // elsewhere (a schedule's id in "schedule %q: ..."); a variable's value
 // found alone in a problem at its line becomes ${NAME}.
 func (b *builder) hideExpanded() {
-	if len(b.expanded) == 0 {
+	if len(b.expanded) == 0 || len(b.problems) == 0 {
 		return
 	}
-	for i := range b.problems {
-		p := &b.problems[i]
-		for _, e := range b.expanded {
-			here := e.at == fileLine{p.File, p.Line}
-			p.Msg = strings.ReplaceAll(p.Msg, strconv.Quote(e.value), strconv.Quote(e.source))
-			if !here {
-				continue
-			}
-			if len(e.value) >= minSecret {
-				p.Msg = strings.ReplaceAll(p.Msg, e.value, e.source)
-			}
-			for j := 0; j+1 < len(e.vars); j += 2 {
-				if name, v := e.vars[j], e.vars[j+1]; len(v) >= minSecret {
-					p.Msg = strings.ReplaceAll(p.Msg, v, "${"+name+"}")
-				}
+	// One replacer for the quoted values and one per line holding
+	// expansions, each a single pass: a source holds its value's text
+	// when it is a default ("${X:-abcd}"), and replacing again in what
+	// was put in would garble it. A fleet can hold thousands of expanded
+	// values and as many problems: nothing is per pair.
+	quoted := make([]string, 0, 2*len(b.expanded))
+	pairs := map[fileLine][]string{}
+	for _, e := range b.expanded {
+		q := []string{strconv.Quote(e.value), strconv.Quote(e.source)}
+		quoted = append(quoted, q...)
+		line := append(pairs[e.at], q...)
+		if len(e.value) >= minSecret {
+			line = append(line, e.value, e.source)
+		}
+		for j := 0; j+1 < len(e.vars); j += 2 {
+			if name, v := e.vars[j], e.vars[j+1]; len(v) >= minSecret {
+				line = append(line, v, "${"+name+"}")
 			}
 		}
+		pairs[e.at] = line
+	}
+	everywhere := strings.NewReplacer(quoted...)
+	here := map[fileLine]*strings.Replacer{}
+	for i := range b.problems {
+		p := &b.problems[i]
+		at := fileLine{p.File, p.Line}
+		list, ok := pairs[at]
+		if !ok {
+			p.Msg = everywhere.Replace(p.Msg)
+			continue
+		}
+		r := here[at]
+		if r == nil {
+			r = strings.NewReplacer(append(list[:len(list):len(list)], quoted...)...)
+			here[at] = r
+		}
+		p.Msg = r.Replace(p.Msg)
 	}
 }

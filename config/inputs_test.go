@@ -143,3 +143,12 @@ func TestIncludeLimits(t *testing.T) {
 		t.Errorf("Load = %v\nwant %q", err, want)
 	}
 }
+
+// A default's text is in its source: shown once, not replaced again.
+func TestExpandedDefaultNotGarbled(t *testing.T) {
+	got := problemsOf(t, "[log]\nlevel = \"${BEXT_T_UNSET_LEVEL:-loud}\"\n")
+	want := `t.toml:2: log.level: unknown level "${BEXT_T_UNSET_LEVEL:-loud}"`
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Errorf("problems:\n%s\nwant one, starting %q", strings.Join(got, "\n"), want)
+	}
+}
