@@ -26,6 +26,12 @@ var ErrInvalid = errors.New("config: invalid")
 // schedules in one file (loading is linear in its size).
 const MaxFileSize = 32 << 20
 
+// MaxIncludeBytes bounds the files a config's include globs match, all
+// together: a glob wider than meant (a home directory, a log tree) is an
+// error, not a node that reads gigabytes at every start and reload. Files
+// are counted at their size before they are read.
+const MaxIncludeBytes = 64 << 20
+
 // Config mirrors the TOML file. Load fills defaults and resolves every
 // schedule; a Config built by hand should be checked with Validate.
 type Config struct {

@@ -208,16 +208,24 @@ func (p *keyPath) String() string {
 
 // expand expands one value, reporting problems at the line of path.
 func (b *builder) expand(s, path string, at *positions) string {
+	var vars []string
 	out, errs := expandEnv(s, func(name string) (string, bool) {
 		if !slices.Contains(b.referenced, name) {
 			b.referenced = append(b.referenced, name)
 		}
-		return os.LookupEnv(name)
+		v, ok := os.LookupEnv(name)
+		if v != "" {
+			vars = append(vars, name, v)
+		}
+		return v, ok
 	})
+	line := at.line(path)
+	if out != s {
+		b.expanded = append(b.expanded, expansion{fileLine{b.file, line}, s, out, vars})
+	}
 	if len(errs) == 0 {
 		return out
 	}
-	line := at.line(path)
 	for _, e := range errs {
 		b.add(line, "%s: %s", path, e)
 	}
@@ -228,4 +236,67 @@ func (b *builder) expand(s, path string, at *positions) string {
 		b.unexpanded[fileLine{b.file, line}] = true
 	}
 	return s // as written, so later checks see what the file says
+}
+
+// expansion is a value ${VAR} changed: what the file says, what it became,
+// and the variables' values (name, value, ...).
+type expansion struct {
+	at            fileLine
+	source, value string
+	vars          []string
+}
+
+// minSecret is the shortest variable value hidden where it stands alone in
+// a message: a shorter one ("0", "on") is no secret, and hiding each of
+// its occurrences would garble the message around it.
+const minSecret = 4
+
+// hideExpanded rewrites the problems so that none shows a value that came
+// from ${VAR}: a variable may hold a password, and problems are printed,
+// logged and mailed. A problem at the value's line shows the source text
+// instead ("${DB_PASSWORD}"), as do a quoted mention of the whole value
+// elsewhere (a schedule's id in "schedule %q: ..."); a variable's value
+// found alone in a problem at its line becomes ${NAME}.
+func (b *builder) hideExpanded() {
+	if len(b.expanded) == 0 || len(b.problems) == 0 {
+		return
+	}
+	// One replacer for the quoted values and one per line holding
+	// expansions, each a single pass: a source holds its value's text
+	// when it is a default ("${X:-abcd}"), and replacing again in what
+	// was put in would garble it. A fleet can hold thousands of expanded
+	// values and as many problems: nothing is per pair.
+	quoted := make([]string, 0, 2*len(b.expanded))
+	pairs := map[fileLine][]string{}
+	for _, e := range b.expanded {
+		q := []string{strconv.Quote(e.value), strconv.Quote(e.source)}
+		quoted = append(quoted, q...)
+		line := append(pairs[e.at], q...)
+		if len(e.value) >= minSecret {
+			line = append(line, e.value, e.source)
+		}
+		for j := 0; j+1 < len(e.vars); j += 2 {
+			if name, v := e.vars[j], e.vars[j+1]; len(v) >= minSecret {
+				line = append(line, v, "${"+name+"}")
+			}
+		}
+		pairs[e.at] = line
+	}
+	everywhere := strings.NewReplacer(quoted...)
+	here := map[fileLine]*strings.Replacer{}
+	for i := range b.problems {
+		p := &b.problems[i]
+		at := fileLine{p.File, p.Line}
+		list, ok := pairs[at]
+		if !ok {
+			p.Msg = everywhere.Replace(p.Msg)
+			continue
+		}
+		r := here[at]
+		if r == nil {
+			r = strings.NewReplacer(append(list[:len(list):len(list)], quoted...)...)
+			here[at] = r
+		}
+		p.Msg = r.Replace(p.Msg)
+	}
 }

@@ -67,6 +67,7 @@ func Parse(data []byte, path string, opts ...Option) (*Config, error) {
 			}
 		}
 	}
+	b.hideExpanded()
 	if err := b.err(); err != nil {
 		return nil, err
 	}
@@ -98,6 +99,9 @@ type builder struct {
 	unexpanded map[fileLine]bool
 	// referenced lists the variables ${VAR} read, in every file.
 	referenced []string
+	// expanded lists the values ${VAR} changed, to keep them out of
+	// messages (hideExpanded).
+	expanded []expansion
 }
 
 type fileLine struct {
@@ -291,7 +295,7 @@ func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok 
 		b.add(1+bytes.Count(data[:i], []byte("\n")), "file contains a NUL byte (not a text file?)")
 		return nil, false
 	}
-	err := b.decodeTyped(&data, doc)
+	mistyped, err := b.decodeTyped(&data, doc)
 	var strict *toml.StrictMissingError
 	var de *toml.DecodeError
 	switch {
@@ -331,6 +335,7 @@ func (b *builder) decode(data []byte, doc any, include bool) (at *positions, ok 
 	} else {
 		at = indexLines(data, mainSchema)
 	}
+	at.markMistyped(mistyped)
 	for _, k := range at.folded {
 		b.add(k.line, "key %q: TOML keys are case-sensitive; write %q", k.got, k.want)
 	}
@@ -346,8 +351,10 @@ const maxTypeErrors = 100
 // file: each such value is reported, its whole key = value statement is
 // blanked out of *data (new lines kept, so every line number stays true),
 // and the decode starts again from doc's original contents (its
-// defaults). The error returned is the last decode's.
-func (b *builder) decodeTyped(data *[]byte, doc any) error {
+// defaults). The error returned is the last decode's; mistyped lists the
+// values blanked, so that what their absence would cause (a schedule with
+// "no job" when its command was a string) is not reported too.
+func (b *builder) decodeTyped(data *[]byte, doc any) (mistyped []typedKey, err error) {
 	dv := reflect.ValueOf(doc).Elem()
 	initial := reflect.New(dv.Type()).Elem()
 	initial.Set(dv)
@@ -355,22 +362,30 @@ func (b *builder) decodeTyped(data *[]byte, doc any) error {
 		err := toml.NewDecoder(bytes.NewReader(*data)).DisallowUnknownFields().Decode(doc)
 		var de *toml.DecodeError
 		if !errors.As(err, &de) {
-			return err
+			return mistyped, err
 		}
 		msg, ok := typeProblem(de)
 		if !ok {
-			return err
+			return mistyped, err
 		}
 		line, col := de.Position()
 		blanked, ok := blankStatement(*data, line, col)
 		if !ok {
-			return err
+			return mistyped, err
 		}
 		b.add(line, "%s (column %d)", msg, col)
+		mistyped = append(mistyped, typedKey{line: line, key: de.Key()})
 		*data = blanked
 		dv.Set(initial)
 	}
-	return toml.NewDecoder(bytes.NewReader(*data)).DisallowUnknownFields().Decode(doc)
+	return mistyped, toml.NewDecoder(bytes.NewReader(*data)).DisallowUnknownFields().Decode(doc)
+}
+
+// typedKey is a value of the wrong type: its line, and its key as the
+// decoder names it ("scheduled", "command": no table index).
+type typedKey struct {
+	line int
+	key  []string
 }
 
 // typeProblem words a wrong-typed value's DecodeError; ok is false for any
@@ -410,7 +425,13 @@ func blankStatement(data []byte, line, col int) ([]byte, bool) {
 		if !it.Next() {
 			continue
 		}
-		starts = append(starts, int(it.Node().Raw.Offset))
+		// From the start of the line: a table header's key comes after
+		// its "[[" and a quoted key after its quote, and blanking from
+		// there on left "[[scheduled]]" as "  scheduled]]", a syntax
+		// error of the next table. A TOML statement has its line to
+		// itself, so the line's start is the statement's.
+		st := int(it.Node().Raw.Offset)
+		starts = append(starts, bytes.LastIndexByte(data[:st], '\n')+1)
 	}
 	if p.Error() != nil {
 		return nil, false
@@ -574,6 +595,7 @@ func (b *builder) includes(c *Config) {
 	// of the load of 100,000 schedules in includes.
 	var files []included
 	n := len(c.Scheduled)
+	var total int64 // bytes of the files matched so far
 	for i, glob := range c.Include {
 		b.file = main
 		line := c.at.line("include." + strconv.Itoa(i))
@@ -595,6 +617,17 @@ func (b *builder) includes(c *Config) {
 				continue
 			}
 			seen[abs] = true
+			size, err := includable(m)
+			if err == nil && total+size > MaxIncludeBytes {
+				err = fmt.Errorf("the included files pass the %d byte limit for all includes", MaxIncludeBytes)
+			}
+			if err != nil {
+				b.file = m
+				b.add(0, "included by %s:%d: include %q: %v", main, line, glob, err)
+				b.causes = append(b.causes, err)
+				continue
+			}
+			total += size
 			data, err := readFile(m)
 			files = append(files, included{name: m, line: line, data: data, err: err})
 			n += bytes.Count(data, []byte("[[scheduled]]"))
@@ -628,6 +661,40 @@ func (b *builder) includes(c *Config) {
 	}
 	b.file = main
 	c.Scheduled = all
+}
+
+// systemTrees are where an include glob may never reach: their files look
+// regular but are the kernel's (/proc/self/environ holds the node's
+// secrets, a read of /dev/zero never ends), so a glob as wide as "/*/*"
+// would leak or hang instead of failing.
+var systemTrees = []string{"/proc", "/sys", "/dev"}
+
+// includable checks a file an include glob matched before it is read: a
+// regular file, wherever its links lead outside the system trees. It
+// returns the file's size.
+func includable(path string) (int64, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read config: %w", unwrapPath(err))
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return 0, fmt.Errorf("cannot read config: %w", err)
+	}
+	for _, tree := range systemTrees {
+		if real == tree || strings.HasPrefix(real, tree+"/") {
+			return 0, fmt.Errorf("resolves to %s, under %s: only regular files can be included", real, tree)
+		}
+	}
+	st, err := os.Stat(real)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("cannot read config: %w", unwrapPath(err))
+	case st.IsDir():
+		return 0, errors.New("cannot read config: is a directory, not a file")
+	case !st.Mode().IsRegular():
+		return 0, errors.New("cannot read config: not a regular file")
+	}
+	return st.Size(), nil
 }
 
 // readFile reads a regular file of at most MaxFileSize bytes. Its errors

@@ -21,6 +21,10 @@ type positions struct {
 	lines map[string]int
 	// starts indexes the lines of the document while it is indexed (nil after).
 	starts lineStarts
+	// mistyped holds the paths (indexed as lines is) of the values that
+	// had the wrong type and were dropped: already reported, their
+	// absence is not a problem of its own.
+	mistyped map[string]bool
 	// folded lists keys spelled in another case than the schema's: go-toml
 	// matches struct fields case-insensitively, TOML keys are case-sensitive.
 	folded []foldedKey
@@ -226,6 +230,33 @@ func (pos *positions) line(path string) int {
 	}
 }
 
+// markMistyped records the values of the wrong type, their key indexed:
+// a key of [[scheduled]] goes to the last such table that starts before
+// its line.
+func (pos *positions) markMistyped(keys []typedKey) {
+	for _, k := range keys {
+		path := strings.Join(k.key, ".")
+		if len(k.key) > 1 && k.key[0] == "scheduled" {
+			table := -1
+			for i := 0; ; i++ {
+				l, ok := pos.lines["scheduled."+strconv.Itoa(i)]
+				if !ok || l > k.line {
+					break
+				}
+				table = i
+			}
+			if table < 0 {
+				continue
+			}
+			path = "scheduled." + strconv.Itoa(table) + "." + strings.Join(k.key[1:], ".")
+		}
+		if pos.mistyped == nil {
+			pos.mistyped = map[string]bool{}
+		}
+		pos.mistyped[path] = true
+	}
+}
+
 // keyLines locates the keys of one [[scheduled]] table in its file's index.
 type keyLines struct {
 	pos   *positions
@@ -241,6 +272,21 @@ func (k keyLines) line(key string) int {
 		return 0
 	}
 	return k.pos.line(join(k.prefix(), key))
+}
+
+// mistyped reports whether the table's key (or one under it) had a value
+// of the wrong type.
+func (k keyLines) mistyped(key string) bool {
+	if k.pos == nil || k.pos.mistyped == nil {
+		return false
+	}
+	p := join(k.prefix(), key)
+	for m := range k.pos.mistyped {
+		if m == p || strings.HasPrefix(m, p+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // lineOr is line(key), or fallback when the key's line is unknown.

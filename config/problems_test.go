@@ -172,8 +172,8 @@ func TestIncludeProblems(t *testing.T) {
 		filepath.Join(jobs, "sets.toml") + `:1: "node_id": an included file may hold only [[scheduled]] tables`,
 		filepath.Join(jobs, "sets.toml") + `:3: duplicate id "ok": also declared at ` + filepath.Join(jobs, "ok.toml") + ":2",
 		filepath.Join(jobs, "broken.toml") + ":1: syntax error",
-		filepath.Join(jobs, "dir.toml") + ": included by " + main + ":2: cannot read config: is a directory",
-		filepath.Join(jobs, "dangling.toml") + ": included by " + main + ":2: cannot read config: no such file",
+		filepath.Join(jobs, "dir.toml") + ": included by " + main + `:2: include "jobs/*.toml": cannot read config: is a directory`,
+		filepath.Join(jobs, "dangling.toml") + ": included by " + main + `:2: include "jobs/*.toml": cannot read config: no such file`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("missing %q in:\n%s", want, msg)

@@ -96,6 +96,26 @@ func (c *Config) validate() []Problem {
 type validator struct {
 	file     string
 	problems []Problem
+	// fires caches never by spec: schedules of one expression share their
+	// spec, and a fleet repeats a handful of expressions.
+	fires map[cronspec.Spec]bool
+}
+
+// never reports whether spec has no tick in the next five years from now
+// (robfig/cron's search horizon: its Next returns the zero time past it).
+// Such a cron ("0 0 30 2 *") parses, and a node would hold it forever
+// without running it. The wall clock, not an injected one: the question
+// is about the calendar the node will run in.
+func (v *validator) never(spec cronspec.Spec) bool {
+	fires, ok := v.fires[spec]
+	if !ok {
+		fires = !spec.Next(time.Now()).IsZero()
+		if v.fires == nil {
+			v.fires = map[cronspec.Spec]bool{}
+		}
+		v.fires[spec] = fires
+	}
+	return !fires
 }
 
 func (v *validator) add(line int, format string, args ...any) {
@@ -104,6 +124,9 @@ func (v *validator) add(line int, format string, args ...any) {
 
 // atSchedule reports a problem with key of s, at the key's line when known.
 func (v *validator) atSchedule(s *Schedule, key, format string, args ...any) {
+	if key != "" && s.at.mistyped(key) {
+		return // the value of the wrong type was reported: it is the problem
+	}
 	msg := fmt.Sprintf(format, args...)
 	if s.ID != "" && key != "id" {
 		msg = fmt.Sprintf("schedule %q: %s", s.ID, msg)
@@ -226,6 +249,8 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		v.atSchedule(s, "cron", "cron is missing")
 	} else if spec, err := cronspec.Parse(s.Cron, s.Location); err != nil {
 		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
+	} else if v.never(spec) {
+		v.atSchedule(s, "cron", "cron %q: no tick in the next five years: it never fires (a day the month does not have?)", s.Cron)
 	} else {
 		s.Spec = spec
 		v.zoneAndSpread(s)
@@ -275,6 +300,9 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		v.atSchedule(s, "command", "its job is a Go function of the program; it sets no command or [scheduled.http]")
 	case s.GoJob:
 	case s.Command == nil && s.HTTP == nil:
+		if s.at.mistyped("command") || s.at.mistyped("http") {
+			break // reported: its job is there, in the wrong type
+		}
 		v.atSchedule(s, "", "no job: set command = [...] or a [scheduled.http] table")
 	case s.Command != nil && s.HTTP != nil:
 		v.atSchedule(s, "command", "both command and [scheduled.http] are set; a schedule runs one job")

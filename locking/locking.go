@@ -69,6 +69,12 @@ var (
 	// ErrUnavailable: the backend could not be reached or did not answer in
 	// time. TryLock wraps it; the scheduler skips the tick as backend_error.
 	ErrUnavailable = errors.New("locking: backend unavailable")
+	// ErrPermission: the backend answered, refusing the operation to the
+	// configured user (a read-only Postgres role, a Redis ACL user without
+	// the commands). Not ErrUnavailable: waiting does not fix it, and the
+	// refused operation changed nothing. The configuration (or the grants)
+	// must change.
+	ErrPermission = errors.New("locking: permission denied")
 )
 
 // MaxKeyLen bounds a key's length in bytes. Keys are logged and used in

@@ -122,6 +122,8 @@ func failureClass(err error) string {
 		return "did not answer in time"
 	case errors.Is(err, locking.ErrClosed):
 		return "is closed"
+	case errors.Is(err, locking.ErrPermission):
+		return "refuses this node's user permission (check the role or ACL user in the URL)"
 	case errors.Is(err, locking.ErrUnavailable):
 		return "is unavailable"
 	default:

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,4 +119,13 @@ type stalling struct{ *memory.Locker }
 func (s *stalling) Ping(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// A refused permission reads as such on /readyz, not as an outage.
+func TestNotReadySaysPermission(t *testing.T) {
+	t.Parallel()
+	err := &notReadyError{backend: "pg", cause: fmt.Errorf("locking/pg: %w: try-lock: denied", locking.ErrPermission)}
+	if msg := err.Error(); !strings.Contains(msg, "refuses this node's user permission") || strings.Contains(msg, "unavailable") {
+		t.Errorf("Error() = %q", msg)
+	}
 }

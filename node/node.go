@@ -132,6 +132,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n.backend = backend
+	service.WarnDurability(ctx, backend, n.logger)
 	n.registry = prometheus.NewRegistry()
 	n.metrics = metrics.New(n.registry, metrics.BuildInfo{Version: n.version, Commit: commit, GoVersion: runtime.Version()},
 		metrics.WithPerScheduleHistograms(cfg.Metrics.HistogramsPerSchedule(len(cfg.Scheduled))))

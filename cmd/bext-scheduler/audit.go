@@ -178,7 +178,7 @@ func printAudit(w io.Writer, rows []ops.AuditTick) error {
 	}
 	if m := rows[0].MarkAhead; m != nil {
 		fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s, ahead of the clock: no tick will run before %s (docs/OPERATING.md, \"A tick mark ahead of the clock\")\n",
-			rows[0].Schedule, fmtTime(*m), fmtTime(*m))
+			safe(rows[0].Schedule), fmtTime(*m), fmtTime(*m))
 	}
 	_, err := fmt.Fprintf(w, "%d ticks: %s\n", len(rows), fateCounts(rows))
 	return err
@@ -210,14 +210,14 @@ func printAuditSummary(w io.Writer, sums []ops.AuditSummary) error {
 		if s.Lost > 0 {
 			mark = "LOST !!"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.Schedule, s.Ran, s.Skipped, s.Lost, s.Pending, s.Unknown, mark)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", safe(s.Schedule), s.Ran, s.Skipped, s.Lost, s.Pending, s.Unknown, mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, s := range sums {
 		if s.MarkAhead != nil {
-			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s: no tick will run before %s\n", s.Schedule, fmtTime(*s.MarkAhead), fmtTime(*s.MarkAhead))
+			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s: no tick will run before %s\n", safe(s.Schedule), fmtTime(*s.MarkAhead), fmtTime(*s.MarkAhead))
 		}
 	}
 	return nil

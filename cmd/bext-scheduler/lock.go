@@ -53,9 +53,10 @@ about every TTL/3 while CMD runs, and releases it when CMD exits. The
 scheduler's locks and these are the same: --key nightly-report excludes the
 schedule with that id.
 
-Exit codes: CMD's own (128+N when signal N killed it); 75 when the lock is
-held elsewhere (after --wait, if given); 69 when the backend is
-unreachable; 2 for usage or config errors; 1 when the lock was lost while
+Exit codes: CMD's own (128+N when signal N killed it); 127 when CMD cannot
+be started (not found); 75 when the lock is held elsewhere (after --wait, if given); 69 when the backend is
+unreachable; 2 for usage or config errors, or a permission the backend
+refuses to the configured user; 1 when the lock was lost while
 CMD ran (CMD got SIGTERM, then SIGKILL 10s later); 128+N when signal N
 (130 SIGINT, 143 SIGTERM) ended --wait before the lock was taken.
 
@@ -168,6 +169,8 @@ func acquire(ctx context.Context, l locking.Locker, key string, ttl, wait time.D
 	for {
 		h, err := l.TryLock(ctx, key, ttl)
 		switch {
+		case errors.Is(err, locking.ErrPermission):
+			return nil, backendErr(fmt.Sprintf("taking lock %q", key), err)
 		case err != nil:
 			return nil, withCode(exitUnavailable, fmt.Errorf("lock backend unavailable: %w", err))
 		case h != nil:
@@ -265,6 +268,21 @@ func runHolding(ctx context.Context, l locking.Locker, h *locking.Handle, argv [
 	}
 }
 
+// backendErr is a failed call to the backend, for the commands that talk
+// to it: a permission the backend refused to the configured user is a
+// configuration problem (exit 2, as an invalid config: retrying will not
+// help), anything else the backend not answering (69). what names the
+// operation when err does not.
+func backendErr(what string, err error) error {
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	if errors.Is(err, locking.ErrPermission) {
+		return withCode(exitUsage, fmt.Errorf("permission denied (the backend refuses it to the user of the configured URL: grant it, or configure one that has it; docs/OPERATING.md, \"Backend permissions\"): %w", err))
+	}
+	return withCode(exitUnavailable, err)
+}
+
 // lister is what `locks` needs of a backend.
 type lister interface {
 	List(ctx context.Context) ([]locking.LockInfo, error)
@@ -298,7 +316,7 @@ func newLocksCmd() *cobra.Command {
 			defer cancel()
 			infos, err := ls.List(ctx)
 			if err != nil {
-				return withCode(exitUnavailable, fmt.Errorf("listing locks: %w", err))
+				return backendErr("listing locks", err)
 			}
 			return printLocks(c.OutOrStdout(), infos, asJSON)
 		},
@@ -336,11 +354,7 @@ func printLocks(w io.Writer, infos []locking.LockInfo, asJSON bool) error {
 		if i.TTLLeft > 0 {
 			left = i.TTLLeft.Round(time.Millisecond).String()
 		}
-		holder := i.Holder
-		if holder == "" {
-			holder = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", i.Key, i.Fence, left, holder)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", safe(i.Key), i.Fence, left, dash(i.Holder))
 	}
 	return tw.Flush()
 }

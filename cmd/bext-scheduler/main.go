@@ -73,11 +73,12 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "bext-scheduler:", ee.err)
+			// Errors may quote the backend's text or a config's bytes.
+			fmt.Fprintln(stderr, "bext-scheduler:", safeLines(ee.err.Error()))
 		}
 		return ee.code
 	}
-	fmt.Fprintln(stderr, "bext-scheduler:", err)
+	fmt.Fprintln(stderr, "bext-scheduler:", safeLines(err.Error()))
 	fmt.Fprintln(stderr, "Run 'bext-scheduler --help' for usage.")
 	return exitUsage
 }

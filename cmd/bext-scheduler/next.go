@@ -75,7 +75,7 @@ the config only; it does not connect anywhere.`,
 				if len(ticks) > 0 {
 					first = ticks[0]
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Cron, loc, hint, key, ttl, spread, first)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(s.ID), safe(s.Cron), loc, hint, safe(key), ttl, spread, first)
 				for _, t := range ticks[min(1, len(ticks)):] {
 					fmt.Fprintf(w, "\t\t\t\t\t\t\t%s\n", t)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/config"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/service"
+	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // The operators' commands (DESIGN.md "Operating it"): status, history,
@@ -29,8 +30,9 @@ state lives inside the node's process, so it asks the node's API at
 [http] listen instead (writes send [http] token; reads [http] read_token
 when set).`
 
-const opsExitHelp = `Exit codes: 0 ok; 1 runtime failure; 2 usage, invalid config or unknown
-schedule id; 69 backend (or node API) unreachable.`
+const opsExitHelp = `Exit codes: 0 ok; 1 runtime failure; 2 usage, invalid config, unknown
+schedule id, or a permission the backend refused to the configured user;
+69 backend (or node API) unreachable.`
 
 // opsTimeout bounds one read or write of the cluster state.
 const opsTimeout = 30 * time.Second
@@ -93,8 +95,8 @@ func openOperator(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	// Quiet at open: the durability warnings are for the nodes' logs
-	// (run prints them at start), not for every status an operator asks.
+	// Quiet at open: what the backend's client logs (go-redis's dial
+	// failures) is the nodes' business; a command reports its own error.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b, err := service.OpenBackend(ctx, cfg, quiet)
 	if err != nil {
@@ -128,6 +130,8 @@ func opsErr(err error) error {
 		return withCode(exitUsage, err)
 	case errors.Is(err, ops.ErrRunning):
 		return withCode(exitHeld, err)
+	case errors.Is(err, locking.ErrPermission):
+		return backendErr("", err)
 	case ops.Unreachable(err):
 		return withCode(exitUnavailable, err)
 	}
@@ -257,7 +261,7 @@ accepted it within --wait; 2 usage, invalid config or unknown schedule id;
 					return err
 				}
 			} else if ans.Accepted {
-				fmt.Fprintf(c.OutOrStdout(), "trigger %s: accepted by node %s\n", id, ans.Node)
+				fmt.Fprintf(c.OutOrStdout(), "trigger %s: accepted by node %s\n", safe(id), safe(ans.Node))
 			}
 			if !ans.Accepted {
 				return withCode(exitFailure, fmt.Errorf("trigger %s: queued, but no node accepted it within %v; it stays queued and runs when a node takes the schedule's lock (are nodes running? see 'bext-scheduler status')", id, wait))
@@ -319,7 +323,7 @@ such as 2h). A trigger still runs a paused schedule.
 			if ans.Note != "" {
 				msg += fmt.Sprintf(" (note: %s)", ans.Note)
 			}
-			fmt.Fprintln(c.OutOrStdout(), msg)
+			fmt.Fprintln(c.OutOrStdout(), safe(msg))
 			return nil
 		},
 	}
@@ -357,7 +361,7 @@ skipped while it was paused are not replayed (use backfill for that).
 			if f.asJSON {
 				return printJSON(c.OutOrStdout(), ans)
 			}
-			fmt.Fprintf(c.OutOrStdout(), "resumed %s: its next tick runs; ticks skipped while paused are not replayed\n", id)
+			fmt.Fprintf(c.OutOrStdout(), "resumed %s: its next tick runs; ticks skipped while paused are not replayed\n", safe(id))
 			return nil
 		},
 	}
@@ -411,7 +415,7 @@ still its regular ticks' to run.
 				return printJSON(c.OutOrStdout(), ans)
 			}
 			fmt.Fprintf(c.OutOrStdout(), "queued %d ticks of %s, %s to %s; nodes run them one at a time, in order (see 'bext-scheduler history %s')\n",
-				len(ans.Ticks), id, fmtTime(ans.Ticks[0]), fmtTime(ans.Ticks[len(ans.Ticks)-1]), id)
+				len(ans.Ticks), safe(id), fmtTime(ans.Ticks[0]), fmtTime(ans.Ticks[len(ans.Ticks)-1]), safe(id))
 			return nil
 		},
 	}

@@ -38,16 +38,19 @@ func fmtDuration(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
+// dash is a table cell of text from the cluster state: "-" when empty,
+// escaped (safe) otherwise.
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return safe(s)
 }
 
-// oneLine keeps a free-text cell on one line of at most n characters.
+// oneLine keeps a free-text cell on one line of at most n characters,
+// escaped (safe).
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = safe(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}
@@ -71,7 +74,7 @@ func printStatus(w io.Writer, st ops.Status) error {
 		}
 		last, node, result, dur := "-", "-", "-", "-"
 		if r := s.LastRun; r != nil {
-			last, node, result, dur = fmtTime(r.Tick), r.Node, r.Result, fmtDuration(r.Duration)
+			last, node, result, dur = fmtTime(r.Tick), dash(r.Node), dash(r.Result), fmtDuration(r.Duration)
 			if r.Manual {
 				result += " (manual)"
 			}
@@ -80,7 +83,7 @@ func printStatus(w io.Writer, st ops.Status) error {
 		if s.Paused {
 			note = oneLine(s.Pause.Note, 40)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Hint, paused, next, last, node, result, dur, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(s.ID), dash(s.Hint), paused, next, last, node, result, dur, note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -91,7 +94,7 @@ func printStatus(w io.Writer, st ops.Status) error {
 	for _, s := range st.Schedules {
 		if s.MarkAhead != nil {
 			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s, ahead of the clock: no tick of it runs before then (docs/OPERATING.md, \"A tick mark ahead of the clock\")\n",
-				s.ID, fmtTime(*s.MarkAhead))
+				safe(s.ID), fmtTime(*s.MarkAhead))
 		}
 	}
 	fmt.Fprintln(w)
@@ -101,8 +104,8 @@ func printStatus(w io.Writer, st ops.Status) error {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tREADY\tCLOCK OFFSET\tCONFIG")
 		for _, n := range st.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.NodeID, dash(n.Version), fmtTime(n.StartedAt), fmtTime(n.LastSeen),
-				yesNo(n.Ready), fmtOffset(n.ClockOffsetSeconds), dash(n.ConfigHash))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(n.NodeID), safe(dash(n.Version)), fmtTime(n.StartedAt), fmtTime(n.LastSeen),
+				yesNo(n.Ready), fmtOffset(n.ClockOffsetSeconds), safe(dash(n.ConfigHash)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -127,7 +130,7 @@ func printStatus(w io.Writer, st ops.Status) error {
 			}
 			sides = append(sides, fmt.Sprintf("%s on %s", what, strings.Join(side.Nodes, ", ")))
 		}
-		fmt.Fprintf(w, "  %s: %s\n", s.ID, strings.Join(sides, "; "))
+		fmt.Fprintf(w, "  %s: %s\n", safe(s.ID), safe(strings.Join(sides, "; ")))
 	}
 	return nil
 }
@@ -148,7 +151,7 @@ func printRuns(w io.Writer, runs []ops.Run) error {
 		if r.Fence != 0 {
 			fence = strconv.FormatInt(r.Fence, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(r.Tick), r.Node, r.Result,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(r.Tick), dash(r.Node), dash(r.Result),
 			fmtTime(r.StartedAt), fmtDuration(r.Duration), r.Attempts, fence, manual, dash(r.RunID), oneLine(r.Error, 80))
 	}
 	return tw.Flush()

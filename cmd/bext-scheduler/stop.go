@@ -107,22 +107,6 @@ node API) unreachable.`,
 	return c
 }
 
-// safe returns s for a terminal: control and bidirectional-override
-// characters escaped, so an id or node name cannot rewrite the screen.
-func safe(s string) string {
-	out := make([]rune, 0, len(s))
-	for _, r := range s {
-		switch {
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0),
-			r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e || r == 0x200f:
-			out = append(out, []rune(fmt.Sprintf("\\u%04x", r))...)
-		default:
-			out = append(out, r)
-		}
-	}
-	return string(out)
-}
-
 // printLive prints what status knows beyond the table: the runs going on
 // now, the manual runs queued, and who last acted on each schedule.
 func printLive(w io.Writer, st ops.Status, now time.Time) error {

@@ -26,7 +26,7 @@ connect to the lock backend. Exit code 0 when valid, 2 when not.`,
 				return err
 			}
 			for _, w := range warnings(cfg) {
-				fmt.Fprintln(c.ErrOrStderr(), "warning:", w)
+				fmt.Fprintln(c.ErrOrStderr(), "warning:", safe(w))
 			}
 			backend := cfg.Locking.Backend
 			if backend == "" {
@@ -46,7 +46,7 @@ func loadConfig(stderr io.Writer, path string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, "bext-scheduler: invalid config:")
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, safeLines(err.Error())) // problems quote the file's bytes
 		return nil, withCode(exitUsage, nil)
 	}
 	return cfg, nil

@@ -79,3 +79,44 @@ command = ["true"]
 		}
 	}
 }
+
+// The issue's three reports, through the binary: a cron that never fires
+// is a problem; a command given as a string is one problem, not also "no
+// job" and a syntax error on the next table's header; a ${VAR} value is
+// never printed.
+func TestValidateInputs(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, t.TempDir(), "bext.config.toml", `node_id = "n"
+[[scheduled]]
+id = "feb30"
+cron = "0 0 30 2 *"
+command = ["true"]
+
+[[scheduled]]
+id = "typed"
+cron = "* * * * *"
+command = "true"
+
+[[scheduled]]
+id = "sec"
+cron = "${BEXT_T_DBPW}"
+command = ["true"]
+`)
+	r := proctest.Run(t, bin, []string{"BEXT_T_DBPW=DBPWSECRET789"}, "validate", "--config", cfg)
+	noCrash(t, r)
+	want := []string{
+		"bext-scheduler: invalid config:",
+		`bext.config.toml:4: schedule "feb30": cron "0 0 30 2 *": no tick in the next five years`,
+		"bext.config.toml:10: scheduled.command: wrong type: got a TOML string, want an array of strings",
+		`bext.config.toml:14: schedule "sec": bad cron "${BEXT_T_DBPW}"`,
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+	if r.Code != exitUsage || len(lines) != len(want) || strings.Contains(r.Stderr, "DBPWSECRET789") {
+		t.Fatalf("validate exit %d, stderr:\n%s\nwant %d, these %d lines and no secret", r.Code, r.Stderr, exitUsage, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d = %q, want %q in it", i+1, lines[i], w)
+		}
+	}
+}

@@ -74,7 +74,6 @@ func OpenBackend(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 		if err != nil {
 			return Backend{}, fmt.Errorf("%w: redis: %w", ErrBackend, err)
 		}
-		warnDurability(ctx, lk, logger)
 		return Backend{Name: "redis", Kind: hints.Distributed, Locker: lk}, nil
 	case "pg":
 		lk, err := pg.Open(ctx, pg.Options{
@@ -89,12 +88,19 @@ func OpenBackend(ctx context.Context, cfg *config.Config, logger *slog.Logger) (
 	return Backend{}, fmt.Errorf("%w: unknown backend %q", ErrBackend, l.Backend)
 }
 
-// warnDurability logs, once at start, each Redis setting that can lose a
-// lock or a tick mark (persistence off, an eviction policy): an evicted
-// lock is a second holder, an evicted mark a second run. It delays the
-// start by a second at most: a Redis that is down is reported by the lock
-// operations, and the node must start without it.
-func warnDurability(ctx context.Context, lk *redis.Locker, logger *slog.Logger) {
+// WarnDurability logs each setting of b that can lose a lock or a tick
+// mark (Redis: persistence off, an eviction policy): an evicted lock is a
+// second holder, an evicted mark a second run. A node calls it once at
+// start, and only a node: the CLI's commands (lock run from a crontab
+// line on every host, status, ...) stay quiet, or cron would mail the
+// warning every night from every host. It delays the start by a second
+// at most: a Redis that is down is reported by the lock operations, and
+// the node must start without it.
+func WarnDurability(ctx context.Context, b Backend, logger *slog.Logger) {
+	lk, ok := b.Locker.(*redis.Locker)
+	if !ok {
+		return // Postgres keeps what it commits; memory keeps nothing anyway
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	warnings, err := lk.Durability(ctx)

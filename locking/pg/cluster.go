@@ -570,7 +570,7 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 			if pe := poolerErr(err); pe != nil {
 				return nil, store.Taken{}, true, fmt.Errorf("locking/pg: take request %q: %w", schedule, pe)
 			}
-			return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+			return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", failure(err), schedule, err)
 		}
 	}
 	if err != nil {
@@ -623,7 +623,7 @@ func (l *Locker) takeResend(ctx context.Context, id int64, r store.TakeReq, tok 
 	l.release(s)
 	switch {
 	case jerr != nil:
-		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: a resent take's record: %w", locking.ErrUnavailable, schedule, jerr)
+		return nil, store.Taken{}, true, fmt.Errorf("locking/pg: %w: take request %q: a resent take's record: %w", failure(jerr), schedule, jerr)
 	case v == "held":
 		// Not definite: the caller resends until the server drops the
 		// first attempt's session (within MaxLease).
@@ -652,7 +652,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 				if pe := poolerErr(err); pe != nil {
 					return nil, store.Taken{}, fmt.Errorf("locking/pg: take request %q: %w", schedule, pe)
 				}
-				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", locking.ErrUnavailable, schedule, err)
+				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: creating the cluster tables: %w", failure(err), schedule, err)
 			}
 		}
 		if err != nil {
@@ -697,7 +697,7 @@ func (l *Locker) takeRequest(ctx context.Context, id int64, schedule, node, toke
 			}
 			var req store.Request
 			if err := json.Unmarshal(head, &req); err != nil {
-				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: the queue's head: %w", locking.ErrUnavailable, schedule, err)
+				return nil, store.Taken{}, fmt.Errorf("locking/pg: %w: take request %q: the queue's head: %w", failure(err), schedule, err)
 			}
 			return nil, store.Taken{Request: &req, Contended: true}, nil
 		}
@@ -767,7 +767,7 @@ func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
 		case ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled):
 			gerr = fmt.Errorf("pg: give back %q: %w", ls.key, context.Cause(ctx))
 		default:
-			gerr = fmt.Errorf("%w: pg: give back %q: %w", locking.ErrUnavailable, ls.key, err)
+			gerr = fmt.Errorf("%w: pg: give back %q: %w", failure(err), ls.key, err)
 		}
 	}
 	ls.mu.Lock()

@@ -53,7 +53,9 @@
 // Renew and Release report a lock they could not confirm as lost
 // (locking.ErrLockLost); when Postgres did not answer at all (a broken
 // connection, a timeout) the error also wraps locking.ErrUnavailable, so
-// an outage is seen as one. Close honours its context's deadline: when it
+// an outage is seen as one. A statement Postgres refuses to the configured
+// role (insufficient_privilege, SQLSTATE 42501; class 28 at connection)
+// wraps locking.ErrPermission instead of ErrUnavailable. Close honours its context's deadline: when it
 // passes, the remaining sessions are closed without waiting for answers.
 //
 // Advisory locks are re-entrant per session and sessions are reused, so the

@@ -345,7 +345,7 @@ func (l *Locker) acquireReady(ctx context.Context) (*session, bool, error) {
 		if pe := poolerErr(err); pe != nil {
 			return nil, false, pe
 		}
-		return nil, false, fmt.Errorf("locking/pg: %w: creating bext_lock_fences: %w", locking.ErrUnavailable, err)
+		return nil, false, fmt.Errorf("locking/pg: %w: creating bext_lock_fences: %w", failure(err), err)
 	}
 	return s, fresh, nil
 }
@@ -356,7 +356,7 @@ func queryErr(op, key string, err error) error {
 	if pe := poolerErr(err); pe != nil {
 		return fmt.Errorf("locking/pg: %s %q: %w", op, key, pe)
 	}
-	return fmt.Errorf("locking/pg: %w: %s %q: %w", locking.ErrUnavailable, op, key, err)
+	return fmt.Errorf("locking/pg: %w: %s %q: %w", failure(err), op, key, err)
 }
 
 // lostErr wraps the failure of a statement on a held lock's session: the
@@ -422,7 +422,7 @@ func (l *Locker) hearTake(ctx context.Context, ls *lease) error {
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("locking/pg: %w: renew %q: the take's record: %w", locking.ErrUnavailable, ls.key, err)
+		return fmt.Errorf("locking/pg: %w: renew %q: the take's record: %w", failure(err), ls.key, err)
 	case n == 0:
 		return fmt.Errorf("locking/pg: %w: renew %q: the take's trigger went back to its queue", locking.ErrLockLost, ls.key)
 	}

@@ -170,7 +170,7 @@ func (l *Locker) connect(ctx context.Context) (*session, error) {
 	if errors.Is(err, ErrTransactionPooler) {
 		err = fmt.Errorf("%w (the startup BackendKeyData names backend %d, pg_backend_pid() is %d)", err, keyPID, s0pid)
 	}
-	if err != nil && !errors.Is(err, locking.ErrUnavailable) {
+	if err != nil && !errors.Is(err, locking.ErrUnavailable) && !errors.Is(err, locking.ErrPermission) {
 		l.pooler.set(err)
 	} else if err == nil {
 		l.pooler.set(nil)
@@ -187,7 +187,7 @@ func (l *Locker) dialProbe(ctx context.Context) (*session, uint32, error) {
 		if strings.Contains(err.Error(), "unsupported startup parameter") {
 			return nil, 0, fmt.Errorf("locking/pg: %w: connecting: a pooler refused a startup parameter of [locking.pg] url (set it with SET in the pooler's connect_query, or drop it): %w", locking.ErrUnavailable, err)
 		}
-		return nil, 0, fmt.Errorf("locking/pg: %w: connecting: %w", locking.ErrUnavailable, err)
+		return nil, 0, fmt.Errorf("locking/pg: %w: connecting: %w", failure(err), err)
 	}
 	pid, err := l.probeSession(ctx, conn)
 	if err != nil {
@@ -364,7 +364,7 @@ func probeErr(err error) error {
 	if pe := poolerErr(err); pe != nil {
 		return pe
 	}
-	return fmt.Errorf("locking/pg: %w: probing a new session: %w", locking.ErrUnavailable, err)
+	return fmt.Errorf("locking/pg: %w: probing a new session: %w", failure(err), err)
 }
 
 // ensureSchema creates bext_lock_fences once per Locker, if it is missing.
@@ -406,7 +406,20 @@ func sessionErr(err error) error {
 	if pe := poolerErr(err); pe != nil {
 		return fmt.Errorf("locking/pg: %w", pe)
 	}
-	return fmt.Errorf("locking/pg: %w: %w", locking.ErrUnavailable, err)
+	return fmt.Errorf("locking/pg: %w: %w", failure(err), err)
+}
+
+// failure is the sentinel a failed statement's error wraps: Postgres
+// refusing it to the configured role (insufficient_privilege, 42501; at
+// connection, class 28: the role may not log in, or not with this
+// password) is locking.ErrPermission, anything else (no answer, a broken
+// session, a timeout) locking.ErrUnavailable.
+func failure(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42501" || strings.HasPrefix(pgErr.Code, "28")) {
+		return locking.ErrPermission
+	}
+	return locking.ErrUnavailable
 }
 
 // isConnError tells a broken connection (worth one retry on a fresh one)

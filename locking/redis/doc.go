@@ -177,7 +177,9 @@
 //
 // Transport failures, error replies and deadlines passing mid-call (ours
 // or the caller's) wrap locking.ErrUnavailable with the cause kept (%w);
-// a cancelled caller context is reported as such. A
+// a cancelled caller context is reported as such. A refusal to the
+// configured user (NOPERM: an ACL user without the command or key;
+// WRONGPASS, NOAUTH) wraps locking.ErrPermission instead. A
 // lock that expired or was taken over is locking.ErrLockLost. A URL that
 // cannot be parsed is locking.ErrInvalid, with any password redacted.
 //

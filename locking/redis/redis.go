@@ -539,8 +539,22 @@ func (l *Locker) opError(ctx context.Context, op, key string, err error) error {
 		return fmt.Errorf("locking/redis: %s: %w: %w (%w)", what, locking.ErrUnavailable, context.DeadlineExceeded, err)
 	case errors.Is(err, errReply):
 		return fmt.Errorf("locking/redis: %s: %w", what, err)
+	case refused(err):
+		return fmt.Errorf("locking/redis: %s: %w: %w", what, locking.ErrPermission, err)
 	}
 	return fmt.Errorf("locking/redis: %s: %w: %w", what, locking.ErrUnavailable, err)
+}
+
+// refused reports whether Redis refused err's call to this user: an ACL
+// user without the command or key (NOPERM), or credentials it does not
+// accept (WRONGPASS, NOAUTH).
+func refused(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH")
 }
 
 // deadlinePassed reports whether ctx's deadline is behind us, whether or
