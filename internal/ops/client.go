@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // Client is an Operator that asks a node's API (server.WithAPI). The CLI
@@ -174,6 +176,8 @@ func (e *APIError) Unwrap() error {
 		return ErrNoBackend
 	case "not_running":
 		return ErrNotRunning
+	case "backend_permission":
+		return locking.ErrPermission
 	case "not_stopped":
 		return ErrNotStopped
 	case "unavailable":
