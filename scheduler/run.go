@@ -93,13 +93,19 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	if s.startObs != nil {
 		started = s.clock.Now()
 		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID,
-			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence})
+			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence, By: t.by()})
 	}
 	var out runOutcome
+	var first time.Time // the first attempt's start
+	overran := false
 	for attempt := 1; ; attempt++ {
 		jt.Attempt = attempt
 		out = s.attempt(t, l, jt)
 		out.attempts = attempt
+		if attempt == 1 {
+			first = out.start
+		}
+		overran = overran || out.overrun
 		if out.result != ResultFailure || attempt > def.Retries {
 			break
 		}
@@ -111,10 +117,17 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		}
 		backoff *= 2
 	}
-	if !started.IsZero() && !out.unstarted {
-		// The start its observers were told of (history's provisional
-		// record of the run names it), not the last attempt's.
-		out.start = started
+	if !out.unstarted {
+		// One run, however many attempts: it starts when its first attempt
+		// did, or at the start its observers were told of (history's
+		// provisional record of the run names it), and lasts until its
+		// last attempt ended, the backoffs between them included.
+		end := out.start.Add(out.dur)
+		out.start = first
+		if !started.IsZero() {
+			out.start = started
+		}
+		out.dur, out.overrun = end.Sub(out.start), overran
 	}
 	if out.start.IsZero() {
 		out.start = s.clock.Now()

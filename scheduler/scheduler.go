@@ -43,9 +43,12 @@ type Schedule struct {
 	// ExpectedRuntime is how long a run should take (0 = 1m, the config
 	// default). A longer run is an overrun: logged and reported, never killed.
 	ExpectedRuntime time.Duration
-	Jitter          time.Duration // a random delay in [0, Jitter) before the run
-	Timeout         time.Duration // the run's deadline; 0 = none
-	Overlap         Overlap       // "" = OverlapSkip
+	// MinRuntime: a successful run faster than it is an anomaly, too_fast
+	// (0: none). Reported with the run, never acted on.
+	MinRuntime time.Duration
+	Jitter     time.Duration // a random delay in [0, Jitter) before the run
+	Timeout    time.Duration // the run's deadline; 0 = none
+	Overlap    Overlap       // "" = OverlapSkip
 	// CatchupWindow is how late a tick may still start, once (DESIGN.md
 	// "Catch-up"): 0 means the default, one period of the schedule (the
 	// time from the tick to the next one); NoCatchup means never late.
@@ -238,6 +241,7 @@ type policy struct {
 type policyKey struct {
 	Hint               hints.Hint
 	ExpectedRuntime    time.Duration
+	MinRuntime         time.Duration
 	Jitter             time.Duration
 	Timeout            time.Duration
 	Overlap            Overlap

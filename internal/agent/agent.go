@@ -231,7 +231,7 @@ func (o observer) SkipRecorded(r scheduler.SkipRecord) { o.a.SkipRecorded(r) }
 // is written before its final record.
 func (a *Agent) RunStarted(r scheduler.RunStart) {
 	a.RunRecorded(scheduler.RunRecord{Schedule: r.Schedule, Tick: r.Tick, Node: r.Node,
-		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID})
+		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID, By: r.By})
 }
 
 // SkipRecorded queues a tick consumed without a run for the history
@@ -461,7 +461,7 @@ func (a *Agent) poll(run, ctx context.Context) {
 			}
 		}
 		h, keepUntil := taken.Handle, answered.Add(a.takeKeep(sc.TTL))
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: h, Sent: answered, Backfill: req.Backfill,
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, By: req.By, Handle: h, Sent: answered, Backfill: req.Backfill,
 			GiveBack: func() { a.giveBack(run, h, req, keepUntil) },
 			Done:     func(scheduler.RunResult) { done() }}
 		kind := "trigger"
@@ -757,7 +757,7 @@ func (a *Agent) toRun(r scheduler.RunRecord) cluster.Run {
 	run := cluster.Run{
 		Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Result: string(r.Result), StartedAt: r.Start,
 		Duration: r.Duration, Fence: r.Fence, Manual: r.Manual, Attempts: r.Attempts, RunID: r.RunID,
-		OutputTail: a.opts.Mask(r.Output),
+		OutputTail: a.opts.Mask(r.Output), Anomaly: r.Anomaly, By: r.By,
 	}
 	if r.Err != nil {
 		run.Error = a.opts.Mask(r.Err.Error())
