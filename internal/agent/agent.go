@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -778,24 +779,15 @@ func (a *Agent) maybePause(ctx context.Context, id string) {
 		return
 	}
 	// Read twice as many: the provisional records of runs still going
-	// (result running) are no runs yet.
-	all, err := a.b.Runs(ctx, id, 2*n)
+	// (result running) and ticks not run are no runs. The streak is the
+	// one status shows (ops.FailureStreak), counted from the start of
+	// history for now.
+	runs, err := a.b.Runs(ctx, id, 2*n)
 	if err != nil {
 		return
 	}
-	runs := all[:0]
-	for _, r := range all {
-		if r.Result != cluster.ResultRunning && len(runs) < n {
-			runs = append(runs, r)
-		}
-	}
-	if len(runs) < n {
+	if ops.FailureStreak(runs, time.Time{}) < n {
 		return
-	}
-	for _, r := range runs {
-		if !isFailure(r.Result) {
-			return
-		}
 	}
 	p, err := a.b.GetPause(ctx, id)
 	if err == nil && p.Active(a.opts.Now()) {

@@ -86,6 +86,11 @@ type Schedule struct {
 	Paused   bool       `json:"paused"`
 	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
 	LastRun  *Run       `json:"last_run"`  // null when none is recorded
+	// LastSuccess is the tick of the newest successful run in history
+	// (null when none); FailuresInARow the failed runs since it
+	// (FailureStreak).
+	LastSuccess    *time.Time `json:"last_success"`
+	FailuresInARow int        `json:"failures_in_a_row"`
 	// MarkAhead is the time the schedule's tick mark says, when that lies
 	// further ahead of the backend's clock than max_clock_skew: no tick of
 	// it runs before then (null otherwise, and for a schedule that takes
@@ -382,14 +387,18 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	// still going (result running): its last run is the newest that
 	// ended, read for those schedules only (one small read each); with
 	// none ended yet, the running one is shown.
+	known := make(map[string]newest, len(last))
 	for id, r := range last {
 		if r.Result != cluster.ResultRunning {
+			known[id] = newest{runs: []cluster.Run{r}}
 			continue
 		}
-		rs, err := s.store.Runs(ctx, id, 8)
+		const n = 8
+		rs, err := s.store.Runs(ctx, id, n)
 		if err != nil {
 			return nil, backendErr("reading the last runs", err)
 		}
+		known[id] = newest{runs: rs, all: len(rs) < n}
 		for _, f := range rs {
 			if f.Result != cluster.ResultRunning {
 				last[id] = f
@@ -412,6 +421,11 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			if k, ok := known[out[i].ID]; ok {
+				if errs[i] = s.successAndStreak(ctx, &out[i], k); errs[i] != nil {
+					return
+				}
+			}
 			p, err := s.store.GetPause(ctx, out[i].ID)
 			if err != nil {
 				errs[i] = err
@@ -434,9 +448,32 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, backendErr("reading pause flags and tick marks", err)
+		return nil, backendErr("reading pause flags, tick marks and recent runs", err)
 	}
 	return out, nil
+}
+
+// newest is a schedule's newest runs read so far, newest first; all: they
+// are its whole history.
+type newest struct {
+	runs []cluster.Run
+	all  bool
+}
+
+// successAndStreak sets sc's LastSuccess and FailuresInARow from its
+// newest runs k. Most schedules' newest run succeeded, and k answers both
+// (a streak ends at a success); only a schedule whose newest runs hold no
+// success has its whole history read (up to 2×keep runs).
+func (s *Service) successAndStreak(ctx context.Context, sc *Schedule, k newest) error {
+	if lastSuccess(k.runs) == nil && !k.all {
+		rs, err := s.store.Runs(ctx, sc.ID, min(2*s.keep, MaxRunsLimit))
+		if err != nil {
+			return err
+		}
+		k.runs = rs
+	}
+	sc.LastSuccess, sc.FailuresInARow = lastSuccess(k.runs), FailureStreak(k.runs, time.Time{})
+	return nil
 }
 
 // Runs returns up to limit runs of schedule id, newest first.
