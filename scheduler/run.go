@@ -75,7 +75,7 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	def := t.def
 	jt := Tick{ScheduleID: def.ID, Time: t.at, NodeID: s.opts.NodeID, Manual: t.manual != nil,
 		RunID: t.runID(), PrevTime: cronspec.Prev(def.Spec, t.at.Add(-time.Nanosecond), t.window(s)+time.Hour)}
-	jt.LastSuccessTime = t.st.lastSuccess.load(t.at.Location())
+	jt.LastSuccessTime = s.lastSuccess(t)
 	var fence int64
 	if l != nil {
 		jt.LockKey, jt.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
@@ -133,6 +133,38 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		out.start = s.clock.Now()
 	}
 	return out, ran{runID: jt.RunID, manual: jt.Manual, fence: fence, tail: tail}
+}
+
+// historyTimeout bounds the read of the cluster's last success at a run's
+// start: a job waits at most this long for its environment.
+const historyTimeout = 250 * time.Millisecond
+
+// lastSuccess is the tick of t's schedule's last successful run, for the
+// job's BEXT_LAST_SUCCESS_TICK_TIME: the later of what this node saw and
+// what the cluster's history holds. Which jobs read the variable is not
+// knowable (a command's script, a Go job's code), so every run's start
+// reads the history, once, bounded by historyTimeout; a history that does
+// not answer in time (or holds no success) leaves what this node saw,
+// which lags the runs of other nodes and may be empty. This node's own
+// success of the last tick may not be in the history yet (its record is
+// batched): hence the later of the two.
+func (s *Scheduler) lastSuccess(t *tick) time.Time {
+	seen := t.st.lastSuccess.load(t.at.Location())
+	if s.opts.History == nil {
+		return seen
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, historyTimeout)
+	defer cancel()
+	at, ok, err := s.opts.History.LastSuccess(ctx, t.def.ID)
+	if err != nil {
+		s.log.Debug("reading the cluster's last success failed: the job gets this node's", slog.String("schedule", t.def.ID),
+			slog.Any("error", err))
+		return seen
+	}
+	if ok && at.After(seen) {
+		return at.In(t.at.Location())
+	}
+	return seen
 }
 
 // DefaultRetryBackoff is the wait before the first retry of a schedule

@@ -111,6 +111,17 @@ type Options struct {
 	// cluster runs on one fake clock (internal/sim) sets it to that clock
 	// so that a seed's resends come when the seed says.
 	NetClock Clock
+	// History, when set, tells a run's job the cluster's last success
+	// (Tick.LastSuccessTime, BEXT_LAST_SUCCESS_TICK_TIME) rather than
+	// only the last this node saw: nil, this node's own.
+	History History
+}
+
+// History is the cluster's run history as a run's start reads it.
+type History interface {
+	// LastSuccess returns the tick of the schedule's newest successful
+	// run in the history (ok false: none there).
+	LastSuccess(ctx context.Context, schedule string) (tick time.Time, ok bool, err error)
 }
 
 // Defaults of Options and Schedule.

@@ -343,6 +343,27 @@ func (a *Agent) scheduleIDs() []string {
 	return ids
 }
 
+// lastSuccessRuns is how many of a schedule's newest runs LastSuccess
+// reads: a success older than that is left to what the node saw.
+const lastSuccessRuns = 20
+
+// LastSuccess returns the tick of schedule's newest successful run among
+// its newest lastSuccessRuns in the cluster's history
+// (scheduler.History): what a run's BEXT_LAST_SUCCESS_TICK_TIME says,
+// whichever node ran that success.
+func (a *Agent) LastSuccess(ctx context.Context, schedule string) (time.Time, bool, error) {
+	runs, err := a.b.Runs(ctx, schedule, lastSuccessRuns)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	for _, r := range runs {
+		if r.Result == string(scheduler.ResultSuccess) {
+			return r.Tick, true, nil
+		}
+	}
+	return time.Time{}, false, nil
+}
+
 // historyTimeout bounds one write of run records (and the last one at
 // shutdown, and leaving the node list): a backend that does not answer
 // must not keep a stopping node from exiting.
