@@ -101,6 +101,10 @@ type Schedule struct {
 
 	// Pause is the flag behind Paused (note, end time), for tables.
 	Pause locking.Pause `json:"-"`
+	// ExpectedRuntime (its default filled in) and MinRuntime (0: none)
+	// are the bounds of the anomalies, for the page's duration chart.
+	ExpectedRuntime time.Duration `json:"-"`
+	MinRuntime      time.Duration `json:"-"`
 }
 
 // Run is a finished run as history shows it; its JSON (cluster.Run's)
@@ -211,6 +215,9 @@ type shape struct {
 	zone    *time.Location
 	hint    string
 	overlap scheduler.Overlap // as the config set it ("" when unset)
+	// expected (its default filled in) and minRuntime: the anomalies'
+	// bounds.
+	expected, minRuntime time.Duration
 }
 
 // New returns a Service over store (nil when the config names no backend)
@@ -243,7 +250,12 @@ func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
 	shared := map[shape]*shape{}
 	byID := make([]int32, len(schedules))
 	for i, d := range schedules {
-		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap}
+		expected := d.ExpectedRuntime
+		if expected <= 0 {
+			expected = scheduler.DefaultExpectedRuntime
+		}
+		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap,
+			expected: expected, minRuntime: d.MinRuntime}
 		p, ok := shared[sh]
 		if !ok {
 			p = &sh
@@ -367,7 +379,8 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint}
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint,
+			ExpectedRuntime: d.expected, MinRuntime: d.minRuntime}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {
 				next = next.UTC()
