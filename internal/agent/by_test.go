@@ -77,3 +77,37 @@ func TestTriggeredRunRecordsBy(t *testing.T) {
 			r.By, r.Manual, r.RunID, r.Anomaly)
 	}
 }
+
+// LastSuccess finds the newest success in the cluster's history, behind
+// failures and a run still going, and says when there is none.
+func TestLastSuccessReadsTheHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memory.New()
+	ag := agent.New(mem, noRunner{}, agent.Options{NodeID: "a"})
+	if _, ok, err := ag.LastSuccess(ctx, "s"); ok || err != nil {
+		t.Fatalf("LastSuccess of no history: ok %v, %v; want none", ok, err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var runs []cluster.Run
+	for i, res := range []string{"success", "success", "failure", "timeout", cluster.ResultRunning} {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		r := cluster.Run{Schedule: "s", Tick: at, StartedAt: at, Node: "b", Result: res, Attempts: 1, RunID: string(rune('a' + i))}
+		if res == cluster.ResultRunning {
+			r.Attempts = 0
+		}
+		runs = append(runs, r)
+	}
+	if err := mem.RecordRuns(ctx, runs[:2], 10); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := ag.LastSuccess(ctx, "s"); !ok || err != nil || !at.Equal(runs[1].Tick) {
+		t.Fatalf("LastSuccess, the newest run a success: %v %v %v; want %v", at, ok, err, runs[1].Tick)
+	}
+	if err := mem.RecordRuns(ctx, runs[2:], 10); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := ag.LastSuccess(ctx, "s"); !ok || err != nil || !at.Equal(runs[1].Tick) {
+		t.Fatalf("LastSuccess behind failures and a running run: %v %v %v; want %v", at, ok, err, runs[1].Tick)
+	}
+}
