@@ -144,7 +144,7 @@ func TestOpsCommandsOnSharedBackends(t *testing.T) {
 			// history: newest first, -n bounds it.
 			r = cli(t, cfg, 0, "history", "job", "-n", "2")
 			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-			if len(lines) != 3 || !strings.Contains(lines[1], "node-c") || !strings.Contains(lines[2], "node-b") || !strings.Contains(lines[2], "exit status 3") {
+			if len(lines) != 3 || !strings.Contains(lines[1], "node-c") || !strings.Contains(lines[1], "success (overrun)") || !strings.Contains(lines[2], "node-b") || !strings.Contains(lines[2], "exit status 3") {
 				t.Errorf("history -n 2:\n%s", r.Stdout)
 			}
 			var rs []ops.Run
