@@ -37,7 +37,22 @@ type Run struct {
 	Error      string        `json:"error"`       // one line, secrets masked, "" on success
 	RunID      string        `json:"run_id"`      // unique per run, the same across its retries
 	OutputTail string        `json:"output_tail"` // the last MaxOutputTail bytes of output, masked
+	// Anomaly is what the node that ran it found suspicious in its
+	// duration: AnomalyOverrun, AnomalyTooFast, or "" (JSON null).
+	Anomaly string `json:"anomaly"`
+	// By is who asked for a manual run (the request's By: CLI
+	// user@host, "api"); "" (JSON null) for a scheduled run.
+	By string `json:"by"`
 }
+
+// Anomalies of a run (Run.Anomaly), the kind label of
+// bext_scheduler_run_anomalies_total.
+const (
+	// AnomalyOverrun: the run took longer than its expected_runtime.
+	AnomalyOverrun = "overrun"
+	// AnomalyTooFast: a success faster than its min_runtime.
+	AnomalyTooFast = "too_fast"
+)
 
 // MaxOutputTail bounds Run.OutputTail, so a schedule's history costs at
 // most keep × (MaxOutputTail + about 1 KiB).
@@ -331,6 +346,12 @@ func CheckRun(r Run) error {
 	if r.RunID == "" {
 		return fmt.Errorf("%w: run of %q has no run id", ErrInvalid, r.Schedule)
 	}
+	switch r.Anomaly {
+	case "", AnomalyOverrun, AnomalyTooFast:
+	default:
+		return fmt.Errorf("%w: run %q of %q: unknown anomaly %q (want %q, %q or none)",
+			ErrInvalid, r.RunID, r.Schedule, r.Anomaly, AnomalyOverrun, AnomalyTooFast)
+	}
 	return nil
 }
 
@@ -359,6 +380,11 @@ func Bound(r Run) Run {
 			cut++
 		}
 		r.OutputTail = r.OutputTail[cut:]
+	}
+	// By comes from whoever wrote a request into the backend: bounded as
+	// an error line is, so a history row stays small.
+	if r.By != "" {
+		r.By = Bound(Run{Error: r.By}).Error
 	}
 	return r
 }

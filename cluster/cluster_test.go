@@ -67,11 +67,27 @@ func TestRunJSON(t *testing.T) {
 	}
 	const want = `{"schedule":"s","tick":"2026-03-01T12:00:00Z","node":"n","result":"success",` +
 		`"started_at":"2026-03-01T12:00:00.001Z","duration_seconds":1.500001,"fence":4503599627370496,` +
-		`"manual":true,"attempts":2,"error":"","run_id":"id","output_tail":""}`
+		`"manual":true,"attempts":2,"error":"","run_id":"id","output_tail":"","anomaly":null,"by":null}`
 	if string(b) != want {
 		t.Fatalf("json = %s\nwant   %s", b, want)
 	}
 	var back cluster.Run
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != r {
+		t.Fatalf("round trip = %+v, want %+v", back, r)
+	}
+	// A manual run that overran: both fields are strings.
+	r.Anomaly, r.By = cluster.AnomalyOverrun, "alice@host-1"
+	b, err = json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), `"anomaly":"overrun","by":"alice@host-1"}`) {
+		t.Fatalf("json = %s, want anomaly overrun and by alice@host-1", b)
+	}
+	back = cluster.Run{}
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -86,15 +102,16 @@ func TestRunJSON(t *testing.T) {
 func TestChecks(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	bad := map[string]error{
-		"CheckSchedule":   cluster.CheckSchedule(""),
-		"CheckKeep":       cluster.CheckKeep(0),
-		"CheckLimit":      cluster.CheckLimit(0),
-		"CheckNode":       cluster.CheckNode(cluster.Node{NodeID: "n"}, 0),
-		"CheckNodeID":     cluster.CheckNodeID("a\nb"),
-		"CheckRequest id": cluster.CheckRequest(cluster.Request{Schedule: "s", Tick: at}),
-		"CheckRequest tk": cluster.CheckRequest(cluster.Request{Schedule: "s", ID: "i"}),
-		"CheckTake ttl":   cluster.CheckTake(cluster.TakeReq{Schedule: "s", Node: "n"}),
-		"CheckRun":        cluster.CheckRun(cluster.Run{Schedule: "s"}),
+		"CheckSchedule":    cluster.CheckSchedule(""),
+		"CheckKeep":        cluster.CheckKeep(0),
+		"CheckLimit":       cluster.CheckLimit(0),
+		"CheckNode":        cluster.CheckNode(cluster.Node{NodeID: "n"}, 0),
+		"CheckNodeID":      cluster.CheckNodeID("a\nb"),
+		"CheckRequest id":  cluster.CheckRequest(cluster.Request{Schedule: "s", Tick: at}),
+		"CheckRequest tk":  cluster.CheckRequest(cluster.Request{Schedule: "s", ID: "i"}),
+		"CheckTake ttl":    cluster.CheckTake(cluster.TakeReq{Schedule: "s", Node: "n"}),
+		"CheckRun":         cluster.CheckRun(cluster.Run{Schedule: "s"}),
+		"CheckRun anomaly": cluster.CheckRun(cluster.Run{Schedule: "s", RunID: "r", Anomaly: "slow"}),
 	}
 	for name, err := range bad {
 		if !errors.Is(err, cluster.ErrInvalid) {

@@ -21,6 +21,24 @@ type runJSON struct {
 	Error           string    `json:"error"`
 	RunID           string    `json:"run_id"`
 	OutputTail      string    `json:"output_tail"`
+	Anomaly         *string   `json:"anomaly"` // null: none
+	By              *string   `json:"by"`      // null: a scheduled run
+}
+
+// orNull is s, or nil (JSON null) when empty.
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// orEmpty is *p, or "" when nil.
+func orEmpty(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // MarshalJSON writes r with its duration as duration_seconds, the name the
@@ -32,7 +50,7 @@ func (r Run) MarshalJSON() ([]byte, error) {
 		Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Result: r.Result,
 		StartedAt: r.StartedAt, DurationSeconds: float64(r.Duration) / 1e9, Fence: r.Fence,
 		Manual: r.Manual, Attempts: r.Attempts, Error: r.Error, RunID: r.RunID,
-		OutputTail: r.OutputTail,
+		OutputTail: r.OutputTail, Anomaly: orNull(r.Anomaly), By: orNull(r.By),
 	})
 }
 
@@ -48,7 +66,7 @@ func (r *Run) UnmarshalJSON(b []byte) error {
 		Schedule: j.Schedule, Tick: j.Tick, Node: j.Node, Result: j.Result,
 		StartedAt: j.StartedAt, Duration: time.Duration(math.Round(j.DurationSeconds * 1e9)),
 		Fence: j.Fence, Manual: j.Manual, Attempts: j.Attempts, Error: j.Error,
-		RunID: j.RunID, OutputTail: j.OutputTail,
+		RunID: j.RunID, OutputTail: j.OutputTail, Anomaly: orEmpty(j.Anomaly), By: orEmpty(j.By),
 	}
 	return nil
 }

@@ -181,6 +181,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 	}
 	if n.agent != nil { // a typed nil would not be a nil Preferrers
 		service.Handoff(&schedOpts, cfg, backend, n.agent)
+		schedOpts.History = n.agent
 	}
 	n.sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {

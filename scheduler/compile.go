@@ -138,7 +138,7 @@ func orUTC(loc *time.Location) *time.Location {
 // keyOf is sc's options with their defaults filled in.
 func keyOf(sc *Schedule) policyKey {
 	k := policyKey{
-		Hint: sc.Hint, ExpectedRuntime: sc.ExpectedRuntime, Jitter: sc.Jitter, Timeout: sc.Timeout,
+		Hint: sc.Hint, ExpectedRuntime: sc.ExpectedRuntime, MinRuntime: sc.MinRuntime, Jitter: sc.Jitter, Timeout: sc.Timeout,
 		Overlap: sc.Overlap, CatchupWindow: sc.CatchupWindow, Spread: sc.Spread, Retries: sc.Retries,
 		RetryBackoff: sc.RetryBackoff, PauseAfterFailures: sc.PauseAfterFailures,
 	}

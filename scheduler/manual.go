@@ -28,6 +28,7 @@ type Manual struct {
 	ID    string    // the schedule id
 	Tick  time.Time // its BEXT_TICK_TIME: when the trigger was asked for, or the backfilled tick
 	RunID string    // the request's id; a fresh one when empty
+	By    string    // who asked (the request's By), kept in the run's records
 	// Handle is the schedule's lock, taken for this run; the scheduler
 	// renews it and releases it when the run ends. Sent is when the
 	// request that took it was sent: the lease runs from there.

@@ -33,7 +33,20 @@ type RunRecord struct {
 	Output string
 	// Overrun: the run took longer than its expected runtime.
 	Overrun bool
+	// Anomaly is what history calls suspicious in the run's duration:
+	// AnomalyOverrun (Overrun), AnomalyTooFast (a success under the
+	// schedule's MinRuntime), or "".
+	Anomaly string
+	// By is who asked for a manual run (Manual.By); "" for a scheduled one.
+	By string
 }
+
+// Anomalies of a RunRecord: the names history and the
+// bext_scheduler_run_anomalies_total metric use.
+const (
+	AnomalyOverrun = "overrun"
+	AnomalyTooFast = "too_fast"
+)
 
 // RunObserver is implemented by observers that keep run records. When the
 // Observer implements it, every run's Tick.Output collects its output's
@@ -53,7 +66,8 @@ type RunStart struct {
 	// so a record written now (the run's provisional record in history)
 	// and the final one name one start.
 	Start time.Time
-	Fence int64 // the lock's fence; 0 for a node-local run
+	Fence int64  // the lock's fence; 0 for a node-local run
+	By    string // who asked for a manual run (Manual.By); "" for a scheduled one
 }
 
 // RunStartObserver is implemented by observers that want to know when a
@@ -163,11 +177,28 @@ func (s *Scheduler) recordRun(t *tick, runID string, manual bool, out runOutcome
 		Schedule: t.def.ID, Tick: t.at, Node: s.opts.NodeID, Result: out.result,
 		Start: out.start, Duration: out.dur, Fence: fence, Manual: manual,
 		Attempts: out.attempts, Err: out.err, RunID: runID, Overrun: out.overrun,
+		Anomaly: anomaly(t.def, out), By: t.by(),
 	}
 	if tail != nil {
 		r.Output = tail.String()
 	}
 	s.runObs.RunRecorded(r)
+}
+
+// anomaly is the node's verdict on a run's duration, for its record: an
+// overrun (any attempt past expected_runtime), else a success faster than
+// the schedule's min_runtime, else none. A run that did not start has no
+// duration to judge.
+func anomaly(def *compiled, out runOutcome) string {
+	switch {
+	case out.unstarted:
+		return ""
+	case out.overrun:
+		return AnomalyOverrun
+	case out.result == ResultSuccess && def.MinRuntime > 0 && out.dur < def.MinRuntime:
+		return AnomalyTooFast
+	}
+	return ""
 }
 
 // newRunID returns a fresh run id: 128 random bits, hex. A run id must be

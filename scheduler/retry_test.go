@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/jobs"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -314,5 +318,115 @@ func TestManualRunUnconfirmedGivesItsTakeBack(t *testing.T) {
 	}
 	if held, err := h.mem.Held(context.Background(), "m"); err != nil || held {
 		t.Fatalf("Held(m) after the run = %v, %v; want released", held, err)
+	}
+}
+
+// A real command that fails, then succeeds on its retry, is one run: its
+// record starts when the first attempt did and lasts until the second
+// ended, the backoff between them included (not the last attempt's start
+// and its own few hundred milliseconds). The first attempt stamps a file
+// as it starts: the record's start is no later, and its end no earlier
+// than that stamp plus both attempts' sleeps and the backoff.
+func TestRetriedCommandIsOneRecordSpanningItsAttempts(t *testing.T) {
+	t.Parallel()
+	flag := filepath.Join(t.TempDir(), "failed-once")
+	const (
+		failFor    = 300 * time.Millisecond
+		backoff    = 300 * time.Millisecond
+		succeedFor = 200 * time.Millisecond
+	)
+	script := `if [ -e "$0" ]; then sleep 0.2; exit 0; fi; touch "$0"; sleep 0.3; exit 1`
+	job := &jobs.Command{Argv: []string{"sh", "-c", script, flag}, Logger: slog.New(slog.DiscardHandler)}
+	s := sched("retried", "@every 1h", hints.NodeLocal, job)
+	s.Retries, s.RetryBackoff = 1, backoff
+	recs := &runRecs{recorder: newRecorder()}
+	sc := mustNew(t, scheduler.Options{Observer: recs, NodeID: "node-a"}, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, waitTimeout)
+	defer wcancel()
+	if err := sc.WaitLoopParked(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.RunManual(scheduler.Manual{ID: "retried", Tick: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	rec := recs.waitRecs(t, 1)[0]
+	if rec.Result != scheduler.ResultSuccess || rec.Attempts != 2 {
+		t.Fatalf("record: %s after %d attempts, want success after 2", rec.Result, rec.Attempts)
+	}
+	fi, err := os.Stat(flag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp := fi.ModTime()
+	// The file system's stamp may be coarser than the clock: a 10ms slack.
+	if rec.Start.After(stamp.Add(10 * time.Millisecond)) {
+		t.Errorf("record starts at %v, after the first attempt's stamp %v: the last attempt's start?", rec.Start, stamp)
+	}
+	if least := failFor + backoff + succeedFor; rec.Duration < least {
+		t.Errorf("record lasts %v, want at least both attempts and the backoff, %v", rec.Duration, least)
+	}
+	if end, least := rec.Start.Add(rec.Duration), stamp.Add(failFor+backoff+succeedFor-10*time.Millisecond); end.Before(least) {
+		t.Errorf("record ends at %v, before the second attempt could have (%v)", end, least)
+	}
+}
+
+// A run's record carries the node's verdict on its duration: overrun past
+// expected_runtime, too_fast for a success under min_runtime, none
+// otherwise (a failure is never too fast); and who asked for a manual run.
+func TestRunRecordAnomalyAndBy(t *testing.T) {
+	t.Parallel()
+	sleepy := scheduler.JobFunc(func(ctx context.Context, _ scheduler.Tick) error {
+		select {
+		case <-time.After(100 * time.Millisecond): // longer than expected_runtime, below
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	quick := scheduler.JobFunc(func(context.Context, scheduler.Tick) error { return nil })
+	failing := scheduler.JobFunc(func(context.Context, scheduler.Tick) error { return errors.New("boom") })
+	over := sched("over", "@every 1h", hints.NodeLocal, sleepy)
+	over.ExpectedRuntime = 20 * time.Millisecond
+	fast := sched("fast", "@every 1h", hints.NodeLocal, quick)
+	fast.MinRuntime = time.Hour
+	failed := sched("failed", "@every 1h", hints.NodeLocal, failing)
+	failed.MinRuntime = time.Hour
+	plain := sched("plain", "@every 1h", hints.NodeLocal, quick)
+	recs := &runRecs{recorder: newRecorder()}
+	sc := mustNew(t, scheduler.Options{Observer: recs, NodeID: "node-a"}, over, fast, failed, plain)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, waitTimeout)
+	defer wcancel()
+	if err := sc.WaitLoopParked(wctx); err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]string{"over": "", "fast": "alice@host-1", "failed": "api 10.1.2.3", "plain": ""}
+	for _, id := range []string{"over", "fast", "failed", "plain"} {
+		if err := sc.RunManual(scheduler.Manual{ID: id, Tick: time.Now(), By: by[id]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{"over": scheduler.AnomalyOverrun, "fast": scheduler.AnomalyTooFast, "failed": "", "plain": ""}
+	for _, r := range recs.waitRecs(t, 4) {
+		if r.Anomaly != want[r.Schedule] || r.By != by[r.Schedule] {
+			t.Errorf("%s (%s in %v): anomaly %q by %q, want anomaly %q by %q", r.Schedule, r.Result, r.Duration,
+				r.Anomaly, r.By, want[r.Schedule], by[r.Schedule])
+		}
 	}
 }

@@ -75,7 +75,7 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	def := t.def
 	jt := Tick{ScheduleID: def.ID, Time: t.at, NodeID: s.opts.NodeID, Manual: t.manual != nil,
 		RunID: t.runID(), PrevTime: cronspec.Prev(def.Spec, t.at.Add(-time.Nanosecond), t.window(s)+time.Hour)}
-	jt.LastSuccessTime = t.st.lastSuccess.load(t.at.Location())
+	jt.LastSuccessTime = s.lastSuccess(t)
 	var fence int64
 	if l != nil {
 		jt.LockKey, jt.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
@@ -93,9 +93,11 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	if s.startObs != nil {
 		started = s.clock.Now()
 		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID,
-			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence})
+			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence, By: t.by()})
 	}
 	var out runOutcome
+	var first time.Time // the first attempt's start
+	overran := false
 	for attempt := 1; ; attempt++ {
 		jt.Attempt = attempt
 		if attempt > 1 && s.attemptObs != nil {
@@ -103,6 +105,10 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		}
 		out = s.attempt(t, l, jt)
 		out.attempts = attempt
+		if attempt == 1 {
+			first = out.start
+		}
+		overran = overran || out.overrun
 		if out.result != ResultFailure || attempt > def.Retries {
 			break
 		}
@@ -122,15 +128,54 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		backoff *= 2
 	}
 	s.stopDone(jt.RunID)
-	if !started.IsZero() && !out.unstarted {
-		// The start its observers were told of (history's provisional
-		// record of the run names it), not the last attempt's.
-		out.start = started
+	if !out.unstarted {
+		// One run, however many attempts: it starts when its first attempt
+		// did, or at the start its observers were told of (history's
+		// provisional record of the run names it), and lasts until its
+		// last attempt ended, the backoffs between them included.
+		end := out.start.Add(out.dur)
+		out.start = first
+		if !started.IsZero() {
+			out.start = started
+		}
+		out.dur, out.overrun = end.Sub(out.start), overran
 	}
 	if out.start.IsZero() {
 		out.start = s.clock.Now()
 	}
 	return out, ran{runID: jt.RunID, manual: jt.Manual, fence: fence, tail: tail}
+}
+
+// historyTimeout bounds the read of the cluster's last success at a run's
+// start: a job waits at most this long for its environment.
+const historyTimeout = 250 * time.Millisecond
+
+// lastSuccess is the tick of t's schedule's last successful run, for the
+// job's BEXT_LAST_SUCCESS_TICK_TIME: the later of what this node saw and
+// what the cluster's history holds. Which jobs read the variable is not
+// knowable (a command's script, a Go job's code), so every run's start
+// reads the history, once, bounded by historyTimeout; a history that does
+// not answer in time (or holds no success) leaves what this node saw,
+// which lags the runs of other nodes and may be empty. This node's own
+// success of the last tick may not be in the history yet (its record is
+// batched): hence the later of the two.
+func (s *Scheduler) lastSuccess(t *tick) time.Time {
+	seen := t.st.lastSuccess.load(t.at.Location())
+	if s.opts.History == nil {
+		return seen
+	}
+	ctx, cancel := context.WithTimeout(s.jobCtx, historyTimeout)
+	defer cancel()
+	at, ok, err := s.opts.History.LastSuccess(ctx, t.def.ID)
+	if err != nil {
+		s.log.Debug("reading the cluster's last success failed: the job gets this node's", slog.String("schedule", t.def.ID),
+			slog.Any("error", err))
+		return seen
+	}
+	if ok && at.After(seen) {
+		return at.In(t.at.Location())
+	}
+	return seen
 }
 
 // DefaultRetryBackoff is the wait before the first retry of a schedule

@@ -43,9 +43,12 @@ type Schedule struct {
 	// ExpectedRuntime is how long a run should take (0 = 1m, the config
 	// default). A longer run is an overrun: logged and reported, never killed.
 	ExpectedRuntime time.Duration
-	Jitter          time.Duration // a random delay in [0, Jitter) before the run
-	Timeout         time.Duration // the run's deadline; 0 = none
-	Overlap         Overlap       // "" = OverlapSkip
+	// MinRuntime: a successful run faster than it is an anomaly, too_fast
+	// (0: none). Reported with the run, never acted on.
+	MinRuntime time.Duration
+	Jitter     time.Duration // a random delay in [0, Jitter) before the run
+	Timeout    time.Duration // the run's deadline; 0 = none
+	Overlap    Overlap       // "" = OverlapSkip
 	// CatchupWindow is how late a tick may still start, once (DESIGN.md
 	// "Catch-up"): 0 means the default, one period of the schedule (the
 	// time from the tick to the next one); NoCatchup means never late.
@@ -108,6 +111,17 @@ type Options struct {
 	// cluster runs on one fake clock (internal/sim) sets it to that clock
 	// so that a seed's resends come when the seed says.
 	NetClock Clock
+	// History, when set, tells a run's job the cluster's last success
+	// (Tick.LastSuccessTime, BEXT_LAST_SUCCESS_TICK_TIME) rather than
+	// only the last this node saw: nil, this node's own.
+	History History
+}
+
+// History is the cluster's run history as a run's start reads it.
+type History interface {
+	// LastSuccess returns the tick of the schedule's newest successful
+	// run in the history (ok false: none there).
+	LastSuccess(ctx context.Context, schedule string) (tick time.Time, ok bool, err error)
 }
 
 // Defaults of Options and Schedule.
@@ -242,6 +256,7 @@ type policy struct {
 type policyKey struct {
 	Hint               hints.Hint
 	ExpectedRuntime    time.Duration
+	MinRuntime         time.Duration
 	Jitter             time.Duration
 	Timeout            time.Duration
 	Overlap            Overlap

@@ -517,6 +517,15 @@ func (t *tick) window(s *Scheduler) time.Duration {
 }
 
 // runID is the run's id: the request's for a manual run, else a fresh one.
+// by is who asked for t's run: the manual run's By, "" for a tick of the
+// loop.
+func (t *tick) by() string {
+	if t.manual != nil {
+		return t.manual.By
+	}
+	return ""
+}
+
 func (t *tick) runID() string {
 	if t.manual != nil && t.manual.RunID != "" {
 		return t.manual.RunID

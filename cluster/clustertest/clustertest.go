@@ -115,6 +115,7 @@ var cases = []testCase{
 	{"Runs/JSON", caseRunJSON},
 	{"Runs/UnstartedReplacedByRealRun", caseRunUnstartedReplaced},
 	{"Runs/RunningReplacedByFinal", caseRunRunningReplaced},
+	{"Runs/AnomalyAndBy", caseRunAnomalyAndBy},
 	{"LastRuns", caseLastRuns},
 	{"Skips/NewestFirstOnePerTick", caseSkipsOrderOnePerTick},
 	{"Skips/KeepTrimsApartFromRuns", caseSkipsKeep},
@@ -309,6 +310,8 @@ func run(schedule string, sec int, node string) cluster.Run {
 		Error:      fmt.Sprintf("exit status %d", sec),
 		RunID:      fmt.Sprintf("run-%s-%d", schedule, sec),
 		OutputTail: fmt.Sprintf("output of %d\nsecond line\n", sec),
+		Anomaly:    []string{"", cluster.AnomalyOverrun, cluster.AnomalyTooFast}[sec%3],
+		By:         []string{"", fmt.Sprintf("user-%d@host", sec)}[sec%2],
 	}
 }
 
@@ -340,6 +343,10 @@ func sameRun(got, want cluster.Run) string {
 	case got.OutputTail != want.OutputTail:
 		return fmt.Sprintf("output_tail (%d bytes) %q, want (%d bytes) %q",
 			len(got.OutputTail), shorten(got.OutputTail), len(want.OutputTail), shorten(want.OutputTail))
+	case got.Anomaly != want.Anomaly:
+		return fmt.Sprintf("anomaly %q, want %q", got.Anomaly, want.Anomaly)
+	case got.By != want.By:
+		return fmt.Sprintf("by %q, want %q", got.By, want.By)
 	}
 	return ""
 }

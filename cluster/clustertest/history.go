@@ -159,7 +159,7 @@ func caseRunFields(s *suite) {
 }
 
 // runFields are the JSON names of a run (DESIGN.md "Operating it").
-var runFields = []string{"attempts", "duration_seconds", "error", "fence", "manual", "node",
+var runFields = []string{"anomaly", "attempts", "by", "duration_seconds", "error", "fence", "manual", "node",
 	"output_tail", "result", "run_id", "schedule", "started_at", "tick"}
 
 // A run from the store encodes with every contract name present (also when
@@ -256,4 +256,54 @@ func caseRunUnstartedReplaced(s *suite) {
 	u4, r4 := unstarted(12, "req-4"), real(11, "req-4")
 	s.check(a.RecordRuns(s.ctx, []cluster.Run{u3, r3, r4, u4}, 100), "RecordRuns of both in one batch")
 	s.wantRuns(s.runs(b, "job", 100), []cluster.Run{r4, r3, r2, r1, other}, "Runs after one batch of both")
+}
+
+// A run's anomaly and who asked for it are stored and read back, by Runs
+// and LastRuns, on every path: each value of each, a final record
+// replacing a provisional one that had neither (the node decides the
+// anomaly once the run ended), and a real run replacing an unstarted
+// record of its request. A by past MaxErrorLen is cut as an error is.
+func caseRunAnomalyAndBy(s *suite) {
+	a, b := s.store(), s.store()
+	mk := func(sec int, anomaly, by string) cluster.Run {
+		r := run("job", sec, "node-a")
+		r.Anomaly, r.By, r.Attempts = anomaly, by, 1
+		return r
+	}
+	plain := mk(1, "", "")
+	over := mk(2, cluster.AnomalyOverrun, "")
+	fast := mk(3, cluster.AnomalyTooFast, "alice@host-1")
+	asked := mk(4, "", "api 10.0.0.7")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{plain, over, fast, asked}, 100), "RecordRuns")
+	s.wantRuns(s.runs(b, "job", 100), []cluster.Run{asked, fast, over, plain}, "Runs")
+
+	// A provisional record has no anomaly yet; its final has one.
+	running := mk(5, "", "bob@host-2")
+	running.Attempts, running.Result, running.Duration = 0, cluster.ResultRunning, 0
+	final := mk(5, cluster.AnomalyOverrun, "bob@host-2")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{running}, 100), "RecordRuns of the provisional record")
+	s.check(b.RecordRuns(s.ctx, []cluster.Run{final}, 100), "RecordRuns of the final record")
+	last, err := a.LastRuns(s.ctx, []string{"job"})
+	s.check(err, "LastRuns")
+	if d := sameRun(last["job"], final); d != "" {
+		s.t.Fatalf("LastRuns after the final record: %s", d)
+	}
+
+	// An unstarted record of a request, then its real run.
+	given := mk(6, "", "carol@host-3")
+	given.Attempts, given.Result = 0, "lock_lost"
+	ran := mk(6, cluster.AnomalyTooFast, "carol@host-3")
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{given}, 100), "RecordRuns of the unstarted record")
+	s.check(b.RecordRuns(s.ctx, []cluster.Run{ran}, 100), "RecordRuns of its real run")
+	s.wantRuns(s.runs(a, "job", 100), []cluster.Run{ran, final, asked, fast, over, plain}, "Runs after the replacements")
+
+	long := mk(7, "", strings.Repeat("b", cluster.MaxErrorLen+10))
+	s.check(a.RecordRuns(s.ctx, []cluster.Run{long}, 100), "RecordRuns of a long by")
+	got := s.runs(b, "job", 1)
+	if len(got) != 1 {
+		s.t.Fatalf("Runs(job, 1) = %d runs, want 1", len(got))
+	}
+	if len(got[0].By) != cluster.MaxErrorLen {
+		s.t.Fatalf("a by of %d bytes read back with %d bytes, want %d", len(long.By), len(got[0].By), cluster.MaxErrorLen)
+	}
 }

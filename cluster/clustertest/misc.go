@@ -224,6 +224,8 @@ func caseBadInput(s *suite) {
 	noID.RunID = ""
 	noSched := run("", 3, "n")
 	ctl := run("job\n", 4, "n")
+	oddAnomaly := run("job", 5, "n")
+	oddAnomaly.Anomaly = "slow"
 	okReq := request("job", "t1", 1, false)
 	noReqID := request("job", "", 1, false)
 	noReqSched := request("", "t2", 1, false)
@@ -235,6 +237,7 @@ func caseBadInput(s *suite) {
 		"RecordRuns(run without schedule)": func() error { return st.RecordRuns(s.ctx, []cluster.Run{good, noSched}, 10) },
 		"RecordRuns(control character)":    func() error { return st.RecordRuns(s.ctx, []cluster.Run{good, ctl}, 10) },
 		"RecordRuns(keep 0)":               func() error { return st.RecordRuns(s.ctx, []cluster.Run{good}, 0) },
+		"RecordRuns(unknown anomaly)":      func() error { return st.RecordRuns(s.ctx, []cluster.Run{good, oddAnomaly}, 10) },
 		"RecordSkips(skip without schedule)": func() error {
 			return st.RecordSkips(s.ctx, []cluster.Skip{skip("job", 1, "n", "paused"), skip("", 2, "n", "paused")}, 10)
 		},

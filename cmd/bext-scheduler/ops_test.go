@@ -86,6 +86,14 @@ func TestOpsCommandsOnSharedBackends(t *testing.T) {
 					Duration: 1234 * time.Millisecond, Fence: int64(500 + i), Attempts: 1 + i, RunID: fmt.Sprintf("run-%d", i),
 					Error: map[bool]string{true: "exit status 3"}[i == 1]})
 			}
+			// The newest, a manual run that overran; many: a success, then
+			// two failures.
+			runs[2].Manual, runs[2].By, runs[2].Anomaly = true, "alice@host-1", cluster.AnomalyOverrun
+			for i, res := range []string{"success", "failure", "timeout"} {
+				at := base.Add(time.Duration(i) * time.Minute)
+				runs = append(runs, cluster.Run{Schedule: "many", Tick: at, Node: "node-a", Result: res, StartedAt: at.Add(time.Second),
+					Duration: time.Second, Attempts: 1, RunID: fmt.Sprintf("many-%d", i)})
+			}
 			if err := st.RecordRuns(ctx, runs, 100); err != nil {
 				t.Fatal(err)
 			}
@@ -112,6 +120,11 @@ func TestOpsCommandsOnSharedBackends(t *testing.T) {
 			if !regexp.MustCompile(`job\s+require_global\s+no\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).MatchString(r.Stdout) {
 				t.Errorf("status does not show job's pause flag and RFC 3339 next tick:\n%s", r.Stdout)
 			}
+			// LAST SUCCESS and FAILS: many succeeded at base, then failed twice.
+			if !regexp.MustCompile(`(?m)^many\s.*\s`+regexp.QuoteMeta(base.Format(time.RFC3339))+`\s+2\s+-\s*$`).MatchString(r.Stdout) ||
+				!strings.Contains(r.Stdout, "success (manual) (overrun)") {
+				t.Errorf("status lacks many's last success %s and 2 failures in a row, or job's overrun:\n%s", base.Format(time.RFC3339), r.Stdout)
+			}
 			var s ops.Status
 			r = cli(t, cfg, 0, "status", "--json")
 			if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
@@ -121,18 +134,30 @@ func TestOpsCommandsOnSharedBackends(t *testing.T) {
 				!s.ConfigDrift.Drifted || len(s.ConfigDrift.Schedules) != 1 || s.ConfigDrift.Schedules[0].ID != "job" {
 				t.Errorf("status --json = %s", r.Stdout)
 			}
+			if m := s.Schedules[1]; m.ID != "many" || m.LastSuccess == nil || !m.LastSuccess.Equal(base) || m.FailuresInARow != 2 {
+				t.Errorf("status --json: many's last_success %v failures_in_a_row %d, want %v and 2", m.LastSuccess, m.FailuresInARow, base)
+			}
+			if j := s.Schedules[0]; j.LastSuccess == nil || !j.LastSuccess.Equal(runs[2].Tick) || j.FailuresInARow != 0 {
+				t.Errorf("status --json: job's last_success %v failures_in_a_row %d, want %v and 0", j.LastSuccess, j.FailuresInARow, runs[2].Tick)
+			}
 
 			// history: newest first, -n bounds it.
 			r = cli(t, cfg, 0, "history", "job", "-n", "2")
 			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-			if len(lines) != 3 || !strings.Contains(lines[1], "node-c") || !strings.Contains(lines[2], "node-b") || !strings.Contains(lines[2], "exit status 3") {
+			if len(lines) != 3 || !strings.Contains(lines[1], "node-c") || !strings.Contains(lines[1], "success (overrun)") || !strings.Contains(lines[2], "node-b") || !strings.Contains(lines[2], "exit status 3") {
 				t.Errorf("history -n 2:\n%s", r.Stdout)
 			}
 			var rs []ops.Run
 			r = cli(t, cfg, 0, "history", "job", "--json")
-			if err := json.Unmarshal([]byte(r.Stdout), &rs); err != nil || len(rs) != 3 || rs[0].RunID != "run-2" || rs[2].RunID != "run-0" ||
+			err := json.Unmarshal([]byte(r.Stdout), &rs)
+			if err != nil || len(rs) != 3 || rs[0].RunID != "run-2" || rs[2].RunID != "run-0" ||
 				!strings.Contains(r.Stdout, `"duration_seconds": 1.234`) || !strings.Contains(r.Stdout, `"fence": 502`) {
 				t.Errorf("history --json (%v):\n%s", err, r.Stdout)
+			}
+			if err == nil && (rs[0].Anomaly != cluster.AnomalyOverrun || rs[0].By != "alice@host-1" || rs[1].Anomaly != "" || rs[1].By != "" ||
+				!strings.Contains(r.Stdout, `"anomaly": null,`) || !strings.Contains(r.Stdout, `"by": null`) ||
+				!strings.Contains(r.Stdout, `"anomaly": "overrun"`) || !strings.Contains(r.Stdout, `"by": "alice@host-1"`)) {
+				t.Errorf("history --json: want run-2 overrun by alice@host-1, the others null:\n%s", r.Stdout)
 			}
 
 			// pause with a note and an end; status shows it; resume.

@@ -59,7 +59,7 @@ func oneLine(s string, n int) string {
 
 func printStatus(w io.Writer, st ops.Status) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tHINT\tPAUSED\tNEXT TICK\tLAST TICK\tNODE\tRESULT\tDURATION\tNOTE")
+	fmt.Fprintln(tw, "SCHEDULE\tHINT\tPAUSED\tNEXT TICK\tLAST TICK\tNODE\tRESULT\tDURATION\tLAST SUCCESS\tFAILS\tNOTE")
 	for _, s := range st.Schedules {
 		paused := "no"
 		if s.Paused {
@@ -78,12 +78,20 @@ func printStatus(w io.Writer, st ops.Status) error {
 			if r.Manual {
 				result += " (manual)"
 			}
+			if r.Anomaly != "" {
+				result += " (" + r.Anomaly + ")"
+			}
+		}
+		success := "-"
+		if s.LastSuccess != nil {
+			success = fmtTime(*s.LastSuccess)
 		}
 		note := "-"
 		if s.Paused {
 			note = oneLine(s.Pause.Note, 40)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(s.ID), dash(s.Hint), paused, next, last, node, result, dur, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", safe(s.ID), dash(s.Hint), paused, next, last, node, result, dur,
+			success, s.FailuresInARow, note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -151,7 +159,11 @@ func printRuns(w io.Writer, runs []ops.Run) error {
 		if r.Fence != 0 {
 			fence = strconv.FormatInt(r.Fence, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(r.Tick), dash(r.Node), dash(r.Result),
+		result := r.Result
+		if r.Anomaly != "" {
+			result += " (" + r.Anomaly + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", fmtTime(r.Tick), dash(r.Node), dash(result),
 			fmtTime(r.StartedAt), fmtDuration(r.Duration), r.Attempts, fence, manual, dash(r.RunID), oneLine(r.Error, 80))
 	}
 	return tw.Flush()

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -276,7 +277,7 @@ func (a *Agent) RunStarted(r scheduler.RunStart) {
 	a.mu.Unlock()
 	a.announceSoon()
 	a.RunRecorded(scheduler.RunRecord{Schedule: r.Schedule, Tick: r.Tick, Node: r.Node,
-		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID})
+		Result: cluster.ResultRunning, Start: r.Start, Fence: r.Fence, Manual: r.Manual, RunID: r.RunID, By: r.By})
 }
 
 // SkipRecorded queues a tick consumed without a run for the history
@@ -461,6 +462,36 @@ func (a *Agent) scheduleIDs() []string {
 	return ids
 }
 
+// lastSuccessRuns is how many of a schedule's newest runs LastSuccess
+// reads: a success older than that is left to what the node saw.
+const lastSuccessRuns = 20
+
+// LastSuccess returns the tick of schedule's newest successful run among
+// its newest lastSuccessRuns in the cluster's history
+// (scheduler.History): what a run's BEXT_LAST_SUCCESS_TICK_TIME says,
+// whichever node ran that success. It is asked at every run's start, so it
+// reads the newest run alone first (a record carries up to 4 KiB of
+// output): the run before is a success most of the time.
+func (a *Agent) LastSuccess(ctx context.Context, schedule string) (time.Time, bool, error) {
+	last, err := a.b.LastRuns(ctx, []string{schedule})
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	if r, ok := last[schedule]; !ok || r.Result == string(scheduler.ResultSuccess) {
+		return r.Tick, ok, nil
+	}
+	runs, err := a.b.Runs(ctx, schedule, lastSuccessRuns)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	for _, r := range runs {
+		if r.Result == string(scheduler.ResultSuccess) {
+			return r.Tick, true, nil
+		}
+	}
+	return time.Time{}, false, nil
+}
+
 // historyTimeout bounds one write of run records (and the last one at
 // shutdown, and leaving the node list): a backend that does not answer
 // must not keep a stopping node from exiting.
@@ -630,7 +661,7 @@ func (a *Agent) poll(run, ctx context.Context) {
 			}
 		}
 		h, keepUntil := taken.Handle, answered.Add(a.takeKeep(sc.TTL))
-		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, Handle: h, Sent: answered, Backfill: req.Backfill,
+		m := scheduler.Manual{ID: id, Tick: tick, RunID: req.ID, By: req.By, Handle: h, Sent: answered, Backfill: req.Backfill,
 			GiveBack: func() { a.giveBack(run, h, req, keepUntil) },
 			Done:     func(scheduler.RunResult) { done() }}
 		kind := "trigger"
@@ -926,7 +957,7 @@ func (a *Agent) toRun(r scheduler.RunRecord) cluster.Run {
 	run := cluster.Run{
 		Schedule: r.Schedule, Tick: r.Tick, Node: r.Node, Result: string(r.Result), StartedAt: r.Start,
 		Duration: r.Duration, Fence: r.Fence, Manual: r.Manual, Attempts: r.Attempts, RunID: r.RunID,
-		OutputTail: a.opts.Mask(r.Output),
+		OutputTail: a.opts.Mask(r.Output), Anomaly: r.Anomaly, By: r.By,
 	}
 	if r.Err != nil {
 		run.Error = a.opts.Mask(r.Err.Error())
@@ -947,24 +978,22 @@ func (a *Agent) maybePause(ctx context.Context, id string) {
 		return
 	}
 	// Read twice as many: the provisional records of runs still going
-	// (result running) are no runs yet.
-	all, err := a.b.Runs(ctx, id, 2*n)
+	// (result running) and ticks not run are no runs. The streak is the
+	// one status shows (ops.FailureStreak), counted from the last resume:
+	// a resume starts a new streak.
+	runs, err := a.b.Runs(ctx, id, 2*n)
 	if err != nil {
 		return
 	}
-	runs := all[:0]
-	for _, r := range all {
-		if r.Result != cluster.ResultRunning && len(runs) < n {
-			runs = append(runs, r)
-		}
+	if ops.FailureStreak(runs, time.Time{}) < n {
+		return // the common case: no read of the acts
 	}
-	if len(runs) < n {
+	acts, err := a.b.Actions(ctx, id, ops.StreakActions)
+	if err != nil {
 		return
 	}
-	for _, r := range runs {
-		if !isFailure(r.Result) {
-			return
-		}
+	if ops.FailureStreak(runs, ops.StreakSince(acts)) < n {
+		return
 	}
 	p, err := a.b.GetPause(ctx, id)
 	if err == nil && p.Active(a.opts.Now()) {
@@ -976,6 +1005,10 @@ func (a *Agent) maybePause(ctx context.Context, id string) {
 		return
 	}
 	a.log.Warn("schedule paused cluster-wide: "+note, slog.String("schedule", id))
+	act := cluster.Action{Schedule: id, Kind: cluster.ActionPause, By: "node " + a.opts.NodeID, At: a.opts.Now().UTC(), Note: note}
+	if err := a.b.RecordAction(ctx, act, cluster.DefaultActionsKept); err != nil {
+		a.log.Warn("recording the pause after failures failed", slog.String("schedule", id), slog.Any("error", err))
+	}
 	if a.opts.Paused != nil {
 		a.opts.Paused(id, note)
 	}

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/internal/agent"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/locking/memory"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -85,9 +87,38 @@ func TestPauseAfterFailures(t *testing.T) {
 		t.Errorf("pause note %q", p.Note)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(told) != 1 {
 		t.Errorf("notifier told %v, want once", told)
+	}
+	mu.Unlock()
+	if as, err := mem.Actions(context.Background(), "s", 5); err != nil || len(as) != 1 || as[0].Kind != cluster.ActionPause || as[0].By != "node c" {
+		t.Errorf("acts after the pause after failures: %+v, %v; want one pause by \"node c\"", as, err)
+	}
+
+	// A resume starts a new streak: the next failure does not pause again,
+	// the third after the resume does.
+	if err := mem.SetPause(context.Background(), "s", locking.Pause{}); err != nil {
+		t.Fatal(err)
+	}
+	resume := cluster.Action{Schedule: "s", Kind: cluster.ActionResume, By: "ops@host", At: t0.Add(5*time.Minute + 30*time.Second)}
+	if err := mem.RecordAction(context.Background(), resume, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i := 6; i < 8; i++ {
+		record(i, i%3, scheduler.ResultFailure)
+		waitRuns(i + 1)
+	}
+	if paused() {
+		t.Fatal("paused again after 2 failures since the resume: a resume must start a new streak")
+	}
+	record(8, 2, scheduler.ResultFailure)
+	waitRuns(9)
+	deadline = time.Now().Add(20 * time.Second)
+	for !paused() {
+		if time.Now().After(deadline) {
+			t.Fatal("not paused after 3 failed runs in a row since the resume")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

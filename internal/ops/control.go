@@ -163,3 +163,22 @@ func (s *Service) Cancel(ctx context.Context, id string) (CancelAnswer, error) {
 	ans := CancelAnswer{Schedule: id, Cancelled: n}
 	return ans, s.record(ctx, id, cluster.ActionCancel, fmt.Sprintf("%d queued", n))
 }
+
+// StreakActions is how many of a schedule's newest acts are read for its
+// last resume (StreakSince): status reads them anyway for last_action, and
+// a resume further back than that is older than any streak worth
+// counting from it.
+const StreakActions = 20
+
+// StreakSince is when a schedule's failure streak may begin: its newest
+// resume among acts (newest first), zero when none is there. A resume
+// starts a new streak, so the first failure after one does not pause the
+// schedule again "after N failed runs in a row".
+func StreakSince(acts []cluster.Action) time.Time {
+	for _, a := range acts {
+		if a.Kind == cluster.ActionResume {
+			return a.At
+		}
+	}
+	return time.Time{}
+}

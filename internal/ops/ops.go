@@ -88,6 +88,11 @@ type Schedule struct {
 	Paused   bool       `json:"paused"`
 	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
 	LastRun  *Run       `json:"last_run"`  // null when none is recorded
+	// LastSuccess is the tick of the newest successful run in history
+	// (null when none); FailuresInARow the failed runs since it
+	// (FailureStreak).
+	LastSuccess    *time.Time `json:"last_success"`
+	FailuresInARow int        `json:"failures_in_a_row"`
 	// MarkAhead is the time the schedule's tick mark says, when that lies
 	// further ahead of the backend's clock than max_clock_skew: no tick of
 	// it runs before then (null otherwise, and for a schedule that takes
@@ -108,6 +113,10 @@ type Schedule struct {
 
 	// Pause is the flag behind Paused (note, end time), for tables.
 	Pause locking.Pause `json:"-"`
+	// ExpectedRuntime (its default filled in) and MinRuntime (0: none)
+	// are the bounds of the anomalies, for the page's duration chart.
+	ExpectedRuntime time.Duration `json:"-"`
+	MinRuntime      time.Duration `json:"-"`
 }
 
 // Run is a finished run as history shows it; its JSON (cluster.Run's)
@@ -246,6 +255,9 @@ type shape struct {
 	zone    *time.Location
 	hint    string
 	overlap scheduler.Overlap // as the config set it ("" when unset)
+	// expected (its default filled in) and minRuntime: the anomalies'
+	// bounds.
+	expected, minRuntime time.Duration
 }
 
 // New returns a Service over store (nil when the config names no backend)
@@ -278,7 +290,12 @@ func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
 	shared := map[shape]*shape{}
 	byID := make([]int32, len(schedules))
 	for i, d := range schedules {
-		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap}
+		expected := d.ExpectedRuntime
+		if expected <= 0 {
+			expected = scheduler.DefaultExpectedRuntime
+		}
+		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap,
+			expected: expected, minRuntime: d.MinRuntime}
 		p, ok := shared[sh]
 		if !ok {
 			p = &sh
@@ -413,7 +430,7 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	ids := make([]string, len(defs))
 	for i, d := range defs {
 		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint,
-			Running: []Running{}, Queued: []Queued{}}
+			ExpectedRuntime: d.expected, MinRuntime: d.minRuntime, Running: []Running{}, Queued: []Queued{}}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {
 				next = next.UTC()
@@ -436,14 +453,18 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	// still going (result running): its last run is the newest that
 	// ended, read for those schedules only (one small read each); with
 	// none ended yet, the running one is shown.
+	known := make(map[string]newest, len(last))
 	for id, r := range last {
 		if r.Result != cluster.ResultRunning {
+			known[id] = newest{runs: []cluster.Run{r}}
 			continue
 		}
-		rs, err := s.store.Runs(ctx, id, 8)
+		const n = 8
+		rs, err := s.store.Runs(ctx, id, n)
 		if err != nil {
 			return nil, backendErr("reading the last runs", err)
 		}
+		known[id] = newest{runs: rs, all: len(rs) < n}
 		for _, f := range rs {
 			if f.Result != cluster.ResultRunning {
 				last[id] = f
@@ -466,13 +487,7 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			p, err := s.store.GetPause(ctx, out[i].ID)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			out[i].Pause, out[i].Paused = p, p.Active(now)
-			as, err := s.store.Actions(ctx, out[i].ID, 1)
+			as, err := s.store.Actions(ctx, out[i].ID, StreakActions)
 			if err != nil {
 				errs[i] = err
 				return
@@ -482,6 +497,17 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 				a.At = a.At.UTC()
 				out[i].LastAction = &a
 			}
+			if k, ok := known[out[i].ID]; ok {
+				if errs[i] = s.successAndStreak(ctx, &out[i], k, StreakSince(as)); errs[i] != nil {
+					return
+				}
+			}
+			p, err := s.store.GetPause(ctx, out[i].ID)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			out[i].Pause, out[i].Paused = p, p.Active(now)
 			if defs[i].hint == string(hints.NodeLocal) {
 				return // no lock, no mark
 			}
@@ -498,7 +524,7 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, backendErr("reading pause flags and tick marks", err)
+		return nil, backendErr("reading pause flags, tick marks and recent runs", err)
 	}
 	return out, nil
 }
@@ -560,6 +586,30 @@ func queuedOf(reqs []cluster.Request) []Queued {
 		out = append(out, Queued{Kind: "backfill", Tick: tick, From: &from, To: &to, By: r.By, QueuedAt: r.At.UTC()})
 	}
 	return out
+}
+
+// newest is a schedule's newest runs read so far, newest first; all: they
+// are its whole history.
+type newest struct {
+	runs []cluster.Run
+	all  bool
+}
+
+// successAndStreak sets sc's LastSuccess and FailuresInARow from its
+// newest runs k, the streak counting runs started after since (the last
+// resume: a resume starts a new streak). Most schedules' newest run succeeded, and k answers both
+// (a streak ends at a success); only a schedule whose newest runs hold no
+// success has its whole history read (up to 2×keep runs).
+func (s *Service) successAndStreak(ctx context.Context, sc *Schedule, k newest, since time.Time) error {
+	if lastSuccess(k.runs) == nil && !k.all {
+		rs, err := s.store.Runs(ctx, sc.ID, min(2*s.keep, MaxRunsLimit))
+		if err != nil {
+			return err
+		}
+		k.runs = rs
+	}
+	sc.LastSuccess, sc.FailuresInARow = lastSuccess(k.runs), FailureStreak(k.runs, since)
+	return nil
 }
 
 // Runs returns up to limit runs of schedule id, newest first.

@@ -154,7 +154,7 @@ func TestJSONShape(t *testing.T) {
 	run := ops.Run{Schedule: "s", Tick: now, Node: "a", Result: "success", StartedAt: now, Duration: 1500 * time.Millisecond, Fence: 7, Attempts: 1, RunID: "r"}
 	st := ops.Status{
 		Schedules: []ops.Schedule{
-			{ID: "s", Cron: "@hourly", Timezone: "UTC", Hint: "prefer_global", NextTick: &next, LastRun: &run},
+			{ID: "s", Cron: "@hourly", Timezone: "UTC", Hint: "prefer_global", NextTick: &next, LastRun: &run, LastSuccess: &now},
 			{ID: "t", Cron: "@hourly", Timezone: "UTC", Hint: "prefer_global"},
 		},
 		Nodes:       []ops.Node{{NodeID: "a", Version: "v", StartedAt: now, LastSeen: now, ConfigHash: "h"}},
@@ -185,14 +185,25 @@ func TestJSONShape(t *testing.T) {
 	}
 	check("status", keys(m), "schedules", "nodes", "config_drift")
 	scheds := m["schedules"].([]any)
-	check("schedule", keys(scheds[0]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued", "last_action")
-	check("schedule without runs", keys(scheds[1]), "id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead", "running", "queued", "last_action")
-	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil || s1["mark_ahead"] != nil {
-		t.Errorf("empty last_run/next_tick = %v %v, want null", s1["last_run"], s1["next_tick"])
+	schedKeys := []string{"id", "cron", "timezone", "hint", "paused", "next_tick", "last_run", "mark_ahead",
+		"last_success", "failures_in_a_row", "running", "queued", "last_action"}
+	check("schedule", keys(scheds[0]), schedKeys...)
+	check("schedule without runs", keys(scheds[1]), schedKeys...)
+	if s1 := scheds[1].(map[string]any); s1["last_run"] != nil || s1["next_tick"] != nil || s1["mark_ahead"] != nil ||
+		s1["last_success"] != nil || s1["failures_in_a_row"] != float64(0) {
+		t.Errorf("empty last_run/next_tick/last_success/failures_in_a_row = %v %v %v %v, want null and 0",
+			s1["last_run"], s1["next_tick"], s1["last_success"], s1["failures_in_a_row"])
+	}
+	if s0 := scheds[0].(map[string]any); s0["last_success"] != "2026-01-10T12:00:00Z" || s0["failures_in_a_row"] != float64(0) {
+		t.Errorf("last_success %v failures_in_a_row %v, want 2026-01-10T12:00:00Z and 0", s0["last_success"], s0["failures_in_a_row"])
 	}
 
 	lr := scheds[0].(map[string]any)["last_run"].(map[string]any)
-	check("run", keys(lr), "schedule", "tick", "node", "result", "started_at", "duration_seconds", "fence", "manual", "attempts", "error", "run_id", "output_tail")
+	check("run", keys(lr), "schedule", "tick", "node", "result", "started_at", "duration_seconds", "fence", "manual", "attempts", "error", "run_id", "output_tail",
+		"anomaly", "by")
+	if lr["anomaly"] != nil || lr["by"] != nil {
+		t.Errorf("a scheduled run's anomaly %v by %v, want null", lr["anomaly"], lr["by"])
+	}
 	if lr["fence"] != float64(7) || lr["duration_seconds"] != 1.5 || lr["tick"] != "2026-01-10T12:00:00Z" {
 		t.Errorf("run fence %v duration %v tick %v", lr["fence"], lr["duration_seconds"], lr["tick"])
 	}

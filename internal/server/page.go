@@ -404,7 +404,7 @@ func (a *api) schedulePage(w http.ResponseWriter, r *http.Request) {
 		for _, run := range runs {
 			d.Runs = append(d.Runs, runRow{Run: run, Ago: relative(d.Now, run.StartedAt)})
 		}
-		d.Chart = durationChart(runs)
+		d.Chart = durationChart(runs, d.Schedule.ExpectedRuntime, d.Schedule.MinRuntime)
 		if err == nil {
 			ticks, aerr := a.ops.Audit(r.Context(), id, time.Time{}, time.Time{})
 			switch {

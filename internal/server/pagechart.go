@@ -12,8 +12,19 @@ import (
 type chart struct {
 	Width, Height int
 	Bars          []bar
-	Max           string // the longest duration, the top of the scale
+	Lines         []limit // expected_runtime and min_runtime, when on the scale
+	Max           string  // the top of the scale: the longest run, or min_runtime
 	Empty         bool
+	// Above names expected_runtime when it lies above the scale (every
+	// run well within it): a line there would squash the bars.
+	Above string
+}
+
+// limit is a horizontal line across the chart at a duration.
+type limit struct {
+	Y     float64
+	Class string // "expected" or "min"
+	Label string // its <title>
 }
 
 type bar struct {
@@ -30,8 +41,10 @@ const (
 	chartMinBar = 1.5 // a 0s run still shows
 )
 
-// durationChart draws runs (newest first, as history gives them).
-func durationChart(runs []ops.Run) chart {
+// durationChart draws runs (newest first, as history gives them) and the
+// schedule's anomaly bounds: min_runtime (0: none), always on the scale,
+// and expected_runtime when a run comes up to it.
+func durationChart(runs []ops.Run, expected, minRuntime time.Duration) chart {
 	c := chart{Width: chartWidth, Height: chartHeight, Empty: len(runs) == 0}
 	if c.Empty {
 		return c
@@ -40,7 +53,22 @@ func durationChart(runs []ops.Run) chart {
 	for _, r := range runs {
 		maxD = max(maxD, r.Duration)
 	}
+	maxD = max(maxD, minRuntime)
 	c.Max = fmtDuration(maxD)
+	at := func(d time.Duration) float64 {
+		if maxD <= 0 {
+			return 0
+		}
+		return round1(chartHeight - float64(chartHeight)*float64(d)/float64(maxD))
+	}
+	if expected > 0 && expected <= maxD {
+		c.Lines = append(c.Lines, limit{Y: at(expected), Class: "expected", Label: "expected_runtime " + fmtDuration(expected)})
+	} else if expected > 0 {
+		c.Above = fmtDuration(expected)
+	}
+	if minRuntime > 0 {
+		c.Lines = append(c.Lines, limit{Y: at(minRuntime), Class: "min", Label: "min_runtime " + fmtDuration(minRuntime)})
+	}
 	slot := float64(chartWidth) / float64(len(runs))
 	w := max(slot-chartGap, 1)
 	for i := range runs {

@@ -164,6 +164,7 @@ func Schedules(cfg *config.Config, logger *slog.Logger, goJobs map[string]schedu
 			Location:        s.Location,
 			Hint:            s.HintValue,
 			ExpectedRuntime: s.ExpectedRuntime.Duration,
+			MinRuntime:      s.MinRuntime.Duration,
 			Jitter:          s.Jitter.Duration,
 			Timeout:         s.Timeout.Duration,
 			Overlap:         scheduler.Overlap(s.Overlap),

@@ -117,6 +117,8 @@ func recordRunsArgs(namespace string, keep int, runs []store.Run) []any {
 		results   = make([]string, n)
 		errs      = make([]string, n)
 		tails     = make([]string, n)
+		anomalies = make([]string, n)
+		bys       = make([]string, n)
 	)
 	for i, r := range runs {
 		r = store.Bound(r)
@@ -124,9 +126,10 @@ func recordRunsArgs(namespace string, keep int, runs []store.Run) []any {
 		started[i], ticks[i] = unixNano(r.StartedAt), unixNano(r.Tick)
 		durations[i], fences[i], attempts[i], manual[i] = int64(r.Duration), r.Fence, int32(r.Attempts), r.Manual
 		nodes[i], results[i], errs[i], tails[i] = r.Node, r.Result, r.Error, r.OutputTail
+		anomalies[i], bys[i] = r.Anomaly, r.By
 	}
 	return []any{namespace, int64(keep), trimThreshold(keep),
-		schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails}
+		schedules, ids, started, ticks, durations, fences, attempts, manual, nodes, results, errs, tails, anomalies, bys}
 }
 
 // unixNano is t in nanoseconds since the epoch; the zero time stays 0 so
@@ -209,7 +212,7 @@ func scanRuns(rows pgx.Rows) ([]store.Run, error) {
 		started, tick, dur, attempt int64
 	)
 	_, err := pgx.ForEachRow(rows, []any{&r.Schedule, &r.RunID, &started, &tick, &dur, &r.Fence, &attempt,
-		&r.Manual, &r.Node, &r.Result, &r.Error, &r.OutputTail}, func() error {
+		&r.Manual, &r.Node, &r.Result, &r.Error, &r.OutputTail, &r.Anomaly, &r.By}, func() error {
 		r.StartedAt, r.Tick, r.Duration, r.Attempts = fromUnixNano(started), fromUnixNano(tick), time.Duration(dur), int(attempt)
 		out = append(out, r)
 		return nil

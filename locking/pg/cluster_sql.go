@@ -4,9 +4,12 @@ package pg
 // bext_lock_fences, every row keyed by the namespace first.
 
 const (
-	// clusterTablesExistSQL avoids CREATE when every table is there, so a
-	// role without CREATE privilege works once an operator made them.
+	// clusterTablesExistSQL avoids CREATE (and ALTER) when every table and
+	// every column added since is there, so a role without CREATE or ALTER
+	// privilege works once an operator made or migrated them.
 	clusterTablesExistSQL = `SELECT to_regclass('bext_runs') IS NOT NULL
+  AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('bext_runs')
+    AND attname IN ('anomaly', 'run_by') AND attnum > 0 AND NOT attisdropped) = 2
   AND to_regclass('bext_run_counts') IS NOT NULL
   AND to_regclass('bext_nodes') IS NOT NULL
   AND to_regclass('bext_requests') IS NOT NULL
@@ -48,6 +51,12 @@ const (
 	// (never reading bext_taken_heard) without running a heard trigger
 	// again. A new table, not a column, so no ALTER right is needed.
 	//
+	// bext_runs' anomaly and run_by (a run's Anomaly and By: "by" is a
+	// reserved word) came after the table: added by ALTER on a table made
+	// before them, NOT NULL DEFAULT '' so that nodes of older versions,
+	// which name only the columns they know, keep inserting runs. Adding a
+	// column with a constant default rewrites no row.
+	//
 	// bext_skips holds the skip records (a tick consumed without a run),
 	// one per schedule and tick (the primary key: the first recorded
 	// stays), apart from bext_runs so a paused schedule's skips never push
@@ -74,6 +83,8 @@ CREATE TABLE IF NOT EXISTS bext_runs (
     PRIMARY KEY (namespace, schedule, run_id)
 );
 CREATE INDEX IF NOT EXISTS bext_runs_newest ON bext_runs (namespace, schedule, started_ns DESC, seq DESC);
+ALTER TABLE bext_runs ADD COLUMN IF NOT EXISTS anomaly text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS run_by text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS bext_run_counts (
     namespace text   NOT NULL,
     schedule  text   NOT NULL,
@@ -289,9 +300,9 @@ ORDER BY tick_ns DESC LIMIT $3::bigint`
 	// (TestRunTrimReadsOnlyItsSchedule).
 	recordRunsSQL = `WITH b AS MATERIALIZED (
   SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
-      $10::integer[], $11::boolean[], $12::text[], $13::text[], $14::text[], $15::text[])
+      $10::integer[], $11::boolean[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[])
     WITH ORDINALITY AS b(schedule, run_id, started_ns, tick_ns, duration_ns, fence,
-      attempts, manual, node, result, error, output_tail, ord)),
+      attempts, manual, node, result, error, output_tail, anomaly, run_by, ord)),
 cnt AS (
   INSERT INTO bext_run_counts AS t (namespace, schedule, n, trimmed)
   SELECT $1::text, b.schedule, count(*), count(*) > $3::bigint FROM b GROUP BY b.schedule ORDER BY b.schedule
@@ -315,21 +326,23 @@ del AS (
   RETURNING 1),
 ins AS (
   INSERT INTO bext_runs (namespace, schedule, run_id, started_ns, tick_ns, duration_ns, fence,
-      attempts, manual, node, result, error, output_tail)
+      attempts, manual, node, result, error, output_tail, anomaly, run_by)
   SELECT $1::text, b.schedule, b.run_id, b.started_ns, b.tick_ns, b.duration_ns, b.fence,
-      b.attempts, b.manual, b.node, b.result, b.error, b.output_tail
+      b.attempts, b.manual, b.node, b.result, b.error, b.output_tail, b.anomaly, b.run_by
   FROM (SELECT DISTINCT ON (b.schedule, b.run_id) b.* FROM b ORDER BY b.schedule, b.run_id, b.attempts > 0 DESC, b.ord) AS b
   WHERE NOT EXISTS (SELECT 1 FROM rk WHERE rk.new AND rk.rn > $2::bigint AND rk.ord = b.ord)
   ORDER BY b.ord
   ON CONFLICT (namespace, schedule, run_id) DO UPDATE
     SET started_ns = excluded.started_ns, tick_ns = excluded.tick_ns, duration_ns = excluded.duration_ns,
       fence = excluded.fence, attempts = excluded.attempts, manual = excluded.manual, node = excluded.node,
-      result = excluded.result, error = excluded.error, output_tail = excluded.output_tail
+      result = excluded.result, error = excluded.error, output_tail = excluded.output_tail,
+      anomaly = excluded.anomaly, run_by = excluded.run_by
     WHERE bext_runs.attempts = 0 AND excluded.attempts > 0
   RETURNING 1)
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM del), (SELECT count(*) FROM tr)`
 
-	runColumns = `schedule, run_id, started_ns, tick_ns, duration_ns, fence, attempts, manual, node, result, error, output_tail`
+	runColumns = `schedule, run_id, started_ns, tick_ns, duration_ns, fence, attempts, manual, node, result, error, output_tail,
+  anomaly, run_by`
 
 	runsSQL = `SELECT ` + runColumns + ` FROM bext_runs
 WHERE namespace = $1::text AND schedule = $2::text
@@ -339,7 +352,7 @@ ORDER BY started_ns DESC, seq DESC LIMIT $3::bigint`
 	// probe per schedule (LATERAL ... LIMIT 1): DISTINCT ON would read
 	// every stored run of them, up to 2×keep each.
 	lastRunsSQL = `SELECT r.schedule, r.run_id, r.started_ns, r.tick_ns, r.duration_ns, r.fence, r.attempts, r.manual,
-  r.node, r.result, r.error, r.output_tail
+  r.node, r.result, r.error, r.output_tail, r.anomaly, r.run_by
 FROM (SELECT DISTINCT s FROM unnest($2::text[]) AS s) AS q,
 LATERAL (SELECT * FROM bext_runs WHERE namespace = $1::text AND schedule = q.s
   ORDER BY started_ns DESC, seq DESC LIMIT 1) AS r`

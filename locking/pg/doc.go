@@ -154,11 +154,19 @@
 // and takes) lives in bext_runs, bext_run_counts, bext_skips, bext_nodes,
 // bext_requests, bext_accepted, bext_taken and bext_taken_heard, created on
 // first use with CREATE TABLE IF NOT EXISTS (see createClusterSQL for their
-// columns); a role without CREATE works once they all exist. Nothing is
-// altered in place: bext_taken_heard, added with cluster.Store.GiveBack,
-// and bext_skips, added with cluster.Store.RecordSkips, are tables of
-// their own, so upgrading needs the CREATE right once, never ALTER, or an
-// operator runs:
+// columns); a role without CREATE works once they all exist.
+// bext_taken_heard, added with cluster.Store.GiveBack, and bext_skips,
+// added with cluster.Store.RecordSkips, are tables of their own, so
+// upgrading to them needs the CREATE right once. bext_runs' anomaly and
+// run_by columns (a run's Anomaly and By) came after the table: a node
+// adds them under the creation's lock where its role may ALTER bext_runs,
+// and a role that may not works once an operator ran
+//
+//	ALTER TABLE bext_runs ADD COLUMN IF NOT EXISTS anomaly text NOT NULL DEFAULT '',
+//	    ADD COLUMN IF NOT EXISTS run_by text NOT NULL DEFAULT '';
+//
+// (the defaults let nodes of earlier versions, which name only the columns
+// they know, keep inserting runs). For the new tables an operator runs:
 //
 //	CREATE TABLE IF NOT EXISTS bext_skips (
 //	    namespace text   NOT NULL,

@@ -100,6 +100,11 @@ type storedRun struct {
 	Attempts  int    `json:"attempts"`
 	Error     string `json:"error"`
 	RunID     string `json:"run_id"`
+	// Omitted when empty: the members of scheduled runs without an
+	// anomaly (most) stay as they were, and nodes of versions before
+	// these fields read and write the same JSON.
+	Anomaly string `json:"anomaly,omitempty"`
+	By      string `json:"by,omitempty"`
 }
 
 // storedNode is an announcement as stored; LastSeen is kept next to it by
@@ -273,6 +278,7 @@ func encodeRun(r cluster.Run) ([]byte, error) {
 		Schedule: r.Schedule, Tick: r.Tick.UnixMicro(), Node: r.Node, Result: r.Result,
 		StartedAt: r.StartedAt.UnixMicro(), Duration: int64(r.Duration), Fence: r.Fence,
 		Manual: r.Manual, Attempts: r.Attempts, Error: r.Error, RunID: r.RunID,
+		Anomaly: r.Anomaly, By: r.By,
 	})
 	if err != nil {
 		return nil, err
@@ -294,7 +300,7 @@ func decodeRun(v string) (cluster.Run, error) {
 		Schedule: s.Schedule, Tick: time.UnixMicro(s.Tick), Node: s.Node, Result: s.Result,
 		StartedAt: time.UnixMicro(s.StartedAt), Duration: time.Duration(s.Duration), Fence: s.Fence,
 		Manual: s.Manual, Attempts: s.Attempts, Error: s.Error, RunID: s.RunID,
-		OutputTail: tail,
+		OutputTail: tail, Anomaly: s.Anomaly, By: s.By,
 	}, nil
 }
 
