@@ -67,6 +67,17 @@ func TestPageMarksAnomaliesAndRuntimeBounds(t *testing.T) {
 	if n := strings.Count(b, `class="tag warn anomaly"`); n != 3 {
 		t.Errorf("%d runs marked as anomalies, want 3:\n%s", n, b)
 	}
+	// The list: the last run's anomaly, the streak and the last success.
+	list := body(t, f.get(t, "/"))
+	for _, want := range []string{
+		`<span class="res bad">failure</span> <span class="tag warn anomaly last">overrun</span> on <span class="node">node-a</span>`,
+		`<span class="tag bad streak" title="failed runs in a row since the last success or resume">2 failed in a row</span>`,
+		`<div class="last-success">last success <time datetime="` + runs[1].Tick.Format(time.RFC3339) + `">`,
+	} {
+		if !strings.Contains(list, want) {
+			t.Errorf("GET / lacks %s", want)
+		}
+	}
 }
 
 // expected_runtime far above every run is named, not drawn: a line there
