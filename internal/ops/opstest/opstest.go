@@ -102,7 +102,7 @@ func newPG(t testing.TB) (string, ops.Store) {
 			return
 		}
 		defer conn.Close(ctx)
-		for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted", "bext_taken", "bext_taken_heard", "bext_skips"} {
+		for _, table := range []string{"bext_runs", "bext_run_counts", "bext_nodes", "bext_requests", "bext_accepted", "bext_taken", "bext_taken_heard", "bext_skips", "bext_actions", "bext_stops"} {
 			var exists bool
 			if conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists) == nil && exists {
 				_, _ = conn.Exec(ctx, `DELETE FROM `+table+` WHERE namespace = $1`, ns)
