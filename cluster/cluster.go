@@ -124,6 +124,25 @@ type Node struct {
 	Running []Running `json:"-"`
 }
 
+// OffsetNanos and OffsetFromNanos are how backends store a node's clock
+// offset: nanoseconds, nil when the node has not measured one.
+func OffsetNanos(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
+	}
+	ns := int64(*d)
+	return &ns
+}
+
+// OffsetFromNanos reads what OffsetNanos stored.
+func OffsetFromNanos(ns *int64) *time.Duration {
+	if ns == nil {
+		return nil
+	}
+	d := time.Duration(*ns)
+	return &d
+}
+
 // Running is a run going on a node, as the node's announcement tells:
 // what `status` shows as running now, and what `stop` stops.
 type Running struct {

@@ -233,15 +233,25 @@ func (a *api) auditSummary(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sums)
 }
 
+// waitParam is a request's ?wait= (default defaultTriggerWait, at most
+// maxTriggerWait); false once it answered a bad one.
+func waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return defaultTriggerWait, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		writeError(w, http.StatusBadRequest, "invalid", "wait: want a duration such as 10s")
+		return 0, false
+	}
+	return min(d, maxTriggerWait), true
+}
+
 func (a *api) trigger(w http.ResponseWriter, r *http.Request) {
-	wait := defaultTriggerWait
-	if v := r.URL.Query().Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, "invalid", "wait: want a duration such as 10s")
-			return
-		}
-		wait = min(d, maxTriggerWait)
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
 	}
 	id := r.PathValue("id")
 	ans, err := a.ops.Trigger(r.Context(), id, wait)
@@ -284,14 +294,9 @@ func (a *api) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) stop(w http.ResponseWriter, r *http.Request) {
-	wait := defaultTriggerWait
-	if v := r.URL.Query().Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, "invalid", "wait: want a duration such as 10s")
-			return
-		}
-		wait = min(d, maxTriggerWait)
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
 	}
 	id := r.PathValue("id")
 	ans, err := a.ops.Stop(r.Context(), id, wait)

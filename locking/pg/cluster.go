@@ -241,7 +241,7 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 		return err
 	}
 	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules,
-		Ready: n.Ready, ClockOffsetNS: offsetNS(n.ClockOffset), Running: n.Running})
+		Ready: n.Ready, ClockOffsetNS: store.OffsetNanos(n.ClockOffset), Running: n.Running})
 	if err != nil {
 		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
@@ -273,7 +273,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 			}
 			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
 				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules,
-				Ready: d.Ready, ClockOffset: offsetOf(d.ClockOffsetNS), Running: d.Running})
+				Ready: d.Ready, ClockOffset: store.OffsetFromNanos(d.ClockOffsetNS), Running: d.Running})
 			return nil
 		})
 		return err
@@ -780,22 +780,4 @@ func (l *Locker) GiveBack(ctx context.Context, h *locking.Handle) error {
 		_ = l.unlock(ctx, ls)
 	}
 	return gerr
-}
-
-// offsetNS and offsetOf store a node's clock offset as nanoseconds, nil
-// when not measured.
-func offsetNS(d *time.Duration) *int64 {
-	if d == nil {
-		return nil
-	}
-	ns := int64(*d)
-	return &ns
-}
-
-func offsetOf(ns *int64) *time.Duration {
-	if ns == nil {
-		return nil
-	}
-	d := time.Duration(*ns)
-	return &d
 }

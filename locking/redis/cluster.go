@@ -317,7 +317,7 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	b, err := json.Marshal(storedNode{
 		NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UnixMicro(),
 		ConfigHash: n.ConfigHash, Schedules: n.Schedules,
-		Ready: n.Ready, ClockOffsetNS: offsetNS(n.ClockOffset), Running: n.Running,
+		Ready: n.Ready, ClockOffsetNS: cluster.OffsetNanos(n.ClockOffset), Running: n.Running,
 	})
 	if err != nil {
 		return fmt.Errorf("locking/redis: announce %q: %w", n.NodeID, err)
@@ -361,7 +361,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 		out = append(out, cluster.Node{
 			NodeID: s.NodeID, Version: s.Version, StartedAt: time.UnixMicro(s.StartedAt),
 			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules,
-			Ready: s.Ready, ClockOffset: offsetOf(s.ClockOffsetNS), Running: s.Running,
+			Ready: s.Ready, ClockOffset: cluster.OffsetFromNanos(s.ClockOffsetNS), Running: s.Running,
 		})
 	}
 	slices.SortFunc(out, func(a, b cluster.Node) int { return cmp.Compare(a.NodeID, b.NodeID) })
@@ -748,22 +748,4 @@ func decodeRequest(v string) (cluster.Request, error) {
 		return cluster.Request{}, fmt.Errorf("%w: a stored request: %w", errReply, err)
 	}
 	return r, nil
-}
-
-// offsetNS and offsetOf store a node's clock offset as nanoseconds, nil
-// when not measured.
-func offsetNS(d *time.Duration) *int64 {
-	if d == nil {
-		return nil
-	}
-	ns := int64(*d)
-	return &ns
-}
-
-func offsetOf(ns *int64) *time.Duration {
-	if ns == nil {
-		return nil
-	}
-	d := time.Duration(*ns)
-	return &d
 }
