@@ -12,8 +12,6 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // Client is an Operator that asks a node's API (server.WithAPI). The CLI
@@ -177,7 +175,7 @@ func (e *APIError) Unwrap() error {
 	case "not_running":
 		return ErrNotRunning
 	case "backend_permission":
-		return locking.ErrPermission
+		return ErrPermission
 	case "not_stopped":
 		return ErrNotStopped
 	case "unavailable":

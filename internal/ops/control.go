@@ -7,10 +7,15 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
 )
 
-// Errors of stop.
+// Errors of stop, and of a backend's refusal.
 var (
+	// ErrPermission: the backend refused the operation to the user it was
+	// opened with (a read-only role, an ACL): locking.ErrPermission, named
+	// here so that the API and the CLI need not import the lock contract.
+	ErrPermission = locking.ErrPermission
 	// ErrNotRunning: stop found no run of the schedule going on (exit 1,
 	// 409).
 	ErrNotRunning = errors.New("ops: nothing of this schedule is running")

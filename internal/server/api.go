@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/internal/ops"
-	"github.com/bext-dev/bext-scheduler/locking"
 )
 
 // Option configures a Server beyond its defaults.
@@ -406,7 +405,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "not_running", err.Error())
 	case errors.Is(err, ops.ErrNotStopped):
 		writeError(w, http.StatusGatewayTimeout, "not_stopped", err.Error())
-	case errors.Is(err, locking.ErrPermission):
+	case errors.Is(err, ops.ErrPermission):
 		a.logger.Warn("api: the backend refused the node's user", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "backend_permission", "the lock backend refused this node's user the operation (a read-only role, an ACL); see the node's log and docs/OPERATING.md, \"Backend permissions\"")
 	case errors.Is(err, context.Canceled):
