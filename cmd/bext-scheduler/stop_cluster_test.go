@@ -217,3 +217,33 @@ func TestClusterStopCancelRunningBy(t *testing.T) {
 		})
 	}
 }
+
+// Bad input to stop and cancel is a usage error (exit 2) naming what is
+// wrong, never a crash, and leaves nothing behind: an unknown id, a wait
+// of zero or below, a missing id; stop of a schedule nothing runs is 1.
+func TestStopCancelBadInput(t *testing.T) {
+	t.Parallel()
+	lockingTOML, st := opstest.Shared()[0].New(t)
+	cfg := writeFile(t, t.TempDir(), "bext.config.toml", "[http]\nlisten = \"off\"\n"+lockingTOML+opsSchedules)
+	for _, c := range []struct {
+		args []string
+		want int
+		says string
+	}{
+		{[]string{"stop", "nosuch"}, exitUsage, `unknown schedule "nosuch"`},
+		{[]string{"cancel", "nosuch"}, exitUsage, `unknown schedule "nosuch"`},
+		{[]string{"stop", "job", "--wait", "0s"}, exitUsage, "--wait must be more than 0"},
+		{[]string{"stop", "job", "--wait", "-1s"}, exitUsage, "--wait must be more than 0"},
+		{[]string{"stop"}, exitUsage, "accepts 1 arg"},
+		{[]string{"cancel"}, exitUsage, "accepts 1 arg"},
+		{[]string{"stop", "job", "--wait", "1s"}, exitFailure, "nothing of this schedule is running"},
+	} {
+		r := cli(t, cfg, c.want, c.args...)
+		if !strings.Contains(r.Stderr, c.says) {
+			t.Errorf("%v: stderr %q, want it to say %q", c.args, r.Stderr, c.says)
+		}
+	}
+	if n, err := st.Actions(t.Context(), "job", 10); err != nil || len(n) != 0 {
+		t.Errorf("acts after refused commands: %+v, %v; want none", n, err)
+	}
+}
