@@ -153,8 +153,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 			NodeID: cfg.NodeID, Version: n.version, StartedAt: time.Now(), Keep: cfg.History.Keep,
 			Mask: service.Masker(cfg), Drift: n.metrics.ConfigDrift, Paused: n.notifier.Paused, Logger: n.logger,
 			// n.ops is set below, before the agent runs.
-			Audit:      func(ctx context.Context, ids []string) (map[string]int, error) { return n.ops.LostTicks(ctx, ids) },
+			Audit: func(ctx context.Context, ids []string) (map[string][]time.Time, error) {
+				return n.ops.LostTickTimes(ctx, ids)
+			},
 			Lost:       n.metrics.SetLostTicks,
+			LostTick:   n.notifier.Lost,
 			AuditEvery: cfg.History.AuditEvery.Duration,
 		})
 		observer = scheduler.Observers(n.metrics, notifierObserver{n: n.notifier}, n.agent.Observer())
@@ -342,7 +345,7 @@ func (n *Node) Reload(next *config.Config) error {
 		n.logger.Warn("reload: [http] token and read_token changes apply at the next restart")
 	}
 	applyNotify(next, n.notifier, n.metrics)
-	if next.Notify != started.Notify {
+	if !sameNotify(next.Notify, started.Notify) {
 		n.logger.Warn("reload: [notify] changes apply at the next restart")
 	}
 	return nil

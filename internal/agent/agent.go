@@ -70,12 +70,16 @@ type Options struct {
 	FlushEvery    time.Duration // default 250ms: how long a run record may wait
 
 	// Audit, when set, is asked every AuditEvery for the lost ticks of
-	// the schedules this node audits (ops.Service.LostTicks), and Lost is
-	// told its answer (bext_scheduler_ticks_lost). Each schedule is
-	// audited by one live node, the first in its rendezvous order, so the
-	// cluster reads each schedule's history once per AuditEvery.
-	Audit      func(ctx context.Context, ids []string) (map[string]int, error)
-	Lost       func(lost map[string]int)
+	// the schedules this node audits (ops.Service.LostTickTimes), and Lost
+	// is told how many each has (bext_scheduler_ticks_lost). Each schedule
+	// is audited by one live node, the first in its rendezvous order, so
+	// the cluster reads each schedule's history once per AuditEvery.
+	Audit func(ctx context.Context, ids []string) (map[string][]time.Time, error)
+	Lost  func(lost map[string]int)
+	// LostTick, when set, is told each lost tick the first time this
+	// node's audit finds it (the lost notification), not on every audit
+	// that still finds it.
+	LostTick   func(schedule string, tick time.Time)
 	AuditEvery time.Duration // default 1m
 }
 
@@ -96,6 +100,8 @@ type Agent struct {
 	hashes    map[string]string
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
+
+	lost lostTicks // the lost ticks already told (audit is its only caller)
 
 	records chan scheduler.RunRecord
 	skips   chan scheduler.SkipRecord
@@ -314,14 +320,19 @@ func (a *Agent) audit(ctx context.Context) {
 			mine = append(mine, id)
 		}
 	}
-	lost, err := a.opts.Audit(ctx, mine)
+	ticks, err := a.opts.Audit(ctx, mine)
 	if err != nil {
 		a.log.Warn("auditing the schedules' recent ticks failed", slog.Int("schedules", len(mine)), slog.Any("error", err))
 		if ctx.Err() != nil {
 			return // keep the last answer rather than clear it
 		}
 	}
+	lost := make(map[string]int, len(ticks))
+	for id, ts := range ticks {
+		lost[id] = len(ts)
+	}
 	a.opts.Lost(lost)
+	a.lost.tell(ticks, err == nil, a.opts.LostTick)
 }
 
 // scheduleIDs returns the ids of the node's schedules.

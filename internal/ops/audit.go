@@ -491,11 +491,26 @@ const LostSpan = 15 * time.Minute
 
 // LostTicks audits the locked schedules among ids over their recent
 // window (LostSpan) and returns those with a lost tick, and how many: what
-// bext_scheduler_ticks_lost exports. It reads each schedule's newest runs
+// bext_scheduler_ticks_lost exports. See LostTickTimes.
+func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, error) {
+	times, err := s.LostTickTimes(ctx, ids)
+	if times == nil {
+		return nil, err
+	}
+	lost := make(map[string]int, len(times))
+	for id, ts := range times {
+		lost[id] = len(ts)
+	}
+	return lost, err
+}
+
+// LostTickTimes audits the locked schedules among ids over their recent
+// window (LostSpan) and returns those with a lost tick, and which ticks
+// (in tick order): the lost event tells each once. It reads each schedule's newest runs
 // and skips, only as many as its window can hold (twice its ticks there,
 // plus a few for manual runs), and its mark: three small reads a schedule.
 // Unknown ids and node_local schedules are passed over.
-func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, error) {
+func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][]time.Time, error) {
 	if s.store == nil {
 		return nil, ErrNoBackend
 	}
@@ -504,7 +519,7 @@ func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, 
 		return nil, err
 	}
 	now := backendNowAtMost(s.now(), nodes)
-	lost := map[string]int{}
+	lost := map[string][]time.Time{}
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -532,16 +547,16 @@ func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, 
 				n++
 			}
 			limit := min(s.auditReadLimit(), 2*n+8)
-			k := 0
+			var ticks []time.Time
 			err := s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
 				if t.Fate == FateLost {
-					k++
+					ticks = append(ticks, t.Tick)
 				}
 			})
 			mu.Lock()
 			defer mu.Unlock()
-			if k > 0 {
-				lost[d.id] = k
+			if len(ticks) > 0 {
+				lost[d.id] = ticks
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("auditing %q: %w", d.id, err))

@@ -397,6 +397,11 @@ func TestLostTicksRecentWindow(t *testing.T) {
 	if len(lost) != 1 || lost["g"] != 1 {
 		t.Fatalf("LostTicks = %v, want g: 1 (its tick -3)", lost)
 	}
+	// Which tick: the lost event names it.
+	times, err := svc.LostTickTimes(t.Context(), []string{"g", "ok", "l", "nope"})
+	if err != nil || len(times) != 1 || len(times["g"]) != 1 || !times["g"][0].Equal(m(-3)) {
+		t.Fatalf("LostTickTimes = %v, %v; want g: [%v]", times, err, m(-3))
+	}
 	if all, err := svc.Audit(t.Context(), "g", m(-31), m(0)); err != nil || countFate(all, ops.FateLost) != 10 {
 		t.Fatalf("the full audit finds %d lost (%v), want the older ones too", countFate(all, ops.FateLost), err)
 	}
