@@ -310,6 +310,47 @@ func TestEveryRuleTested(t *testing.T) {
 	}
 }
 
+// TestOperatingListsEveryAlert: docs/OPERATING.md's alert table (the
+// rows of "Metrics and alerts") names every alert of deploy/alerts.yml,
+// and no alert that does not exist: an operator reads the table, not the
+// YAML.
+func TestOperatingListsEveryAlert(t *testing.T) {
+	t.Parallel()
+	var rf ruleFile
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "deploy/alerts.yml")), &rf); err != nil {
+		t.Fatal(err)
+	}
+	doc := readRepoFile(t, "docs/OPERATING.md")
+	start := strings.Index(doc, "| alert | on | means |")
+	if start < 0 {
+		t.Fatal("docs/OPERATING.md has no alert table (| alert | on | means |)")
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(doc[start:], "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`(Bext[A-Za-z0-9]+)`").FindAllStringSubmatch(first, -1) {
+			listed[m[1]] = true
+		}
+	}
+	rules := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			rules[r.Alert] = true
+			if !listed[r.Alert] {
+				t.Errorf("docs/OPERATING.md's alert table does not list %s (deploy/alerts.yml)", r.Alert)
+			}
+		}
+	}
+	for name := range listed {
+		if !rules[name] {
+			t.Errorf("docs/OPERATING.md's alert table lists %s, which deploy/alerts.yml does not define", name)
+		}
+	}
+}
+
 // TestPromtool runs Prometheus's own checker and the rules' unit tests
 // (deploy/alerts.test.yml): the only proof that each alert fires, and stays
 // quiet, when it should. promtool comes with Debian's prometheus package,

@@ -376,6 +376,8 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 			PauseAfterFailures: s.PauseAfterFailures,
 		}
 	}
-	hashes := ops.ScheduleHashes(schedules, time.Now())
+	now := time.Now()
+	hashes := ops.ScheduleHashes(schedules, now)
 	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
+	ag.SetFieldHashes(ops.FieldHashes(schedules, now))
 }

@@ -98,8 +98,12 @@ type Agent struct {
 	schedules []Schedule
 	common    *Schedule
 	hashes    map[string]string
+	fields    map[string]string // field hashes by id (SetFieldHashes)
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
+	// driftIDs are the schedules the last look at the live nodes found in
+	// drift: the next announcement carries their field hashes.
+	driftIDs []string
 
 	lost lostTicks // the lost ticks already told (audit is its only caller)
 
@@ -154,6 +158,16 @@ func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash 
 	s, common := compact(s, hashes)
 	a.mu.Lock()
 	a.schedules, a.common, a.hashes, a.configH = s, common, hashes, configHash
+	a.mu.Unlock()
+}
+
+// SetFieldHashes tells the agent its schedules' field hashes
+// (ops.FieldHashes), which it announces for the schedules in drift, so
+// drift names the fields that differ; called with SetSchedules. The
+// agent keeps fields: the caller must not change it afterwards.
+func (a *Agent) SetFieldHashes(fields map[string]string) {
+	a.mu.Lock()
+	a.fields = fields
 	a.mu.Unlock()
 }
 
@@ -380,6 +394,14 @@ func (a *Agent) announce(ctx context.Context) {
 	a.mu.Lock()
 	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
 		ConfigHash: a.configH, Schedules: a.hashes}
+	for _, id := range a.driftIDs {
+		if f, ok := a.fields[id]; ok {
+			if n.Fields == nil {
+				n.Fields = map[string]string{}
+			}
+			n.Fields[id] = f
+		}
+	}
 	a.mu.Unlock()
 	if err := a.b.Announce(ctx, n, 3*a.opts.AnnounceEvery); err != nil {
 		a.log.Debug("announcing the node failed", slog.Any("error", err))
@@ -391,13 +413,19 @@ func (a *Agent) announce(ctx context.Context) {
 		return
 	}
 	a.setLive(nodes)
-	desc := describeDrift(nodes)
+	d := cluster.Drift(nodes)
+	desc := describeDrift(d)
 	if a.opts.Drift != nil {
 		a.opts.Drift(desc != "")
+	}
+	ids := make([]string, len(d.Schedules))
+	for i, sd := range d.Schedules {
+		ids[i] = sd.ID
 	}
 	a.mu.Lock()
 	changed := desc != a.drifted
 	a.drifted = desc
+	a.driftIDs = ids
 	a.mu.Unlock()
 	switch {
 	case changed && desc != "":
@@ -407,11 +435,10 @@ func (a *Agent) announce(ctx context.Context) {
 	}
 }
 
-// describeDrift names the schedules on which live nodes disagree and the
-// nodes on each side ("" when they agree), from cluster.Drift: the same
-// comparison status and the API show.
-func describeDrift(nodes []cluster.Node) string {
-	d := cluster.Drift(nodes)
+// describeDrift names the schedules on which live nodes disagree, the
+// nodes on each side and the fields that differ ("" when they agree), from
+// cluster.Drift: the same comparison status and the API show.
+func describeDrift(d cluster.ConfigDrift) string {
 	if !d.Drifted {
 		return ""
 	}
@@ -425,7 +452,11 @@ func describeDrift(nodes []cluster.Node) string {
 			}
 			sides = append(sides, what+" "+strings.Join(side.Nodes, ","))
 		}
-		parts = append(parts, sd.ID+": "+strings.Join(sides, " vs "))
+		what := ""
+		if w := sd.What(); w != "" {
+			what = " (" + w + ")"
+		}
+		parts = append(parts, sd.ID+": "+strings.Join(sides, " vs ")+what)
 	}
 	if len(parts) == 0 {
 		return "the nodes' config hashes differ"

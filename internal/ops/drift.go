@@ -4,12 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -83,6 +85,65 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	all := digits.String()
 	for i, s := range schedules {
 		out[s.ID] = all[i*hashLen : (i+1)*hashLen]
+	}
+	return out
+}
+
+// FieldHashes returns, per schedule id, the hashes of the parts of its
+// definition drift names (cluster.DriftFields: cron, zone, hint, timing,
+// job, and the sampled fire times), cluster.FieldHashLen hex digits each,
+// concatenated: what a node announces for the schedules it sees in drift,
+// so that status names the field that differs. It covers what
+// ScheduleHashes covers, the same values, secrets left out alike.
+func FieldHashes(schedules []scheduler.Schedule, now time.Time) map[string]string {
+	y := now.UTC().Year()
+	ticks := tickSamples{anchor: time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC), seen: map[cronspec.Spec][]byte{}}
+	jobCache := map[scheduler.Job][]byte{}
+	per := len(cluster.DriftFields) * cluster.FieldHashLen
+	all := make([]byte, 0, len(schedules)*per)
+	var f fields
+	part := func(b []byte) {
+		h := fnv.New32a()
+		_, _ = h.Write(b) // a hash.Hash never fails
+		v := h.Sum32()
+		all = hex.AppendEncode(all, []byte{byte(v >> 8), byte(v)})
+	}
+	for _, s := range schedules {
+		f.b = f.b[:0]
+		f.add("cron", s.CronExpr)
+		part(f.b)
+		f.b = f.b[:0]
+		f.add("zone", zoneName(s))
+		part(f.b)
+		f.b = f.b[:0]
+		f.add("hint", hintName(s.Hint))
+		part(f.b)
+		f.b = f.b[:0]
+		overlap := s.Overlap
+		if overlap == "" {
+			overlap = scheduler.OverlapSkip
+		}
+		f.add("overlap", string(overlap))
+		f.add("expected_runtime", s.ExpectedRuntime)
+		f.add("jitter", s.Jitter)
+		f.add("timeout", s.Timeout)
+		f.add("catchup", s.CatchupWindow)
+		f.add("spread", s.Spread)
+		f.add("retries", int64(s.Retries))
+		f.add("retry_backoff", s.RetryBackoff)
+		f.add("pause_after_failures", int64(s.PauseAfterFailures))
+		part(f.b)
+		part(jobFields(s.Job, jobCache))
+		var tb []byte
+		if spec := effectiveSpec(s); spec != nil {
+			tb = ticks.of(spec)
+		}
+		part(tb)
+	}
+	joined := string(all)
+	out := make(map[string]string, len(schedules))
+	for i, s := range schedules {
+		out[s.ID] = joined[i*per : (i+1)*per]
 	}
 	return out
 }

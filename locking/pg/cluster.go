@@ -224,6 +224,8 @@ type nodeDoc struct {
 	StartedAt  time.Time         `json:"started_at"`
 	ConfigHash string            `json:"config_hash"`
 	Schedules  map[string]string `json:"schedules"`
+	// Fields is absent in what nodes of earlier versions stored.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
 // Announce records n as live until ttl from now on the database clock,
@@ -232,7 +234,8 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 	if err := store.CheckNode(n, ttl); err != nil {
 		return err
 	}
-	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules})
+	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules,
+		Fields: n.Fields})
 	if err != nil {
 		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
@@ -263,7 +266,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 				return fmt.Errorf("node %q: %w", id, err)
 			}
 			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
-				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules})
+				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules, Fields: d.Fields})
 			return nil
 		})
 		return err

@@ -110,6 +110,8 @@ type storedNode struct {
 	StartedAt  int64             `json:"started_at"`
 	ConfigHash string            `json:"config_hash"`
 	Schedules  map[string]string `json:"schedules"`
+	// Fields is absent in what nodes of earlier versions stored.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
 // RecordRuns adds runs to their schedules' histories: per schedule one
@@ -305,7 +307,7 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	}
 	b, err := json.Marshal(storedNode{
 		NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UnixMicro(),
-		ConfigHash: n.ConfigHash, Schedules: n.Schedules,
+		ConfigHash: n.ConfigHash, Schedules: n.Schedules, Fields: n.Fields,
 	})
 	if err != nil {
 		return fmt.Errorf("locking/redis: announce %q: %w", n.NodeID, err)
@@ -348,7 +350,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 		}
 		out = append(out, cluster.Node{
 			NodeID: s.NodeID, Version: s.Version, StartedAt: time.UnixMicro(s.StartedAt),
-			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules,
+			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules, Fields: s.Fields,
 		})
 	}
 	slices.SortFunc(out, func(a, b cluster.Node) int { return cmp.Compare(a.NodeID, b.NodeID) })
