@@ -43,20 +43,7 @@ type series map[string][]string
 // the contract's fixed words).
 func exported(t *testing.T) (series, map[string][]string) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: "v", Commit: "c", GoVersion: "go"})
-	m.AddSchedule("s")
-	m.NextTick("s", time.Now().Add(time.Minute))
-	// The last-success gauge is absent until a success: record one.
-	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
-	// So is the lost-ticks gauge, until an audit finds one.
-	m.SetLostTicks(map[string]int{"s": 1})
-	l := metrics.InstrumentLocker(memory.New(), "memory", m)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := series{"up": {"job", "instance"}}
 	values := map[string][]string{}
 	for _, f := range fams {
@@ -86,6 +73,28 @@ func exported(t *testing.T) (series, map[string][]string) {
 		}
 	}
 	return out, values
+}
+
+// gather is every metric family a node exports, each series there:
+// a schedule that ran and lost a tick, and an instrumented backend that
+// has try-lock-tick.
+func gather(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{Version: "v", Commit: "c", GoVersion: "go"})
+	m.AddSchedule("s")
+	m.NextTick("s", time.Now().Add(time.Minute))
+	// The last-success gauge is absent until a success: record one.
+	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
+	// So is the lost-ticks gauge, until an audit finds one.
+	m.SetLostTicks(map[string]int{"s": 1})
+	l := metrics.InstrumentLocker(memory.New(), "memory", m)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }
 
 var (
