@@ -161,6 +161,12 @@ func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash 
 	a.mu.Unlock()
 }
 
+// maxDriftFields bounds the schedules whose field hashes one announcement
+// carries: a change that touches every schedule (a job fingerprint after
+// an upgrade, a zone's rules) would otherwise put all of them in every
+// announcement; past it, drift says "definition differs" for the rest.
+const maxDriftFields = 1000
+
 // SetFieldHashes tells the agent its schedules' field hashes
 // (ops.FieldHashes), which it announces for the schedules in drift, so
 // drift names the fields that differ; called with SetSchedules. The
@@ -394,7 +400,7 @@ func (a *Agent) announce(ctx context.Context) {
 	a.mu.Lock()
 	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
 		ConfigHash: a.configH, Schedules: a.hashes}
-	for _, id := range a.driftIDs {
+	for _, id := range a.driftIDs[:min(len(a.driftIDs), maxDriftFields)] {
 		if f, ok := a.fields[id]; ok {
 			if n.Fields == nil {
 				n.Fields = map[string]string{}
