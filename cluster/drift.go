@@ -56,7 +56,8 @@ const fieldTicks = "ticks"
 
 // DriftFields are the fields whose hashes a Node.Fields value holds, in
 // order, FieldHashLen hex digits each.
-var DriftFields = []string{FieldCron, FieldZone, FieldHint, FieldTiming, FieldJob, fieldTicks}
+// An array, so that its length is a constant.
+var DriftFields = [...]string{FieldCron, FieldZone, FieldHint, FieldTiming, FieldJob, fieldTicks}
 
 // FieldHashLen is how many hex digits each field's hash keeps: a field
 // that differs reads equal once in 65,536, and is then not named (the
@@ -162,12 +163,12 @@ func driftedFields(id string, nodes []Node) []string {
 			ticksOnly = false // these move the ticks themselves
 		}
 	}
-	if ticksOnly && differs(slices.Index(DriftFields, fieldTicks)) {
+	if ticksOnly && differs(slices.Index(DriftFields[:], fieldTicks)) {
 		// Same cron, zone name and spread, other fire times: the zone's
 		// rules differ (a node's time-zone data is older).
 		out = append(out, FieldZone)
 		slices.SortFunc(out, func(a, b string) int {
-			return slices.Index(DriftFields, a) - slices.Index(DriftFields, b)
+			return slices.Index(DriftFields[:], a) - slices.Index(DriftFields[:], b)
 		})
 	}
 	if len(out) == 0 {

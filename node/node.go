@@ -379,5 +379,5 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 	now := time.Now()
 	hashes := ops.ScheduleHashes(schedules, now)
 	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
-	ag.SetFieldHashes(ops.FieldHashes(schedules, now))
+	ag.SetFieldHashes(ops.ComputeFieldHashes(schedules, now).Of)
 }

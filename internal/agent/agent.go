@@ -98,7 +98,7 @@ type Agent struct {
 	schedules []Schedule
 	common    *Schedule
 	hashes    map[string]string
-	fields    map[string]string // field hashes by id (SetFieldHashes)
+	fields    func(id string) (string, bool) // field hashes by id (SetFieldHashes)
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
 	// driftIDs are the schedules the last look at the live nodes found in
@@ -167,11 +167,10 @@ func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash 
 // announcement; past it, drift says "definition differs" for the rest.
 const maxDriftFields = 1000
 
-// SetFieldHashes tells the agent its schedules' field hashes
-// (ops.FieldHashes), which it announces for the schedules in drift, so
-// drift names the fields that differ; called with SetSchedules. The
-// agent keeps fields: the caller must not change it afterwards.
-func (a *Agent) SetFieldHashes(fields map[string]string) {
+// SetFieldHashes tells the agent where its schedules' field hashes are
+// (ops.FieldHashes.Of), which it announces for the schedules in drift, so
+// drift names the fields that differ; called with SetSchedules.
+func (a *Agent) SetFieldHashes(fields func(id string) (string, bool)) {
 	a.mu.Lock()
 	a.fields = fields
 	a.mu.Unlock()
@@ -401,7 +400,10 @@ func (a *Agent) announce(ctx context.Context) {
 	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
 		ConfigHash: a.configH, Schedules: a.hashes}
 	for _, id := range a.driftIDs[:min(len(a.driftIDs), maxDriftFields)] {
-		if f, ok := a.fields[id]; ok {
+		if a.fields == nil {
+			break
+		}
+		if f, ok := a.fields(id); ok {
 			if n.Fields == nil {
 				n.Fields = map[string]string{}
 			}

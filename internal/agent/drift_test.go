@@ -41,7 +41,8 @@ func TestDriftAnnouncesFieldsOfDriftedSchedules(t *testing.T) {
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
 		hashes := map[string]string{"x": n.x, "y": "hy"}
 		ag.SetSchedules([]agent.Schedule{{ID: "x", TTL: time.Minute}, {ID: "y", TTL: time.Minute}}, hashes, "config-"+n.x)
-		ag.SetFieldHashes(map[string]string{"x": n.fx, "y": same})
+		fields := map[string]string{"x": n.fx, "y": same}
+		ag.SetFieldHashes(func(id string) (string, bool) { f, ok := fields[id]; return f, ok })
 		wg.Add(1)
 		go func() { defer wg.Done(); ag.Run(ctx, nil) }()
 	}

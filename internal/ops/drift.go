@@ -88,31 +88,61 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 	return out
 }
 
-// FieldHashes returns, per schedule id, the hashes of the parts of its
+// FieldHashes are, per schedule, the hashes of the parts of its
 // definition drift names (cluster.DriftFields: cron, zone, hint, timing,
-// job, and the sampled fire times), cluster.FieldHashLen hex digits each,
-// concatenated: what a node announces for the schedules it sees in drift,
-// so that status names the field that differs. It covers what
-// ScheduleHashes covers, the same values, secrets left out alike.
-func FieldHashes(schedules []scheduler.Schedule, now time.Time) map[string]string {
+// job, and the sampled fire times): what a node announces for the
+// schedules it sees in drift, so that status names the field that
+// differs. They cover what ScheduleHashes covers, the same values,
+// secrets left out alike. A node keeps them for all its schedules and
+// announces a few, so they are kept as 32 bytes a schedule, sorted by id,
+// not as a map of strings (twice that).
+type FieldHashes struct {
+	byID []fieldHash // sorted by id; of two with one id, the last
+}
+
+type fieldHash struct {
+	id  string
+	sum [len(cluster.DriftFields) * cluster.FieldHashLen / 2]byte
+}
+
+// Of returns schedule id's field hashes as a cluster.Node.Fields value
+// (cluster.FieldHashLen hex digits per field, concatenated).
+func (f *FieldHashes) Of(id string) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	i, ok := slices.BinarySearchFunc(f.byID, id, func(h fieldHash, id string) int { return strings.Compare(h.id, id) })
+	if !ok {
+		return "", false
+	}
+	for i+1 < len(f.byID) && f.byID[i+1].id == id {
+		i++
+	}
+	return hex.EncodeToString(f.byID[i].sum[:]), true
+}
+
+// ComputeFieldHashes returns the schedules' FieldHashes (see FieldHashes).
+func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHashes {
 	y := now.UTC().Year()
 	ticks := tickSamples{anchor: time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC), seen: map[cronspec.Spec][]byte{}}
 	jobCache := map[scheduler.Job][]byte{}
-	per := len(cluster.DriftFields) * cluster.FieldHashLen
-	all := make([]byte, 0, len(schedules)*per)
+	out := make([]fieldHash, len(schedules))
 	var f fields
-	const digits = "0123456789abcdef"
-	part := func(b []byte) {
-		// FNV-1a, 32 bits, inline: hash/fnv's allocations were most of
-		// the cost at 100,000 schedules. Not a secret's guard: the fields
-		// hashed hold none.
-		v := uint32(2166136261)
-		for _, c := range b {
-			v = (v ^ uint32(c)) * 16777619
+	for i, s := range schedules {
+		h := &out[i]
+		h.id = s.ID
+		k := 0
+		part := func(b []byte) {
+			// FNV-1a, 32 bits, of which 16 are kept: hash/fnv's
+			// allocations were most of the cost at 100,000 schedules. Not
+			// a secret's guard: the fields hashed hold none.
+			v := uint32(2166136261)
+			for _, c := range b {
+				v = (v ^ uint32(c)) * 16777619
+			}
+			h.sum[k], h.sum[k+1] = byte(v>>8), byte(v)
+			k += 2
 		}
-		all = append(all, digits[v>>12&15], digits[v>>8&15], digits[v>>4&15], digits[v&15])
-	}
-	for _, s := range schedules {
 		f.b = f.b[:0]
 		f.add("cron", s.CronExpr)
 		part(f.b)
@@ -144,12 +174,8 @@ func FieldHashes(schedules []scheduler.Schedule, now time.Time) map[string]strin
 		}
 		part(tb)
 	}
-	joined := string(all)
-	out := make(map[string]string, len(schedules))
-	for i, s := range schedules {
-		out[s.ID] = joined[i*per : (i+1)*per]
-	}
-	return out
+	slices.SortStableFunc(out, func(a, b fieldHash) int { return strings.Compare(a.id, b.id) })
+	return &FieldHashes{byID: out}
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,

@@ -164,11 +164,11 @@ func TestFieldHashesNameTheField(t *testing.T) {
 	}
 	announce := func(node string, s scheduler.Schedule) cluster.Node {
 		h := ops.ScheduleHashes([]scheduler.Schedule{s}, now)
-		f := ops.FieldHashes([]scheduler.Schedule{s}, now)
-		if len(f[s.ID]) != len(cluster.DriftFields)*cluster.FieldHashLen {
-			t.Fatalf("field hashes %q", f[s.ID])
+		f, ok := ops.ComputeFieldHashes([]scheduler.Schedule{s}, now).Of(s.ID)
+		if !ok || len(f) != len(cluster.DriftFields)*cluster.FieldHashLen {
+			t.Fatalf("field hashes %q, %v", f, ok)
 		}
-		return cluster.Node{NodeID: node, ConfigHash: ops.ConfigHash(h), Schedules: h, Fields: f}
+		return cluster.Node{NodeID: node, ConfigHash: ops.ConfigHash(h), Schedules: h, Fields: map[string]string{s.ID: f}}
 	}
 	utcZone := func(s *scheduler.Schedule) { s.Location, s.Spec = time.UTC, mustSpec(t, "0 3 * * *", time.UTC) }
 	for _, tc := range []struct {
@@ -201,8 +201,26 @@ func TestFieldHashesNameTheField(t *testing.T) {
 	// A secret's value changes neither hash.
 	same := base()
 	same.Job.(*jobs.Command).Env["TOKEN"] = "rotated"
-	if ops.FieldHashes([]scheduler.Schedule{same}, now)["report"] != ops.FieldHashes([]scheduler.Schedule{base()}, now)["report"] {
+	a, _ := ops.ComputeFieldHashes([]scheduler.Schedule{same}, now).Of("report")
+	b, _ := ops.ComputeFieldHashes([]scheduler.Schedule{base()}, now).Of("report")
+	if a != b {
 		t.Error("an env value changed the field hashes")
+	}
+	// Of finds each of many schedules, given in any order, and no other.
+	var many []scheduler.Schedule
+	for _, id := range []string{"m3", "m1", "m2"} {
+		sc := base()
+		sc.ID = id
+		many = append(many, sc)
+	}
+	fh := ops.ComputeFieldHashes(many, now)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if got, ok := fh.Of(id); !ok || got != b {
+			t.Errorf("Of(%s) = %q, %v; want %q", id, got, ok, b)
+		}
+	}
+	if _, ok := fh.Of("m0"); ok {
+		t.Error("Of found a schedule that is not there")
 	}
 }
 
@@ -212,7 +230,7 @@ func TestFieldHashesStable(t *testing.T) {
 	now := utc("2026-03-01T10:00:00Z")
 	s := scheduler.Schedule{ID: "report", CronExpr: "0 3 * * *", Location: paris(t), Spec: mustSpec(t, "0 3 * * *", paris(t)),
 		Job: &jobs.Command{Argv: []string{"/bin/report", "a b"}}}
-	if got := ops.FieldHashes([]scheduler.Schedule{s}, now)["report"]; got != "61b5f1704933aaf10923e49d" {
+	if got, _ := ops.ComputeFieldHashes([]scheduler.Schedule{s}, now).Of("report"); got != "61b5f1704933aaf10923e49d" {
 		t.Errorf("field hashes %s, want 61b5f1704933aaf10923e49d", got)
 	}
 }
