@@ -129,7 +129,8 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	if to.IsZero() {
 		to = now
 	}
@@ -140,7 +141,7 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 		return nil, fmt.Errorf("%w: --from %s is not before --to %s", ErrInvalid, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	out := []AuditTick{}
-	err = s.audit(ctx, d, from, to, now, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
+	err = s.audit(ctx, d, from, to, now, markRef, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
 	return out, err
 }
 
@@ -156,7 +157,8 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	if to.IsZero() {
 		to = now
 	}
@@ -181,7 +183,7 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			sum := &out[i]
-			errs[i] = s.audit(ctx, d, from, to, now, MaxAuditSummaryTicks, func(t AuditTick) {
+			errs[i] = s.audit(ctx, d, from, to, now, markRef, MaxAuditSummaryTicks, func(t AuditTick) {
 				sum.MarkAhead = t.MarkAhead
 				switch t.Fate {
 				case FateRan:
@@ -249,14 +251,20 @@ func (s *Service) auditReadLimit() int { return 2 * s.keep }
 // audit emits the fate of every tick of d in (from, to], and the extra
 // rows of its manual runs there, in tick order; more than maxTicks of the
 // spec's is ErrInvalid.
-func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, maxTicks int, emit func(AuditTick)) error {
-	return s.auditLimit(ctx, d, from, to, now, maxTicks, s.auditReadLimit(), emit)
+//
+// now is this node's clock: what is due, and AuditGrace, count from it.
+// markRef is backendNowAtMost's bound on the backend's clock, up to
+// nodeSeenSlack ahead of now: only a mark past it is ahead. Taken for now,
+// it would make a tick decided within the last nodeSeenSlack, whose
+// records may still be on their way, read lost.
+func (s *Service) audit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks int, emit func(AuditTick)) error {
+	return s.auditLimit(ctx, d, from, to, now, markRef, maxTicks, s.auditReadLimit(), emit)
 }
 
 // auditLimit is audit reading at most limit runs and limit skips: when a
 // read comes back full, what it did not reach is before the horizon
 // (unknown, never lost).
-func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time, maxTicks, limit int, emit func(AuditTick)) error {
+func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks, limit int, emit func(AuditTick)) error {
 	var ticks []time.Time
 	for t := d.spec.Next(from); !t.IsZero() && !t.After(to); t = d.spec.Next(t) {
 		if len(ticks) == maxTicks {
@@ -289,7 +297,7 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time
 		if mark, marked, err = s.store.Mark(ctx, d.id); err != nil {
 			return backendErr("reading the schedule's tick mark", err)
 		}
-		if marked && mark.Sub(now) > s.maxSkew {
+		if marked && mark.Sub(markRef) > s.maxSkew {
 			m := mark.UTC()
 			ahead = &m
 		}
@@ -518,7 +526,8 @@ func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	lost := map[string][]time.Time{}
 	var (
 		mu   sync.Mutex
@@ -548,7 +557,7 @@ func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][
 			}
 			limit := min(s.auditReadLimit(), 2*n+8)
 			var ticks []time.Time
-			err := s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
+			err := s.auditLimit(ctx, d, from, now, now, markRef, MaxAuditTicks, limit, func(t AuditTick) {
 				if t.Fate == FateLost {
 					ticks = append(ticks, t.Tick)
 				}
