@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -141,10 +142,22 @@ command = ["/bin/sh", "-c", "exit 3"]
 		<-hold.C
 		node.Signal(syscall.SIGCONT)
 		rc.waitFor(t, "strict's missed tick", 30*time.Second, func() bool { return len(rc.matching("missed", "strict")) > 0 })
+		rc.mu.Lock()
 		if m := rc.matching("missed", "strict")[0]; m["tick"] != tick.UTC().Format(time.RFC3339) || m["path"] != "/hook" ||
 			!strings.Contains(fmt.Sprint(m["text"]), "catch-up window") {
 			t.Errorf("missed event %v, want tick %s", m, tick.UTC().Format(time.RFC3339))
 		}
+		rc.mu.Unlock()
+
+		// Every tick of ghost so far decided and recorded first: its first
+		// run after the resume (whose grant recorded the ticks the stop
+		// passed over as stopped). A mark raised before that would pass
+		// over them undecided, and they would be lost too.
+		var after []string
+		for k := 3; k <= 6; k++ {
+			after = append(after, regexp.QuoteMeta(tick.Add(time.Duration(k)*time.Second).UTC().Format(time.RFC3339)))
+		}
+		node.WaitLog(regexp.MustCompile(`msg="tick ran" node=node-1 schedule=ghost tick=(`+strings.Join(after, "|")+`) `), 20*time.Second)
 
 		// The ghost's ticks from now to an hour ahead are taken as if by a
 		// node that then died: no run, no skip recorded. Each is lost once

@@ -76,9 +76,9 @@ type Options struct {
 	// the cluster reads each schedule's history once per AuditEvery.
 	Audit func(ctx context.Context, ids []string) (map[string][]time.Time, error)
 	Lost  func(lost map[string]int)
-	// LostTick, when set, is told each lost tick the first time this
-	// node's audit finds it (the lost notification), not on every audit
-	// that still finds it.
+	// LostTick, when set, is told each lost tick once (the lost
+	// notification): when a second audit in a row of this node finds it,
+	// not on every audit that still finds it (see lostTicks).
 	LostTick   func(schedule string, tick time.Time)
 	AuditEvery time.Duration // default 1m
 }

@@ -170,19 +170,21 @@ func TestAuditEachScheduleOnOneNode(t *testing.T) {
 	}
 }
 
-// TestLostTickToldOnce: a lost tick is told to LostTick the first time the
-// audit finds it, not on every audit that still finds it; a tick the audit
-// no longer finds is forgotten, and a failed audit forgets nothing.
+// TestLostTickToldOnce: a lost tick is told to LostTick when a second
+// audit in a row finds it (one that read lost only until its record came
+// is not), not on every audit that still finds it; a tick the audit no
+// longer finds is forgotten, and a failed audit forgets nothing.
 func TestLostTickToldOnce(t *testing.T) {
 	t.Parallel()
-	t1, t2 := time.Unix(60, 0).UTC(), time.Unix(120, 0).UTC()
+	t0, t1, t2 := time.Unix(0, 0).UTC(), time.Unix(60, 0).UTC(), time.Unix(120, 0).UTC()
 	// What each audit finds, in turn; past the end, the last again.
 	answers := []struct {
 		found map[string][]time.Time
 		err   error
 	}{
+		{map[string][]time.Time{"s1": {t0}}, nil}, // lost until its record came
 		{map[string][]time.Time{"s1": {t1}}, nil},
-		{map[string][]time.Time{"s1": {t1}}, nil},
+		{map[string][]time.Time{"s1": {t1}}, nil}, // t1 told
 		{map[string][]time.Time{"s1": {t1, t2}}, nil},
 		{map[string][]time.Time{}, errors.New("backend down for s1")}, // says nothing of s1
 		{map[string][]time.Time{"s1": {t1, t2}}, nil},
