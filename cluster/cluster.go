@@ -114,6 +114,12 @@ type Node struct {
 	// effective definition (its next fire times included), so drift can
 	// name the schedules that differ.
 	Schedules map[string]string `json:"-"`
+	// Fields maps the ids of the schedules the node saw in drift to their
+	// field hashes (DriftFields' order, FieldHashLen hex digits each), so
+	// drift can name the fields that differ. Only those: at 100,000
+	// schedules all of them would add megabytes to every announcement.
+	// Nodes of earlier versions announce none.
+	Fields map[string]string `json:"-"`
 	// Ready is the node's own readiness (its /readyz) when it announced.
 	Ready bool `json:"-"`
 	// ClockOffset is the node's clock minus the backend's, as the node

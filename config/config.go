@@ -105,15 +105,36 @@ type Jobs struct {
 	EnvAllow []string `toml:"env_allow"`
 }
 
-// Notify is the [notify] table: where failure streaks are told.
+// Notify is the [notify] table: where failure streaks and the other
+// events are told.
 type Notify struct {
-	// URL receives one JSON POST per failure streak (the first failure,
-	// then the recovery) and one per pause_after_failures; "" sends none.
-	// Shown only redacted: webhook URLs carry their secret in the path.
+	// URL receives one JSON POST per event of Events (by default per
+	// failure streak, the first failure then the recovery, and per
+	// pause_after_failures); "" sends none but to the schedules that set
+	// notify_url. Shown only redacted: webhook URLs carry their secret in
+	// the path.
 	URL string `toml:"url"`
+	// Events chooses the events sent, among NotifyEvents; unset:
+	// DefaultNotifyEvents. An empty list sends none.
+	Events []string `toml:"events"`
 	// Timeout bounds each attempt of every notification and ping_url
 	// ping; default 5s, at most 5s.
 	Timeout Duration `toml:"timeout"`
+}
+
+// The events [notify] events chooses among (notify.Events, a contract).
+var NotifyEvents = []string{"failure", "recovery", "paused", "overrun", "too_fast", "missed", "lost"}
+
+// DefaultNotifyEvents are the events sent when [notify] events is unset.
+var DefaultNotifyEvents = []string{"failure", "recovery", "paused"}
+
+// EventsOrDefault is the events sent: Events, or DefaultNotifyEvents when
+// unset.
+func (n Notify) EventsOrDefault() []string {
+	if n.Events == nil {
+		return DefaultNotifyEvents
+	}
+	return n.Events
 }
 
 // HTTP is the [http] table: the listener of /metrics, /healthz, /readyz
@@ -306,6 +327,9 @@ type Schedule struct {
 	// protocol, pinged once per run by the node that ran it; "" for none.
 	// A secret: shown only redacted.
 	PingURL string `toml:"ping_url"`
+	// NotifyURL receives this schedule's [notify] events instead of
+	// [notify] url; "" for that one. A secret like PingURL.
+	NotifyURL string `toml:"notify_url"`
 	// MinRuntime: a successful run faster than it is a too_fast anomaly;
 	// 0 (default) for none. Below ExpectedRuntime.
 	MinRuntime Duration `toml:"min_runtime"`

@@ -47,7 +47,7 @@ var fastKeys = map[string]struct {
 	"expected_runtime": {fastDuration, 1 << 13}, "jitter": {fastDuration, 1 << 14},
 	"timeout": {fastDuration, 1 << 15}, "catchup_window": {fastDuration, 1 << 16},
 	"spread": {fastDuration, 1 << 17}, "retry_backoff": {fastDuration, 1 << 18},
-	"min_runtime": {fastDuration, 1 << 19},
+	"min_runtime": {fastDuration, 1 << 19}, "notify_url": {fastString, 1 << 20},
 }
 
 // fastDur is a duration a fast table sets, parsed once the file is known
@@ -202,6 +202,8 @@ func setFastString(s *Schedule, key string, v []byte, intern func([]byte) string
 		s.EnvMode = intern(v)
 	case "ping_url":
 		s.PingURL = intern(v)
+	case "notify_url":
+		s.NotifyURL = intern(v)
 	}
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,8 +56,44 @@ command = ["x"]
 	}
 
 	d := mustLoad(t, write(t, t.TempDir(), "d.toml", "[[scheduled]]\nid = \"j\"\ncron = \"@hourly\"\ncommand = [\"x\"]\n"))
-	if d.Notify.URL != "" || d.Notify.Timeout.Duration != DefaultNotifyTimeout {
+	if d.Notify.URL != "" || d.Notify.Timeout.Duration != DefaultNotifyTimeout || d.Notify.Events != nil ||
+		!slices.Equal(d.Notify.EventsOrDefault(), []string{"failure", "recovery", "paused"}) {
 		t.Errorf("defaults: notify = %+v", d.Notify)
+	}
+}
+
+// [notify] events and a schedule's notify_url, on the full path and on
+// the include fast path; notify_url is a secret like ping_url.
+func TestNotifyEventsAndURL(t *testing.T) {
+	t.Setenv("OWN_HOOK", "https://hooks.example/own/"+hcSecret)
+	dir := t.TempDir()
+	write(t, dir, "more.toml", "[[scheduled]]\nid = \"fast\"\ncron = \"@hourly\"\ncommand = [\"x\"]\nnotify_url = \"https://hooks.example/fast/X\"\n")
+	c := mustLoad(t, write(t, dir, "b.toml", `include = ["more.toml"]
+[notify]
+events = ["overrun", "lost"]
+
+[[scheduled]]
+id = "own"
+cron = "@daily"
+notify_url = "${OWN_HOOK}"
+command = ["x"]
+`))
+	if !slices.Equal(c.Notify.Events, []string{"overrun", "lost"}) || !slices.Equal(c.Notify.EventsOrDefault(), c.Notify.Events) {
+		t.Errorf("events = %v", c.Notify.Events)
+	}
+	if s := schedule(t, c, "own"); s.NotifyURL != "https://hooks.example/own/"+hcSecret {
+		t.Errorf("own: notify_url %q", s.NotifyURL)
+	}
+	if s := schedule(t, c, "fast"); s.NotifyURL != "https://hooks.example/fast/X" {
+		t.Errorf("fast (include fast path): notify_url %q", s.NotifyURL)
+	}
+	r := c.Redacted()
+	if shown := fmt.Sprintf("%+v", r.Scheduled); strings.Contains(shown, hcSecret) || r.Scheduled[0].NotifyURL != "https://hooks.example" {
+		t.Errorf("Redacted shows %q", shown)
+	}
+	none := mustLoad(t, write(t, t.TempDir(), "n.toml", "[notify]\nevents = []\n"+job+"command = [\"x\"]\n"))
+	if none.Notify.Events == nil || len(none.Notify.EventsOrDefault()) != 0 {
+		t.Errorf("events = [] is %v, want none sent", none.Notify.EventsOrDefault())
 	}
 }
 
@@ -84,6 +121,13 @@ func TestNotifyKeyProblems(t *testing.T) {
 		{"notify timeout zero", "[notify]\ntimeout = \"0s\"\n" + job + "command = [\"x\"]\n",
 			`notify.timeout: must be more than zero`, 2},
 		{"notify unknown key", "[notify]\nurls = \"x\"\n" + job + "command = [\"x\"]\n", `unknown key "notify.urls"`, 2},
+		{"notify unknown event", "[notify]\nurl = \"https://h/x\"\nevents = [\"failure\", \"overruns\"]\n" + job + "command = [\"x\"]\n",
+			`notify.events: unknown event "overruns" (want failure, recovery, paused, overrun, too_fast, missed or lost)`, 3},
+		{"notify events not a list", "[notify]\nevents = \"failure\"\n" + job + "command = [\"x\"]\n", `notify.events: wrong type`, 2},
+		{"notify_url not http", job + "command = [\"x\"]\nnotify_url = \"ftp://u:" + secret + "@h/" + secret + "\"\n",
+			`schedule "j": notify_url ftp://h: want an http:// or https:// URL`, 5},
+		{"notify_url without host", job + "command = [\"x\"]\nnotify_url = \"https:///" + secret + "\"\n",
+			`notify_url https://: no host`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(tc.in), "test.toml")

@@ -26,12 +26,14 @@ func (c *Config) Redacted() *Config {
 	r.Locking.Redis.URL = RedactURL(c.Locking.Redis.URL)
 	r.Locking.PG.URL = RedactURL(c.Locking.PG.URL)
 	r.Notify.URL = RedactURL(c.Notify.URL)
+	r.Notify.Events = append([]string(nil), c.Notify.Events...)
 	r.Include = append([]string(nil), c.Include...)
 	r.Scheduled = make([]Schedule, len(c.Scheduled))
 	for i, s := range c.Scheduled {
 		s.Command = append([]string(nil), s.Command...)
 		s.Env = hideValues(s.Env)
 		s.PingURL = RedactURL(s.PingURL)
+		s.NotifyURL = RedactURL(s.NotifyURL)
 		if s.HTTP != nil {
 			h := *s.HTTP
 			h.URL = RedactURL(h.URL)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -320,6 +321,11 @@ func (v *validator) notify(n Notify, at func(string) int) {
 			v.add(at("notify.url"), "notify.url %s: %v", RedactURL(n.URL), err)
 		}
 	}
+	for _, e := range n.Events {
+		if !slices.Contains(NotifyEvents, e) {
+			v.add(at("notify.events"), "notify.events: unknown event %q (want %s)", e, orList(NotifyEvents))
+		}
+	}
 	switch d := n.Timeout.Duration; {
 	case d < 0: // 0 is the default (a Config built by hand); a file's "0s" is refused at load
 		v.add(at("notify.timeout"), "notify.timeout: negative duration %v", d)
@@ -328,11 +334,16 @@ func (v *validator) notify(n Notify, at func(string) int) {
 	}
 }
 
-// pingAndMinRuntime checks ping_url and min_runtime.
+// pingAndMinRuntime checks ping_url, notify_url and min_runtime.
 func (v *validator) pingAndMinRuntime(s *Schedule) {
 	if s.PingURL != "" {
 		if err := checkHTTPURL(s.PingURL); err != nil {
 			v.atSchedule(s, "ping_url", "ping_url %s: %v", RedactURL(s.PingURL), err)
+		}
+	}
+	if s.NotifyURL != "" {
+		if err := checkHTTPURL(s.NotifyURL); err != nil {
+			v.atSchedule(s, "notify_url", "notify_url %s: %v", RedactURL(s.NotifyURL), err)
 		}
 	}
 	switch m := s.MinRuntime.Duration; {
@@ -575,4 +586,12 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// orList words names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

@@ -43,20 +43,7 @@ type series map[string][]string
 // the contract's fixed words).
 func exported(t *testing.T) (series, map[string][]string) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: "v", Commit: "c", GoVersion: "go"})
-	m.AddSchedule("s")
-	m.NextTick("s", time.Now().Add(time.Minute))
-	// The last-success gauge is absent until a success: record one.
-	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
-	// So is the lost-ticks gauge, until an audit finds one.
-	m.SetLostTicks(map[string]int{"s": 1})
-	l := metrics.InstrumentLocker(memory.New(), "memory", m)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := gather(t)
 	out := series{"up": {"job", "instance"}}
 	values := map[string][]string{}
 	for _, f := range fams {
@@ -86,6 +73,28 @@ func exported(t *testing.T) (series, map[string][]string) {
 		}
 	}
 	return out, values
+}
+
+// gather is every metric family a node exports, each series there:
+// a schedule that ran and lost a tick, and an instrumented backend that
+// has try-lock-tick.
+func gather(t *testing.T) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.BuildInfo{Version: "v", Commit: "c", GoVersion: "go"})
+	m.AddSchedule("s")
+	m.NextTick("s", time.Now().Add(time.Minute))
+	// The last-success gauge is absent until a success: record one.
+	m.RunRecorded(scheduler.RunRecord{Schedule: "s", Result: scheduler.ResultSuccess, Start: time.Now(), Attempts: 1})
+	// So is the lost-ticks gauge, until an audit finds one.
+	m.SetLostTicks(map[string]int{"s": 1})
+	l := metrics.InstrumentLocker(memory.New(), "memory", m)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }
 
 var (
@@ -306,6 +315,47 @@ func TestEveryRuleTested(t *testing.T) {
 	for name := range named {
 		if !rules[name] {
 			t.Errorf("deploy/alerts.test.yml tests %s, which deploy/alerts.yml does not define", name)
+		}
+	}
+}
+
+// TestOperatingListsEveryAlert: docs/OPERATING.md's alert table (the
+// rows of "Metrics and alerts") names every alert of deploy/alerts.yml,
+// and no alert that does not exist: an operator reads the table, not the
+// YAML.
+func TestOperatingListsEveryAlert(t *testing.T) {
+	t.Parallel()
+	var rf ruleFile
+	if err := yaml.Unmarshal([]byte(readRepoFile(t, "deploy/alerts.yml")), &rf); err != nil {
+		t.Fatal(err)
+	}
+	doc := readRepoFile(t, "docs/OPERATING.md")
+	start := strings.Index(doc, "| alert | on | means |")
+	if start < 0 {
+		t.Fatal("docs/OPERATING.md has no alert table (| alert | on | means |)")
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(doc[start:], "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`(Bext[A-Za-z0-9]+)`").FindAllStringSubmatch(first, -1) {
+			listed[m[1]] = true
+		}
+	}
+	rules := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			rules[r.Alert] = true
+			if !listed[r.Alert] {
+				t.Errorf("docs/OPERATING.md's alert table does not list %s (deploy/alerts.yml)", r.Alert)
+			}
+		}
+	}
+	for name := range listed {
+		if !rules[name] {
+			t.Errorf("docs/OPERATING.md's alert table lists %s, which deploy/alerts.yml does not define", name)
 		}
 	}
 }

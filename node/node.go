@@ -159,8 +159,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 			NodeID: cfg.NodeID, Version: n.version, StartedAt: time.Now(), Keep: cfg.History.Keep,
 			Mask: service.Masker(cfg), Drift: n.metrics.ConfigDrift, Paused: n.notifier.Paused, Logger: n.logger,
 			// n.ops is set below, before the agent runs.
-			Audit:      func(ctx context.Context, ids []string) (map[string]int, error) { return n.ops.LostTicks(ctx, ids) },
+			Audit: func(ctx context.Context, ids []string) (map[string][]time.Time, error) {
+				return n.ops.LostTickTimes(ctx, ids)
+			},
 			Lost:       n.metrics.SetLostTicks,
+			LostTick:   n.notifier.Lost,
 			AuditEvery: cfg.History.AuditEvery.Duration,
 			Ready:      n.metrics.Ready,
 			// n.sched is set below, before the agent runs.
@@ -364,7 +367,7 @@ func (n *Node) Reload(next *config.Config) error {
 		n.logger.Warn("reload: [http] max_connections and hosts changes apply at the next restart")
 	}
 	applyNotify(next, n.notifier, n.metrics)
-	if next.Notify != started.Notify {
+	if !sameNotify(next.Notify, started.Notify) {
 		n.logger.Warn("reload: [notify] changes apply at the next restart")
 	}
 	return nil
@@ -395,6 +398,8 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 			PauseAfterFailures: s.PauseAfterFailures,
 		}
 	}
-	hashes := ops.ScheduleHashes(schedules, time.Now())
+	now := time.Now()
+	hashes := ops.ScheduleHashes(schedules, now)
 	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
+	ag.SetFieldHashes(ops.ComputeFieldHashes(schedules, now).Of)
 }

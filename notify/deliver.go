@@ -75,7 +75,7 @@ func (n *Notifier) deliver(ctx context.Context, m *message) (sent bool) {
 		}
 		return err == nil
 	case kindDecide:
-		return n.decide(ctx, m.run)
+		return n.decide(ctx, m)
 	case kindPost:
 		return n.post(ctx, m)
 	case kindDone:

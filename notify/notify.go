@@ -5,13 +5,18 @@
 //     healthchecks.io protocol: /start when a run starts, the bare URL on
 //     success, /fail (or /<exit status>) on failure, each with the run id
 //     as rid, so the monitor pairs start and end;
-//   - a webhook ([notify] url) that gets one JSON POST per failure streak:
-//     the first failed run, then the recovery; and one when a schedule is
-//     paused after too many failures.
+//   - a webhook ([notify] url, or a schedule's own notify_url) that gets
+//     one JSON POST per event [notify] events chooses: per failure streak
+//     the first failed run, then the recovery; a schedule paused after too
+//     many failures; a run that overran its expected_runtime or finished
+//     under its min_runtime; a tick missed (past its catch-up window); a
+//     tick the audit found lost (internal/agent tells, once per tick).
 //
-// It sees only the runs of the node it lives on (scheduler.RunStartObserver
-// and RunObserver), so the node that ran a tick is the only one that pings
-// for it. Everything is sent off the tick's path: the observer methods put
+// It sees only the runs and skips of the node it lives on
+// (scheduler.RunStartObserver, RunObserver and Observer's TickSkipped), so
+// the node that ran or skipped a tick is the only one that tells of it
+// (a tick missed cluster-wide is answered missed to one node: the backend
+// raises the tick mark over it). Everything is sent off the tick's path: the observer methods put
 // a message on its destination's bounded queue and return; the
 // destination's workers deliver it with a timeout and a few retries; a
 // full queue drops the message, counts it and logs once per streak. A
@@ -63,12 +68,18 @@ type History interface {
 // Options configure a Notifier.
 type Options struct {
 	NodeID string
-	// URL is [notify] url: where streak notifications are POSTed; "" sends
-	// none.
+	// URL is [notify] url: where events are POSTed; "" sends none but to
+	// the schedules that have a notify_url.
 	URL string
+	// Events are the events POSTed (EventFailure, ...); nil: DefaultEvents.
+	Events []string
 	// Pings maps a schedule id to its ping_url; schedules not in it are
 	// not pinged. SetPings replaces it (a reload).
 	Pings map[string]string
+	// Schedules holds the per-schedule settings of the webhook events:
+	// notify_url, min_runtime and expected_runtime. SetSchedules replaces it
+	// (a reload).
+	Schedules map[string]Schedule
 	// History, when set, tells whether the previous run of a schedule, on
 	// any node, failed. Without it (no backend keeps history) a streak is
 	// this node's own runs.
@@ -98,14 +109,28 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Schedule is what the webhook events need of one schedule.
+type Schedule struct {
+	// NotifyURL, when set, receives the schedule's events instead of
+	// Options.URL.
+	NotifyURL string
+	// MinRuntime: a success faster than it is a too_fast event; 0: none.
+	MinRuntime time.Duration
+	// ExpectedRuntime is what an overrun event says the run ran over
+	// (the scheduler judges the overrun: RunRecord.Overrun).
+	ExpectedRuntime time.Duration
+}
+
 // Notifier delivers pings and notifications. Create with New, start with
 // Run; its methods are safe for concurrent use and never block.
 type Notifier struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	events map[string]bool // the events sent
 
 	mu      sync.Mutex
 	urls    map[string]string    // schedule → ping_url
+	scheds  map[string]Schedule  // schedule → its notify_url, min_runtime
 	started map[string]startPing // run id → its start ping
 	last    map[string]runState  // schedule → this node's last finished run
 
@@ -173,16 +198,53 @@ func New(opts Options) *Notifier {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Events == nil {
+		opts.Events = DefaultEvents
+	}
 	n := &Notifier{
 		opts:    opts,
+		events:  map[string]bool{},
 		log:     opts.Logger,
 		started: map[string]startPing{},
 		last:    map[string]runState{},
 		dests:   map[string]*destination{},
 		drained: make(chan struct{}),
 	}
+	for _, e := range opts.Events {
+		n.events[e] = true
+	}
 	n.SetPings(opts.Pings)
+	n.SetSchedules(opts.Schedules)
 	return n
+}
+
+// Sends says whether event is among the events sent.
+func (n *Notifier) Sends(event string) bool { return n.events[event] }
+
+// SetSchedules replaces the schedules' notify_url and min_runtime (at
+// start and on reload).
+func (n *Notifier) SetSchedules(s map[string]Schedule) {
+	scheds := make(map[string]Schedule, len(s))
+	for id, sc := range s {
+		if sc != (Schedule{}) {
+			scheds[id] = sc
+		}
+	}
+	n.mu.Lock()
+	n.scheds = scheds
+	n.mu.Unlock()
+}
+
+// hook returns where schedule's events go ("" for nowhere) and its
+// settings.
+func (n *Notifier) hook(schedule string) (string, Schedule) {
+	n.mu.Lock()
+	sc := n.scheds[schedule]
+	n.mu.Unlock()
+	if sc.NotifyURL != "" {
+		return sc.NotifyURL, sc
+	}
+	return n.opts.URL, sc
 }
 
 // SetPings replaces the schedules' ping URLs (at start and on reload).
@@ -267,8 +329,46 @@ func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 				body: n.errorLine(r.Err), after: after})
 		}
 	}
-	if n.opts.URL != "" && r.Result != scheduler.ResultCancelled && r.Result != scheduler.ResultNotRun {
-		n.enqueue(&message{kind: kindDecide, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, run: r})
+	hook, sc := n.hook(r.Schedule)
+	if hook == "" || r.Result == scheduler.ResultCancelled || r.Result == scheduler.ResultNotRun {
+		return
+	}
+	if n.events[EventFailure] || n.events[EventRecovery] {
+		n.enqueue(&message{kind: kindDecide, schedule: r.Schedule, url: hook, raw: hook, run: r})
+	}
+	anomaly := func(kind string, limit time.Duration) {
+		n.post1(hook, &Event{Event: kind, Schedule: r.Schedule, Tick: fmtTick(r.Tick), Node: r.Node,
+			Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID,
+			DurationSeconds: r.Duration.Seconds(), LimitSeconds: limit.Seconds()})
+	}
+	// The same judgements as the anomaly metrics (metrics.RunRecorded).
+	if r.Overrun && n.events[EventOverrun] {
+		anomaly(EventOverrun, sc.ExpectedRuntime)
+	}
+	if r.Result == scheduler.ResultSuccess && sc.MinRuntime > 0 && r.Duration < sc.MinRuntime && n.events[EventTooFast] {
+		anomaly(EventTooFast, sc.MinRuntime)
+	}
+}
+
+// TickSkipped queues a missed event for a tick this node skipped as
+// missed (scheduler.Observer, through the node's observer).
+func (n *Notifier) TickSkipped(schedule string, tick time.Time, reason scheduler.SkipReason) {
+	if reason != scheduler.SkipMissed || !n.events[EventMissed] {
+		return
+	}
+	if hook, _ := n.hook(schedule); hook != "" {
+		n.post1(hook, &Event{Event: EventMissed, Schedule: schedule, Tick: fmtTick(tick), Node: n.opts.NodeID})
+	}
+}
+
+// Lost queues a lost event for tick of schedule, which the audit this
+// node runs found lost; the caller tells each lost tick once.
+func (n *Notifier) Lost(schedule string, tick time.Time) {
+	if !n.events[EventLost] {
+		return
+	}
+	if hook, _ := n.hook(schedule); hook != "" {
+		n.post1(hook, &Event{Event: EventLost, Schedule: schedule, Tick: fmtTick(tick), Node: n.opts.NodeID})
 	}
 }
 
@@ -276,11 +376,17 @@ func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 // with the pause's note (pause_after_failures calls it on the node that
 // paused).
 func (n *Notifier) Paused(schedule, note string) {
-	if n.opts.URL == "" {
+	if !n.events[EventPaused] {
 		return
 	}
-	ev := Event{Event: EventPaused, Schedule: schedule, Node: n.opts.NodeID, Note: n.errorLine(stringError(note))}
-	n.enqueue(&message{kind: kindPost, schedule: schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
+	if hook, _ := n.hook(schedule); hook != "" {
+		n.post1(hook, &Event{Event: EventPaused, Schedule: schedule, Node: n.opts.NodeID, Note: n.errorLine(stringError(note))})
+	}
+}
+
+// post1 queues one webhook POST of ev to hook.
+func (n *Notifier) post1(hook string, ev *Event) {
+	n.enqueue(&message{kind: kindPost, schedule: ev.Schedule, url: hook, raw: hook, event: ev})
 }
 
 type stringError string

@@ -449,8 +449,14 @@ func TestShutdownDelivers(t *testing.T) {
 // a decision that sends nothing leaves no other trace.
 func waitDrained(t *testing.T, n *Notifier) {
 	t.Helper()
+	waitDrainedTo(t, n, n.opts.URL)
+}
+
+// waitDrainedTo is waitDrained for the webhook lane of url's host.
+func waitDrainedTo(t *testing.T, n *Notifier, url string) {
+	t.Helper()
 	done := make(chan struct{})
-	n.enqueue(&message{kind: kindDone, done: done})
+	n.enqueue(&message{kind: kindDone, done: done, raw: url})
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -467,5 +473,106 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// [notify] events chooses what is posted: here the anomalies, missed and
+// lost but not the streaks nor the pauses; a schedule's notify_url takes
+// its events instead of the global URL.
+func TestEventsChosen(t *testing.T) {
+	t.Parallel()
+	global := newReceiver(t, nil)
+	own := newReceiver(t, nil)
+	n := New(Options{NodeID: "node-a", URL: global.URL + "/hook",
+		Events: []string{EventOverrun, EventTooFast, EventMissed, EventLost},
+		Schedules: map[string]Schedule{
+			"slow":  {ExpectedRuntime: time.Second},
+			"quick": {NotifyURL: own.URL + "/own", MinRuntime: 2 * time.Second},
+		}})
+	start(t, n)
+	if !n.Sends(EventLost) || n.Sends(EventFailure) {
+		t.Fatal("Sends disagrees with Events")
+	}
+
+	// Not chosen: a failure streak, its recovery, a pause.
+	n.RunRecorded(record("slow", runA, scheduler.ResultFailure, errors.New("exit 1"), tick))
+	n.RunRecorded(record("slow", runA, scheduler.ResultSuccess, nil, tick.Add(time.Second)))
+	n.Paused("slow", "paused after 3 failed runs in a row")
+	// A run over its expected_runtime.
+	over := record("slow", runA, scheduler.ResultSuccess, nil, tick.Add(2*time.Second))
+	over.Duration, over.Overrun = 1500*time.Millisecond, true
+	n.RunRecorded(over)
+	// A success under min_runtime (record's runs take 1s), to quick's own URL;
+	// a failure as fast is no anomaly.
+	n.RunRecorded(record("quick", runA, scheduler.ResultSuccess, nil, tick))
+	n.RunRecorded(record("quick", runA, scheduler.ResultFailure, nil, tick.Add(time.Second)))
+	// Skips: only missed is an event.
+	n.TickSkipped("slow", tick.Add(3*time.Second), scheduler.SkipContended)
+	n.TickSkipped("slow", tick.Add(4*time.Second), scheduler.SkipMissed)
+	n.Lost("quick", tick.Add(5*time.Second))
+
+	decode := func(h hit) Event {
+		t.Helper()
+		var ev Event
+		if err := json.Unmarshal([]byte(h.Body), &ev); err != nil {
+			t.Fatalf("body %q: %v", h.Body, err)
+		}
+		return ev
+	}
+	for _, want := range []struct{ event, tick, text string }{
+		{EventOverrun, "2026-11-30T03:00:02Z", "slow overran: success on node-a took 1.5s, over its expected_runtime 1s"},
+		{EventMissed, "2026-11-30T03:00:04Z", "slow missed tick 2026-11-30T03:00:04Z"},
+	} {
+		h := global.next(t)
+		ev := decode(h)
+		if h.Path != "/hook" || ev.Event != want.event || ev.Schedule != "slow" || ev.Tick != want.tick || ev.Node != "node-a" ||
+			!strings.Contains(ev.Text, want.text) {
+			t.Errorf("global webhook got %s %+v, want %s of slow at %s saying %q", h.Path, ev, want.event, want.tick, want.text)
+		}
+	}
+	for _, want := range []struct{ event, tick, text string }{
+		{EventTooFast, "2026-11-30T03:00:00Z", "quick too fast: success on node-a in 1s, under its min_runtime 2s"},
+		{EventLost, "2026-11-30T03:00:05Z", "quick lost tick 2026-11-30T03:00:05Z"},
+	} {
+		h := own.next(t)
+		ev := decode(h)
+		if h.Path != "/own" || ev.Event != want.event || ev.Schedule != "quick" || ev.Tick != want.tick ||
+			!strings.Contains(ev.Text, want.text) {
+			t.Errorf("quick's notify_url got %s %+v, want %s at %s saying %q", h.Path, ev, want.event, want.tick, want.text)
+		}
+		if ev.Event == EventTooFast && (ev.DurationSeconds != 1 || ev.LimitSeconds != 2) {
+			t.Errorf("too_fast says %vs under %vs, want 1s under 2s", ev.DurationSeconds, ev.LimitSeconds)
+		}
+	}
+	waitDrained(t, n)
+	waitDrainedTo(t, n, own.URL+"/own")
+	if len(global.hits) != 0 || len(own.hits) != 0 {
+		t.Errorf("%d + %d extra notifications: the events not chosen were sent", len(global.hits), len(own.hits))
+	}
+}
+
+// The default events are the streaks and the pauses, as before events
+// could be chosen; a schedule's notify_url gets them without a global URL.
+func TestDefaultEventsAndOwnURL(t *testing.T) {
+	t.Parallel()
+	own := newReceiver(t, nil)
+	n := New(Options{NodeID: "node-a", Schedules: map[string]Schedule{"job": {NotifyURL: own.URL + "/own"}}})
+	start(t, n)
+	over := record("job", runA, scheduler.ResultFailure, nil, tick)
+	over.Overrun = true
+	n.RunRecorded(over)
+	n.TickSkipped("job", tick, scheduler.SkipMissed)
+	n.Lost("job", tick)
+	n.Paused("job", "paused")
+	n.RunRecorded(record("other", runA, scheduler.ResultFailure, nil, tick)) // no URL at all
+	for _, want := range []string{EventFailure, EventPaused} {
+		var ev Event
+		if err := json.Unmarshal([]byte(own.next(t).Body), &ev); err != nil || ev.Event != want {
+			t.Errorf("got %+v (%v), want %s", ev, err, want)
+		}
+	}
+	waitDrainedTo(t, n, own.URL+"/own")
+	if len(own.hits) != 0 {
+		t.Errorf("%d extra notifications: overrun, missed or lost sent by default", len(own.hits))
 	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // A destination is where messages wait and are delivered from: one per
-// ping host (scheme://host[:port]) and one for [notify] url. Each has its
+// ping host (scheme://host[:port]) and one per webhook host ([notify] url,
+// the schedules' notify_url). Each has its
 // own bounded queue and its own workers, so a host that hangs or crawls
 // holds up and drops only its own messages.
 //
@@ -39,11 +40,8 @@ type destination struct {
 // route is the destination a message goes to: its key, name and kind.
 func (n *Notifier) route(m *message) (key, name, kind string) {
 	kind = m.kind.String()
-	if m.kind == kindPing {
-		name = redact.URL(m.raw)
-		return kind + " " + name, name, kind
-	}
-	return kind, redact.URL(n.opts.URL), kind
+	name = redact.URL(m.raw)
+	return kind + " " + name, name, kind
 }
 
 // enqueue puts m on its destination's queue, starting a worker when the

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -12,12 +13,25 @@ import (
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
-// Event kinds of the webhook's JSON.
+// Event kinds of the webhook's JSON, and the names [notify] events
+// chooses among (a contract).
 const (
 	EventFailure  = "failure"  // the first failed run after a success (or ever)
 	EventRecovery = "recovery" // the first successful run after failures
 	EventPaused   = "paused"   // pause_after_failures paused the schedule
+	EventOverrun  = "overrun"  // a run took longer than its expected_runtime
+	EventTooFast  = "too_fast" // a success took less than its min_runtime
+	EventMissed   = "missed"   // a tick was skipped: later than its catch-up window
+	EventLost     = "lost"     // the audit found a tick that ran nowhere and was not skipped
 )
+
+// Events lists every event, in the order documentation names them.
+var Events = []string{EventFailure, EventRecovery, EventPaused, EventOverrun, EventTooFast, EventMissed, EventLost}
+
+// DefaultEvents are the events sent when [notify] events is not set: the
+// failure streaks and the pauses. The others are opt-in: an every-minute
+// schedule that overruns would otherwise post every minute.
+var DefaultEvents = []string{EventFailure, EventRecovery, EventPaused}
 
 // Event is the JSON body POSTed to [notify] url. The field names are the
 // contract; Text is a ready-made one-line summary, which is also what
@@ -32,7 +46,11 @@ type Event struct {
 	RunID    string `json:"run_id,omitempty"`
 	Error    string `json:"error,omitempty"` // one line, secrets masked
 	Note     string `json:"note,omitempty"`  // the pause's note
-	Text     string `json:"text"`
+	// DurationSeconds is an overrun's or a too_fast run's duration, and
+	// LimitSeconds the expected_runtime or min_runtime it crossed.
+	DurationSeconds float64 `json:"duration_seconds,omitempty"`
+	LimitSeconds    float64 `json:"limit_seconds,omitempty"`
+	Text            string  `json:"text"`
 }
 
 // failed says whether a result breaks a streak of successes. Cancelled is
@@ -54,7 +72,8 @@ const historyDepth = 5
 // it compares r with the run before it, on any node (the cluster's
 // history), or on this node when there is no history to read. The webhook
 // queue has one worker, so this node's decisions are taken in run order.
-func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) (sent bool) {
+func (n *Notifier) decide(ctx context.Context, m *message) (sent bool) {
+	r := m.run
 	now := failed(string(r.Result))
 	n.mu.Lock()
 	prev, known := n.last[r.Schedule]
@@ -87,10 +106,15 @@ func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) (sent bool
 	default:
 		return false
 	}
-	ev := Event{Event: kind, Schedule: r.Schedule, Tick: r.Tick.UTC().Format(time.RFC3339Nano), Node: r.Node,
+	if !n.events[kind] {
+		return false // the streak is followed all the same: the other kind may be wanted
+	}
+	ev := Event{Event: kind, Schedule: r.Schedule, Tick: fmtTick(r.Tick), Node: r.Node,
 		Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID, Error: n.errorLine(r.Err)}
-	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
+	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: m.url, raw: m.raw, event: &ev})
 }
+
+func fmtTick(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // before returns the newest run of runs (newest first) that started
 // before r and is not r itself nor cancelled nor not run (neither says
@@ -117,6 +141,18 @@ func (e *Event) text() string {
 		return s
 	case EventRecovery:
 		return "bext-scheduler: " + e.Schedule + " recovered: success on " + e.Node + " (tick " + e.Tick + ")"
+	case EventOverrun:
+		return fmt.Sprintf("bext-scheduler: %s overran: %s on %s took %s, over its expected_runtime %s (tick %s)",
+			e.Schedule, e.Result, e.Node, seconds(e.DurationSeconds), seconds(e.LimitSeconds), e.Tick)
+	case EventTooFast:
+		return fmt.Sprintf("bext-scheduler: %s too fast: success on %s in %s, under its min_runtime %s (tick %s)",
+			e.Schedule, e.Node, seconds(e.DurationSeconds), seconds(e.LimitSeconds), e.Tick)
+	case EventMissed:
+		return "bext-scheduler: " + e.Schedule + " missed tick " + e.Tick + " (seen on " + e.Node +
+			"): later than its catch-up window, not run"
+	case EventLost:
+		return "bext-scheduler: " + e.Schedule + " lost tick " + e.Tick + " (audited by " + e.Node +
+			"): no run and no skip of it is recorded"
 	}
 	return "bext-scheduler: " + e.Schedule + " paused cluster-wide: " + e.Note
 }
@@ -141,4 +177,9 @@ func (n *Notifier) errorLine(err error) string {
 		s = strings.ToValidUTF8(s[:maxErrorLine], "") // a rune cut in two would make the JSON lie
 	}
 	return strings.TrimSpace(s)
+}
+
+// seconds prints a duration given in seconds as time.Duration does.
+func seconds(s float64) string {
+	return time.Duration(s * 1e9).Round(time.Millisecond).String()
 }

@@ -42,6 +42,8 @@ func (s *suite) wantNodes(st cluster.Store, want []cluster.Node, what string) []
 				what, w.NodeID, g.Version, g.ConfigHash, g.StartedAt, w.Version, w.ConfigHash, w.StartedAt)
 		case len(g.Schedules) != len(w.Schedules) || !maps.Equal(g.Schedules, w.Schedules):
 			s.t.Fatalf("%s: node %q schedules = %v, want %v", what, w.NodeID, g.Schedules, w.Schedules)
+		case len(g.Fields) != len(w.Fields) || !maps.Equal(g.Fields, w.Fields):
+			s.t.Fatalf("%s: node %q field hashes = %v, want %v", what, w.NodeID, g.Fields, w.Fields)
 		}
 	}
 	return got
@@ -70,7 +72,8 @@ func (s *suite) wantSeen(n cluster.Node, before, after time.Time, what string) {
 	}
 }
 
-// Nodes are listed sorted by id, with their fields and schedule hashes;
+// Nodes are listed sorted by id, with their fields, schedule hashes and
+// field hashes;
 // a new announcement replaces the old one (LastSeen moves, a schedule the
 // node dropped is gone).
 func caseNodes(s *suite) {
@@ -95,6 +98,9 @@ func caseNodes(s *suite) {
 	}
 	na.Schedules = map[string]string{"backup": "h1-changed", "report": "h2"}
 	na.ConfigHash = "new-hash"
+	// Seeing backup in drift, it announces backup's field hashes; a node
+	// of an earlier version (node-a, node-c) announces none.
+	na.Fields = map[string]string{"backup": "0a1b2c3d4e5f6a7b8c9d0e1f"}
 	before = s.now()
 	s.check(a.Announce(s.ctx, na, longTTL), "Announce(node-b) again")
 	after = s.now()

@@ -665,9 +665,9 @@ command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEM
 }
 
 // TestClusterDrift: a node whose schedule file differs raises drift on the
-// others: a warning naming the schedule and both sides, the gauge at 1 on
-// every node, status naming the nodes on each side; a graceful stop of the
-// odd node resolves it.
+// others: a warning naming the schedule, both sides and the field that
+// differs, the gauge at 1 on every node, status naming the nodes on each
+// side and the field; a graceful stop of the odd node resolves it.
 func TestClusterDrift(t *testing.T) {
 	const same = `
 [[scheduled]]
@@ -692,7 +692,9 @@ command = ["true"]
 `)
 			a, bn := c.start("node-a", ""), c.start("node-b", "")
 			cn := c.start("node-c", odd)
-			warn := regexp.MustCompile(`level=WARN msg="config drift: the live nodes run different schedules".* drift="d: definition \w+ on (node-a,node-b vs definition \w+ on node-c|node-c vs definition \w+ on node-a,node-b)"`)
+			// Within an announce period of seeing the drift, each node
+			// announces d's field hashes, and the warning names the field.
+			warn := regexp.MustCompile(`level=WARN msg="config drift: the live nodes run different schedules".* drift="d: definition \w+ on (node-a,node-b vs definition \w+ on node-c|node-c vs definition \w+ on node-a,node-b) \(cron differs\)"`)
 			for _, n := range []*opsNode{a, bn, cn} {
 				n.p.WaitLog(warn, 30*time.Second)
 			}
@@ -702,7 +704,7 @@ command = ["true"]
 				}
 			}
 			r := cli(t, c.cfg, 0, "status")
-			if !regexp.MustCompile(`(?m)^  d: \w+ on node-a, node-b; \w+ on node-c$|^  d: \w+ on node-c; \w+ on node-a, node-b$`).MatchString(r.Stdout) ||
+			if !regexp.MustCompile(`(?m)^  d: (\w+ on node-a, node-b; \w+ on node-c|\w+ on node-c; \w+ on node-a, node-b) \(cron differs\)$`).MatchString(r.Stdout) ||
 				strings.Contains(r.Stdout, "  same:") {
 				t.Errorf("status does not name d and the nodes on each side:\n%s", r.Stdout)
 			}
@@ -710,7 +712,8 @@ command = ["true"]
 			if err := json.Unmarshal([]byte(cli(t, c.cfg, 0, "status", "--json").Stdout), &s); err != nil {
 				t.Fatal(err)
 			}
-			if !s.ConfigDrift.Drifted || len(s.ConfigDrift.Schedules) != 1 || s.ConfigDrift.Schedules[0].ID != "d" || len(s.Nodes) != 3 {
+			if !s.ConfigDrift.Drifted || len(s.ConfigDrift.Schedules) != 1 || s.ConfigDrift.Schedules[0].ID != "d" || len(s.Nodes) != 3 ||
+				fmt.Sprint(s.ConfigDrift.Schedules[0].Fields) != "[cron]" {
 				t.Errorf("status --json: %+v", s)
 			}
 

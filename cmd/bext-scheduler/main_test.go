@@ -95,6 +95,15 @@ id = "x"
 cron = "61 * * * *"
 command = ["true"]
 `),
+		"unknown notify event": writeFile(t, dir, "badevent.toml", `
+[notify]
+url = "https://hooks.example/x"
+events = ["failure", "overruns"]
+[[scheduled]]
+id = "x"
+cron = "@hourly"
+command = ["true"]
+`),
 	} {
 		for _, cmd := range []string{"validate", "run", "next"} {
 			r := proctest.Run(t, bin, nil, cmd, "--config", path)
@@ -103,6 +112,9 @@ command = ["true"]
 				continue
 			}
 			noCrash(t, r)
+			if name == "unknown notify event" && !strings.Contains(r.Stderr, `notify.events: unknown event "overruns"`) {
+				t.Errorf("%s %s: stderr does not name the key and the value:\n%s", cmd, name, r.Stderr)
+			}
 		}
 	}
 }

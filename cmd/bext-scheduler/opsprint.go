@@ -138,7 +138,11 @@ func printStatus(w io.Writer, st ops.Status) error {
 			}
 			sides = append(sides, fmt.Sprintf("%s on %s", what, strings.Join(side.Nodes, ", ")))
 		}
-		fmt.Fprintf(w, "  %s: %s\n", safe(s.ID), safe(strings.Join(sides, "; ")))
+		what := ""
+		if w := s.What(); w != "" {
+			what = " (" + w + ")"
+		}
+		fmt.Fprintf(w, "  %s: %s%s\n", safe(s.ID), safe(strings.Join(sides, "; ")), what)
 	}
 	return nil
 }

@@ -72,12 +72,16 @@ type Options struct {
 	FlushEvery    time.Duration // default 250ms: how long a run record may wait
 
 	// Audit, when set, is asked every AuditEvery for the lost ticks of
-	// the schedules this node audits (ops.Service.LostTicks), and Lost is
-	// told its answer (bext_scheduler_ticks_lost). Each schedule is
-	// audited by one live node, the first in its rendezvous order, so the
-	// cluster reads each schedule's history once per AuditEvery.
-	Audit      func(ctx context.Context, ids []string) (map[string]int, error)
-	Lost       func(lost map[string]int)
+	// the schedules this node audits (ops.Service.LostTickTimes), and Lost
+	// is told how many each has (bext_scheduler_ticks_lost). Each schedule
+	// is audited by one live node, the first in its rendezvous order, so
+	// the cluster reads each schedule's history once per AuditEvery.
+	Audit func(ctx context.Context, ids []string) (map[string][]time.Time, error)
+	Lost  func(lost map[string]int)
+	// LostTick, when set, is told each lost tick once (the lost
+	// notification): when a second audit in a row of this node finds it,
+	// not on every audit that still finds it (see lostTicks).
+	LostTick   func(schedule string, tick time.Time)
 	AuditEvery time.Duration // default 1m
 
 	// Ready, when set, is the node's readiness (its /readyz), announced
@@ -104,8 +108,14 @@ type Agent struct {
 	schedules []Schedule
 	common    *Schedule
 	hashes    map[string]string
+	fields    func(id string) (string, bool) // field hashes by id (SetFieldHashes)
 	configH   string
 	drifted   string // the last drift description logged ("" = none)
+	// driftIDs are the schedules the last look at the live nodes found in
+	// drift: the next announcement carries their field hashes.
+	driftIDs []string
+
+	lost lostTicks // the lost ticks already told (audit is its only caller)
 
 	records chan scheduler.RunRecord
 	skips   chan scheduler.SkipRecord
@@ -168,6 +178,21 @@ func (a *Agent) SetSchedules(s []Schedule, hashes map[string]string, configHash 
 	s, common := compact(s, hashes)
 	a.mu.Lock()
 	a.schedules, a.common, a.hashes, a.configH = s, common, hashes, configHash
+	a.mu.Unlock()
+}
+
+// maxDriftFields bounds the schedules whose field hashes one announcement
+// carries: a change that touches every schedule (a job fingerprint after
+// an upgrade, a zone's rules) would otherwise put all of them in every
+// announcement; past it, drift says "definition differs" for the rest.
+const maxDriftFields = 1000
+
+// SetFieldHashes tells the agent where its schedules' field hashes are
+// (ops.FieldHashes.Of), which it announces for the schedules in drift, so
+// drift names the fields that differ; called with SetSchedules.
+func (a *Agent) SetFieldHashes(fields func(id string) (string, bool)) {
+	a.mu.Lock()
+	a.fields = fields
 	a.mu.Unlock()
 }
 
@@ -434,14 +459,19 @@ func (a *Agent) audit(ctx context.Context) {
 			mine = append(mine, id)
 		}
 	}
-	lost, err := a.opts.Audit(ctx, mine)
+	ticks, err := a.opts.Audit(ctx, mine)
 	if err != nil {
 		a.log.Warn("auditing the schedules' recent ticks failed", slog.Int("schedules", len(mine)), slog.Any("error", err))
 		if ctx.Err() != nil {
 			return // keep the last answer rather than clear it
 		}
 	}
+	lost := make(map[string]int, len(ticks))
+	for id, ts := range ticks {
+		lost[id] = len(ts)
+	}
 	a.opts.Lost(lost)
+	a.lost.tell(ticks, err == nil, a.opts.LostTick)
 }
 
 // scheduleIDs returns the ids of the node's schedules.
@@ -562,6 +592,17 @@ func (a *Agent) announce(ctx context.Context) {
 	for _, r := range a.running {
 		n.Running = append(n.Running, r)
 	}
+	for _, id := range a.driftIDs[:min(len(a.driftIDs), maxDriftFields)] {
+		if a.fields == nil {
+			break
+		}
+		if f, ok := a.fields(id); ok {
+			if n.Fields == nil {
+				n.Fields = map[string]string{}
+			}
+			n.Fields[id] = f
+		}
+	}
 	a.mu.Unlock()
 	slices.SortFunc(n.Running, func(x, y cluster.Running) int {
 		return cmp.Or(x.StartedAt.Compare(y.StartedAt), strings.Compare(x.RunID, y.RunID))
@@ -580,13 +621,19 @@ func (a *Agent) announce(ctx context.Context) {
 		return
 	}
 	a.setLive(nodes)
-	desc := describeDrift(nodes)
+	d := cluster.Drift(nodes)
+	desc := describeDrift(d)
 	if a.opts.Drift != nil {
 		a.opts.Drift(desc != "")
+	}
+	ids := make([]string, len(d.Schedules))
+	for i, sd := range d.Schedules {
+		ids[i] = sd.ID
 	}
 	a.mu.Lock()
 	changed := desc != a.drifted
 	a.drifted = desc
+	a.driftIDs = ids
 	a.mu.Unlock()
 	switch {
 	case changed && desc != "":
@@ -596,11 +643,10 @@ func (a *Agent) announce(ctx context.Context) {
 	}
 }
 
-// describeDrift names the schedules on which live nodes disagree and the
-// nodes on each side ("" when they agree), from cluster.Drift: the same
-// comparison status and the API show.
-func describeDrift(nodes []cluster.Node) string {
-	d := cluster.Drift(nodes)
+// describeDrift names the schedules on which live nodes disagree, the
+// nodes on each side and the fields that differ ("" when they agree), from
+// cluster.Drift: the same comparison status and the API show.
+func describeDrift(d cluster.ConfigDrift) string {
 	if !d.Drifted {
 		return ""
 	}
@@ -614,7 +660,11 @@ func describeDrift(nodes []cluster.Node) string {
 			}
 			sides = append(sides, what+" "+strings.Join(side.Nodes, ","))
 		}
-		parts = append(parts, sd.ID+": "+strings.Join(sides, " vs "))
+		what := ""
+		if w := sd.What(); w != "" {
+			what = " (" + w + ")"
+		}
+		parts = append(parts, sd.ID+": "+strings.Join(sides, " vs ")+what)
 	}
 	if len(parts) == 0 {
 		return "the nodes' config hashes differ"

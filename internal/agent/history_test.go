@@ -127,9 +127,9 @@ func TestAuditEachScheduleOnOneNode(t *testing.T) {
 		var asked []string
 		ag := agent.New(mem.Peer(node), noRunner{}, agent.Options{NodeID: node, AnnounceEvery: 20 * time.Millisecond,
 			AuditEvery: 50 * time.Millisecond,
-			Audit: func(_ context.Context, ids []string) (map[string]int, error) {
+			Audit: func(_ context.Context, ids []string) (map[string][]time.Time, error) {
 				asked = ids
-				return map[string]int{ids[0]: 1}, nil
+				return map[string][]time.Time{ids[0]: {time.Unix(60, 0)}}, nil
 			},
 			Lost: func(lost map[string]int) {
 				select {
@@ -166,6 +166,83 @@ func TestAuditEachScheduleOnOneNode(t *testing.T) {
 		}
 		if len(seen) == len(ids) {
 			return
+		}
+	}
+}
+
+// TestLostTickToldOnce: a lost tick is told to LostTick when a second
+// audit in a row finds it (one that read lost only until its record came
+// is not), not on every audit that still finds it; a tick the audit no
+// longer finds is forgotten, and a failed audit forgets nothing.
+func TestLostTickToldOnce(t *testing.T) {
+	t.Parallel()
+	t0, t1, t2 := time.Unix(0, 0).UTC(), time.Unix(60, 0).UTC(), time.Unix(120, 0).UTC()
+	// What each audit finds, in turn; past the end, the last again.
+	answers := []struct {
+		found map[string][]time.Time
+		err   error
+	}{
+		{map[string][]time.Time{"s1": {t0}}, nil}, // lost until its record came
+		{map[string][]time.Time{"s1": {t1}}, nil},
+		{map[string][]time.Time{"s1": {t1}}, nil}, // t1 told
+		{map[string][]time.Time{"s1": {t1, t2}}, nil},
+		{map[string][]time.Time{}, errors.New("backend down for s1")}, // says nothing of s1
+		{map[string][]time.Time{"s1": {t1, t2}}, nil},
+		{map[string][]time.Time{"s1": {t2}}, nil}, // t1 ran after all (its record came late)
+		{map[string][]time.Time{"s1": {t1, t2}}, nil},
+	}
+	type told struct {
+		id   string
+		tick time.Time
+	}
+	tells := make(chan told, 64)
+	audits := make(chan int, 64)
+	var mu sync.Mutex
+	n := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	ag := agent.New(memory.New().Peer("a"), noRunner{}, agent.Options{NodeID: "a", AnnounceEvery: 10 * time.Millisecond,
+		AuditEvery: 20 * time.Millisecond,
+		Audit: func(context.Context, []string) (map[string][]time.Time, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			a := answers[min(n, len(answers)-1)]
+			n++
+			return a.found, a.err
+		},
+		Lost: func(map[string]int) {
+			select {
+			case audits <- 1:
+			default:
+			}
+		},
+		LostTick: func(id string, tick time.Time) { tells <- told{id, tick} },
+	})
+	ag.SetSchedules([]agent.Schedule{{ID: "s1", TTL: time.Minute}}, nil, "h")
+	wg.Add(1)
+	go func() { defer wg.Done(); ag.Run(ctx, nil) }()
+	for range len(answers) + 2 {
+		select {
+		case <-audits:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the audit loop stopped")
+		}
+	}
+	cancel()
+	wg.Wait()
+	close(tells)
+	var got []told
+	for tl := range tells {
+		got = append(got, tl)
+	}
+	want := []told{{"s1", t1}, {"s1", t2}, {"s1", t1}}
+	if len(got) != len(want) {
+		t.Fatalf("told %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].id != want[i].id || !got[i].tick.Equal(want[i].tick) {
+			t.Fatalf("told %v, want %v", got, want)
 		}
 	}
 }

@@ -129,7 +129,8 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	if to.IsZero() {
 		to = now
 	}
@@ -140,7 +141,7 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 		return nil, fmt.Errorf("%w: --from %s is not before --to %s", ErrInvalid, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	out := []AuditTick{}
-	err = s.audit(ctx, d, from, to, now, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
+	err = s.audit(ctx, d, from, to, now, markRef, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
 	return out, err
 }
 
@@ -156,7 +157,8 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
 	if to.IsZero() {
 		to = now
 	}
@@ -181,7 +183,7 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			sum := &out[i]
-			errs[i] = s.audit(ctx, d, from, to, now, MaxAuditSummaryTicks, func(t AuditTick) {
+			errs[i] = s.audit(ctx, d, from, to, now, markRef, MaxAuditSummaryTicks, func(t AuditTick) {
 				sum.MarkAhead = t.MarkAhead
 				switch t.Fate {
 				case FateRan:
@@ -249,14 +251,20 @@ func (s *Service) auditReadLimit() int { return 2 * s.keep }
 // audit emits the fate of every tick of d in (from, to], and the extra
 // rows of its manual runs there, in tick order; more than maxTicks of the
 // spec's is ErrInvalid.
-func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, maxTicks int, emit func(AuditTick)) error {
-	return s.auditLimit(ctx, d, from, to, now, maxTicks, s.auditReadLimit(), emit)
+//
+// now is this node's clock: what is due, and AuditGrace, count from it.
+// markRef is backendNowAtMost's bound on the backend's clock, up to
+// nodeSeenSlack ahead of now: only a mark past it is ahead. Taken for now,
+// it would make a tick decided within the last nodeSeenSlack, whose
+// records may still be on their way, read lost.
+func (s *Service) audit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks int, emit func(AuditTick)) error {
+	return s.auditLimit(ctx, d, from, to, now, markRef, maxTicks, s.auditReadLimit(), emit)
 }
 
 // auditLimit is audit reading at most limit runs and limit skips: when a
 // read comes back full, what it did not reach is before the horizon
 // (unknown, never lost).
-func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time, maxTicks, limit int, emit func(AuditTick)) error {
+func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks, limit int, emit func(AuditTick)) error {
 	var ticks []time.Time
 	for t := d.spec.Next(from); !t.IsZero() && !t.After(to); t = d.spec.Next(t) {
 		if len(ticks) == maxTicks {
@@ -289,7 +297,7 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time
 		if mark, marked, err = s.store.Mark(ctx, d.id); err != nil {
 			return backendErr("reading the schedule's tick mark", err)
 		}
-		if marked && mark.Sub(now) > s.maxSkew {
+		if marked && mark.Sub(markRef) > s.maxSkew {
 			m := mark.UTC()
 			ahead = &m
 		}
@@ -491,11 +499,26 @@ const LostSpan = 15 * time.Minute
 
 // LostTicks audits the locked schedules among ids over their recent
 // window (LostSpan) and returns those with a lost tick, and how many: what
-// bext_scheduler_ticks_lost exports. It reads each schedule's newest runs
+// bext_scheduler_ticks_lost exports. See LostTickTimes.
+func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, error) {
+	times, err := s.LostTickTimes(ctx, ids)
+	if times == nil {
+		return nil, err
+	}
+	lost := make(map[string]int, len(times))
+	for id, ts := range times {
+		lost[id] = len(ts)
+	}
+	return lost, err
+}
+
+// LostTickTimes audits the locked schedules among ids over their recent
+// window (LostSpan) and returns those with a lost tick, and which ticks
+// (in tick order): the lost event tells each once. It reads each schedule's newest runs
 // and skips, only as many as its window can hold (twice its ticks there,
 // plus a few for manual runs), and its mark: three small reads a schedule.
 // Unknown ids and node_local schedules are passed over.
-func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, error) {
+func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][]time.Time, error) {
 	if s.store == nil {
 		return nil, ErrNoBackend
 	}
@@ -503,8 +526,9 @@ func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, 
 	if err != nil {
 		return nil, err
 	}
-	now := backendNowAtMost(s.now(), nodes)
-	lost := map[string]int{}
+	now := s.now()
+	markRef := backendNowAtMost(now, nodes)
+	lost := map[string][]time.Time{}
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -532,16 +556,16 @@ func (s *Service) LostTicks(ctx context.Context, ids []string) (map[string]int, 
 				n++
 			}
 			limit := min(s.auditReadLimit(), 2*n+8)
-			k := 0
-			err := s.auditLimit(ctx, d, from, now, now, MaxAuditTicks, limit, func(t AuditTick) {
+			var ticks []time.Time
+			err := s.auditLimit(ctx, d, from, now, now, markRef, MaxAuditTicks, limit, func(t AuditTick) {
 				if t.Fate == FateLost {
-					k++
+					ticks = append(ticks, t.Tick)
 				}
 			})
 			mu.Lock()
 			defer mu.Unlock()
-			if k > 0 {
-				lost[d.id] = k
+			if len(ticks) > 0 {
+				lost[d.id] = ticks
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("auditing %q: %w", d.id, err))

@@ -397,6 +397,11 @@ func TestLostTicksRecentWindow(t *testing.T) {
 	if len(lost) != 1 || lost["g"] != 1 {
 		t.Fatalf("LostTicks = %v, want g: 1 (its tick -3)", lost)
 	}
+	// Which tick: the lost event names it.
+	times, err := svc.LostTickTimes(t.Context(), []string{"g", "ok", "l", "nope"})
+	if err != nil || len(times) != 1 || len(times["g"]) != 1 || !times["g"][0].Equal(m(-3)) {
+		t.Fatalf("LostTickTimes = %v, %v; want g: [%v]", times, err, m(-3))
+	}
 	if all, err := svc.Audit(t.Context(), "g", m(-31), m(0)); err != nil || countFate(all, ops.FateLost) != 10 {
 		t.Fatalf("the full audit finds %d lost (%v), want the older ones too", countFate(all, ops.FateLost), err)
 	}
@@ -410,4 +415,41 @@ func countFate(rows []ops.AuditTick, fate string) int {
 		}
 	}
 	return n
+}
+
+// A tick decided seconds ago whose record is not written yet is pending
+// (recording), not lost, even while a live node's fresh announcement puts
+// the bound on the backend's clock nodeSeenSlack ahead: the grace counts
+// on this node's clock. The lost notification tells a lost tick at once,
+// so a tick that only reads lost for the seconds its record takes would
+// page for nothing.
+func TestRecentTickPendingNotLost(t *testing.T) {
+	f := newAuditFixture(t)
+	m := f.m
+	for k := -5; k <= -1; k++ {
+		f.runs(t, cluster.Run{Schedule: "g", Tick: m(k), Node: "n1", Result: "success", StartedAt: m(k), Attempts: 1, RunID: fmt.Sprint("g", k)})
+	}
+	raiseMark(t, f.st, "g", m(0)) // decided; its run's record is on its way
+	if err := f.st.Announce(t.Context(), cluster.Node{NodeID: "n1", ConfigHash: "h"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.now = m(0).Add(5 * time.Second)
+	svc := f.service([]scheduler.Schedule{minutely("g", hints.RequireGlobal)}, 100)
+	lost, err := svc.LostTickTimes(t.Context(), []string{"g"})
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("LostTickTimes = %v, %v; want none: tick %v was decided 5s ago", lost, err, m(0))
+	}
+	rows, err := svc.Audit(t.Context(), "g", m(-3), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := byTick(rows)[m(0)]; !ok || r.Fate != ops.FatePending || deref(r.Reason) != ops.ReasonRecording {
+		t.Errorf("audit row of %v = %+v, want pending (recording)", m(0), r)
+	}
+	// Past the grace, it is lost.
+	f.now = m(0).Add(ops.AuditGrace + time.Second)
+	svc = f.service([]scheduler.Schedule{minutely("g", hints.RequireGlobal)}, 100)
+	if lost, err := svc.LostTickTimes(t.Context(), []string{"g"}); err != nil || len(lost["g"]) != 1 {
+		t.Errorf("LostTickTimes past the grace = %v, %v; want g's tick %v", lost, err, m(0))
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
@@ -85,6 +86,96 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		out[s.ID] = all[i*hashLen : (i+1)*hashLen]
 	}
 	return out
+}
+
+// FieldHashes are, per schedule, the hashes of the parts of its
+// definition drift names (cluster.DriftFields: cron, zone, hint, timing,
+// job, and the sampled fire times): what a node announces for the
+// schedules it sees in drift, so that status names the field that
+// differs. They cover what ScheduleHashes covers, the same values,
+// secrets left out alike. A node keeps them for all its schedules and
+// announces a few, so they are kept as 32 bytes a schedule, sorted by id,
+// not as a map of strings (twice that).
+type FieldHashes struct {
+	byID []fieldHash // sorted by id; of two with one id, the last
+}
+
+type fieldHash struct {
+	id  string
+	sum [len(cluster.DriftFields) * cluster.FieldHashLen / 2]byte
+}
+
+// Of returns schedule id's field hashes as a cluster.Node.Fields value
+// (cluster.FieldHashLen hex digits per field, concatenated).
+func (f *FieldHashes) Of(id string) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	i, ok := slices.BinarySearchFunc(f.byID, id, func(h fieldHash, id string) int { return strings.Compare(h.id, id) })
+	if !ok {
+		return "", false
+	}
+	for i+1 < len(f.byID) && f.byID[i+1].id == id {
+		i++
+	}
+	return hex.EncodeToString(f.byID[i].sum[:]), true
+}
+
+// ComputeFieldHashes returns the schedules' FieldHashes (see FieldHashes).
+func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHashes {
+	y := now.UTC().Year()
+	ticks := tickSamples{anchor: time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC), seen: map[cronspec.Spec][]byte{}}
+	jobCache := map[scheduler.Job][]byte{}
+	out := make([]fieldHash, len(schedules))
+	var f fields
+	for i, s := range schedules {
+		h := &out[i]
+		h.id = s.ID
+		k := 0
+		part := func(b []byte) {
+			// FNV-1a, 32 bits, of which 16 are kept: hash/fnv's
+			// allocations were most of the cost at 100,000 schedules. Not
+			// a secret's guard: the fields hashed hold none.
+			v := uint32(2166136261)
+			for _, c := range b {
+				v = (v ^ uint32(c)) * 16777619
+			}
+			h.sum[k], h.sum[k+1] = byte(v>>8), byte(v)
+			k += 2
+		}
+		f.b = f.b[:0]
+		f.add("cron", s.CronExpr)
+		part(f.b)
+		f.b = f.b[:0]
+		f.add("zone", zoneName(s))
+		part(f.b)
+		f.b = f.b[:0]
+		f.add("hint", hintName(s.Hint))
+		part(f.b)
+		f.b = f.b[:0]
+		overlap := s.Overlap
+		if overlap == "" {
+			overlap = scheduler.OverlapSkip
+		}
+		f.add("overlap", string(overlap))
+		f.add("expected_runtime", s.ExpectedRuntime)
+		f.add("jitter", s.Jitter)
+		f.add("timeout", s.Timeout)
+		f.add("catchup", s.CatchupWindow)
+		f.add("spread", s.Spread)
+		f.add("retries", int64(s.Retries))
+		f.add("retry_backoff", s.RetryBackoff)
+		f.add("pause_after_failures", int64(s.PauseAfterFailures))
+		part(f.b)
+		part(jobFields(s.Job, jobCache))
+		var tb []byte
+		if spec := effectiveSpec(s); spec != nil {
+			tb = ticks.of(spec)
+		}
+		part(tb)
+	}
+	slices.SortStableFunc(out, func(a, b fieldHash) int { return strings.Compare(a.id, b.id) })
+	return &FieldHashes{byID: out}
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bext-dev/bext-scheduler/cluster"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/jobs"
 	"github.com/bext-dev/bext-scheduler/scheduler"
@@ -148,5 +149,88 @@ func TestScheduleHashesSharedJob(t *testing.T) {
 		if want := hashOf(t, mk(id, job(arg)), now); got[id] != want {
 			t.Errorf("%s: hash %s with a shared job, %s with its own", id, got[id], want)
 		}
+	}
+}
+
+// Each change of a schedule's definition is named by the field it
+// changed, as status shows it: two nodes announce the whole hashes and
+// the field hashes of the two definitions.
+func TestFieldHashesNameTheField(t *testing.T) {
+	t.Parallel()
+	now := utc("2026-03-01T10:00:00Z")
+	base := func() scheduler.Schedule {
+		return scheduler.Schedule{ID: "report", CronExpr: "0 3 * * *", Location: paris(t), Spec: mustSpec(t, "0 3 * * *", paris(t)),
+			Job: &jobs.Command{Argv: []string{"/bin/report"}, Env: map[string]string{"TOKEN": "one"}}}
+	}
+	announce := func(node string, s scheduler.Schedule) cluster.Node {
+		h := ops.ScheduleHashes([]scheduler.Schedule{s}, now)
+		f, ok := ops.ComputeFieldHashes([]scheduler.Schedule{s}, now).Of(s.ID)
+		if !ok || len(f) != len(cluster.DriftFields)*cluster.FieldHashLen {
+			t.Fatalf("field hashes %q, %v", f, ok)
+		}
+		return cluster.Node{NodeID: node, ConfigHash: ops.ConfigHash(h), Schedules: h, Fields: map[string]string{s.ID: f}}
+	}
+	utcZone := func(s *scheduler.Schedule) { s.Location, s.Spec = time.UTC, mustSpec(t, "0 3 * * *", time.UTC) }
+	for _, tc := range []struct {
+		name   string
+		change func(*scheduler.Schedule)
+		want   string
+	}{
+		{"cron", func(s *scheduler.Schedule) { s.CronExpr, s.Spec = "0 4 * * *", mustSpec(t, "0 4 * * *", paris(t)) }, "[cron]"},
+		{"zone", utcZone, "[zone]"},
+		{"tz data", func(s *scheduler.Schedule) {
+			stale := time.FixedZone("Europe/Paris", 3600)
+			s.Location, s.Spec = stale, mustSpec(t, "0 3 * * *", stale)
+		}, "[zone]"},
+		{"hint", func(s *scheduler.Schedule) { s.Hint = "node_local" }, "[hint]"},
+		{"retries", func(s *scheduler.Schedule) { s.Retries = 2 }, "[timing]"},
+		{"overlap", func(s *scheduler.Schedule) { s.Overlap = scheduler.OverlapAllow }, "[timing]"},
+		{"argv", func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} }, "[job]"},
+		{"cron and job", func(s *scheduler.Schedule) {
+			s.CronExpr, s.Spec = "0 4 * * *", mustSpec(t, "0 4 * * *", paris(t))
+			s.Job = &jobs.Command{Argv: []string{"/bin/other"}}
+		}, "[cron job]"},
+	} {
+		changed := base()
+		tc.change(&changed)
+		d := cluster.Drift([]cluster.Node{announce("n1", base()), announce("n2", changed)})
+		if len(d.Schedules) != 1 || fmt.Sprint(d.Schedules[0].Fields) != tc.want {
+			t.Errorf("%s: drift %+v, want fields %s", tc.name, d, tc.want)
+		}
+	}
+	// A secret's value changes neither hash.
+	same := base()
+	same.Job.(*jobs.Command).Env["TOKEN"] = "rotated"
+	a, _ := ops.ComputeFieldHashes([]scheduler.Schedule{same}, now).Of("report")
+	b, _ := ops.ComputeFieldHashes([]scheduler.Schedule{base()}, now).Of("report")
+	if a != b {
+		t.Error("an env value changed the field hashes")
+	}
+	// Of finds each of many schedules, given in any order, and no other.
+	var many []scheduler.Schedule
+	for _, id := range []string{"m3", "m1", "m2"} {
+		sc := base()
+		sc.ID = id
+		many = append(many, sc)
+	}
+	fh := ops.ComputeFieldHashes(many, now)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		if got, ok := fh.Of(id); !ok || got != b {
+			t.Errorf("Of(%s) = %q, %v; want %q", id, got, ok, b)
+		}
+	}
+	if _, ok := fh.Of("m0"); ok {
+		t.Error("Of found a schedule that is not there")
+	}
+}
+
+// The field hashes' bytes never change between versions either: nodes of
+// two versions compare them.
+func TestFieldHashesStable(t *testing.T) {
+	now := utc("2026-03-01T10:00:00Z")
+	s := scheduler.Schedule{ID: "report", CronExpr: "0 3 * * *", Location: paris(t), Spec: mustSpec(t, "0 3 * * *", paris(t)),
+		Job: &jobs.Command{Argv: []string{"/bin/report", "a b"}}}
+	if got, _ := ops.ComputeFieldHashes([]scheduler.Schedule{s}, now).Of("report"); got != "61b5f1704933aaf10923e49d" {
+		t.Errorf("field hashes %s, want 61b5f1704933aaf10923e49d", got)
 	}
 }

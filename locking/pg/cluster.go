@@ -232,6 +232,8 @@ type nodeDoc struct {
 	Ready         bool            `json:"ready,omitempty"`
 	ClockOffsetNS *int64          `json:"clock_offset_ns,omitempty"`
 	Running       []store.Running `json:"running,omitempty"`
+	// Fields is absent in what nodes of earlier versions stored.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
 // Announce records n as live until ttl from now on the database clock,
@@ -241,7 +243,7 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 		return err
 	}
 	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules,
-		Ready: n.Ready, ClockOffsetNS: store.OffsetNanos(n.ClockOffset), Running: n.Running})
+		Ready: n.Ready, ClockOffsetNS: store.OffsetNanos(n.ClockOffset), Running: n.Running, Fields: n.Fields})
 	if err != nil {
 		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
@@ -272,7 +274,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 				return fmt.Errorf("node %q: %w", id, err)
 			}
 			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
-				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules,
+				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules, Fields: d.Fields,
 				Ready: d.Ready, ClockOffset: store.OffsetFromNanos(d.ClockOffsetNS), Running: d.Running})
 			return nil
 		})

@@ -120,6 +120,8 @@ type storedNode struct {
 	Ready         bool              `json:"ready,omitempty"`
 	ClockOffsetNS *int64            `json:"clock_offset_ns,omitempty"`
 	Running       []cluster.Running `json:"running,omitempty"`
+	// Fields is absent in what nodes of earlier versions stored.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
 // RecordRuns adds runs to their schedules' histories: per schedule one
@@ -316,7 +318,7 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	}
 	b, err := json.Marshal(storedNode{
 		NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UnixMicro(),
-		ConfigHash: n.ConfigHash, Schedules: n.Schedules,
+		ConfigHash: n.ConfigHash, Schedules: n.Schedules, Fields: n.Fields,
 		Ready: n.Ready, ClockOffsetNS: cluster.OffsetNanos(n.ClockOffset), Running: n.Running,
 	})
 	if err != nil {
@@ -360,7 +362,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 		}
 		out = append(out, cluster.Node{
 			NodeID: s.NodeID, Version: s.Version, StartedAt: time.UnixMicro(s.StartedAt),
-			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules,
+			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules, Fields: s.Fields,
 			Ready: s.Ready, ClockOffset: cluster.OffsetFromNanos(s.ClockOffsetNS), Running: s.Running,
 		})
 	}
