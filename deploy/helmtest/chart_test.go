@@ -409,6 +409,11 @@ func checkObjects(t *testing.T, tc chartCase, r rendered, flags []string) {
 		t.Errorf("PodDisruptionBudget maxUnavailable %v: want at least 1 and fewer than the %d replicas", r.pdb.Spec.MaxUnavailable, tc.replicas)
 	}
 
+	// A lock backend outage makes every pod unready: a drain must not hang on it.
+	if p := r.pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+		t.Errorf("PodDisruptionBudget unhealthyPodEvictionPolicy %v, want AlwaysAllow", p)
+	}
+
 	// Shutdown: the pod outlives shutdown_grace + 10s.
 	grace, err := time.ParseDuration(cfg.ShutdownGrace)
 	if err != nil {
