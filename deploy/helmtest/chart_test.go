@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -79,6 +82,28 @@ func TestChartRenders(t *testing.T) {
 			r := decodeAll(t, ms)
 			checkObjects(t, tc, r, flags)
 		})
+	}
+}
+
+// TestChartLints runs Helm's own linter (`helm lint --strict`) on the
+// chart with each case's values: a warning fails too.
+func TestChartLints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range chartCases {
+		vals := map[string]any{}
+		for _, f := range tc.release.ValueFiles {
+			v, err := chartutil.ReadValuesFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals = chartutil.MergeTables(v.AsMap(), vals)
+		}
+		l := lint.All(helmtest.ChartDir(), vals, tc.release.Namespace, true)
+		for _, m := range l.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("%s: helm lint: %s", tc.name, m)
+			}
+		}
 	}
 }
 
