@@ -118,6 +118,7 @@ func TestChartRefuses(t *testing.T) {
 		{map[string]any{"terminationGraceExtraSeconds": 10}, "terminationGraceExtraSeconds is 10: it must be above 10"},
 		{map[string]any{"shutdownGraceSeconds": 0}, "shutdownGraceSeconds is 0"},
 		{map[string]any{"locking": map[string]any{"backend": "memory"}}, "locking.backend memory with replicaCount 2"},
+		{map[string]any{"locking": map[string]any{"backend": "pg"}}, "secretEnv.PG_URL is empty: locking.backend pg reads its URL from it"},
 	} {
 		_, err := helmtest.Render(helmtest.Release{Name: "bext", Namespace: "jobs", Values: tc.values})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -31,6 +31,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if le (int .Values.shutdownGraceSeconds) 0 -}}
 {{- fail (printf "shutdownGraceSeconds is %v: it must be a positive number of seconds" .Values.shutdownGraceSeconds) -}}
 {{- end -}}
+{{- $urlKey := get (dict "redis" "REDIS_URL" "pg" "PG_URL") .Values.locking.backend -}}
+{{- if and $urlKey (not .Values.existingSecret) (not (get .Values.secretEnv $urlKey)) -}}
+{{- fail (printf "secretEnv.%s is empty: locking.backend %s reads its URL from it (or name your own Secret in existingSecret)" $urlKey .Values.locking.backend) -}}
+{{- end -}}
 {{- if and (eq .Values.locking.backend "memory") (gt (int .Values.replicaCount) 1) -}}
 {{- fail (printf "locking.backend memory with replicaCount %v: each pod would hold its own locks and run every require_global tick; use redis or pg" .Values.replicaCount) -}}
 {{- end -}}
