@@ -446,3 +446,28 @@ func findExistingSecret(t *testing.T, tc chartCase) string {
 	t.Fatal("no Secret rendered and no existingSecret in the values")
 	return ""
 }
+
+// TestChartMatchesTheImage: the pod runs the Dockerfile's image as it is
+// built: its user, and an entrypoint that ends in the binary, so the
+// Deployment's args start at the subcommand.
+func TestChartMatchesTheImage(t *testing.T) {
+	t.Parallel()
+	df := readFile(t, filepath.Join(helmtest.Root(), "Dockerfile"))
+	user := regexp.MustCompile(`(?m)^USER (\d+):(\d+)$`).FindStringSubmatch(df)
+	entry := regexp.MustCompile(`(?m)^ENTRYPOINT \[(.*)\]$`).FindStringSubmatch(df)
+	if user == nil || entry == nil {
+		t.Fatal("the Dockerfile has no USER uid:gid or no exec-form ENTRYPOINT: this test reads those")
+	}
+	if !strings.HasSuffix(entry[1], `"/usr/local/bin/bext-scheduler"`) {
+		t.Errorf("the image's ENTRYPOINT [%s] does not end in the binary: the chart's args would not reach it", entry[1])
+	}
+	ms, err := helmtest.Render(chartCases[0].release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := decodeAll(t, ms).dep.Spec.Template.Spec.SecurityContext
+	if sc.RunAsUser == nil || strconv.FormatInt(*sc.RunAsUser, 10) != user[1] ||
+		sc.RunAsGroup == nil || strconv.FormatInt(*sc.RunAsGroup, 10) != user[2] {
+		t.Errorf("the pod runs as %v:%v, the image as %s:%s", sc.RunAsUser, sc.RunAsGroup, user[1], user[2])
+	}
+}
