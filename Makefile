@@ -34,7 +34,7 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 
 # deploy/helmtest is a module of its own (the node never links Helm), so the
 # root's ./... does not reach it. Its TestMain builds the node from this
-# module. About 5 s with a warm build cache, 4 min cold (Helm is large).
+# module. Under 10 s with a warm build cache, about 4 min cold (Helm is large).
 test-chart: test-services ## the Helm chart's tests: render with the Helm SDK, strict decode, validate the ConfigMap and run the pod's command with the built binary (real Redis)
 	cd deploy/helmtest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
