@@ -89,7 +89,8 @@ func (n *Notifier) decide(ctx context.Context, r scheduler.RunRecord) (sent bool
 	}
 	ev := Event{Event: kind, Schedule: r.Schedule, Tick: r.Tick.UTC().Format(time.RFC3339Nano), Node: r.Node,
 		Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID, Error: n.errorLine(r.Err)}
-	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev})
+	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: n.opts.URL, raw: n.opts.URL, event: &ev,
+		traceparent: r.TraceParent})
 }
 
 // before returns the newest run of runs (newest first) that started
