@@ -76,7 +76,7 @@ func (s *Scheduler) traceEnd(t *tick, r *RunRecord) {
 		return
 	}
 	sp := t.trace.span
-	t.trace = nil // a tick whose run ended is traced no more (a reused tick starts afresh)
+	t.trace = nil // the span ends once, whoever records the run again
 	r.TraceParent = sp.TraceParent()
 	sp.End(*r)
 }
