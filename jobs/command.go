@@ -37,9 +37,10 @@ var ErrInvalid = errors.New("jobs: invalid job")
 // through, then Env, then the tick's variables (which win): BEXT_SCHEDULE_ID, BEXT_TICK_TIME (RFC 3339,
 // the scheduled time), BEXT_NODE_ID and, when the tick runs under a lock,
 // BEXT_LOCK_KEY and BEXT_FENCING_TOKEN; BEXT_RUN_ID, BEXT_ATTEMPT,
-// BEXT_PREV_TICK_TIME and BEXT_LAST_SUCCESS_TICK_TIME (empty when none).
-// Inherited BEXT_* tick variables are
-// dropped, so a node-local run never sees a stale lock key.
+// BEXT_PREV_TICK_TIME and BEXT_LAST_SUCCESS_TICK_TIME (empty when none);
+// TRACEPARENT when runs are traced. Inherited tick variables are
+// dropped, so a node-local run never sees a stale lock key, nor a run a
+// trace that is not its own.
 //
 // When ctx ends (timeout, lost lock, shutdown) the whole process group gets
 // SIGTERM, and SIGKILL once KillGrace has passed if anything of it still
@@ -94,10 +95,14 @@ const (
 	EnvAttempt      = "BEXT_ATTEMPT"
 	EnvPrevTick     = "BEXT_PREV_TICK_TIME"
 	EnvLastSuccess  = "BEXT_LAST_SUCCESS_TICK_TIME"
+	// EnvTraceParent is the W3C trace context of the run's span, set
+	// only when runs are traced (OpenTelemetry's standard name, which
+	// its SDKs' environment carriers read).
+	EnvTraceParent = "TRACEPARENT"
 )
 
 var tickVars = []string{EnvScheduleID, EnvTickTime, EnvNodeID, EnvLockKey, EnvFencingToken,
-	EnvRunID, EnvAttempt, EnvPrevTick, EnvLastSuccess}
+	EnvRunID, EnvAttempt, EnvPrevTick, EnvLastSuccess, EnvTraceParent}
 
 // ExitError reports a command that did not exit with code 0, or that was
 // stopped because its run's context ended.
@@ -323,6 +328,9 @@ func (c *Command) environ(t scheduler.Tick) ([]string, error) {
 		env = append(env,
 			EnvLockKey+"="+t.LockKey,
 			EnvFencingToken+"="+strconv.FormatInt(t.FencingToken, 10))
+	}
+	if t.TraceParent != "" {
+		env = append(env, EnvTraceParent+"="+t.TraceParent)
 	}
 	return env, nil
 }

@@ -129,6 +129,10 @@ func (h *HTTP) Run(ctx context.Context, t scheduler.Tick) error {
 		// already can answer without doing the work twice.
 		req.Header.Set("Idempotency-Key", t.RunID)
 	}
+	if t.TraceParent != "" {
+		// W3C Trace Context: the receiver's spans join the run's trace.
+		req.Header.Set("traceparent", t.TraceParent)
+	}
 	if t.Locked() {
 		req.Header.Set(HeaderFencingToken, strconv.FormatInt(t.FencingToken, 10))
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/server"
 	"github.com/bext-dev/bext-scheduler/internal/service"
+	"github.com/bext-dev/bext-scheduler/internal/tracing"
 	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/metrics"
 	"github.com/bext-dev/bext-scheduler/notify"
@@ -82,6 +83,7 @@ type Node struct {
 	notifier *notify.Notifier
 	agent    *agent.Agent // nil without a backend that keeps cluster state
 	sched    *scheduler.Scheduler
+	tracer   *tracing.Tracer // nil: the OTEL_* environment asks for no traces
 	ops      *ops.Service
 	srv      *server.Server // nil with [http] listen = "off"
 	// httpConns is the cap on srv's connections (httpConnCap) and
@@ -186,8 +188,18 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 		service.Handoff(&schedOpts, cfg, backend, n.agent)
 		schedOpts.History = n.agent
 	}
+	n.tracer, err = tracing.New(ctx, tracing.Options{NodeID: cfg.NodeID, Version: n.version})
+	if err != nil {
+		service.CloseBackend(n.closer, n.logger)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if n.tracer != nil { // a typed nil would not be a nil RunTracer
+		schedOpts.Tracer = n.tracer
+		n.logger.Info("tracing runs to OpenTelemetry (OTLP over HTTP)")
+	}
 	n.sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {
+		n.shutdownTracer(ctx)
 		service.CloseBackend(n.closer, n.logger)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -254,6 +266,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	if n.srv != nil {
 		if err := n.srv.Start(); err != nil {
+			n.shutdownTracer(ctx)
 			service.CloseBackend(n.closer, n.logger)
 			return err
 		}
@@ -293,6 +306,7 @@ func (n *Node) Run(ctx context.Context) error {
 	<-agentDone
 	stopNotify() // after the runs and the agent: results of runs ended at shutdown still go out
 	wg.Wait()
+	n.shutdownTracer(ctx) // after the runs: their spans are the last to send
 
 	service.CloseBackend(n.closer, n.logger)
 	if n.srv != nil {
@@ -307,6 +321,19 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.logger.Info("bext-scheduler stopped")
 	return nil
+}
+
+// shutdownTracer sends the spans still queued, on a fresh context
+// bounded like the server's shutdown.
+func (n *Node) shutdownTracer(ctx context.Context) {
+	if n.tracer == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := n.tracer.Shutdown(sctx); err != nil {
+		n.logger.Warn("sending the last spans failed", "err", err)
+	}
 }
 
 // Ready is closed once Run has started the server and is about to fire

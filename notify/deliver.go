@@ -47,6 +47,9 @@ type message struct {
 	body     string // a ping's body: the failed run's error line
 	event    *Event // kindPost
 	run      scheduler.RunRecord
+	// traceparent, when the run is traced, is sent as the W3C
+	// traceparent header: the ping or notification joins the run's trace.
+	traceparent string
 
 	// done (a start ping) is closed once it was delivered or given up;
 	// after (a result ping) is its start's done: a result never overtakes
@@ -65,7 +68,7 @@ func (n *Notifier) deliver(ctx context.Context, m *message) (sent bool) {
 			case <-ctx.Done():
 			}
 		}
-		err := n.send(ctx, m.url, m.raw, "text/plain; charset=utf-8", []byte(m.body))
+		err := n.send(ctx, m.url, m.raw, m.traceparent, "text/plain; charset=utf-8", []byte(m.body))
 		if m.done != nil {
 			close(m.done)
 		}
@@ -92,7 +95,7 @@ func (n *Notifier) post(ctx context.Context, m *message) (sent bool) {
 		n.log.Error("encoding a notification", slog.Any("error", err))
 		return false
 	}
-	if err := n.send(ctx, m.url, m.raw, "application/json", body); err != nil {
+	if err := n.send(ctx, m.url, m.raw, m.traceparent, "application/json", body); err != nil {
 		n.log.Warn("notification failed", slog.String("schedule", m.schedule), slog.String("event", m.event.Event),
 			slog.String("url", redact.URL(m.raw)), slog.String("error", err.Error()))
 		return false
@@ -108,12 +111,12 @@ var errStatus = errors.New("notify: unexpected status")
 // send POSTs body to target, each attempt bounded by the timeout, retrying
 // network errors, 429 and 5xx answers after a doubling backoff. Its error
 // never holds target's secret: only redact.URL(raw) and the cause.
-func (n *Notifier) send(ctx context.Context, target, raw, contentType string, body []byte) error {
+func (n *Notifier) send(ctx context.Context, target, raw, traceparent, contentType string, body []byte) error {
 	backoff := n.opts.Backoff
 	var err error
 	for attempt := 0; ; attempt++ {
 		var retry bool
-		retry, err = n.attempt(ctx, target, contentType, body)
+		retry, err = n.attempt(ctx, target, traceparent, contentType, body)
 		if err == nil {
 			return nil
 		}
@@ -133,7 +136,7 @@ func (n *Notifier) send(ctx context.Context, target, raw, contentType string, bo
 }
 
 // attempt makes one request; retry says whether another may succeed.
-func (n *Notifier) attempt(ctx context.Context, target, contentType string, body []byte) (retry bool, err error) {
+func (n *Notifier) attempt(ctx context.Context, target, traceparent, contentType string, body []byte) (retry bool, err error) {
 	actx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, target, bytes.NewReader(body))
@@ -142,6 +145,9 @@ func (n *Notifier) attempt(ctx context.Context, target, contentType string, body
 	}
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", "bext-scheduler")
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
 	resp, err := n.opts.Client.Do(req)
 	if err != nil {
 		var ue *url.Error

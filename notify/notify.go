@@ -306,7 +306,7 @@ func (n *Notifier) RunStarted(r scheduler.RunStart) {
 		return
 	}
 	n.enqueue(&message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, "start", r.RunID), raw: raw,
-		done: done})
+		done: done, traceparent: r.TraceParent})
 }
 
 // RunRecorded queues the run's result ping and its streak decision
@@ -326,7 +326,7 @@ func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 				after = start.done
 			}
 			n.enqueue(&message{kind: kindPing, schedule: r.Schedule, url: pingURL(raw, suffix, r.RunID), raw: raw,
-				body: n.errorLine(r.Err), after: after})
+				body: n.errorLine(r.Err), after: after, traceparent: r.TraceParent})
 		}
 	}
 	hook, sc := n.hook(r.Schedule)

@@ -111,7 +111,8 @@ func (n *Notifier) decide(ctx context.Context, m *message) (sent bool) {
 	}
 	ev := Event{Event: kind, Schedule: r.Schedule, Tick: fmtTick(r.Tick), Node: r.Node,
 		Result: string(r.Result), Attempts: r.Attempts, RunID: r.RunID, Error: n.errorLine(r.Err)}
-	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: m.url, raw: m.raw, event: &ev})
+	return n.post(ctx, &message{kind: kindPost, schedule: r.Schedule, url: m.url, raw: m.raw, event: &ev,
+		traceparent: r.TraceParent})
 }
 
 func fmtTick(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -213,7 +213,10 @@ func (o *outcomes) RunFinished(string, time.Time, scheduler.RunResult, time.Dura
 // (ns/op, allocs/op: per burst) are the scheduler's and the backend's
 // work alone, without the real clock's wait: steadier than the window
 // of BenchmarkSameSecond10k on a busy machine.
-func BenchmarkLockedBurst(b *testing.B) {
+func BenchmarkLockedBurst(b *testing.B) { lockedBurst(b, nil) }
+
+// lockedBurst is BenchmarkLockedBurst with tr as the scheduler's tracer.
+func lockedBurst(b *testing.B, tr scheduler.RunTracer) {
 	const n = 1_000
 	clock := fakeclock.New(t0)
 	scheds := make([]scheduler.Schedule, n)
@@ -222,7 +225,7 @@ func BenchmarkLockedBurst(b *testing.B) {
 			Hint: hints.RequireGlobal, ExpectedRuntime: time.Second, Job: nopJob}
 	}
 	s, err := scheduler.New(scheduler.Options{NodeID: "bench", Clock: clock,
-		Locker: memory.New(memory.WithClock(clock.Now)), Backend: hints.Local}, scheds)
+		Locker: memory.New(memory.WithClock(clock.Now)), Backend: hints.Local, Tracer: tr}, scheds)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -35,6 +35,10 @@ type Tick struct {
 	// can keep its tail. Jobs that produce output write it there as well
 	// as to their log; nil when nobody keeps it.
 	Output io.Writer
+	// TraceParent is the W3C traceparent of the run's span, when runs
+	// are traced (Options.Tracer): an HTTP job sends it as the
+	// traceparent header, a command gets it as TRACEPARENT. "" otherwise.
+	TraceParent string
 }
 
 // Locked reports whether the tick runs under a cluster-wide lock.

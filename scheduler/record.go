@@ -39,6 +39,9 @@ type RunRecord struct {
 	Anomaly string
 	// By is who asked for a manual run (Manual.By); "" for a scheduled one.
 	By string
+	// TraceParent is the run's W3C traceparent when runs are traced
+	// (Options.Tracer), so its pings and notifications join its trace.
+	TraceParent string
 }
 
 // Anomalies of a RunRecord: the names history and the
@@ -68,6 +71,10 @@ type RunStart struct {
 	Start time.Time
 	Fence int64  // the lock's fence; 0 for a node-local run
 	By    string // who asked for a manual run (Manual.By); "" for a scheduled one
+	// Lateness is how late after its tick the node handled it.
+	Lateness time.Duration
+	// TraceParent: as RunRecord's.
+	TraceParent string
 }
 
 // RunStartObserver is implemented by observers that want to know when a
@@ -167,10 +174,7 @@ func (s *Scheduler) recordRun(t *tick, runID string, manual bool, out runOutcome
 	if out.result == ResultSuccess {
 		t.st.lastSuccess.raise(t.at)
 	}
-	if s.runObs == nil {
-		return
-	}
-	if mutation.On(mutation.NoHistory) && out.result != ResultSuccess { // mutation (simmut tag only): only successes recorded
+	if s.runObs == nil && (t.trace == nil || t.trace.span == nil) {
 		return
 	}
 	r := RunRecord{
@@ -181,6 +185,15 @@ func (s *Scheduler) recordRun(t *tick, runID string, manual bool, out runOutcome
 	}
 	if tail != nil {
 		r.Output = tail.String()
+	}
+	if t.trace != nil {
+		s.traceEnd(t, &r)
+	}
+	if s.runObs == nil {
+		return
+	}
+	if mutation.On(mutation.NoHistory) && out.result != ResultSuccess { // mutation (simmut tag only): only successes recorded
+		return
 	}
 	s.runObs.RunRecorded(r)
 }

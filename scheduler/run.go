@@ -90,10 +90,17 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		backoff = DefaultRetryBackoff
 	}
 	var started time.Time
-	if s.startObs != nil {
+	if s.startObs != nil || s.tracer != nil {
 		started = s.clock.Now()
-		s.startObs.RunStarted(RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID,
-			RunID: jt.RunID, Manual: jt.Manual, Start: started, Fence: fence, By: t.by()})
+		rs := RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID, RunID: jt.RunID, Manual: jt.Manual,
+			Start: started, Fence: fence, By: t.by(), Lateness: t.lateness}
+		if s.tracer != nil {
+			rs.TraceParent = s.traceStart(t, rs)
+			jt.TraceParent = rs.TraceParent
+		}
+		if s.startObs != nil {
+			s.startObs.RunStarted(rs)
+		}
 	}
 	var out runOutcome
 	var first time.Time // the first attempt's start

@@ -115,6 +115,9 @@ type Options struct {
 	// (Tick.LastSuccessTime, BEXT_LAST_SUCCESS_TICK_TIME) rather than
 	// only the last this node saw: nil, this node's own.
 	History History
+	// Tracer, when set, traces every run and the backend decision that
+	// granted it (trace.go); nil: no tracing, at the cost of a nil check.
+	Tracer RunTracer
 }
 
 // History is the cluster's run history as a run's start reads it.
@@ -161,6 +164,7 @@ type Scheduler struct {
 	startObs   RunStartObserver // obs, when it wants run starts
 	attemptObs AttemptObserver  // obs, when it wants retries' starts
 	skipObs    SkipObserver     // obs, when it keeps skip records
+	tracer     RunTracer        // opts.Tracer; nil: runs are not traced
 	maxLease   time.Duration    // the backend's LeaseBounder bound; 0: the TTL
 	bootClock  func() time.Time // the lease clock (lease.go); nil: clock.Now
 	backend    backendState     // outage and recovery (catchup.go)
@@ -396,6 +400,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.startObs, _ = opts.Observer.(RunStartObserver)
 	s.attemptObs, _ = opts.Observer.(AttemptObserver)
 	s.skipObs, _ = opts.Observer.(SkipObserver)
+	s.tracer = opts.Tracer
 	if lb, ok := opts.Locker.(locking.LeaseBounder); ok {
 		s.maxLease = lb.MaxLease()
 	}

@@ -81,6 +81,8 @@ type tick struct {
 	lease lease      // granted: how long it may trust its lock (lease.go)
 	out   runOutcome // how its run ended, once its job returned
 	ran   ran        // what step 8 reports of the run
+	// trace: its backend decision and run span, with a tracer (trace.go).
+	trace *tickTrace
 }
 
 // batched is a tick's batched try-lock-tick, which the batcher answers
@@ -303,6 +305,9 @@ func (s *Scheduler) letGo(t *tick) {
 // clock. A grant that came late (after a resend, or after its request's
 // context ended) runs only if it still can (lateGrant).
 func (s *Scheduler) decide(t *tick, ans locking.TickAnswer, err error, before, after time.Time) bool {
+	if s.tracer != nil {
+		s.traceDecision(t, ans, err, before, after)
+	}
 	late := t.resend != nil
 	if err != nil && ans.Handle != nil {
 		// Granted, but the request's context ended before the answer

@@ -22,7 +22,7 @@ const module = "github.com/bext-dev/bext-scheduler/"
 // new package gets a row in the design and here.
 var allowed = map[string][]string{
 	"cmd/bext-scheduler":  {"*"},
-	"node":                {"config", "scheduler", "metrics", "notify", "locking", "internal/service", "internal/agent", "internal/ops", "internal/server", "internal/redact"},
+	"node":                {"config", "scheduler", "metrics", "notify", "locking", "internal/service", "internal/agent", "internal/ops", "internal/server", "internal/redact", "internal/tracing"},
 	"internal/service":    {"config", "scheduler", "jobs", "locking", "locking/memory", "locking/redis", "locking/pg", "hints", "internal/redact"},
 	"config":              {"cronspec", "hints", "locking", "cluster", "internal/redact"},
 	"scheduler":           {"cronspec", "locking", "hints", "internal/workpool", "internal/batch", "internal/wallwake", "internal/mutation"},
@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"internal/server":     {"internal/ops", "cluster"},
 	"internal/redact":     {},
 	"internal/supervise":  {},
+	"internal/tracing":    {"scheduler"},
 	"internal/wallwake":   {},
 	"internal/rendezvous": {},
 	"internal/workpool":   {},
