@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -254,4 +255,99 @@ func unitStopTimeout(t *testing.T, body string) time.Duration {
 	}
 	t.Fatal("the unit sets no TimeoutStopSec")
 	return 0
+}
+
+// TestGoreleaserConfig checks .goreleaser.yaml without building: it builds
+// the binary as the image and `make build` do, for the documented targets,
+// pins its tools as the Makefile does, and packages the /etc files as
+// kept-on-upgrade config readable by root and the service group only.
+func TestGoreleaserConfig(t *testing.T) {
+	t.Parallel()
+	var cfg struct {
+		Before struct{ Hooks []string }
+		Builds []struct {
+			Main, Binary  string
+			Env, Flags    []string
+			Tags, Ldflags []string
+			Goos, Goarch  []string
+		}
+		Sboms []struct {
+			Cmd  string
+			Args []string
+		}
+		Nfpms []struct {
+			Formats  []string
+			Bindir   string
+			Scripts  map[string]string
+			Contents []struct {
+				Src, Dst, Type string
+				FileInfo       struct {
+					Mode         int
+					Owner, Group string
+				} `yaml:"file_info"`
+			}
+		}
+	}
+	dec := yaml.NewDecoder(strings.NewReader(readRepoFile(t, ".goreleaser.yaml")))
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatalf(".goreleaser.yaml: %v", err)
+	}
+	if len(cfg.Builds) != 1 || len(cfg.Nfpms) != 1 || len(cfg.Sboms) != 1 {
+		t.Fatalf("want one build, one nfpm and one sbom entry: %+v", cfg)
+	}
+	b := cfg.Builds[0]
+	if b.Main != "./cmd/bext-scheduler" || b.Binary != "bext-scheduler" {
+		t.Errorf("build main %q binary %q", b.Main, b.Binary)
+	}
+	if !slicesEqualSet(b.Goos, "linux", "darwin") || !slicesEqualSet(b.Goarch, "amd64", "arm64") {
+		t.Errorf("targets %v × %v, want linux and darwin × amd64 and arm64", b.Goos, b.Goarch)
+	}
+	ld := strings.Join(b.Ldflags, " ")
+	for _, want := range []string{"-X main.version=", "-X main.commit="} {
+		if !strings.Contains(ld, want) {
+			t.Errorf("ldflags %q lack %s", ld, want)
+		}
+	}
+	if !strings.Contains(strings.Join(b.Env, " "), "CGO_ENABLED=0") || !strings.Contains(strings.Join(b.Tags, " "), "timetzdata") {
+		t.Errorf("env %v tags %v: want CGO_ENABLED=0 and timetzdata, as the image", b.Env, b.Tags)
+	}
+	if !strings.Contains(readRepoFile(t, "Makefile"), "GORELEASER := "+goreleaser+"\n") {
+		t.Errorf("the Makefile does not pin %s as the test does", goreleaser)
+	}
+	if s := cfg.Sboms[0]; s.Cmd != "go" || !slices.Contains(s.Args, "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0") {
+		t.Errorf("sbom: %s %v, want go run of the pinned cyclonedx-gomod", s.Cmd, s.Args)
+	}
+	for _, h := range cfg.Before.Hooks {
+		if _, err := os.Stat(repo(h)); err != nil {
+			t.Errorf("before hook %s: %v", h, err)
+		}
+	}
+
+	n := cfg.Nfpms[0]
+	if !slicesEqualSet(n.Formats, "deb", "rpm") || n.Bindir != "/usr/bin" {
+		t.Errorf("nfpm formats %v bindir %s", n.Formats, n.Bindir)
+	}
+	for _, k := range []string{"preinstall", "postinstall", "preremove", "postremove"} {
+		if _, err := os.Stat(repo(n.Scripts[k])); err != nil {
+			t.Errorf("nfpm script %s: %v", k, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, c := range n.Contents {
+		seen[c.Dst] = true
+		if c.Dst == pkgConfig || c.Dst == pkgEnv {
+			if c.Type != "config|noreplace" || c.FileInfo.Mode != 0o640 || c.FileInfo.Group != "bext" {
+				t.Errorf("%s: type %q mode %o group %q, want config|noreplace 0640 group bext", c.Dst, c.Type, c.FileInfo.Mode, c.FileInfo.Group)
+			}
+		}
+	}
+	for _, p := range []string{pkgConfig, pkgEnv, pkgUnit} {
+		if !seen[p] {
+			t.Errorf("the packages do not install %s", p)
+		}
+	}
+}
+
+func slicesEqualSet(got []string, want ...string) bool {
+	return len(got) == len(want) && !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(got, w) })
 }
