@@ -275,6 +275,11 @@ func TestGoreleaserConfig(t *testing.T) {
 			Cmd  string
 			Args []string
 		}
+		DockersV2 []struct {
+			Dockerfile string
+			Platforms  []string
+			BuildArgs  map[string]string `yaml:"build_args"`
+		} `yaml:"dockers_v2"`
 		Nfpms []struct {
 			Formats  []string
 			Bindir   string
@@ -320,6 +325,22 @@ func TestGoreleaserConfig(t *testing.T) {
 	for _, h := range cfg.Before.Hooks {
 		if _, err := os.Stat(repo(h)); err != nil {
 			t.Errorf("before hook %s: %v", h, err)
+		}
+	}
+
+	// The image is built from these binaries: the Dockerfile's prebuilt
+	// stage copies the one goreleaser puts at $TARGETPLATFORM/<binary>.
+	if len(cfg.DockersV2) != 1 {
+		t.Fatalf("want one dockers_v2 entry, have %d", len(cfg.DockersV2))
+	}
+	d := cfg.DockersV2[0]
+	if d.Dockerfile != "Dockerfile" || d.BuildArgs["BINARY"] != "prebuilt" || !slicesEqualSet(d.Platforms, "linux/amd64", "linux/arm64") {
+		t.Errorf("dockers_v2: %+v, want the Dockerfile with BINARY=prebuilt for linux/amd64 and linux/arm64", d)
+	}
+	df := readRepoFile(t, "Dockerfile")
+	for _, want := range []string{"ARG BINARY=build\n", "FROM scratch AS prebuilt\n", "COPY ${TARGETPLATFORM}/" + b.Binary + " /out/bext-scheduler\n", "FROM ${BINARY} AS binary\n", "COPY --from=binary /out/bext-scheduler "} {
+		if !strings.Contains(df, want) {
+			t.Errorf("the Dockerfile lacks %q: the image would not take goreleaser's binary", want)
 		}
 	}
 
