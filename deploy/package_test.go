@@ -174,6 +174,34 @@ func TestDebPackage(t *testing.T) {
 		t.Errorf("TimeoutStopSec %v is not above the shipped shutdown_grace %v + %v", stop, cfg.ShutdownGrace.Duration, jobs.DefaultKillGrace)
 	}
 
+	// An upgrade (here a reinstall, which dpkg runs as one) keeps an edited
+	// config and env file, and the modes.
+	for _, p := range []string{pkgConfig, pkgEnv} {
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteString("# edited by TestDebPackage\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("dpkg", "-i", deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg -i again (upgrade): %v\n%s", err, out)
+	}
+	for _, p := range []string{pkgConfig, pkgEnv} {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "# edited by TestDebPackage") {
+			t.Errorf("%s lost the operator's edit on upgrade (%v)", p, err)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o640 {
+			t.Errorf("%s after upgrade: %v %v, want mode 0640", p, fi.Mode(), err)
+		}
+	}
+
 	// Purge: the package and its files go, the user stays (docs/OPERATING.md).
 	if out, err := exec.Command("dpkg", "--purge", "bext-scheduler").CombinedOutput(); err != nil {
 		t.Fatalf("dpkg --purge: %v\n%s", err, out)

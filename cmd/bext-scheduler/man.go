@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
@@ -30,6 +32,16 @@ func newManCmd() *cobra.Command {
 			root := c.Root()
 			root.DisableAutoGenTag = true // reproducible pages: no generation date
 			hdr := &doc.GenManHeader{Title: "BEXT-SCHEDULER", Section: "1", Source: "bext-scheduler " + version, Manual: "bext-scheduler manual"}
+			// The page's date: the release's commit time when the build
+			// passes it (reproducible builds' convention), else today.
+			if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+				sec, err := strconv.ParseInt(s, 10, 64)
+				if err != nil {
+					return usageErrorf("man: SOURCE_DATE_EPOCH=%q is not a Unix time in seconds", s)
+				}
+				d := time.Unix(sec, 0).UTC()
+				hdr.Date = &d
+			}
 			if err := doc.GenManTree(root, hdr, dir); err != nil {
 				return withCode(exitFailure, fmt.Errorf("man: writing pages into %s: %w", dir, err))
 			}

@@ -44,3 +44,26 @@ func TestManNeedsDir(t *testing.T) {
 		t.Fatalf("man without --dir: exit %d, want %d naming --dir\n%s", r.Code, exitUsage, r.Stderr)
 	}
 }
+
+// TestManDateFromSourceDateEpoch: a release dates its pages by the commit,
+// so two builds of one commit ship identical pages; a bad value is named.
+func TestManDateFromSourceDateEpoch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := proctest.Run(t, bin, []string{"SOURCE_DATE_EPOCH=86400"}, "man", "--dir", dir)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "bext-scheduler.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"Jan 1970"`) {
+		t.Errorf("SOURCE_DATE_EPOCH=86400 did not date the page Jan 1970:\n%.300s", b)
+	}
+	r = proctest.Run(t, bin, []string{"SOURCE_DATE_EPOCH=yesterday"}, "man", "--dir", dir)
+	noCrash(t, r)
+	if r.Code != exitUsage || !strings.Contains(r.Stderr, "SOURCE_DATE_EPOCH") {
+		t.Errorf("SOURCE_DATE_EPOCH=yesterday: exit %d, want %d naming it\n%s", r.Code, exitUsage, r.Stderr)
+	}
+}
