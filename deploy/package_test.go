@@ -44,7 +44,7 @@ func TestDebPackage(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("BEXT_TEST_DEB=1 needs root: dpkg -i installs system-wide")
 	}
-	for _, tool := range []string{"dpkg", "dpkg-query", "systemd-analyze", "runuser"} {
+	for _, tool := range []string{"dpkg", "dpkg-query", "systemd-analyze", "runuser", "rpm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is not installed (scripts/test-services installs it): %v", tool, err)
 		}
@@ -61,7 +61,8 @@ func TestDebPackage(t *testing.T) {
 		}
 	}
 
-	deb := buildDeb(t)
+	deb, rpm := buildPackages(t)
+	checkRpm(t, rpm)
 
 	// Purge and drop the user even when a check below fails. The package
 	// keeps the user on purge (documented); the test created it, so it
@@ -216,10 +217,10 @@ func TestDebPackage(t *testing.T) {
 	}
 }
 
-// buildDeb runs goreleaser on the repository's config narrowed to the
-// linux/amd64 deb, with its dist in a temporary directory, and returns the
-// .deb's path.
-func buildDeb(t *testing.T) string {
+// buildPackages runs goreleaser on the repository's config narrowed to
+// linux/amd64, with its dist in a temporary directory, and returns the
+// paths of the .deb and the .rpm.
+func buildPackages(t *testing.T) (deb, rpm string) {
 	t.Helper()
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(readRepoFile(t, ".goreleaser.yaml")), &cfg); err != nil {
@@ -230,9 +231,6 @@ func buildDeb(t *testing.T) string {
 	for _, b := range cfg["builds"].([]any) {
 		b.(map[string]any)["goos"] = []string{"linux"}
 		b.(map[string]any)["goarch"] = []string{"amd64"}
-	}
-	for _, n := range cfg["nfpms"].([]any) {
-		n.(map[string]any)["formats"] = []string{"deb"}
 	}
 	body, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -249,12 +247,44 @@ func buildDeb(t *testing.T) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("goreleaser: %v\n%s", err, out)
 	}
-	t.Logf("goreleaser built the deb in %v", time.Since(start).Round(time.Second))
+	t.Logf("goreleaser built the deb and rpm in %v", time.Since(start).Round(time.Second))
 	debs, _ := filepath.Glob(filepath.Join(dist, "*.deb"))
-	if len(debs) != 1 {
-		t.Fatalf("goreleaser made %d .deb files in %s, want 1", len(debs), dist)
+	rpms, _ := filepath.Glob(filepath.Join(dist, "*.rpm"))
+	if len(debs) != 1 || len(rpms) != 1 {
+		t.Fatalf("goreleaser made %d .deb and %d .rpm files in %s, want 1 each", len(debs), len(rpms), dist)
 	}
-	return debs[0]
+	return debs[0], rpms[0]
+}
+
+// checkRpm reads the rpm's header (this machine installs debs only): the
+// /etc files are %config(noreplace), 0640 root:bext, the service files are
+// there, and %pre creates the user.
+func checkRpm(t *testing.T, rpm string) {
+	t.Helper()
+	out, err := exec.Command("rpm", "-qp", "--queryformat",
+		"[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILEFLAGS:fflags} %{FILENAMES}\\n]", rpm).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rpm -qp %s: %v\n%s", filepath.Base(rpm), err, out)
+	}
+	files := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		files[f[len(f)-1]] = strings.Join(f[:len(f)-1], " ")
+	}
+	for _, p := range []string{pkgConfig, pkgEnv} {
+		if got := files[p]; got != "-rw-r----- root:bext cn" {
+			t.Errorf("rpm: %s is %q, want \"-rw-r----- root:bext cn\" (config, noreplace)", p, got)
+		}
+	}
+	for _, p := range []string{pkgBin, pkgUnit, "/usr/share/man/man1/bext-scheduler.1.gz", "/usr/share/bash-completion/completions/bext-scheduler", "/usr/share/zsh/site-functions/_bext-scheduler"} {
+		if _, ok := files[p]; !ok {
+			t.Errorf("rpm: %s is not in the package", p)
+		}
+	}
+	scripts, err := exec.Command("rpm", "-qp", "--scripts", rpm).CombinedOutput()
+	if err != nil || !strings.Contains(string(scripts), "useradd --system") {
+		t.Errorf("rpm: %%pre does not create the bext user (%v):\n%s", err, scripts)
+	}
 }
 
 // unitDirectives is a unit without its comments and blank lines.
