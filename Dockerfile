@@ -19,6 +19,12 @@
 # as build arguments (the Makefile computes the same values for `make build`).
 
 ARG GO_VERSION=1.26
+# Where the binary comes from: "build" (the default) compiles it in the
+# golang stage below; "prebuilt" takes the one goreleaser built for the
+# target platform (dockers_v2 in .goreleaser.yaml), so the multi-arch image
+# carries the same binaries as the archives and packages. BuildKit builds
+# only the stage chosen.
+ARG BINARY=build
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
@@ -36,6 +42,14 @@ RUN CGO_ENABLED=0 go build -trimpath -tags timetzdata \
       -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/bext-scheduler ./cmd/bext-scheduler \
  && /out/bext-scheduler version
+
+# goreleaser's build context holds linux/amd64/bext-scheduler,
+# linux/arm64/bext-scheduler, ...
+FROM scratch AS prebuilt
+ARG TARGETPLATFORM
+COPY ${TARGETPLATFORM}/bext-scheduler /out/bext-scheduler
+
+FROM ${BINARY} AS binary
 
 # Alpine rather than distroless/static, for three reasons:
 #  - command jobs are often `["/bin/sh", "-c", "..."]`: distroless has no shell,
@@ -58,7 +72,7 @@ RUN apk add --no-cache tini ca-certificates \
  && adduser -S -D -H -u 10001 -G bext -h /var/lib/bext -s /sbin/nologin bext \
  && mkdir -p /etc/bext /var/lib/bext \
  && chown bext:bext /var/lib/bext
-COPY --from=build /out/bext-scheduler /usr/local/bin/bext-scheduler
+COPY --from=binary /out/bext-scheduler /usr/local/bin/bext-scheduler
 
 # The config is mounted here (read-only); include = ["jobs/*.toml"] in it
 # reads /etc/bext/jobs/. Secrets come in as environment variables (${VAR}).

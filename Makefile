@@ -9,8 +9,11 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_TIMEOUT ?= 20m
 BENCH_COUNT ?= 5
 FLEET_N ?= 100000
+# Pinned release tools, built from the module proxy by `go run` (no binaries
+# downloaded); deploy/package_test.go pins the same goreleaser.
+GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: help build test test-services test-chart k8s-manifests bench lint fuzz run-example cluster-test demo sim clean
+.PHONY: help build test test-services test-chart k8s-manifests bench lint fuzz run-example cluster-test demo sim release-snapshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,7 +26,9 @@ test-services: ## make sure the test Redis and Postgres answer (starts them if n
 
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
+	@# BEXT_TEST_DEB=1: deploy's TestDebPackage builds the linux/amd64 deb with
+	@# goreleaser, installs it with dpkg (root) and purges it.
+	BEXT_TEST_DEB=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
 	@# The simulation bites: each planted mutation (internal/mutation) is
 	@# caught by its invariant within the default seeds.
 	$(GO) test -tags simmut -race -count=1 -run TestMutations ./internal/sim
@@ -73,5 +78,8 @@ cluster-test: build test-services ## the long cluster run: 5 nodes per backend, 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo
 
+release-snapshot: ## archives (linux amd64/arm64, darwin), deb, rpm, checksums and SBOMs into dist/, offline (no image: no Docker engine here)
+	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
+
 clean:
-	rm -rf bin
+	rm -rf bin dist .release

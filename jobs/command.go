@@ -363,19 +363,6 @@ func (c *Command) maxOutputBytes() int64 {
 	return DefaultMaxOutputBytes
 }
 
-// waitExited blocks until process pid has exited, without reaping it
-// (WNOWAIT): cmd.Wait reaps it later, after the group kill.
-func waitExited(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			// On any other error cmd.Wait still blocks until the exit.
-			return
-		}
-	}
-}
-
 // signalGroup sends sig to process group pgid. ESRCH (the group is gone)
 // is the expected outcome once a run has ended, so errors are ignored.
 func signalGroup(pgid int, sig syscall.Signal) {

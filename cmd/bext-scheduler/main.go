@@ -113,7 +113,7 @@ status, history, trigger, pause, resume, backfill: 69 backend unreachable.`,
 	root.AddCommand(newStopCmd(), newCancelCmd())
 	root.AddCommand(newRunCmd(), newValidateCmd(), newNextCmd(), newLockCmd(), newLocksCmd(),
 		newStatusCmd(), newHistoryCmd(), newTriggerCmd(), newPauseCmd(), newResumeCmd(), newBackfillCmd(), newAuditCmd(),
-		newVersionCmd())
+		newVersionCmd(), newManCmd())
 	return root
 }
 
