@@ -32,13 +32,16 @@ const (
 // DefaultActionsKept is how many actions per schedule history keeps.
 const DefaultActionsKept = 50
 
-// StopRequest asks the nodes that run a schedule to stop its runs: each
-// node stops the runs of the schedule going on there when it first sees
-// the request (not runs that start later), and adds what it stopped to
-// Stopped. `stop` waits for that.
+// StopRequest asks the nodes that run a schedule to stop the runs it
+// names: each node stops those of them going on there when it sees the
+// request, and adds what it stopped to Stopped. `stop` waits for that. It
+// names the runs (as the nodes announced them) rather than "whatever runs":
+// a node that starts a run of the schedule after the stop was asked, and
+// only then polls (nodes with nothing running do not), must not stop it.
 type StopRequest struct {
 	ID       string    `json:"id"` // random, unique
 	Schedule string    `json:"schedule"`
+	RunIDs   []string  `json:"run_ids"`
 	By       string    `json:"by"`
 	At       time.Time `json:"at"`
 	// Stopped is what the nodes stopped, filled by StopActed; empty in a
@@ -111,6 +114,9 @@ func CheckStop(r StopRequest, ttl time.Duration) error {
 	}
 	if r.ID == "" {
 		return fmt.Errorf("%w: stop of %q has no id", ErrInvalid, r.Schedule)
+	}
+	if len(r.RunIDs) == 0 {
+		return fmt.Errorf("%w: stop of %q names no run", ErrInvalid, r.Schedule)
 	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: stop of %q: ttl %v below 1ms", ErrInvalid, r.Schedule, ttl)

@@ -73,7 +73,7 @@ func caseActions(s *suite) {
 }
 
 func stopReq(id string, sec int) cluster.StopRequest {
-	return cluster.StopRequest{ID: id, Schedule: "job", By: "ops@host", At: base.Add(time.Duration(sec) * time.Second)}
+	return cluster.StopRequest{ID: id, Schedule: "job", RunIDs: []string{"r-" + id, "r2-" + id}, By: "ops@host", At: base.Add(time.Duration(sec) * time.Second)}
 }
 
 func (s *suite) stops(st cluster.Store) []cluster.StopRequest {
@@ -95,7 +95,8 @@ func caseStops(s *suite) {
 	s.check(b.RequestStop(s.ctx, stopReq("s1", 1), longTTL), "RequestStop(s1)")
 	got := s.stops(b)
 	if len(got) != 2 || got[0].ID != "s1" || got[1].ID != "s2" || got[0].By != "ops@host" || got[0].Schedule != "job" ||
-		!got[0].At.Equal(base.Add(time.Second)) || got[0].Stopped == nil || len(got[0].Stopped) != 0 {
+		!got[0].At.Equal(base.Add(time.Second)) || got[0].Stopped == nil || len(got[0].Stopped) != 0 ||
+		!slices.Equal(got[0].RunIDs, []string{"r-s1", "r2-s1"}) {
 		s.t.Fatalf("StopRequests = %+v, want s1 then s2, nothing stopped yet (an empty list)", got)
 	}
 	sa := []cluster.Stopped{{Node: "node-a", Tick: base, RunID: "r1"}}

@@ -282,9 +282,14 @@ func caseBadInput(s *suite) {
 		"Actions(limit 0)":               func() error { _, err := st.Actions(s.ctx, "job", 0); return err },
 		"RequestStop(no id)":             func() error { return st.RequestStop(s.ctx, stopReq("", 1), longTTL) },
 		"RequestStop(ttl 0)":             func() error { return st.RequestStop(s.ctx, stopReq("x", 1), 0) },
-		"StopActed(no id)":               func() error { return st.StopActed(s.ctx, "", "n", nil) },
-		"StopActed(no node)":             func() error { return st.StopActed(s.ctx, "x", "", nil) },
-		"CancelQueue(empty schedule)":    func() error { _, err := st.CancelQueue(s.ctx, ""); return err },
+		"RequestStop(no run)": func() error {
+			r := stopReq("x", 1)
+			r.RunIDs = nil
+			return st.RequestStop(s.ctx, r, longTTL)
+		},
+		"StopActed(no id)":            func() error { return st.StopActed(s.ctx, "", "n", nil) },
+		"StopActed(no node)":          func() error { return st.StopActed(s.ctx, "x", "", nil) },
+		"CancelQueue(empty schedule)": func() error { _, err := st.CancelQueue(s.ctx, ""); return err },
 	}
 	for what, f := range bad {
 		s.noPanic(what, func() { s.wantErrIs(f(), cluster.ErrInvalid, what) })

@@ -22,9 +22,9 @@ func newStopCmd() *cobra.Command {
 		Short: "Stop the runs of a schedule going on now, on whichever node runs them",
 		Long: `stop asks the nodes that run the schedule now to stop those runs: each one
 cancels its run's job (a command gets SIGTERM, then SIGKILL after its kill
-grace), records it with result cancelled, and starts no retry of it. Runs
-that start after a node saw the request are not stopped; pause the
-schedule too to keep it from running again. It works whichever node or
+grace), records it with result cancelled, and starts no retry of it. Only
+the runs the nodes announced when stop asked are stopped, never one that
+starts after; pause the schedule too to keep it from running again. It works whichever node or
 backend the CLI talks to: the nodes poll for stop requests once a second
 while they run something. What runs is what the nodes announced (at most a
 second old), as status shows it.

@@ -385,9 +385,11 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 }
 
 // pollStops acts on the operators' stop requests: for each one it has not
-// acted on that names a schedule running here, it stops those runs (the
-// ones going on now: a run that starts later is not stopped) and tells
-// the cluster what it stopped. A node with nothing running reads nothing.
+// acted on that names runs going on here, it stops them and tells the
+// cluster what it stopped. Only the runs named: a request is read late by
+// a node that had nothing running when it was asked (such a node does not
+// poll), and the run it started since is not the one asked to stop. A
+// node with nothing running reads nothing.
 func (a *Agent) pollStops(ctx context.Context) {
 	a.mu.Lock()
 	idle := len(a.running) == 0
@@ -411,8 +413,8 @@ func (a *Agent) pollStops(ctx context.Context) {
 		}
 		var runs []cluster.Running
 		a.mu.Lock()
-		for _, run := range a.running {
-			if run.Schedule == r.Schedule {
+		for _, runID := range r.RunIDs {
+			if run, ok := a.running[runID]; ok && run.Schedule == r.Schedule {
 				runs = append(runs, run)
 			}
 		}

@@ -91,17 +91,19 @@ func (s *Service) Stop(ctx context.Context, id string, wait time.Duration) (Stop
 		return ans, backendErr("listing nodes", err)
 	}
 	running := map[string]bool{} // the nodes that run it
+	var runIDs []string
 	for _, n := range ns {
 		for _, r := range n.Running {
 			if r.Schedule == id {
 				running[n.NodeID] = true
+				runIDs = append(runIDs, r.RunID)
 			}
 		}
 	}
 	if len(running) == 0 {
 		return ans, fmt.Errorf("%w: %q", ErrNotRunning, id)
 	}
-	req := cluster.StopRequest{ID: newID(), Schedule: id, By: s.byOf(ctx), At: s.now().UTC()}
+	req := cluster.StopRequest{ID: newID(), Schedule: id, RunIDs: runIDs, By: s.byOf(ctx), At: s.now().UTC()}
 	if err := s.store.RequestStop(ctx, req, wait+stopKeep); err != nil {
 		return ans, backendErr("asking the nodes to stop the run", err)
 	}

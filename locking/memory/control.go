@@ -90,7 +90,7 @@ func (l *Locker) RequestStop(ctx context.Context, r cluster.StopRequest, ttl tim
 	if _, ok := c.stops[r.ID]; ok {
 		return nil
 	}
-	r.Stopped = nil
+	r.Stopped, r.RunIDs = nil, slices.Clone(r.RunIDs)
 	c.stops[r.ID] = &stopEntry{req: r, expires: expiry(now, ttl), acted: map[string][]cluster.Stopped{}, seq: len(c.stops)}
 	return nil
 }
@@ -114,6 +114,7 @@ func (l *Locker) StopRequests(ctx context.Context) ([]cluster.StopRequest, error
 	out := make([]cluster.StopRequest, len(es))
 	for i, e := range es {
 		out[i] = e.req
+		out[i].RunIDs = slices.Clone(e.req.RunIDs)
 		out[i].Stopped = []cluster.Stopped{}
 		for _, node := range slices.Sorted(maps.Keys(e.acted)) {
 			out[i].Stopped = append(out[i].Stopped, e.acted[node]...)
