@@ -17,6 +17,13 @@ type Action struct {
 	By       string    `json:"by"`   // CLI: user@host; API: "api" and the client address
 	At       time.Time `json:"at"`   // on the asking side's clock
 	Note     string    `json:"note"` // the pause note, a backfill's range
+	// StreakFrom, on a resume, is the start of the newest run history held
+	// when the schedule was resumed (null: none, or not a resume): the
+	// failure streak counts only runs that started after it. A start the
+	// nodes stamped, not At: the asking side's clock may run far ahead or
+	// behind the nodes', and a resume stamped a day ahead would switch
+	// pause_after_failures off for that day.
+	StreakFrom *time.Time `json:"streak_from"`
 }
 
 // The kinds of an Action.

@@ -96,11 +96,16 @@ func TestPauseAfterFailures(t *testing.T) {
 	}
 
 	// A resume starts a new streak: the next failure does not pause again,
-	// the third after the resume does.
+	// the third after the resume does, whatever the resuming host's clock.
 	if err := mem.SetPause(context.Background(), "s", locking.Pause{}); err != nil {
 		t.Fatal(err)
 	}
-	resume := cluster.Action{Schedule: "s", Kind: cluster.ActionResume, By: "ops@host", At: t0.Add(5*time.Minute + 30*time.Second)}
+	// Stamped by a CLI whose clock runs a year ahead: the streak starts
+	// after the newest run history held (StreakFrom, the nodes' stamp),
+	// not at the resume's At, or no failure would count for a year.
+	from := t0.Add(5 * time.Minute)
+	resume := cluster.Action{Schedule: "s", Kind: cluster.ActionResume, By: "ops@host",
+		At: time.Now().Add(365 * 24 * time.Hour), StreakFrom: &from}
 	if err := mem.RecordAction(context.Background(), resume, 10); err != nil {
 		t.Fatal(err)
 	}

@@ -126,10 +126,21 @@ func (s *Service) Resume(ctx context.Context, id string) (PauseAnswer, error) {
 	if s.store == nil {
 		return PauseAnswer{}, ErrNoBackend
 	}
+	// The new failure streak starts after the newest run history holds
+	// now, as the nodes stamped it (cluster.Action.StreakFrom).
+	newest, err := s.store.Runs(ctx, id, 1)
+	if err != nil {
+		return PauseAnswer{}, backendErr("reading the last run before resuming", err)
+	}
 	if err := s.store.SetPause(ctx, id, locking.Pause{}); err != nil {
 		return PauseAnswer{}, backendErr("resuming", err)
 	}
-	return pauseAnswer(id, locking.Pause{}), s.record(ctx, id, cluster.ActionResume, "")
+	act := cluster.Action{Schedule: id, Kind: cluster.ActionResume}
+	if len(newest) > 0 {
+		from := newest[0].StartedAt.UTC()
+		act.StreakFrom = &from
+	}
+	return pauseAnswer(id, locking.Pause{}), s.recordAction(ctx, act)
 }
 
 func pauseAnswer(id string, p locking.Pause) PauseAnswer {

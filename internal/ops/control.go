@@ -60,7 +60,13 @@ func (s *Service) byOf(ctx context.Context) string {
 // record keeps who did what to schedule id. The act is done by then: a
 // record that fails says so, naming the act, and the caller reports it.
 func (s *Service) record(ctx context.Context, id, kind, note string) error {
-	a := cluster.Action{Schedule: id, Kind: kind, By: s.byOf(ctx), At: s.now().UTC(), Note: note}
+	return s.recordAction(ctx, cluster.Action{Schedule: id, Kind: kind, Note: note})
+}
+
+// recordAction is record for an act with more to it than a note.
+func (s *Service) recordAction(ctx context.Context, a cluster.Action) error {
+	id, kind := a.Schedule, a.Kind
+	a.By, a.At = s.byOf(ctx), s.now().UTC()
 	if err := s.store.RecordAction(ctx, a, cluster.DefaultActionsKept); err != nil {
 		return backendErr(fmt.Sprintf("%s of %q done, but recording who did it", kind, id), err)
 	}
@@ -177,14 +183,18 @@ func (s *Service) Cancel(ctx context.Context, id string) (CancelAnswer, error) {
 // counting from it.
 const StreakActions = 20
 
-// StreakSince is when a schedule's failure streak may begin: its newest
-// resume among acts (newest first), zero when none is there. A resume
+// StreakSince is when a schedule's failure streak may begin: the
+// StreakFrom of its newest resume among acts (newest first), zero when
+// there is none (or history held no run when it was resumed). A resume
 // starts a new streak, so the first failure after one does not pause the
 // schedule again "after N failed runs in a row".
 func StreakSince(acts []cluster.Action) time.Time {
 	for _, a := range acts {
 		if a.Kind == cluster.ActionResume {
-			return a.At
+			if a.StreakFrom != nil {
+				return *a.StreakFrom
+			}
+			return time.Time{}
 		}
 	}
 	return time.Time{}

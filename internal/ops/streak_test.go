@@ -80,8 +80,12 @@ func TestStatusLastSuccessAndFailuresInARow(t *testing.T) {
 		// spread was resumed after its failure: nothing before counts.
 		// nightly was resumed before its last three failures: they are
 		// its streak, not all twelve.
-		for id, at := range map[string]string{"nightly": "2026-01-10T00:10:30Z", "spread": "2026-01-10T00:00:30Z"} {
-			if err := st.RecordAction(ctx, cluster.Action{Schedule: p + id, Kind: cluster.ActionResume, By: "ops@host", At: utc(at)}, 10); err != nil {
+		// Their resumes' At are a day ahead (a CLI's clock): StreakFrom,
+		// the newest run's start when resumed, is what counts.
+		for id, from := range map[string]string{"nightly": "2026-01-10T00:10:00Z", "spread": "2026-01-10T00:00:00Z"} {
+			f := utc(from)
+			a := cluster.Action{Schedule: p + id, Kind: cluster.ActionResume, By: "ops@host", At: now.Add(24 * time.Hour), StreakFrom: &f}
+			if err := st.RecordAction(ctx, a, 10); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -122,4 +126,47 @@ func sameTime(a, b *time.Time) bool {
 		return a == b
 	}
 	return a.Equal(*b)
+}
+
+// Resume records, as the start of the new failure streak, the start of
+// the newest run history holds then (null with no run), as stored; the
+// JSON carries it as streak_from.
+func TestResumeRecordsStreakFrom(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, st ops.Store) {
+		ctx := t.Context()
+		p := uniq(t)
+		now := utc("2026-01-10T12:00:00Z")
+		svc := ops.New(st, defs(t, p), ops.Options{Clock: func() time.Time { return now }})
+		if _, err := svc.Resume(ctx, p+"spread"); err != nil {
+			t.Fatal(err)
+		}
+		runs := streakRuns("failure", "failure")
+		for i := range runs {
+			runs[i].Schedule, runs[i].RunID, runs[i].Attempts = p+"nightly", p+runs[i].RunID, 1
+		}
+		if err := st.RecordRuns(ctx, runs, 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Resume(ctx, p+"nightly"); err != nil {
+			t.Fatal(err)
+		}
+		status, err := svc.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range status.Schedules {
+			la := sc.LastAction
+			switch sc.ID {
+			case p + "nightly":
+				if la == nil || la.StreakFrom == nil || !la.StreakFrom.Equal(runs[0].StartedAt) || sc.FailuresInARow != 0 {
+					t.Errorf("nightly after its resume: last action %+v, failures in a row %d; want streak_from %v and 0",
+						la, sc.FailuresInARow, runs[0].StartedAt)
+				}
+			case p + "spread":
+				if la == nil || la.Kind != cluster.ActionResume || la.StreakFrom != nil {
+					t.Errorf("spread resumed with no run: last action %+v, want a resume with streak_from null", la)
+				}
+			}
+		}
+	})
 }
