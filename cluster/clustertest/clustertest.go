@@ -85,6 +85,13 @@ type Backend struct {
 	// TTL passes (memory, Redis), its session is gone (Postgres).
 	// Required: the cases of a take never heard back need it.
 	EndLock func(t testing.TB, st cluster.Store, schedule string)
+
+	// Parallel runs the cases at once (t.Parallel): for a backend whose
+	// cases share nothing, the time, state and hooks above included, so
+	// that the cases waiting on real time (a TTL, an expiry) wait together.
+	// A backend on an injected clock that one case advances for all, as
+	// memory's is, leaves it false.
+	Parallel bool
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest
@@ -95,7 +102,12 @@ func Run(t *testing.T, b Backend) {
 		t.Fatal("clustertest: Backend.New and Backend.NewOtherCluster are required")
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.run(&suite{t: t, b: b, ctx: t.Context()}) })
+		t.Run(c.name, func(t *testing.T) {
+			if b.Parallel {
+				t.Parallel()
+			}
+			c.run(&suite{t: t, b: b, ctx: t.Context()})
+		})
 	}
 }
 

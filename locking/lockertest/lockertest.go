@@ -82,6 +82,13 @@ type Backend struct {
 	// long a resend is answered from the grant. Required by the cases about
 	// a resend's lease, which fail without it.
 	EndLease func(t testing.TB, r locking.TickRequest, d time.Duration)
+
+	// Parallel runs the cases at once (t.Parallel): for a backend whose
+	// cases share nothing, the time, state and hooks above included, so
+	// that the cases waiting on real time (a TTL, an expiry) wait together.
+	// A backend on an injected clock that one case advances for all, as
+	// memory's is, leaves it false.
+	Parallel bool
 }
 
 // Run runs the whole conformance suite against b, each case as a subtest
@@ -92,7 +99,12 @@ func Run(t *testing.T, b Backend) {
 		t.Fatal("lockertest: Backend.New and Backend.Expire are required")
 	}
 	for _, c := range append(cases[:len(cases):len(cases)], tickCases...) {
-		t.Run(c.name, func(t *testing.T) { c.run(newSuite(t, b)) })
+		t.Run(c.name, func(t *testing.T) {
+			if b.Parallel {
+				t.Parallel()
+			}
+			c.run(newSuite(t, b))
+		})
 	}
 }
 
@@ -104,7 +116,12 @@ func RunTicks(t *testing.T, b Backend) {
 		t.Fatal("lockertest: Backend.New and Backend.Expire are required")
 	}
 	for _, c := range tickCases {
-		t.Run(c.name, func(t *testing.T) { c.run(newSuite(t, b)) })
+		t.Run(c.name, func(t *testing.T) {
+			if b.Parallel {
+				t.Parallel()
+			}
+			c.run(newSuite(t, b))
+		})
 	}
 }
 

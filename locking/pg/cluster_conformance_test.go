@@ -22,6 +22,7 @@ const clusterSessions = 2
 // stores of one suite case are Lockers of one namespace (caseCluster), the
 // other cluster's a namespace of its own. The store is its own Locker.
 func TestClusterStoreConformance(t *testing.T) {
+	t.Parallel()
 	clustertest.Run(t, clusterBackend(t))
 }
 
@@ -32,6 +33,7 @@ func clusterBackend(t testing.TB) clustertest.Backend {
 	}
 	t.Cleanup(func() { nowConn.Close(context.Background()) })
 	return clustertest.Backend{
+		Parallel: true, // each case has a namespace of its own
 		// A lock has no TTL: it ends with its session.
 		EndLock: func(t testing.TB, _ store.Store, schedule string) { caseCluster(t).kill(schedule) },
 		New: func(t testing.TB) store.Store {

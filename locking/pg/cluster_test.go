@@ -79,6 +79,7 @@ func (c *cluster) storedRuns(schedule string) int64 {
 }
 
 func TestClusterRunsRoundTrip(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -134,6 +135,7 @@ func testRunOr(last store.Run, i int) store.Run {
 // keep only once it passes keep + keep/10, never per insert, and keeps the
 // newest by StartedAt.
 func TestClusterTrimDeferred(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -173,6 +175,7 @@ func TestClusterTrimDeferred(t *testing.T) {
 // and older than some stored runs, leaves the newest keep of stored and
 // batch together.
 func TestClusterTrimRanksBatch(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -210,6 +213,7 @@ func TestClusterTrimRanksBatch(t *testing.T) {
 }
 
 func TestClusterLastRuns(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -231,6 +235,7 @@ func TestClusterLastRuns(t *testing.T) {
 }
 
 func TestClusterNodes(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -294,6 +299,7 @@ func backfill(id, schedule string, i int) store.Request {
 }
 
 func TestClusterQueue(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -341,6 +347,7 @@ func TestClusterQueue(t *testing.T) {
 // TestClusterBackfillEnqueueRace: of 8 concurrent Enqueues of a backfill
 // of one schedule, exactly one is stored.
 func TestClusterBackfillEnqueueRace(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const n = 8
@@ -383,6 +390,7 @@ func TestClusterBackfillEnqueueRace(t *testing.T) {
 }
 
 func TestClusterTakeTrigger(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{Holder: "a"}), c.open(Options{Holder: "b"})
 	ctx := context.Background()
@@ -472,6 +480,7 @@ func TestClusterTakeTrigger(t *testing.T) {
 }
 
 func TestClusterTakeBackfill(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -528,6 +537,7 @@ func TestClusterTakeBackfill(t *testing.T) {
 // TestClusterTakeRace: 32 nodes take one trigger at once: exactly one gets
 // it, several rounds; the others see contended or an empty queue.
 func TestClusterTakeRace(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const n = 32
@@ -590,6 +600,7 @@ func TestClusterTakeRace(t *testing.T) {
 // once, in order. A node that read the queue before the previous holder's
 // Done must not run that tick again.
 func TestClusterBackfillRunsOnce(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const nodes, ticks = 8, 30
@@ -648,6 +659,7 @@ func TestClusterBackfillRunsOnce(t *testing.T) {
 // TestClusterNamespaces: two clusters sharing the database see none of each
 // other's state, for the same schedule and node ids.
 func TestClusterNamespaces(t *testing.T) {
+	t.Parallel()
 	c1, c2 := newCluster(t), newCluster(t)
 	l1, l2 := c1.open(Options{}), c2.open(Options{})
 	ctx := context.Background()
@@ -715,6 +727,7 @@ func TestClusterNamespaces(t *testing.T) {
 // it answers ErrResendHeld, not definite, and changes nothing. Once the
 // session ended, the resend takes the lock again for the same trigger.
 func TestTakeResentWhileFirstSessionHolds(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l1, l2 := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()

@@ -3,7 +3,6 @@ package pg
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +21,13 @@ import (
 const suiteSessions = 16
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	nowConn, err := pgx.Connect(context.Background(), testenv.PGURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nowConn.Close(context.Background())
+	// Not deferred: the cases run in parallel, after this function returns.
+	t.Cleanup(func() { nowConn.Close(context.Background()) })
 	suiteNow = func(t testing.TB) time.Time {
 		nowMu.Lock()
 		defer nowMu.Unlock()
@@ -43,7 +44,8 @@ func TestConformance(t *testing.T) {
 		},
 		Expire:    func(t testing.TB, key string) { clusterOf(t).kill(key) },
 		TTLExpiry: false,
-		MaxHeld:   0, // sessions are shared: no limit on locks held
+		Parallel:  true, // each case has a namespace of its own
+		MaxHeld:   0,    // sessions are shared: no limit on locks held
 		Now:       func() time.Time { return suiteNow(t) },
 		ForgetMark: func(t testing.TB, key string) {
 			c := clusterOf(t)
@@ -95,8 +97,10 @@ var (
 	suiteNow func(t testing.TB) time.Time
 )
 
-// clusters maps each suite case (TestConformance/<case>) to its cluster, so
-// New and Expire of one case, and of its subtests, share a namespace.
+// clusters maps each suite case to its cluster, so New and Expire of one
+// case share a namespace. The key is the case's whole test name: its name
+// has slashes of its own ("Tick/AnswerNow"), and the cases run at once,
+// so a prefix of it would be shared by cases that must not share.
 var (
 	clustersMu sync.Mutex
 	clusters   = map[string]*cluster{}
@@ -105,14 +109,6 @@ var (
 func clusterOf(t testing.TB) *cluster {
 	t.Helper()
 	name := t.Name()
-	parts := strings.Split(name, "/")
-	n := 2 // TestConformance/<case>
-	if len(parts) > 2 && parts[1] == "batched" {
-		n = 3 // TestConformance/batched/<case>
-	}
-	if len(parts) > n {
-		name = strings.Join(parts[:n], "/")
-	}
 	clustersMu.Lock()
 	defer clustersMu.Unlock()
 	if c, ok := clusters[name]; ok {

@@ -14,6 +14,7 @@ import (
 // deadline; a Renew bounded by OpTimeout alone let the job run seconds past
 // it, until the server could free the lock for another node.
 func TestTurn3RenewIgnoresCallersDeadline(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	a := c.open(Options{URL: u})
@@ -39,6 +40,7 @@ func TestTurn3RenewIgnoresCallersDeadline(t *testing.T) {
 // holds A's lock lives on: one slow statement of one schedule does not
 // cancel another schedule's job.
 func TestTurn3RenewQueuesBehindUnrelatedTick(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	ctx := context.Background()
@@ -100,6 +102,7 @@ func TestTurn3RenewQueuesBehindUnrelatedTick(t *testing.T) {
 // queued first would, once sent, wait on its row (an operator holds it):
 // in line behind it, the renewal would miss its deadline.
 func TestRenewGoesBeforeQueuedTicks(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 // TestProbeClass: the statements that use the package's own advisory key
 // space name it by the same number.
 func TestProbeClass(t *testing.T) {
+	t.Parallel()
 	for _, q := range []string{probeCheckSQL, probeUnlockSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
 		if !strings.Contains(q, strconv.Itoa(probeClass)) {
 			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
@@ -22,6 +23,7 @@ func TestProbeClass(t *testing.T) {
 
 // TestRealSessionPasses runs the probe against the real server.
 func TestRealSessionPasses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -41,6 +43,7 @@ func TestRealSessionPasses(t *testing.T) {
 // TestLockIDMatchesSQL: List joins by an id computed in SQL; it must be the
 // id TryLock locks.
 func TestLockIDMatchesSQL(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, k := range [][2]string{{"bext", "nightly-report"}, {"ns", "clé ünïcode ☃"}, {"a", "bc"}, {"ab", "c"}, {"", "x"}} {
 		var got int64
@@ -58,6 +61,7 @@ func TestLockIDMatchesSQL(t *testing.T) {
 }
 
 func TestOpenInvalid(t *testing.T) {
+	t.Parallel()
 	const pw = "s3cr3tpw"
 	for _, u := range []string{
 		"",
@@ -89,6 +93,7 @@ func TestOpenInvalid(t *testing.T) {
 }
 
 func TestOpenNeedsNoServer(t *testing.T) {
+	t.Parallel()
 	l, err := Open(context.Background(), Options{URL: "postgres://postgres@127.0.0.1:1/test"})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -99,6 +104,7 @@ func TestOpenNeedsNoServer(t *testing.T) {
 }
 
 func TestScrubSecrets(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ raw, secret string }{
 		{"postgres://u:pa55word@h:bad/db", "pa55word"},
 		{"postgres://u:pa%2F55word@h/db", "pa/55word"},

@@ -55,6 +55,7 @@ func (flipAfterScript) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 // tick whose mark was raised and whose lock is held, lost cluster-wide
 // (found by review: the context error once overwrote them).
 func TestTryLockTicksCancelAfterFirstBatchKeepsItsGrants(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -92,6 +93,7 @@ func TestTryLockTicksCancelAfterFirstBatchKeepsItsGrants(t *testing.T) {
 // aborted the script, a script is not rolled back, and every request was
 // answered with the error, so no node ran request 0's tick).
 func TestTicksBatchErrorFailsOnlyItsRequest(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -124,6 +126,7 @@ func TestTicksBatchErrorFailsOnlyItsRequest(t *testing.T) {
 // waiting nodes drop it too. Request a, another schedule in the same
 // batch, is granted and published: the batch's one message names a alone.
 func TestTicksFailedStepRaisesNoMark(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)

@@ -30,6 +30,7 @@ func burstReqs(n int, t time.Time) []locking.TickRequest {
 // the nodes, the others are told done or contended, an invalid request in
 // the middle is refused alone, and each answer is TryLockTick's.
 func TestTryLockTicksBurst(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t)
 	const n = 1200
 	nodes := make([]*Locker, 3)
@@ -207,6 +208,7 @@ type grantedLock struct {
 // same requests sent one by one with TryLockTick: ticks.lua reads its keys
 // ahead, and each step must see the writes of the steps before it.
 func TestTryLockTicksRepeatedKeys(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	ctx := context.Background()

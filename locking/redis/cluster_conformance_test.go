@@ -47,6 +47,7 @@ func clusterBackend(t testing.TB) clustertest.Backend {
 		return l
 	}
 	return clustertest.Backend{
+		Parallel:        true, // each case has a key prefix of its own
 		New:             func(t testing.TB) cluster.Store { return open(t, prefixFor(t)) },
 		NewOtherCluster: func(t testing.TB) cluster.Store { return open(t, testPrefix(t, admin)) },
 		// Node TTLs run on the server's clock.
@@ -68,6 +69,7 @@ func clusterBackend(t testing.TB) clustertest.Backend {
 }
 
 func TestClusterConformance(t *testing.T) {
+	t.Parallel()
 	clustertest.Run(t, clusterBackend(t))
 }
 

@@ -19,6 +19,7 @@ import (
 // share its slot, LastRuns and RecordRuns pipeline across slots (nodes),
 // and prefix{} keys live wherever their own hash sends them.
 func TestClusterConformanceRedisCluster(t *testing.T) {
+	t.Parallel()
 	rc := testenv.StartRedisCluster(t, 3, 0)
 	addrs := make([]string, len(rc.Masters))
 	for i, m := range rc.Masters {

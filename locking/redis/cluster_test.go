@@ -51,6 +51,7 @@ func testRun(schedule, id string, started time.Time) cluster.Run {
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456000, time.UTC)
 
 func TestRecordRunsNewestFirstAndBounded(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	// Recorded out of order, across two batches: history is ordered by
@@ -99,6 +100,7 @@ func TestRecordRunsNewestFirstAndBounded(t *testing.T) {
 }
 
 func TestRecordRunsResendStoredOnce(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	r := testRun("s", "r1", t0)
@@ -113,6 +115,7 @@ func TestRecordRunsResendStoredOnce(t *testing.T) {
 }
 
 func TestRecordRunsBoundsFields(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	r := testRun("s", "r1", t0)
@@ -131,6 +134,7 @@ func TestRecordRunsBoundsFields(t *testing.T) {
 }
 
 func TestLastRunsManySchedules(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	// More schedules than one pipelined batch holds.
@@ -164,6 +168,7 @@ func TestLastRunsManySchedules(t *testing.T) {
 }
 
 func TestHistoryInvalid(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	for name, err := range map[string]error{
@@ -182,6 +187,7 @@ func TestHistoryInvalid(t *testing.T) {
 }
 
 func TestNodes(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	before := f.admin.Time(ctx).Val()
@@ -240,6 +246,7 @@ func backfill(schedule, id string, tick time.Time) cluster.Request {
 }
 
 func TestTakeTrigger(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1"), trigger("s", "t2")}); err != nil {
@@ -314,6 +321,7 @@ func TestTakeTrigger(t *testing.T) {
 }
 
 func TestTakeBackfill(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	bf := []cluster.Request{backfill("s", "b1", t0), backfill("s", "b2", t0.Add(time.Minute))}
@@ -371,6 +379,7 @@ func TestTakeBackfill(t *testing.T) {
 // for two queued triggers, round after round: exactly one node takes one,
 // the first, and the lock it holds keeps the second queued.
 func TestTakeRequestRace(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	const nodes, rounds = 32, 10
@@ -438,6 +447,7 @@ func TestTakeRequestRace(t *testing.T) {
 // must answer with the request the first run took, not take the next one
 // (the first trigger would be lost: popped, accepted, run by nobody).
 func TestTakeResendAnswersTheFirstTake(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1"), trigger("s", "t2")}); err != nil {
@@ -468,6 +478,7 @@ func TestTakeResendAnswersTheFirstTake(t *testing.T) {
 
 // TestClusterNamespaces: two prefixes on one server share nothing.
 func TestClusterNamespaces(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	other := openLocker(t, Options{URL: f.url, KeyPrefix: testPrefix(t, f.admin)})
@@ -507,6 +518,7 @@ func TestClusterNamespaces(t *testing.T) {
 // TestListSkipsClusterState: `locks` shows locks only, not the history,
 // queues, records and nodes kept next to them.
 func TestListSkipsClusterState(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.RecordRuns(ctx, []cluster.Run{testRun("s", "r1", t0)}, 10); err != nil {
@@ -541,6 +553,7 @@ func TestListSkipsClusterState(t *testing.T) {
 }
 
 func TestClusterClosed(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.Close(ctx); err != nil {
@@ -559,6 +572,7 @@ func TestClusterClosed(t *testing.T) {
 // TestRunStoredUnescaped: output is stored as is, not JSON-escaped (each
 // '<' as \u003c would cost 6 bytes of Redis memory instead of one).
 func TestRunStoredUnescaped(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	r := testRun("s", "r1", t0)
@@ -579,6 +593,7 @@ func TestRunStoredUnescaped(t *testing.T) {
 // ErrUnavailable within the operation timeout; none hangs or reports an
 // empty answer as if all were well.
 func TestClusterUnreachable(t *testing.T) {
+	t.Parallel()
 	const opTimeout = 300 * time.Millisecond
 	l := openLocker(t, Options{URL: "redis://" + closedAddr(t) + "/0", OpTimeout: opTimeout})
 	ctx := context.Background()
@@ -615,6 +630,7 @@ func TestClusterUnreachable(t *testing.T) {
 // TestEnqueueBusyStoresNoTrigger: a call with a trigger of one schedule and
 // a refused backfill of another stores neither.
 func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.Enqueue(ctx, []cluster.Request{backfill("b", "b1", t0)}); err != nil {
@@ -634,6 +650,7 @@ func TestEnqueueBusyStoresNoTrigger(t *testing.T) {
 // another holds the lock, a resend gives the trigger back to its queue,
 // and the index of queued schedules lists it, so a polling node finds it.
 func TestTakeResentAfterExpiry(t *testing.T) {
+	t.Parallel()
 	f := newClusterFixture(t)
 	ctx := context.Background()
 	if err := f.l.Enqueue(ctx, []cluster.Request{trigger("s", "t1")}); err != nil {

@@ -12,6 +12,7 @@ import (
 // TestDurabilityWarnings runs the start-up check against a private server
 // (it is reconfigured) started without persistence.
 func TestDurabilityWarnings(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t) // --save "" --appendonly no
 	admin := adminClient(t, srv.URL())
 	l := openLocker(t, Options{URL: srv.URL()})

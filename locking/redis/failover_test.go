@@ -98,6 +98,7 @@ func keysPerShard(t *testing.T, c *testenv.RedisCluster, prefix string, n int) [
 // scheduler's backend_error) and its held locks cannot be renewed. No tick
 // is granted twice throughout.
 func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := testenv.StartRedisCluster(t, 3, 1)
 	// Registered before the Lockers: runs after their Close.
 	t.Cleanup(func() { waitDialRetries(t) })
@@ -267,6 +268,7 @@ func TestRedisClusterFailover(t *testing.T) {
 // saw decided) keeps that tick from running twice. Fences keep increasing
 // regardless: the counter is floored at the server's clock.
 func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
 	var link *faultproxy.Proxy
 	s := testenv.StartRedisSentinel(t, func(primary string) string {
 		link = faultproxy.Start(t, primary)

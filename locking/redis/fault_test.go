@@ -29,6 +29,7 @@ func closedAddr(t *testing.T) string {
 }
 
 func TestUnreachableAtTryLock(t *testing.T) {
+	t.Parallel()
 	const opTimeout = 500 * time.Millisecond
 	l := openLocker(t, Options{URL: "redis://" + closedAddr(t) + "/0", OpTimeout: opTimeout})
 	ctx := context.Background()
@@ -54,6 +55,7 @@ func TestUnreachableAtTryLock(t *testing.T) {
 }
 
 func TestRedisRestartedWhileHeld(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t) // private: this test restarts it
 	a := openLocker(t, Options{URL: srv.URL(), KeyPrefix: "t:", OpTimeout: time.Second, Holder: "a"})
 	ctx := context.Background()
@@ -93,6 +95,7 @@ func TestRedisRestartedWhileHeld(t *testing.T) {
 }
 
 func TestStalledConnectionRenewTimesOutBeforeLease(t *testing.T) {
+	t.Parallel()
 	const (
 		opTimeout = 300 * time.Millisecond
 		ttl       = 3 * time.Second // > 2 × opTimeout, with room for slow machines
@@ -152,6 +155,7 @@ func TestStalledConnectionRenewTimesOutBeforeLease(t *testing.T) {
 }
 
 func TestExpiredUnderHolder(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)

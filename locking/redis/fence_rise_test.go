@@ -18,6 +18,7 @@ import (
 // turn and back to back, rise strictly in the order they were drawn; and
 // the counter always holds the last fence.
 func TestFencesRiseAcrossScriptsAndKinds(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})

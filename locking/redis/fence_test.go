@@ -18,6 +18,7 @@ import (
 // everysec crash lost its last INCRs, a lagging replica was promoted) must
 // not hand out a fence already given, by TryLock or by TryLockTick.
 func TestFenceMonotoneAfterCounterSetBack(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -56,6 +57,7 @@ func TestFenceMonotoneAfterCounterSetBack(t *testing.T) {
 // and back keeps fences strictly rising: the Redis counter is stale after
 // the Postgres period, and the clock floor lifts it past Postgres's fences.
 func TestFenceAcrossPostgresAndBack(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	rl := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -108,6 +110,7 @@ func TestFenceAcrossPostgresAndBack(t *testing.T) {
 // above 2^50; Lua prints such numbers as 1.7960416032329e+15, so one that
 // went through a string built in Lua would come back rounded.
 func TestLuaNumbersRoundTripExactly(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin), Holder: "h"})
@@ -164,6 +167,7 @@ func TestLuaNumbersRoundTripExactly(t *testing.T) {
 // decided as Floor gets done for it, while a node without a floor (one
 // that never saw it) would run it again: the floor is what stops it.
 func TestForgottenMarksNeverRunADecidedTick(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartRedis(t) // private: FLUSHALL
 	admin := adminClient(t, srv.URL())
 	l := openLocker(t, Options{URL: srv.URL(), KeyPrefix: "t:"})
@@ -217,6 +221,7 @@ func TestForgottenMarksNeverRunADecidedTick(t *testing.T) {
 // TestInitMarks: a key's first mark is the server's time, so a schedule
 // never runs a tick from before it was first loaded; existing marks stay.
 func TestInitMarks(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -259,6 +264,7 @@ func TestInitMarks(t *testing.T) {
 // (ticks.lua writes it with the marks, in one MSET): it lives as long as
 // the mark of its schedule.
 func TestFenceCounterExpiresMarkDoesNot(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -296,6 +302,7 @@ func TestFenceCounterExpiresMarkDoesNot(t *testing.T) {
 // INCRs it, which must read the first grant's value, not the stored one.
 // Fences strictly increase, and the counter holds the last.
 func TestBatchedPerTickGrantsShareTheCounter(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})

@@ -18,6 +18,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 
@@ -63,6 +64,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		TTLExpiry: true,
+		Parallel:  true, // each case has a key prefix of its own
 		// The clock try-lock-tick decides on: the server's.
 		Now: func() time.Time {
 			now, err := admin.Time(context.Background()).Result()
@@ -111,6 +113,7 @@ func (b batchedLocker) Release(ctx context.Context, h *locking.Handle) error {
 }
 
 func TestTryLockContentionAndFence(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -141,6 +144,7 @@ func TestTryLockContentionAndFence(t *testing.T) {
 }
 
 func TestRenewExtendsFromNow(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -160,6 +164,7 @@ func TestRenewExtendsFromNow(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -189,6 +194,7 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestCancelledContext(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -213,6 +219,7 @@ func TestCancelledContext(t *testing.T) {
 }
 
 func TestCloseReleasesHeldLocks(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -256,6 +263,7 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	// A prefix with glob characters must still list only its own locks.
@@ -294,6 +302,7 @@ func TestList(t *testing.T) {
 }
 
 func TestPing(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	l := openLocker(t, Options{URL: url})
 	if err := l.Ping(context.Background()); err != nil {
@@ -304,6 +313,7 @@ func TestPing(t *testing.T) {
 // A resent acquire (its first reply lost) must answer with the fence it
 // drew, not "held": the lock is ours.
 func TestAcquireScriptIsIdempotentForItsOwnValue(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -330,6 +340,7 @@ func TestAcquireScriptIsIdempotentForItsOwnValue(t *testing.T) {
 }
 
 func TestReplyIntIsStrict(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, v := range []any{"1", true, 1.0, []any{int64(1)}, nil} {
 		cmd := goredis.NewCmd(ctx)
@@ -346,6 +357,7 @@ func TestReplyIntIsStrict(t *testing.T) {
 }
 
 func TestNegativeOpTimeoutIsInvalid(t *testing.T) {
+	t.Parallel()
 	if _, err := Open(Options{URL: "redis://127.0.0.1:1/0", OpTimeout: -time.Second}); !errors.Is(err, locking.ErrInvalid) {
 		t.Fatalf("Open with a negative OpTimeout = %v, want ErrInvalid", err)
 	}

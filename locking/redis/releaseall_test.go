@@ -20,6 +20,7 @@ import (
 // another node, reported lost and left to its new holder; a handle named
 // twice released once; a foreign handle refused alone.
 func TestReleaseAll(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -79,6 +80,7 @@ func TestReleaseAll(t *testing.T) {
 // handle in it, as Release's failure is: ErrUnavailable, and the handles
 // stay tracked (Close still tries them).
 func TestReleaseAllUnavailable(t *testing.T) {
+	t.Parallel()
 	const opTimeout = 300 * time.Millisecond
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
@@ -114,6 +116,7 @@ func TestReleaseAllUnavailable(t *testing.T) {
 // one MGET) grants each key once and ReleaseAll (a pipeline of release.lua)
 // gives each back, a lost one reported as such.
 func TestReleaseAllRedisCluster(t *testing.T) {
+	t.Parallel()
 	rc := testenv.StartRedisCluster(t, 3, 0)
 	l := openLocker(t, Options{URL: rc.URL(), KeyPrefix: "c:", OpTimeout: 10 * time.Second})
 	if _, ok := l.client.(*goredis.ClusterClient); !ok {

@@ -18,6 +18,7 @@ import (
 // its caller's deadline when that comes before OpTimeout (the scheduler's
 // renewal deadline: the end of the lease, or the next renewal).
 func TestRenewHonoursCallersDeadline(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	opt, err := goredis.ParseURL(url)

@@ -74,6 +74,7 @@ func loseReply(t *testing.T, proxy *faultproxy.Proxy, admin *goredis.Client, loc
 // it took the lock and moved the mark; its resend must be granted with the
 // fence it drew, never done (which would lose the tick).
 func TestResentTickAnsweredGranted(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	opt, err := goredis.ParseURL(url)
@@ -215,6 +216,7 @@ func TestResentTickAnsweredGranted(t *testing.T) {
 // the tick runs, while node B, asking the same T with its own token, is
 // not granted.
 func TestTurn3LateReplyLosesGrantedTick(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	opt, err := goredis.ParseURL(url)

@@ -61,6 +61,7 @@ func getInt(t testing.TB, admin *goredis.Client, key string) (n int64, ok bool) 
 // TestTickBasics walks one key through granted, done, contended and the
 // release that lets the next tick run.
 func TestTickBasics(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -117,6 +118,7 @@ func TestTickBasics(t *testing.T) {
 // ticks overlap, each still once; List shows the per-tick locks as
 // key@T and never the mark, pause flag or counter.
 func TestTickPerTick(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)
@@ -235,6 +237,7 @@ func TestTickPerTick(t *testing.T) {
 // TestTickPause: a pause set before a call wins it, the paused tick is
 // consumed (resuming never runs it), and Until ends the pause.
 func TestTickPause(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	l := openLocker(t, Options{URL: url, KeyPrefix: testPrefix(t, admin)})
@@ -281,6 +284,7 @@ func TestTickPause(t *testing.T) {
 // every boundary that depends on the exact instant the server decides, so
 // both see the same "now" up to a few milliseconds.
 func TestTickMatchesDecideTick(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"OneByOne", "Batch"} {
 		t.Run(mode, func(t *testing.T) { testTickGrid(t, mode == "Batch") })
 	}

@@ -14,6 +14,7 @@ import (
 const secret = "s3cr3t-pw"
 
 func TestParseOptionsSingle(t *testing.T) {
+	t.Parallel()
 	o, err := parseOptions("rediss://alice:"+secret+"@cache.example:6380/2?read_timeout=10s&dial_timeout=100ms&write_timeout=-1", time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +39,7 @@ func TestParseOptionsSingle(t *testing.T) {
 }
 
 func TestParseOptionsSentinel(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"redis://h1:26379,h2:26379,h3:26379/1?master_name=mymaster",
 		"redis://h1:26379/1?master_name=mymaster&addr=h2:26379&addr=h3:26379",
@@ -60,6 +62,7 @@ func TestParseOptionsSentinel(t *testing.T) {
 }
 
 func TestParseOptionsCluster(t *testing.T) {
+	t.Parallel()
 	o, err := parseOptions("redis://u:"+secret+"@n1:7000,n2:7001/0", time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +80,7 @@ func TestParseOptionsCluster(t *testing.T) {
 }
 
 func TestBadURLsAreInvalidAndRedacted(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"",
 		"127.0.0.1:6379",
@@ -108,6 +112,7 @@ func TestBadURLsAreInvalidAndRedacted(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
+	t.Parallel()
 	for raw, want := range map[string]string{
 		"redis://127.0.0.1:6379/0":                      "redis://127.0.0.1:6379",
 		"redis://:" + secret + "@h:1/0":                 "redis://h:1",
@@ -124,6 +129,7 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestOpenDoesNotConnect(t *testing.T) {
+	t.Parallel()
 	// Nothing listens there; Open must still succeed so a node can start
 	// while its backend is down.
 	l, err := Open(Options{URL: "redis://" + closedAddr(t) + "/0"})
@@ -139,6 +145,7 @@ func TestOpenDoesNotConnect(t *testing.T) {
 // (max_retries): a retried try-lock-tick may be applied twice, the second
 // time decided anew behind the scheduler's back (url.go, noRetries).
 func TestParseOptionsNoClientRetries(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		"redis://cache.example:6379/0",
 		"redis://cache.example:6379/0?max_retries=5",

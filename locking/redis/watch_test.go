@@ -14,6 +14,7 @@ import (
 // missed), with the key and T to the microsecond, and nothing of a done or
 // contended answer, nor of the other cluster.
 func TestWatchTicksHearsRaisedMarksOfItsCluster(t *testing.T) {
+	t.Parallel()
 	url := testenv.RedisURL(t)
 	admin := adminClient(t, url)
 	prefix := testPrefix(t, admin)

@@ -1,0 +1,131 @@
+// Command testreport reads `go test -json` on stdin and prints what a
+// plain `go test` run prints (each package's ok/FAIL line, and the whole
+// output of every test that failed), then the slowest tests, so that CI
+// shows where the suite's time goes without a second run.
+//
+//	go test -json ./... | go run ./scripts/testreport -slowest 20
+//
+// It exits 1 when a test or a package failed (or the input held no
+// result at all: a build that broke before any test ran), so a pipeline
+// under `set -o pipefail` fails for either reason.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// event is one line of test2json's output (go doc test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+type result struct {
+	pkg, test string
+	elapsed   float64
+}
+
+func main() {
+	slowest := flag.Int("slowest", 20, "how many of the slowest tests to list")
+	flag.Parse()
+	os.Exit(run(os.Stdin, os.Stdout, *slowest))
+}
+
+func run(in io.Reader, out io.Writer, slowest int) int {
+	// A test's output is kept until its result: printed when it failed,
+	// dropped when it passed. Keys are "package\x00test".
+	pending := map[string][]string{}
+	var (
+		tests       []result
+		failed      bool
+		sawResult   bool
+		unparseable int
+	)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			// Not test2json: a build error printed by go itself.
+			fmt.Fprintln(out, sc.Text())
+			unparseable++
+			continue
+		}
+		key := e.Package + "\x00" + e.Test
+		switch e.Action {
+		case "output":
+			if e.Test == "" {
+				// Package-level lines: "ok", "FAIL", "PASS", panics
+				// outside a test and the build's own output.
+				if !strings.HasPrefix(e.Output, "PASS") && !strings.HasPrefix(e.Output, "=== ") {
+					fmt.Fprint(out, e.Output)
+				}
+				continue
+			}
+			pending[key] = append(pending[key], e.Output)
+		case "pass", "skip":
+			sawResult = true
+			if e.Test != "" && e.Action == "pass" {
+				tests = append(tests, result{e.Package, e.Test, e.Elapsed})
+			}
+			delete(pending, key)
+		case "fail":
+			sawResult = true
+			failed = true
+			if e.Test != "" {
+				tests = append(tests, result{e.Package, e.Test, e.Elapsed})
+				for _, l := range pending[key] {
+					fmt.Fprint(out, l)
+				}
+				delete(pending, key)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintln(out, "testreport:", err)
+		return 1
+	}
+	// A test that never reported (the binary was killed by a timeout or
+	// a crash): show what it printed.
+	for key, lines := range pending {
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "--- no result: %s\n", strings.ReplaceAll(key, "\x00", " "))
+		for _, l := range lines {
+			fmt.Fprint(out, l)
+		}
+		failed = true
+	}
+	// Top-level tests only: a subtest's time is inside its parent's.
+	top := tests[:0]
+	for _, r := range tests {
+		if !strings.Contains(r.test, "/") {
+			top = append(top, r)
+		}
+	}
+	sort.SliceStable(top, func(i, j int) bool { return top[i].elapsed > top[j].elapsed })
+	if len(top) > slowest {
+		top = top[:slowest]
+	}
+	if len(top) > 0 {
+		fmt.Fprintf(out, "\nslowest %d tests:\n", len(top))
+		for _, r := range top {
+			fmt.Fprintf(out, "%8.1fs  %s %s\n", r.elapsed, strings.TrimPrefix(r.pkg, "github.com/bext-dev/bext-scheduler/"), r.test)
+		}
+	}
+	if failed || (!sawResult && unparseable > 0) {
+		return 1
+	}
+	return 0
+}
