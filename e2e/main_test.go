@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,12 +25,7 @@ var bextBin, ledgerJob string
 const clusterParallel = 8
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(clusterParallel))
-	}
+	proctest.DefaultParallel(clusterParallel)
 	os.Exit(run(m))
 }
 

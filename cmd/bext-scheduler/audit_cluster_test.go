@@ -117,6 +117,7 @@ func (s span) inside(t time.Time) bool {
 // ahead by hand makes the ticks after it lost: `audit` exits 1 and
 // `status` flags the mark.
 func TestClusterAuditAccountsForEveryTick(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

@@ -68,6 +68,7 @@ func auditAPI(t *testing.T) (cfg string, lost time.Time) {
 // none is, 2 on a bad time or an unknown schedule; --json is the API's
 // rows.
 func TestAuditCommand(t *testing.T) {
+	t.Parallel()
 	cfg, lost := auditAPI(t)
 	r := cli(t, cfg, exitFailure, "audit", "job")
 	if !strings.Contains(r.Stdout, fmtTime(lost)+"  LOST !!") || !strings.Contains(r.Stderr, "1 ticks lost") {
@@ -119,6 +120,7 @@ func TestAuditCommand(t *testing.T) {
 // TestPrintAuditMarksLostAndMarkAhead: the table marks a lost row and,
 // with the mark ahead, says when the next tick can run.
 func TestPrintAuditMarksLostAndMarkAhead(t *testing.T) {
+	t.Parallel()
 	tick := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
 	ahead := tick.Add(48 * time.Hour)
 	var b strings.Builder

@@ -17,6 +17,7 @@ import (
 // ready, skips require_global ticks as backend_error without running them,
 // and runs them once Redis is back, without a restart.
 func TestStartsWithBackendDownAndRecovers(t *testing.T) {
+	t.Parallel()
 	r := testenv.StartRedis(t)
 	r.Stop()
 	cfg := writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf(`

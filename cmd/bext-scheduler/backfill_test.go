@@ -14,8 +14,10 @@ import (
 // is at, never past now. Nothing is queued and nothing runs as manual; up
 // to that tick the backfill is accepted.
 func TestBackfillPastTheMarkRefused(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, `
 [[scheduled]]

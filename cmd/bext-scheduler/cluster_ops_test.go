@@ -37,6 +37,7 @@ type opsCluster struct {
 	cfg   string // the config every node and the CLI read
 	st    ops.Store
 	nodes map[string]*opsNode
+	env   []string // added to the environment of its nodes and CLI runs
 }
 
 type opsNode struct {
@@ -97,11 +98,22 @@ func (c *opsCluster) start(id, cfg string) *opsNode {
 	// A -race binary sleeps 1s at exit (GORACE atexit_sleep_ms), and each
 	// command job runs under a re-executed copy of it (the supervisor):
 	// without this every run would last a second more.
-	p := proctest.Start(c.t, bin, []string{"GORACE=atexit_sleep_ms=0"}, "run", "--config", cfg, "--node-id", id, "--listen", "127.0.0.1:0")
+	p := proctest.Start(c.t, bin, append([]string{"GORACE=atexit_sleep_ms=0"}, c.env...), "run", "--config", cfg, "--node-id", id, "--listen", "127.0.0.1:0")
 	m := p.WaitLog(addrRE, 60*time.Second)
 	n := &opsNode{id: id, p: p, addr: m[1]}
 	c.nodes[id] = n
 	return n
+}
+
+// cli runs the CLI on the cluster's config and environment, wanting exit
+// code want.
+func (c *opsCluster) cli(want int, args ...string) proctest.Result {
+	c.t.Helper()
+	r := proctest.Run(c.t, bin, c.env, append(args, "--config", c.cfg)...)
+	if r.Code != want {
+		c.t.Fatalf("%v: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", args, r.Code, want, r.Stdout, r.Stderr)
+	}
+	return r
 }
 
 // setSleep sets how long the next runs last.
@@ -115,7 +127,7 @@ func (c *opsCluster) setSleep(seconds string) {
 func (c *opsCluster) trigger(id string) proctest.Result {
 	c.t.Helper()
 	for range 20 {
-		r := proctest.Run(c.t, bin, nil, "trigger", id, "--config", c.cfg)
+		r := proctest.Run(c.t, bin, c.env, "trigger", id, "--config", c.cfg)
 		switch r.Code {
 		case 0:
 			return r
@@ -279,8 +291,10 @@ command = ["/bin/sh", "-c", '@JOB@']
 // nodes within a tick; resume starts them again and never replays the
 // ticks skipped while paused.
 func TestClusterPauseStopsEveryNode(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, pauseSchedules)
 			ids := []string{"node-1", "node-2", "node-3"}
@@ -367,8 +381,10 @@ command = ["/bin/sh", "-c", '@JOB@']
 // after another (overlap = "skip"); and a regular tick that falls while a
 // triggered run holds the lock still runs, late, once the run ends.
 func TestClusterTriggerRunsOnce(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, triggerSchedules)
 			ctx := t.Context()
@@ -550,10 +566,14 @@ func TestClusterTriggerRunsOnce(t *testing.T) {
 // (a ${VAR} value, a URL's credentials) are masked; a command failing
 // twice then succeeding is one success with attempts 3 and two retries.
 func TestClusterHistoryAndRetries(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cr3t-7f1e9a0b"
-	t.Setenv("BEXT_TEST_HISTORY_SECRET", secret)
+	// Given to the nodes and the CLI alone (not t.Setenv, which would
+	// keep this test from running beside the others).
+	env := []string{"BEXT_TEST_HISTORY_SECRET=" + secret}
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, `
 [[scheduled]]
@@ -570,6 +590,7 @@ retries = 2
 retry_backoff = "100ms"
 command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEMPT" -ge 3 ]']
 `)
+			c.env = env
 			for _, id := range []string{"node-1", "node-2", "node-3"} {
 				c.start(id, "")
 			}
@@ -624,7 +645,7 @@ command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEM
 				waitFor(t, "hist run on a second node", 30*time.Second, func() bool { return len(nodes()) >= 2 })
 			}
 			var hs []ops.Run
-			r = cli(t, c.cfg, 0, "history", "hist", "-n", "100", "--json")
+			r = c.cli(0, "history", "hist", "-n", "100", "--json")
 			if err := json.Unmarshal([]byte(r.Stdout), &hs); err != nil {
 				t.Fatal(err)
 			}
@@ -646,7 +667,7 @@ command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEM
 					t.Errorf("history --json shows %q", leak)
 				}
 			}
-			r = cli(t, c.cfg, 0, "history", "hist", "-n", "5")
+			r = c.cli(0, "history", "hist", "-n", "5")
 			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 			if len(lines) != 6 || !regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).MatchString(lines[1]) {
 				t.Errorf("history -n 5:\n%s", r.Stdout)
@@ -669,6 +690,7 @@ command = ["/bin/sh", "-c", '@JOB@; echo "attempt $BEXT_ATTEMPT"; [ "$BEXT_ATTEM
 // differs, the gauge at 1 on every node, status naming the nodes on each
 // side and the field; a graceful stop of the odd node resolves it.
 func TestClusterDrift(t *testing.T) {
+	t.Parallel()
 	const same = `
 [[scheduled]]
 id = "same"
@@ -677,6 +699,7 @@ command = ["true"]
 `
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, same+`
 [[scheduled]]
@@ -734,8 +757,10 @@ command = ["true"]
 // killed -9 mid-backfill and another node carries on from the tick that
 // was cut short.
 func TestClusterBackfillResumesAfterKill(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, `
 [[scheduled]]
@@ -813,8 +838,10 @@ command = ["/bin/sh", "-c", '@JOB@']
 // server, with the same schedule ids, see nothing of each other: status,
 // history, nodes, drift and pause.
 func TestClusterNamesIsolate(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockA, stA := b.New(t)
 			lockB, stB := b.New(t)
 			ca := newOpsCluster(t, lockA, stA, pauseSchedules)

@@ -32,6 +32,7 @@ func TestSafe(t *testing.T) {
 // reach the operator's terminal escaped: no screen clear, no reversed
 // text. JSON is left as it is (the encoder escapes controls itself).
 func TestTablesEscapeTerminalControls(t *testing.T) {
+	t.Parallel()
 	const evil = "\x1b[2J\u202eevil"
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {

@@ -34,6 +34,7 @@ const (
 // Not parallel, like the package's other every-second cluster tests: 768
 // connections and a job a second are load enough on a small machine.
 func TestConnectionFloodLeavesJobsTheirDescriptors(t *testing.T) {
+	t.Parallel()
 	b := opstest.Shared()[0] // Redis: the backend's own connections need descriptors too
 	lockingTOML, st := b.New(t)
 	c := newOpsCluster(t, lockingTOML, st, `

@@ -14,6 +14,7 @@ import (
 // through the job's own env table, never by inheritance; a clean job sees
 // only its allow-list.
 func TestJobsDoNotInheritConfigSecrets(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, t.TempDir(), "bext.config.toml", `
 node_id = "env"
 shutdown_grace = "2s"

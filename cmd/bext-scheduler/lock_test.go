@@ -73,6 +73,7 @@ func holdCmd(release string) []string {
 }
 
 func TestLockRun(t *testing.T) {
+	t.Parallel()
 	for _, b := range lockBackends {
 		t.Run(b.name, func(t *testing.T) {
 			cfg, _ := b.setup(t)
@@ -143,6 +144,7 @@ func TestLockRun(t *testing.T) {
 }
 
 func TestLockRunBackendDiesMidRun(t *testing.T) {
+	t.Parallel()
 	for _, b := range lockBackends {
 		t.Run(b.name, func(t *testing.T) {
 			cfg, kill := b.setup(t)
@@ -166,6 +168,7 @@ func TestLockRunBackendDiesMidRun(t *testing.T) {
 }
 
 func TestLockRunBackendUnreachable(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf(`
 [locking]
 backend = "redis"
@@ -180,6 +183,7 @@ op_timeout = "300ms"
 }
 
 func TestLockRunForwardsSIGTERM(t *testing.T) {
+	t.Parallel()
 	cfg, _ := lockBackends[0].setup(t)
 	n := proctest.Start(t, bin, nil, "lock", "run", "--config", cfg, "--key", "k", "--ttl", "3s",
 		"--", "/bin/sh", "-c", `trap 'echo got-term >&2; exit 3' TERM; echo "holding fence=$BEXT_FENCING_TOKEN" >&2; while true; do sleep 0.05; done`)
@@ -197,6 +201,7 @@ func TestLockRunForwardsSIGTERM(t *testing.T) {
 }
 
 func TestLockUsageErrors(t *testing.T) {
+	t.Parallel()
 	cfgMem := writeFile(t, t.TempDir(), "mem.toml", "[locking]\nbackend = \"memory\"\n")
 	cfgNone := writeFile(t, t.TempDir(), "none.toml", "node_id = \"a\"\n")
 	for _, args := range [][]string{

@@ -19,7 +19,17 @@ import (
 
 var bin string
 
-func TestMain(m *testing.M) { proctest.Main(m, &bin) }
+// testParallel is how many tests run at once unless -parallel says
+// otherwise. Most of this package's tests start node processes and wait
+// for wall-clock ticks, so GOMAXPROCS (go test's default) would leave the
+// machine idle; every test has its own key prefix, Postgres namespace and
+// directory, so they never see each other's state.
+const testParallel = 4
+
+func TestMain(m *testing.M) {
+	proctest.DefaultParallel(testParallel)
+	proctest.Main(m, &bin)
+}
 
 func writeFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
@@ -42,6 +52,7 @@ func noCrash(t *testing.T, r proctest.Result) {
 }
 
 func TestValidateExampleConfig(t *testing.T) {
+	t.Parallel()
 	r := proctest.Run(t, bin, nil, "validate", "--config", "../../examples/bext.config.toml")
 	if r.Code != 0 {
 		t.Fatalf("exit %d, want 0\n%s%s", r.Code, r.Stdout, r.Stderr)
@@ -52,6 +63,7 @@ func TestValidateExampleConfig(t *testing.T) {
 }
 
 func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
 	r := proctest.Run(t, bin, []string{"BEXT_CONFIG=../../examples/bext.config.toml"}, "validate")
 	if r.Code != 0 {
 		t.Fatalf("exit %d with BEXT_CONFIG set, want 0\n%s", r.Code, r.Stderr)
@@ -59,6 +71,7 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"frobnicate"},
 		{"validate", "--no-such-flag"},
@@ -77,6 +90,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 }
 
 func TestBadConfigFilesExit2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	junk := make([]byte, 4096)
 	for i := range junk {
@@ -120,6 +134,7 @@ command = ["true"]
 }
 
 func TestValidateReportsEveryProblemWithLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := writeFile(t, dir, "bad.toml", `[locking]
 backend = "memory"
@@ -148,6 +163,7 @@ expected_runtime = "ten minutes"
 }
 
 func TestNextPrintsPlan(t *testing.T) {
+	t.Parallel()
 	r := proctest.Run(t, bin, nil, "next", "-n", "2", "--config", "../../examples/bext.config.toml")
 	if r.Code != 0 {
 		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
@@ -165,6 +181,7 @@ func TestNextPrintsPlan(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	r := proctest.Run(t, bin, nil, "version")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "bext-scheduler") || !strings.Contains(r.Stdout, "go1.") {
 		t.Fatalf("exit %d, stdout %q", r.Code, r.Stdout)
@@ -178,6 +195,7 @@ var addrRE = regexp.MustCompile(`serving metrics and health.*addr=(\S+)`)
 // SIGTERM exits 0 within the grace period, the running job's process group
 // gone.
 func TestRunEndToEnd(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "bext.config.toml", `
 node_id = "e2e"

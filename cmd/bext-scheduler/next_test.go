@@ -37,6 +37,7 @@ func nextOut(t *testing.T, args ...string) string {
 // TestNextFrom: --from shows a daylight-saving night as it will run, in
 // the zone that fires (timezone or CRON_TZ=), with the spread offset.
 func TestNextFrom(t *testing.T) {
+	t.Parallel()
 	p := writeFile(t, t.TempDir(), "dst.toml", dstConfig)
 	off := cronspec.SpreadOffset("ny-spread", 10*time.Minute)
 	nyTick := func(day string) string { // 01:30 EDT + the offset
@@ -68,6 +69,7 @@ func TestNextFrom(t *testing.T) {
 }
 
 func TestNextFromBadTimeExit2(t *testing.T) {
+	t.Parallel()
 	p := writeFile(t, t.TempDir(), "dst.toml", dstConfig)
 	for _, from := range []string{"yesterday", "2026-10-25", "2026-10-25 02:30:00", ""} {
 		args := []string{"next", "--config", p, "--from", from}
@@ -87,6 +89,7 @@ func TestNextFromBadTimeExit2(t *testing.T) {
 }
 
 func TestCronTZAgainstTimezoneExit2(t *testing.T) {
+	t.Parallel()
 	p := writeFile(t, t.TempDir(), "tz.toml", `
 [[scheduled]]
 id = "x"

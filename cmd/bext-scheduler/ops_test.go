@@ -73,8 +73,10 @@ func takeRequests(t *testing.T, st ops.Store, id, node string) {
 // state a test puts in through cluster.Store is what the commands show,
 // and what they write is what the store holds.
 func TestOpsCommandsOnSharedBackends(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			cfg := writeFile(t, t.TempDir(), "bext.config.toml", "node_id = \"cli\"\n[http]\nlisten = \"off\"\n"+lockingTOML+opsSchedules)
 			ctx := t.Context()
@@ -247,6 +249,7 @@ func TestOpsCommandsOnSharedBackends(t *testing.T) {
 // TestOpsCommandsBackendUnreachable: a backend that does not answer is
 // exit 69 for every operators' command.
 func TestOpsCommandsBackendUnreachable(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +278,7 @@ func TestOpsCommandsBackendUnreachable(t *testing.T) {
 // with the config's token. A pause from the CLI stops the node's ticks;
 // the token never shows in the node's log.
 func TestOpsCommandsThroughTheNodeAPI(t *testing.T) {
+	t.Parallel()
 	const token = "tok-5e1f0c9a8b7d6e5f"
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -367,6 +371,7 @@ command = ["/bin/sh", "-c", "echo long-started; sleep 60"]
 // A config without the token: the node refuses writes with 403 saying how
 // to set one; the CLI exits 1 with that message.
 func TestOpsWritesRefusedWithoutToken(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -390,8 +395,10 @@ func TestOpsWritesRefusedWithoutToken(t *testing.T) {
 // status names a schedule whose tick mark lies ahead of the clock, with
 // the time the mark says, and still exits 0: the cluster answered.
 func TestStatusShowsAMarkAhead(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			cfg := writeFile(t, t.TempDir(), "bext.config.toml", "node_id = \"cli\"\n[http]\nlisten = \"off\"\n"+lockingTOML+opsSchedules)
 			now := time.Now()

@@ -13,6 +13,7 @@ import (
 // said as such), not an unreachable backend (69): waiting will not fix a
 // read-only Postgres role or a Redis ACL user without the commands.
 func TestPermissionDeniedIsNotUnavailable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		locking func(t *testing.T) string

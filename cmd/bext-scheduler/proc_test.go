@@ -21,6 +21,7 @@ import (
 // `kill -9` of lock run left CMD, and what it forked,
 // running re-parented to PID 1 while a second lock run took the lock.
 func TestLockRunKilledTakesItsCommandAlong(t *testing.T) {
+	t.Parallel()
 	for _, b := range lockBackends {
 		t.Run(b.name, func(t *testing.T) {
 			cfg, _ := b.setup(t)
@@ -45,6 +46,7 @@ func TestLockRunKilledTakesItsCommandAlong(t *testing.T) {
 
 // The same for a scheduled command job when its `run` node is SIGKILLed.
 func TestRunKilledTakesItsJobsAlong(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pidfile := filepath.Join(dir, "pids")
 	cfg := writeFile(t, dir, "bext.config.toml", fmt.Sprintf(`
@@ -72,6 +74,7 @@ env = { PIDFILE = %q }
 // A real pty: lock run is a session leader with the pty as its
 // controlling terminal, in the foreground, as under an interactive shell.
 func TestLockRunFromTerminal(t *testing.T) {
+	t.Parallel()
 	cfg, _ := lockBackends[0].setup(t)
 	master, slave := openPTY(t)
 
@@ -184,6 +187,7 @@ func states(sid int) string {
 // a signal while --wait waits is an interruption
 // (128+N), not "held elsewhere" (75), which a caller may retry.
 func TestLockRunWaitInterrupted(t *testing.T) {
+	t.Parallel()
 	cfg, _ := lockBackends[0].setup(t)
 	release := filepath.Join(t.TempDir(), "release")
 	holder := proctest.Start(t, bin, nil, append([]string{"lock", "run", "--config", cfg, "--key", "k", "--ttl", "3s", "--"}, holdCmd(release)...)...)
@@ -207,6 +211,7 @@ func TestLockRunWaitInterrupted(t *testing.T) {
 // a second SIGTERM during the shutdown grace ends it:
 // the running job is cancelled, its lock released, the node exits.
 func TestRunSecondSignalEndsGrace(t *testing.T) {
+	t.Parallel()
 	cfgLock, _ := lockBackends[0].setup(t)
 	lockCfg, err := os.ReadFile(cfgLock)
 	if err != nil {
@@ -249,6 +254,7 @@ command = ["/bin/sh", "-c", "echo slow-start; sleep 300 & wait"]
 
 // SIGHUP and SIGQUIT reach the command too.
 func TestLockRunForwardsHUPAndQUIT(t *testing.T) {
+	t.Parallel()
 	cfg, _ := lockBackends[0].setup(t)
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT} {
 		n := proctest.Start(t, bin, nil, "lock", "run", "--config", cfg, "--key", "k", "--ttl", "3s",

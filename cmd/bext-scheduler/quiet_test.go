@@ -16,6 +16,7 @@ import (
 // every host, `locks` and the operators' commands print nothing on stderr
 // when all is well, or cron mails the warning every night from every host.
 func TestCommandsQuietOnStderr(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

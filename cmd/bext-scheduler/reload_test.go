@@ -29,6 +29,7 @@ command = ["/bin/sh", "-c", "echo long-start; sleep 3; echo long-done"]
 // a valid one is applied (a new schedule runs) without cutting short the
 // job that was running under its lock.
 func TestSIGHUPReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "bext.config.toml", reloadBase)
 	n := proctest.Start(t, bin, nil, "run", "--config", cfg)

@@ -34,6 +34,7 @@ func leaks(out string) []string {
 // does not resolve), and reads the node's whole log: the secret in the URL
 // path must appear nowhere, while the host still does.
 func TestWebhookSecretNeverLogged(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no", http.StatusInternalServerError)
 	}))
@@ -82,6 +83,7 @@ timeout = "2s"
 // TestWebhookSecretNotInValidateOrNext: a config problem about a webhook
 // URL, and `next` on a valid config holding one, never show its path.
 func TestWebhookSecretNotInValidateOrNext(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A closed port: nothing is contacted anyway.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

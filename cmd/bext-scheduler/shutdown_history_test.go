@@ -16,8 +16,10 @@ import (
 // signal cancels (cancelled). A rolling deploy stops every node while it
 // runs something.
 func TestShutdownRunsReachHistory(t *testing.T) {
+	t.Parallel()
 	for _, b := range opstest.Shared() {
 		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
 			lockingTOML, st := b.New(t)
 			c := newOpsCluster(t, lockingTOML, st, `
 [[scheduled]]

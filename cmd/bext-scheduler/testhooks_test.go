@@ -16,6 +16,7 @@ import (
 // clock. The same run against a test build (-tags bexttest) shows the hook
 // there, so the check can tell the two apart.
 func TestShippedBinaryIgnoresTestClockOffset(t *testing.T) {
+	t.Parallel()
 	tickTime := func(t *testing.T, bin string) time.Duration {
 		cfg := writeFile(t, t.TempDir(), "bext.config.toml", `
 node_id = "clock"

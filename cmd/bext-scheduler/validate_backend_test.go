@@ -14,6 +14,7 @@ import (
 // refuse it too, exit 2, without showing the password, and run must still
 // refuse it (with --listen off and nothing reachable: neither connects).
 func TestValidateAgreesWithRun(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, backend, url, want string }{
 		{"redis db not a number", "redis", "redis://u:hunter2@127.0.0.1:1/abc", `invalid database number`},
 		{"redis unknown option", "redis", "redis://127.0.0.1:1/0?bogus_option=1", `unexpected option: bogus_option`},
@@ -57,6 +58,7 @@ command = ["true"]
 // TestValidateReportsEveryProblemPastATypeError: a value of the wrong TOML
 // type stopped the decoder, hiding every other problem of the file.
 func TestValidateReportsEveryProblemPastATypeError(t *testing.T) {
+	t.Parallel()
 	cfg := writeFile(t, t.TempDir(), "bext.config.toml", `node_id = 5
 shutdown_grace = "soon"
 [[scheduled]]

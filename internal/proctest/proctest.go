@@ -6,6 +6,7 @@ package proctest
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
 // TestHooksTag is the build tag that compiles the test-only hooks into the
@@ -66,6 +69,18 @@ type Result struct {
 	Stdout, Stderr string
 }
 
+// DefaultParallel sets -test.parallel to n unless the command line set
+// it: for packages whose tests mostly wait on processes and wall-clock
+// ticks, not on the CPU. Call it first in TestMain.
+func DefaultParallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
+}
+
 // Main is a TestMain for packages that test the built binary: it builds
 // it into a temporary directory, sets *bin, runs the tests, and fails the
 // run if goroutines leaked.
@@ -107,6 +122,9 @@ func RunClean(t testing.TB, bin string, env []string, args ...string) Result {
 
 func run(t testing.TB, bin string, env, args []string) Result {
 	t.Helper()
+	// What the binary does depends on code and servers go test's cache
+	// cannot see.
+	testenv.Uncached()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -142,6 +160,9 @@ type Node struct {
 // the test has not stopped it.
 func Start(t testing.TB, bin string, env []string, args ...string) *Node {
 	t.Helper()
+	// What the binary does depends on code and servers go test's cache
+	// cannot see.
+	testenv.Uncached()
 	cmd := exec.Command(bin, args...)
 	// A -race binary sleeps a second at exit (GORACE atexit_sleep_ms), and
 	// every command job runs under a re-executed copy of the binary (its

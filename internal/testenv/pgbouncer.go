@@ -32,6 +32,7 @@ type PgBouncer struct {
 // (the Debian package's user), its files made readable to that user.
 func StartPgBouncer(t testing.TB, mode string, poolSize int) *PgBouncer {
 	t.Helper()
+	Uncached()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer"} {

@@ -27,6 +27,7 @@ type RedisServer struct {
 // StartRedis starts a private redis-server and stops it in t.Cleanup.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
+	Uncached()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("this test runs its own redis-server and cannot find one (apt-get install redis-server): %v", err)
 	}

@@ -39,6 +39,7 @@ type RedisNode struct {
 // port.
 func startNode(t testing.TB, args ...string) *RedisNode {
 	t.Helper()
+	Uncached()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("this test runs its own redis-servers and cannot find one (apt-get install redis-server): %v", err)
 	}

@@ -23,9 +23,22 @@ const (
 	DefaultPGURL    = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 )
 
+// RunVar names the variable `make test` sets to a value of its own on every
+// run. A test that reads it (through Uncached) has it among the inputs go
+// test's cache compares, so its result is never reused from an earlier run:
+// what it checked lives outside the package (a server's state, a binary
+// built from other packages), which the cache cannot see. Packages that
+// touch neither are cached as usual.
+const RunVar = "BEXT_TEST_RUN"
+
+// Uncached makes the calling test's result depend on RunVar (see there).
+// Every helper here that hands out a server calls it.
+func Uncached() { _ = os.Getenv(RunVar) }
+
 // RedisURL returns the test Redis URL, failing t if nothing listens there.
 func RedisURL(t testing.TB) string {
 	t.Helper()
+	Uncached()
 	u := envOr("BEXT_TEST_REDIS_URL", DefaultRedisURL)
 	mustDial(t, "Redis", u, "6379")
 	return u
@@ -34,6 +47,7 @@ func RedisURL(t testing.TB) string {
 // PGURL returns the test Postgres URL, failing t if nothing listens there.
 func PGURL(t testing.TB) string {
 	t.Helper()
+	Uncached()
 	u := envOr("BEXT_TEST_PG_URL", DefaultPGURL)
 	mustDial(t, "Postgres", u, "5432")
 	return u
