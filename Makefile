@@ -24,18 +24,26 @@ build: ## build bin/bext-scheduler (as the image does: time-zone data embedded)
 test-services: ## make sure the test Redis and Postgres answer (starts them if needed)
 	@scripts/test-services
 
-test: test-services ## the whole suite, with -race, against the real Redis and Postgres
-	$(GO) vet ./...
-	@# BEXT_TEST_DEB=1: deploy's TestDebPackage builds the linux/amd64 deb with
-	@# goreleaser, installs it with dpkg (root) and purges it.
-	BEXT_TEST_DEB=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
+# A value of its own on every run: a test that touches a server or runs a
+# built binary reads it (testenv.Uncached), so go test's cache never reuses
+# its result; the packages that touch neither are cached as usual.
+export BEXT_TEST_RUN := $(shell date +%s%N)
+# go test -json, shown as go test shows it, plus the slowest tests
+# (scripts/testreport); every step's events are kept for the final list.
+TEST_LOG ?= .test-results.json
+TESTREPORT = $(GO) run ./scripts/testreport
+
+test: test-services ## the whole suite, with -race, against the real Redis and Postgres (gofmt and vet are `make lint`)
+	@rm -f $(TEST_LOG)
+	@# Every package, the cluster scenarios (e2e) among them: e2e waits on
+	@# wall-clock ticks, so it runs beside the CPU-bound packages. The node
+	@# binary it runs is not race-built, for the timing it measures.
+	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) ./... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@# The simulation bites: each planted mutation (internal/mutation) is
 	@# caught by its invariant within the default seeds.
-	$(GO) test -tags simmut -race -count=1 -run TestMutations ./internal/sim
+	@set -o pipefail; $(GO) test -json -tags simmut -race -run TestMutations ./internal/sim | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	$(MAKE) --no-print-directory test-chart
-	@# The cluster scenarios time every-second schedules: alone, not beside
-	@# the other packages' test binaries on a 2-core machine.
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -parallel 1 ./e2e/...
+	@$(TESTREPORT) -slowest 20 -summary < $(TEST_LOG)
 
 # deploy/helmtest is a module of its own (the node never links Helm), so the
 # root's ./... does not reach it. Its TestMain builds the node from this
@@ -71,7 +79,11 @@ run-example: build ## run one node on examples/bext.config.toml (memory backend)
 	$(BIN) run --config examples/bext.config.toml
 
 SIMREAL_FLAGS ?=
-cluster-test: build test-services ## the long cluster run: 5 nodes per backend, faults at random, the full rolling deploy, and the simulation's workload in real time on Redis and Postgres (SIMREAL_FLAGS=-realseeds 12; several minutes)
+cluster-test: build test-services ## before a release: the long cluster run (5 nodes per backend, faults at random, the full rolling deploy), the simulation's workload in real time on Redis and Postgres (SIMREAL_FLAGS=-realseeds 12), and the deb installed with dpkg (several minutes)
+	@# TestDebPackage builds the linux/amd64 deb with goreleaser, installs
+	@# it with dpkg (root), starts it under systemd's unit and purges it:
+	@# what only a release changes, and minutes of goreleaser's own build.
+	BEXT_TEST_DEB=1 $(GO) test -count=1 -timeout 30m -v -run '^TestDebPackage$$' ./deploy/
 	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun|TestRollingDeployFull' ./e2e/
 	$(GO) test -race -tags e2elong -count=1 -timeout 20m -v -run '^TestSim(Redis|Postgres|RealSplitBrain)$$' ./internal/sim $(SIMREAL_FLAGS)
 
@@ -82,4 +94,4 @@ release-snapshot: ## archives (linux amd64/arm64, darwin), deb, rpm, checksums a
 	$(GO) run $(GORELEASER) release --snapshot --clean --skip=docker
 
 clean:
-	rm -rf bin dist .release
+	rm -rf bin dist .release .test-results.json

@@ -37,11 +37,18 @@ type result struct {
 
 func main() {
 	slowest := flag.Int("slowest", 20, "how many of the slowest tests to list")
+	summary := flag.Bool("summary", false, "print only the slowest tests (the steps printed the rest)")
 	flag.Parse()
-	os.Exit(run(os.Stdin, os.Stdout, *slowest))
+	out, list := io.Writer(os.Stdout), io.Writer(os.Stdout)
+	if *summary {
+		out = io.Discard
+	}
+	os.Exit(run(os.Stdin, out, list, *slowest))
 }
 
-func run(in io.Reader, out io.Writer, slowest int) int {
+// run copies what go test would print to out, and the slowest tests to
+// list.
+func run(in io.Reader, out, list io.Writer, slowest int) int {
 	// A test's output is kept until its result: printed when it failed,
 	// dropped when it passed. Keys are "package\x00test".
 	pending := map[string][]string{}
@@ -119,9 +126,9 @@ func run(in io.Reader, out io.Writer, slowest int) int {
 		top = top[:slowest]
 	}
 	if len(top) > 0 {
-		fmt.Fprintf(out, "\nslowest %d tests:\n", len(top))
+		fmt.Fprintf(list, "\nslowest %d tests:\n", len(top))
 		for _, r := range top {
-			fmt.Fprintf(out, "%8.1fs  %s %s\n", r.elapsed, strings.TrimPrefix(r.pkg, "github.com/bext-dev/bext-scheduler/"), r.test)
+			fmt.Fprintf(list, "%8.1fs  %s %s\n", r.elapsed, strings.TrimPrefix(r.pkg, "github.com/bext-dev/bext-scheduler/"), r.test)
 		}
 	}
 	if failed || (!sawResult && unparseable > 0) {

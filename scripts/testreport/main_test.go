@@ -23,7 +23,7 @@ func TestReport(t *testing.T) {
 		`{"Action":"pass","Package":"q","Elapsed":2}`,
 	}, "\n")
 	var out strings.Builder
-	if rc := run(strings.NewReader(in), &out, 1); rc != 1 {
+	if rc := run(strings.NewReader(in), &out, &out, 1); rc != 1 {
 		t.Errorf("rc = %d, want 1 for a failed test", rc)
 	}
 	got := out.String()
@@ -40,11 +40,11 @@ func TestReport(t *testing.T) {
 	}
 
 	out.Reset()
-	if rc := run(strings.NewReader("# build failed\nsyntax error\n"), &out, 20); rc != 1 {
+	if rc := run(strings.NewReader("# build failed\nsyntax error\n"), &out, &out, 20); rc != 1 {
 		t.Errorf("rc = %d for a build error with no result, want 1", rc)
 	}
 	out.Reset()
-	if rc := run(strings.NewReader(`{"Action":"pass","Package":"q","Test":"TestC","Elapsed":1}`+"\n"), &out, 20); rc != 0 {
+	if rc := run(strings.NewReader(`{"Action":"pass","Package":"q","Test":"TestC","Elapsed":1}`+"\n"), &out, &out, 20); rc != 0 {
 		t.Errorf("rc = %d for a pass, want 0", rc)
 	}
 }
