@@ -13,7 +13,7 @@ import (
 // TestProbeClass: the statements that use the package's own advisory key
 // space name it by the same number.
 func TestProbeClass(t *testing.T) {
-	for _, q := range []string{probeCheckSQL, probeUnlockSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
+	for _, q := range []string{probeCheckSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
 		if !strings.Contains(q, strconv.Itoa(probeClass)) {
 			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
 		}
