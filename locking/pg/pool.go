@@ -483,7 +483,10 @@ func (l *Locker) stmtCtx(ctx context.Context) (context.Context, context.CancelFu
 // stmtContext is stmtCtx's context: a deadline that no channel announces,
 // and the caller's values. It implements context.Context itself, rather
 // than embed context.WithoutCancel(caller): that was one more allocation
-// for each of a try-lock+release's two statements.
+// for each of a try-lock+release's two statements. (Unlike that, it lets
+// context.Cause see the caller's cause; nothing here or in pgx asks it of
+// a statement's context, and no Done channel means nothing derived from
+// it is ever cancelled through it.)
 type stmtContext struct {
 	caller   context.Context // its values; ends the waits for a session (waitCtx)
 	deadline time.Time
