@@ -14,7 +14,7 @@ import (
 // space name it by the same number.
 func TestProbeClass(t *testing.T) {
 	t.Parallel()
-	for _, q := range []string{probeCheckSQL, probeUnlockSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
+	for _, q := range []string{probeCheckSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
 		if !strings.Contains(q, strconv.Itoa(probeClass)) {
 			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
 		}

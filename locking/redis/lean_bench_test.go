@@ -142,9 +142,22 @@ func cpuNow() time.Duration {
 // floor. Blocks, not single operations, so that the process CPU and the
 // allocations of a block are one side's alone; alternating, so that a
 // shared machine's drifting load falls on both sides alike.
+//
+// G1held and G16held are the contended try-lock: every key is held by
+// someone else (another Locker, another value for the floor), so each op
+// is one try-lock answered "held" (the Locker's nil handle, the floor's
+// acquire.lua answering 0), with nothing to release.
 func BenchmarkVsFencedFloor(b *testing.B) {
-	for _, g := range []int{1, 16} {
-		b.Run(fmt.Sprintf("G%d", g), func(b *testing.B) {
+	for _, mode := range []struct {
+		g    int
+		held bool
+	}{{1, false}, {16, false}, {1, true}, {16, true}} {
+		g := mode.g
+		name := fmt.Sprintf("G%d", g)
+		if mode.held {
+			name += "held"
+		}
+		b.Run(name, func(b *testing.B) {
 			f := newFencedFloor(b)
 			url := testenv.RedisURL(b)
 			l, err := Open(Options{URL: url, KeyPrefix: testPrefix(b, adminClient(b, url))})
@@ -171,6 +184,39 @@ func BenchmarkVsFencedFloor(b *testing.B) {
 			}
 			floor := func(w, i int) error {
 				return f.lockRelease(ctx, flocks[w][i%benchKeys], ffences[w][i%benchKeys])
+			}
+			if mode.held {
+				// Another Locker holds the Locker's keys, another value
+				// the floor's.
+				other, err := Open(Options{URL: url, KeyPrefix: l.prefix})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = other.Close(context.Background()) })
+				for w := range g {
+					for i := range benchKeys {
+						if h, err := other.TryLock(ctx, lkeys[w][i], benchTTL); err != nil || h == nil {
+							b.Fatalf("holding %s: %v, %v", lkeys[w][i], h, err)
+						}
+						if fence, err := f.client.EvalSha(ctx, f.acquireSHA, []string{flocks[w][i], ffences[w][i]}, "other", "", floorTTLms).Int64(); err != nil || fence <= 0 {
+							b.Fatalf("holding %s: %d, %v", flocks[w][i], fence, err)
+						}
+					}
+				}
+				locker = func(w, i int) error {
+					h, err := l.TryLock(ctx, lkeys[w][i%benchKeys], benchTTL)
+					if err != nil || h != nil {
+						return fmt.Errorf("TryLock of a held key = %v, %v; want nil, nil", h, err)
+					}
+					return nil
+				}
+				floor = func(w, i int) error {
+					fence, err := f.client.EvalSha(ctx, f.acquireSHA, []string{flocks[w][i%benchKeys], ffences[w][i%benchKeys]}, floorValue, "", floorTTLms).Int64()
+					if err != nil || fence != 0 {
+						return fmt.Errorf("acquire of a held key = %d, %v; want 0", fence, err)
+					}
+					return nil
+				}
 			}
 			// Warm both pools up to g connections.
 			for _, do := range []func(int, int) error{locker, floor} {

@@ -252,7 +252,6 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 		return nil, fmt.Errorf("locking: reading random token: %w", err)
 	}
 	hex.Encode(st.buf[:tokenLen], random[:])
-	token := string(st.buf[:tokenLen])
 	// One allocation for both keys: the fence key is the lock key plus a
 	// suffix, so the lock key is a prefix of it.
 	fenceKey := l.prefix + "{" + key + "}" + fenceSuffix // = lockKey(key) + fenceSuffix
@@ -269,6 +268,10 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*l
 	case fence < 0:
 		return nil, fmt.Errorf("locking/redis: try-lock %q: %w: fence %d", key, errReply, fence)
 	}
+	// The handle's token string is made only now: a try-lock answered
+	// "held" (every node but one, each time a key is asked for) would
+	// allocate it for nothing.
+	token := string(st.buf[:tokenLen])
 	return l.track(ctx, key, st, token, token, fence, ttl)
 }
 
