@@ -425,8 +425,7 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 			PauseAfterFailures: s.PauseAfterFailures,
 		}
 	}
-	now := time.Now()
-	hashes := ops.ScheduleHashes(schedules, now)
+	hashes, fields := ops.Hashes(schedules, time.Now())
 	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
-	ag.SetFieldHashes(ops.ComputeFieldHashes(schedules, now).Of)
+	ag.SetFieldHashes(fields.Of)
 }

@@ -1,0 +1,95 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bext-dev/bext-scheduler/config"
+	"github.com/bext-dev/bext-scheduler/node"
+)
+
+// writeFleet writes what scripts/fleet gen writes: n schedules ("0 0 1 1
+// *" in Europe/Paris, a command job each, memory backend), perFile to an
+// included file, or all in the main file when perFile is 0. It returns
+// the main file's path.
+func writeFleet(b *testing.B, n, perFile int) string {
+	b.Helper()
+	dir := b.TempDir()
+	var main strings.Builder
+	main.WriteString("node_id = \"fleet\"\n")
+	if perFile > 0 {
+		main.WriteString("include = [\"inc-*.toml\"]\n")
+	}
+	main.WriteString("[http]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n[locking]\nbackend = \"memory\"\n")
+	out := &main
+	var inc strings.Builder
+	flush := func(i int) {
+		if inc.Len() == 0 {
+			return
+		}
+		name := filepath.Join(dir, fmt.Sprintf("inc-%06d.toml", i/perFile))
+		if err := os.WriteFile(name, []byte(inc.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		inc.Reset()
+	}
+	for i := range n {
+		if perFile > 0 {
+			if i%perFile == 0 {
+				flush(i - 1)
+			}
+			out = &inc
+		}
+		fmt.Fprintf(out, "[[scheduled]]\nid = \"s%06d\"\ncron = \"0 0 1 1 *\"\ntimezone = \"Europe/Paris\"\ncommand = [\"/bin/true\"]\n", i)
+	}
+	if perFile > 0 {
+		flush(n - 1)
+	}
+	path := filepath.Join(dir, "bext.config.toml")
+	if err := os.WriteFile(path, []byte(main.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// BenchmarkStart100k: from config.Load to Ready (the HTTP server
+// answering, ticks about to fire) for a node holding 100,000 schedules,
+// as scripts/fleet measure times the binary (issue 31: at most 2 s), in
+// included files of 1,000 and all in the main file. Each start is
+// stopped, untimed, before the next.
+func BenchmarkStart100k(b *testing.B) {
+	for _, per := range []int{1000, 0} {
+		b.Run(fmt.Sprintf("per_file=%d", per), func(b *testing.B) {
+			path := writeFleet(b, 100_000, per)
+			b.ReportAllocs()
+			for b.Loop() {
+				cfg, err := config.Load(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := node.New(context.Background(), cfg, node.Options{Logger: quiet, ReleaseSchedules: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- n.Run(ctx) }()
+				select {
+				case <-n.Ready():
+				case err := <-done:
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
