@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,13 +65,20 @@ func writeFleet(b *testing.B, n, perFile int) string {
 // included files of 1,000 and all in the main file. Each start is
 // stopped, untimed, before the next. cpu-ns/op is the process's CPU time
 // from Load to Ready: the figure to compare on a busy machine.
+// ready-heap-B/schedule is the live heap the node holds once ready, per
+// schedule (the RSS scripts/fleet measure reads then, less the binary's
+// pages and the runtime's).
 func BenchmarkStart100k(b *testing.B) {
 	for _, per := range []int{1000, 0} {
 		b.Run(fmt.Sprintf("per_file=%d", per), func(b *testing.B) {
 			path := writeFleet(b, 100_000, per)
 			b.ReportAllocs()
 			var cpu time.Duration
+			var heap float64
 			for b.Loop() {
+				b.StopTimer()
+				base := liveHeap()
+				b.StartTimer()
 				start := processCPU(b)
 				cfg, err := config.Load(path)
 				if err != nil {
@@ -90,6 +98,7 @@ func BenchmarkStart100k(b *testing.B) {
 				}
 				cpu += processCPU(b) - start
 				b.StopTimer()
+				heap = float64(liveHeap()-base) / 100_000
 				cancel()
 				if err := <-done; err != nil {
 					b.Fatal(err)
@@ -97,6 +106,7 @@ func BenchmarkStart100k(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(heap, "ready-heap-B/schedule")
 		})
 	}
 }
@@ -110,4 +120,12 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// liveHeap is the bytes of live heap, after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
