@@ -61,12 +61,21 @@ type fastDur struct {
 // fastInclude decodes data, an included file, appending its schedules to
 // *all. ok is false, with *all and the problems untouched, when the file
 // needs the full path.
+//
+// *all's capacity past its length must be zero, as make and append leave
+// it: the schedules are decoded in place there, and put back to zero when
+// the file takes the full path.
 func (b *builder) fastInclude(data []byte, all *[]Schedule) (ok bool) {
 	if bytes.IndexByte(data, '$') >= 0 {
 		return false // ${VAR}: expandAll and its messages
 	}
 	first := len(*all)
 	out := *all
+	defer func() {
+		if !ok {
+			clear(out[first:len(out)])
+		}
+	}()
 	var (
 		durs    []fastDur
 		lines   []int // of each table's header
@@ -107,7 +116,14 @@ func (b *builder) fastInclude(data []byte, all *[]Schedule) (ok bool) {
 			off := int(k.Raw.Offset)
 			line += bytes.Count(data[lineAt:off], []byte{'\n'})
 			lineAt = off
-			out = append(out, Schedule{})
+			if len(out) < cap(out) {
+				// Past its length the slice is zero (see below): zeroing
+				// a Schedule again, under a running collection's write
+				// barriers, was a fifth of this loop.
+				out = out[:len(out)+1]
+			} else {
+				out = append(out, Schedule{})
+			}
 			current = &out[len(out)-1]
 			lines = append(lines, line)
 			seen = 0

@@ -244,7 +244,17 @@ func (b *builder) parseMain(data []byte, path string) *Config {
 	if c.NodeID == "" {
 		c.NodeID, _ = os.Hostname() // validate reports it if still empty
 	}
-	c.Scheduled = append(b.schedules(doc.Scheduled, at), tail...)
+	c.Scheduled = b.schedules(doc.Scheduled, at)
+	switch {
+	case len(c.Scheduled) == 0:
+		// The tail is the file's schedules (a head that plainTail cut
+		// holds none): copying 100,000 into a new slice, under the
+		// write barriers of a collection running meanwhile, was a
+		// quarter of loading them from one file.
+		c.Scheduled = tail
+	case len(tail) > 0:
+		c.Scheduled = append(c.Scheduled, tail...)
+	}
 	b.includes(&c)
 	c.referenced = b.referenced
 	return &c

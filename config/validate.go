@@ -76,7 +76,9 @@ func (c *Config) validate() []Problem {
 	v.envMode(c.Jobs.EnvMode, "jobs.env_mode", at("jobs.env_mode"))
 	v.envNames(c.Jobs.EnvAllow, "jobs.env_allow", at)
 
-	first := map[string]*Schedule{}
+	// Sized once: grown from empty, its rehashing was a tenth of the
+	// validation of 100,000 schedules.
+	first := make(map[string]*Schedule, len(c.Scheduled))
 	for i := range c.Scheduled {
 		s := &c.Scheduled[i]
 		v.schedule(s, c.Locking)

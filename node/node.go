@@ -197,14 +197,24 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 		schedOpts.Tracer = n.tracer
 		n.logger.Info("tracing runs to OpenTelemetry (OTLP over HTTP)")
 	}
+	// The agent's hashes of the schedules are computed while the
+	// scheduler compiles them (neither writes to them): at 100,000
+	// schedules each takes about a tenth of a start's CPU.
+	var hashes func() agentHashes
+	if n.agent != nil {
+		hashes = hashSchedules(schedules)
+	}
 	n.sched, err = scheduler.New(schedOpts, schedules)
 	if err != nil {
+		if hashes != nil {
+			hashes() // its goroutine ends before New returns
+		}
 		n.shutdownTracer(ctx)
 		service.CloseBackend(n.closer, n.logger)
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if n.agent != nil {
-		setAgentSchedules(n.agent, cfg, schedules)
+		setAgentHashes(n.agent, cfg, schedules, hashes())
 	}
 	// The operators' API answers from the backend's cluster state (the
 	// uninstrumented backend: its reads are not lock operations).
@@ -409,6 +419,29 @@ func (r manualRunner) RunManual(m scheduler.Manual) error { return r.n.sched.Run
 // setAgentSchedules tells the agent the schedules it runs: their lock TTL
 // (for a manual run), pause_after_failures, and definition hashes (drift).
 func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []scheduler.Schedule) {
+	setAgentHashes(ag, cfg, schedules, hashSchedules(schedules)())
+}
+
+// agentHashes are the schedules' definition hashes, as the agent
+// announces them (ops.Hashes).
+type agentHashes struct {
+	byID   map[string]string
+	fields *ops.FieldHashes
+}
+
+// hashSchedules starts hashing schedules, which must not change until the
+// function it returns, which waits for the hashes, has returned.
+func hashSchedules(schedules []scheduler.Schedule) func() agentHashes {
+	done := make(chan agentHashes, 1)
+	go func() {
+		byID, fields := ops.Hashes(schedules, time.Now())
+		done <- agentHashes{byID: byID, fields: fields}
+	}()
+	return sync.OnceValue(func() agentHashes { return <-done })
+}
+
+// setAgentHashes is setAgentSchedules with the hashes computed.
+func setAgentHashes(ag *agent.Agent, cfg *config.Config, schedules []scheduler.Schedule, h agentHashes) {
 	defs := make([]agent.Schedule, len(schedules))
 	for i, s := range schedules {
 		exp := s.ExpectedRuntime
@@ -425,8 +458,6 @@ func setAgentSchedules(ag *agent.Agent, cfg *config.Config, schedules []schedule
 			PauseAfterFailures: s.PauseAfterFailures,
 		}
 	}
-	now := time.Now()
-	hashes := ops.ScheduleHashes(schedules, now)
-	ag.SetSchedules(defs, hashes, ops.ConfigHash(hashes))
-	ag.SetFieldHashes(ops.ComputeFieldHashes(schedules, now).Of)
+	ag.SetSchedules(defs, h.byID, ops.ConfigHash(h.byID))
+	ag.SetFieldHashes(h.fields.Of)
 }

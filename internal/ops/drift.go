@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
@@ -39,53 +41,8 @@ const hashLen = 16
 // the backend, and a secret rotated on one node before another is not a
 // schedule that differs.
 func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]string {
-	y := now.UTC().Year()
-	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
-	out := make(map[string]string, len(schedules))
-	ticks := tickSamples{anchor: anchor, seen: map[cronspec.Spec][]byte{}}
-	h := sha256.New()
-	var sum [sha256.Size]byte
-	var f fields
-	var digits strings.Builder
-	digits.Grow(len(schedules) * hashLen)
-	var buf [hashLen]byte
-	jobCache := map[scheduler.Job][]byte{}
-	for _, s := range schedules {
-		h.Reset()
-		f.b = f.b[:0]
-		f.add("id", s.ID)
-		f.add("cron", s.CronExpr)
-		f.add("zone", zoneName(s))
-		f.add("hint", hintName(s.Hint))
-		overlap := s.Overlap
-		if overlap == "" {
-			overlap = scheduler.OverlapSkip
-		}
-		f.add("overlap", string(overlap))
-		f.add("expected_runtime", s.ExpectedRuntime)
-		f.add("jitter", s.Jitter)
-		f.add("timeout", s.Timeout)
-		f.add("catchup", s.CatchupWindow)
-		f.add("spread", s.Spread)
-		f.add("retries", int64(s.Retries))
-		f.add("retry_backoff", s.RetryBackoff)
-		f.add("pause_after_failures", int64(s.PauseAfterFailures))
-		_, _ = h.Write(f.b) // a hash.Hash never fails
-		_, _ = h.Write(jobFields(s.Job, jobCache))
-		if spec := effectiveSpec(s); spec != nil {
-			_, _ = h.Write(ticks.of(spec))
-		}
-		// Only the hex digits kept are encoded (a full encoding cut to
-		// hashLen kept its 64 bytes alive), all of them into one string:
-		// 16-byte strings apart, among the hashing's garbage, kept most
-		// of its pages resident.
-		digits.Write(hex.AppendEncode(buf[:0], h.Sum(sum[:0])[:hashLen/2]))
-	}
-	all := digits.String()
-	for i, s := range schedules {
-		out[s.ID] = all[i*hashLen : (i+1)*hashLen]
-	}
-	return out
+	hashes, _ := Hashes(schedules, now)
+	return hashes
 }
 
 // FieldHashes are, per schedule, the hashes of the parts of its
@@ -123,36 +80,87 @@ func (f *FieldHashes) Of(id string) (string, bool) {
 
 // ComputeFieldHashes returns the schedules' FieldHashes (see FieldHashes).
 func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHashes {
+	_, fh := Hashes(schedules, now)
+	return fh
+}
+
+// hashChunk is how many schedules a hashing worker takes at least: below
+// it a second goroutine costs more than it saves.
+const hashChunk = 4096
+
+// Hashes returns ScheduleHashes and ComputeFieldHashes in one pass: both
+// encode the same fields and sample the same fire times, and at 100,000
+// schedules computing them apart was a third of a node's start. The
+// schedules are split between up to GOMAXPROCS workers, each with its
+// own caches, as the hashes of one schedule never depend on another's.
+func Hashes(schedules []scheduler.Schedule, now time.Time) (map[string]string, *FieldHashes) {
 	y := now.UTC().Year()
-	ticks := tickSamples{anchor: time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC), seen: map[cronspec.Spec][]byte{}}
+	anchor := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
+	n := len(schedules)
+	// Only the hex digits kept are encoded (a full encoding cut to
+	// hashLen kept its 64 bytes alive), all of them into one string:
+	// 16-byte strings apart, among the hashing's garbage, kept most of
+	// its pages resident.
+	digits := make([]byte, n*hashLen)
+	fields := make([]fieldHash, n)
+	workers := min(runtime.GOMAXPROCS(0), (n+hashChunk-1)/hashChunk)
+	if workers <= 1 {
+		hashRange(schedules, anchor, digits, fields)
+	} else {
+		var wg sync.WaitGroup
+		per := (n + workers - 1) / workers
+		for lo := 0; lo < n; lo += per {
+			hi := min(lo+per, n)
+			wg.Go(func() { hashRange(schedules[lo:hi], anchor, digits[lo*hashLen:hi*hashLen], fields[lo:hi]) })
+		}
+		wg.Wait()
+	}
+	all := string(digits)
+	out := make(map[string]string, n)
+	for i := range schedules {
+		out[schedules[i].ID] = all[i*hashLen : (i+1)*hashLen]
+	}
+	slices.SortStableFunc(fields, func(a, b fieldHash) int { return strings.Compare(a.id, b.id) })
+	return out, &FieldHashes{byID: fields}
+}
+
+// hashRange computes the hashes of schedules into digits (hashLen hex
+// digits each) and fhs, in order.
+func hashRange(schedules []scheduler.Schedule, anchor time.Time, digits []byte, fhs []fieldHash) {
+	ticks := tickSamples{anchor: anchor, seen: map[cronspec.Spec]*sampled{}}
 	jobCache := map[scheduler.Job][]byte{}
-	out := make([]fieldHash, len(schedules))
+	// The job's field hash, by its fingerprint's first byte: schedules
+	// with equal jobs share one fingerprint (jobFields), so its FNV is
+	// taken once, as the sampled ticks' is (sampled.fnv).
+	jobFNV := map[*byte]uint16{}
+	h := sha256.New()
+	var sum [sha256.Size]byte
 	var f fields
-	for i, s := range schedules {
-		h := &out[i]
-		h.id = s.ID
+	for i := range schedules {
+		s := &schedules[i]
+		fh := &fhs[i]
+		fh.id = s.ID
 		k := 0
-		part := func(b []byte) {
-			// FNV-1a, 32 bits, of which 16 are kept: hash/fnv's
-			// allocations were most of the cost at 100,000 schedules. Not
-			// a secret's guard: the fields hashed hold none.
-			v := uint32(2166136261)
-			for _, c := range b {
-				v = (v ^ uint32(c)) * 16777619
-			}
-			h.sum[k], h.sum[k+1] = byte(v>>8), byte(v)
+		part := func(v uint16) {
+			fh.sum[k], fh.sum[k+1] = byte(v>>8), byte(v)
 			k += 2
 		}
+		// The whole hash's fields are the field hashes' concatenated:
+		// each is hashed by FNV at its end, from mark on.
 		f.b = f.b[:0]
+		mark := 0
+		cut := func() {
+			part(fnv16(f.b[mark:]))
+			mark = len(f.b)
+		}
+		f.add("id", s.ID)
+		mark = len(f.b)
 		f.add("cron", s.CronExpr)
-		part(f.b)
-		f.b = f.b[:0]
-		f.add("zone", zoneName(s))
-		part(f.b)
-		f.b = f.b[:0]
+		cut()
+		f.add("zone", zoneName(*s))
+		cut()
 		f.add("hint", hintName(s.Hint))
-		part(f.b)
-		f.b = f.b[:0]
+		cut()
 		overlap := s.Overlap
 		if overlap == "" {
 			overlap = scheduler.OverlapSkip
@@ -166,16 +174,42 @@ func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHas
 		f.add("retries", int64(s.Retries))
 		f.add("retry_backoff", s.RetryBackoff)
 		f.add("pause_after_failures", int64(s.PauseAfterFailures))
-		part(f.b)
-		part(jobFields(s.Job, jobCache))
-		var tb []byte
-		if spec := effectiveSpec(s); spec != nil {
-			tb = ticks.of(spec)
+		cut()
+		h.Reset()
+		_, _ = h.Write(f.b) // a hash.Hash never fails
+		jb, shared := jobFields(s.Job, jobCache)
+		_, _ = h.Write(jb)
+		switch {
+		case !shared || len(jb) == 0:
+			part(fnv16(jb))
+		default:
+			v, ok := jobFNV[&jb[0]]
+			if !ok {
+				v = fnv16(jb)
+				jobFNV[&jb[0]] = v
+			}
+			part(v)
 		}
-		part(tb)
+		if spec := effectiveSpec(*s); spec != nil {
+			t := ticks.of(spec)
+			_, _ = h.Write(t.b)
+			part(t.fnv)
+		} else {
+			part(fnv16(nil))
+		}
+		hex.Encode(digits[i*hashLen:(i+1)*hashLen], h.Sum(sum[:0])[:hashLen/2])
 	}
-	slices.SortStableFunc(out, func(a, b fieldHash) int { return strings.Compare(a.id, b.id) })
-	return &FieldHashes{byID: out}
+}
+
+// fnv16 is 16 bits of the 32-bit FNV-1a of b: a field hash (hash/fnv's
+// allocations were most of the cost at 100,000 schedules). Not a secret's
+// guard: the fields hashed hold none.
+func fnv16(b []byte) uint16 {
+	v := uint32(2166136261)
+	for _, c := range b {
+		v = (v ^ uint32(c)) * 16777619
+	}
+	return uint16(v)
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,
@@ -211,24 +245,26 @@ type Fingerprinter interface {
 // jobFields is what a job adds to its schedule's hash. Schedules with
 // equal jobs share one job value (service.Schedules): a comparable job's
 // fingerprint is taken once, in cache.
-func jobFields(j scheduler.Job, cache map[scheduler.Job][]byte) []byte {
+// shared is true when b is the cache's, the same slice for every equal
+// job.
+func jobFields(j scheduler.Job, cache map[scheduler.Job][]byte) (b []byte, shared bool) {
 	fp, ok := j.(Fingerprinter)
 	if !ok {
 		if j == nil {
-			return []byte("job=\"none\"\x00")
+			return []byte("job=\"none\"\x00"), false
 		}
 		// A Go function: its type is all it shows.
-		return fmt.Appendf(nil, "%s=%q\x00", "job", fmt.Sprintf("%T", j))
+		return fmt.Appendf(nil, "%s=%q\x00", "job", fmt.Sprintf("%T", j)), false
 	}
 	if !reflect.TypeOf(j).Comparable() {
-		return fp.Fingerprint()
+		return fp.Fingerprint(), false
 	}
-	b, ok := cache[j]
+	b, ok = cache[j]
 	if !ok {
 		b = fp.Fingerprint()
 		cache[j] = b
 	}
-	return b
+	return b, true
 }
 
 // ConfigHash is one hash over a node's schedule hashes (ScheduleHashes):
@@ -263,11 +299,19 @@ func ConfigHash(hashes map[string]string) string {
 // expression in a zone with daylight saving): 100,000 schedules took 27 s.
 type tickSamples struct {
 	anchor time.Time
-	seen   map[cronspec.Spec][]byte // comparable specs only
+	seen   map[cronspec.Spec]*sampled // comparable specs only
 }
 
-// of returns spec's sample ticks as the hash's fields ("tick=<Unix ns>").
-func (ts tickSamples) of(spec cronspec.Spec) []byte {
+// sampled is a spec's sample ticks as the hash's fields ("tick=<Unix
+// ns>"), and their field hash: a kilobyte or so of bytes for a FNV taken
+// byte by byte, which per schedule was a tenth of a node's start.
+type sampled struct {
+	b   []byte
+	fnv uint16
+}
+
+// of returns spec's sample ticks.
+func (ts tickSamples) of(spec cronspec.Spec) *sampled {
 	cached, ok := ts.lookup(spec)
 	if ok {
 		return cached
@@ -282,14 +326,15 @@ func (ts tickSamples) of(spec cronspec.Spec) []byte {
 			f.add("tick", t.UnixNano())
 		}
 	}
-	ts.store(spec, f.b)
-	return f.b
+	out := &sampled{b: f.b, fnv: fnv16(f.b)}
+	ts.store(spec, out)
+	return out
 }
 
 // lookup and store skip specs that cannot be map keys: a comparable type
 // may still hold an incomparable value (a spread offset around an
 // embedder's Spec), which panics only when hashed.
-func (ts tickSamples) lookup(spec cronspec.Spec) (out []byte, ok bool) {
+func (ts tickSamples) lookup(spec cronspec.Spec) (out *sampled, ok bool) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return nil, false
 	}
@@ -302,7 +347,7 @@ func (ts tickSamples) lookup(spec cronspec.Spec) (out []byte, ok bool) {
 	return out, ok
 }
 
-func (ts tickSamples) store(spec cronspec.Spec, out []byte) {
+func (ts tickSamples) store(spec cronspec.Spec, out *sampled) {
 	if !reflect.TypeOf(spec).Comparable() {
 		return
 	}

@@ -234,3 +234,43 @@ func TestFieldHashesStable(t *testing.T) {
 		t.Errorf("field hashes %s, want 61b5f1704933aaf10923e49d", got)
 	}
 }
+
+// Many schedules are hashed by several workers at once, each with its own
+// caches: every schedule's hashes are still those it has alone, whether
+// its spec and job are shared with others or its own.
+func TestHashesManyAsAlone(t *testing.T) {
+	now := utc("2026-03-01T10:00:00Z")
+	shared := &jobs.Command{Argv: []string{"/bin/shared"}}
+	zone := paris(t)
+	var many []scheduler.Schedule
+	for i := range 10_000 {
+		expr := fmt.Sprintf("%d %d * * *", i%60, i%24)
+		s := scheduler.Schedule{ID: fmt.Sprintf("s%05d", 9_999-i), CronExpr: expr, Location: zone, Job: shared}
+		switch {
+		case i%4 == 1:
+			s.Job = &jobs.Command{Argv: []string{"/bin/own", fmt.Sprint(i)}}
+		case i%100 == 2: // a spec of its own: the samples are not shared
+			s.Spec = mustSpec(t, expr, zone)
+			s.Spread = time.Hour
+		case i%4 == 3:
+			s.Retries = i
+		}
+		many = append(many, s)
+	}
+	hashes, fields := ops.Hashes(many, now)
+	if len(hashes) != len(many) {
+		t.Fatalf("%d hashes for %d schedules", len(hashes), len(many))
+	}
+	for i := 0; i < len(many); i += 199 { // a sample from every worker's share
+		s := many[i]
+		alone, aloneFields := ops.Hashes([]scheduler.Schedule{s}, now)
+		if hashes[s.ID] != alone[s.ID] {
+			t.Errorf("%s: hash %s among many, %s alone", s.ID, hashes[s.ID], alone[s.ID])
+		}
+		got, _ := fields.Of(s.ID)
+		want, _ := aloneFields.Of(s.ID)
+		if got != want {
+			t.Errorf("%s: field hashes %s among many, %s alone", s.ID, got, want)
+		}
+	}
+}
