@@ -92,6 +92,12 @@ type handoff struct {
 	asking map[int64]*asking
 	// stopped: the scheduler is shutting down; no tick waits any more.
 	stopped bool
+	// turns orders the waiters by when their wait ends (waiter.due), and
+	// turnTimer, armed for the earliest (turnAt; zero: not armed), ends
+	// the waits that are due together (turnsDue, turns.go).
+	turns     turnQueue
+	turnTimer Timer
+	turnAt    time.Time
 }
 
 // asking is the count of preferred try-lock-ticks in flight for one T,
@@ -111,14 +117,17 @@ type asking struct {
 // goroutine; deferred or at shutdown, it goes back to the pool
 // (resumeWaiters).
 type waiter struct {
-	t         *tick
-	tick      time.Time
-	deadline  time.Time // on the scheduler's clock
-	end       time.Time // the latest end of a deferral (deferToBurstLocked)
-	timer     Timer     // the turn's, then the deferral's; under handoff.mu
-	heard     bool      // under handoff.mu
-	deferring bool      // deferred after its turn came (deferToBurstLocked)
-	done      bool      // taken out of waiting; under handoff.mu
+	t        *tick
+	tick     time.Time
+	deadline time.Time // on the scheduler's clock
+	end      time.Time // the latest end of a deferral (deferToBurstLocked)
+	// due is when its wait ends: deadline, then, deferred, end; qi is its
+	// place in handoff.turns (-1: none). Under handoff.mu.
+	due       time.Time
+	qi        int
+	heard     bool // under handoff.mu
+	deferring bool // deferred after its turn came (deferToBurstLocked)
+	done      bool // taken out of waiting; under handoff.mu
 	// prev, next: w's neighbours in its key's list (handoff.waiting);
 	// under handoff.mu.
 	prev, next *waiter
@@ -205,9 +214,7 @@ func (h *handoff) hear(m locking.TickMark) []*waiter {
 // one of the ways a wait ends takes it (done).
 func (h *handoff) takeLocked(w *waiter) {
 	w.done = true
-	if w.timer != nil {
-		w.timer.Stop()
-	}
+	h.turns.remove(w)
 	key := w.t.def.ID
 	switch {
 	case w.prev != nil:
@@ -261,6 +268,10 @@ func (s *Scheduler) stopWaiting() {
 	}
 	for _, w := range ws {
 		h.takeLocked(w)
+	}
+	if h.turnTimer != nil {
+		h.turnTimer.Stop()
+		h.turnAt = time.Time{}
 	}
 	h.mu.Unlock()
 	s.resumeWaiters(ws)
@@ -363,7 +374,7 @@ func (s *Scheduler) prepareHandoff(f *tick) handoffPrep {
 	p.wait = min(offset+min(turn, bound), bound) - f.lateness
 	if p.wait > 0 {
 		now := s.clock.Now()
-		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
+		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness), qi: -1}
 	}
 	return p
 }
@@ -387,13 +398,13 @@ func (s *Scheduler) handOffLocked(f *tick, p handoffPrep) handoffTurn {
 	case h.stopped:
 		return handoffAsk // shutting down: ask now, as without handoff
 	}
-	// The timer is armed before the waiter is shown (WaitSettled), both
-	// under h.mu: a test that moved its clock in between would leave the
-	// timer due later than the deadline it saw. Its function takes h.mu,
-	// so it finds the waiter registered.
+	// The turn is queued, its timer armed, before the waiter is shown
+	// (WaitSettled), both under h.mu: a test that moved its clock in
+	// between would leave the timer due later than the deadline it saw.
+	// The timer's function takes h.mu, so it finds the waiter registered.
 	w := p.w
 	s.advance(f, tickWaiting)
-	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
+	s.queueTurnLocked(w, w.deadline)
 	if head := h.waiting[f.def.ID]; head != nil {
 		head.prev, w.next = w, head
 	}
@@ -408,29 +419,6 @@ func (s *Scheduler) waiterShown() {
 		s.mu.Lock()
 		s.notifyLocked() // WaitSettled re-checks
 		s.mu.Unlock()
-	}
-}
-
-// turnCame is w's timer: its turn came (or, deferred, the deferral's
-// end). Unless this node still asks for its share of the same instant's
-// ticks (deferToBurstLocked), w's tick asks now.
-func (s *Scheduler) turnCame(w *waiter) {
-	h := s.hand
-	h.mu.Lock()
-	if w.done {
-		h.mu.Unlock()
-		return
-	}
-	if !w.deferring && s.deferToBurstLocked(w) {
-		h.mu.Unlock()
-		return
-	}
-	h.takeLocked(w)
-	h.mu.Unlock()
-	// On the timer's own goroutine, which has nothing else to do: the
-	// end of the run is done here, not deferred.
-	if s.ask(w.t) {
-		s.afterRun(w.t)
 	}
 }
 
@@ -456,7 +444,7 @@ func (s *Scheduler) deferToBurstLocked(w *waiter) bool {
 	}
 	w.deferring = true
 	a.deferred = append(a.deferred, w)
-	w.timer = s.clock.AfterFunc(left, func() { s.turnCame(w) })
+	s.queueTurnLocked(w, w.end)
 	return true
 }
 
