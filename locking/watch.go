@@ -30,6 +30,14 @@ type TickWatcher interface {
 type TickWatch struct {
 	// Mark is called for each raised mark.
 	Mark func(TickMark)
+	// Marks, when set, is called instead of Mark by a backend that hears
+	// several marks at once (Redis: a batch's in one message), with them
+	// in order: the scheduler then takes its locks once for all of them,
+	// where a burst's marks taken one by one made each node take them
+	// tens of thousands of times while its own ticks waited to start.
+	// A backend that does not know it calls Mark. The slice is the
+	// backend's, reused once Marks returns.
+	Marks func([]TickMark)
 	// Listening, when set, is called each time the watch starts to
 	// receive (at first and after each reconnection): marks raised before
 	// it were not heard.

@@ -167,10 +167,10 @@ func (s *Scheduler) startWatch() (stop func()) {
 		// in heard for good.
 		mark := func(m locking.TickMark) {
 			if s.hasSchedule(m.Key) {
-				s.resumeWaiters(h.hear(m))
+				s.resumeWaiters(h.hear(m, nil))
 			}
 		}
-		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Listening: func() {
+		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Marks: s.heardMarks, Listening: func() {
 			h.mu.Lock()
 			h.listening = true
 			h.mu.Unlock()
@@ -189,15 +189,43 @@ func (s *Scheduler) startWatch() (stop func()) {
 	}
 }
 
+// heardMarks is the watch's Marks: hear for the marks of one message
+// (a batch's), this node's schedules only, each lock taken once for all.
+func (s *Scheduler) heardMarks(ms []locking.TickMark) {
+	h := s.hand
+	kept := ms[:0]
+	s.mu.Lock()
+	for _, m := range ms {
+		if st := s.states[m.Key]; st != nil && !st.removed {
+			kept = append(kept, m)
+		}
+	}
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return
+	}
+	var out []*waiter
+	h.mu.Lock()
+	for _, m := range kept {
+		out = h.hearLocked(m, out)
+	}
+	h.mu.Unlock()
+	s.resumeWaiters(out)
+}
+
 // hear is told a raised mark: waiters for ticks up to it stop waiting,
-// heard; it returns them for resumeWaiters.
-func (h *handoff) hear(m locking.TickMark) []*waiter {
+// heard; it returns them, appended to out, for resumeWaiters.
+func (h *handoff) hear(m locking.TickMark, out []*waiter) []*waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.hearLocked(m, out)
+}
+
+// hearLocked is hear under h.mu.
+func (h *handoff) hearLocked(m locking.TickMark, out []*waiter) []*waiter {
 	if m.Tick.After(h.heard[m.Key]) {
 		h.heard[m.Key] = m.Tick
 	}
-	var out []*waiter
 	for w := h.waiting[m.Key]; w != nil; {
 		next := w.next
 		if !w.tick.After(m.Tick) {
@@ -239,15 +267,16 @@ func (h *handoff) takeLocked(w *waiter) {
 // the watch hears a burst's marks one by one, and a task submitted for
 // each had the pool start a worker for nearly each of them.
 func (s *Scheduler) resumeWaiters(ws []*waiter) {
-	var ts []*tick
+	var ts, heard []*tick
 	for _, w := range ws {
 		if w.heard {
-			s.handedOff(w.t)
+			heard = append(heard, w.t)
 			continue
 		}
 		w.t.step = stepAsk
 		ts = append(ts, w.t)
 	}
+	s.handedOffAll(heard)
 	s.work.SubmitAll(ts)
 }
 
@@ -292,6 +321,16 @@ func (s *Scheduler) handedOff(t *tick) {
 	s.heardDecided(t)
 	s.reportSkip(t, SkipContended, 0)
 	s.end(t, runOutcome{skip: SkipContended})
+}
+
+// handedOffAll is handedOff for the ticks of one batch of marks heard,
+// ended under one acquisition of s.mu (endAll).
+func (s *Scheduler) handedOffAll(ts []*tick) {
+	for _, t := range ts {
+		s.heardDecided(t)
+		s.reportSkip(t, SkipContended, 0)
+	}
+	s.endAll(ts, runOutcome{skip: SkipContended})
 }
 
 // handOff is the handoff of locked tick f, before its try-lock-tick: it

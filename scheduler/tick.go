@@ -437,6 +437,32 @@ func (s *Scheduler) end(t *tick, out runOutcome) {
 	}
 }
 
+// endAll is end for ticks ts, all with outcome out, under one
+// acquisition of s.mu (a batch of ticks heard decided elsewhere).
+func (s *Scheduler) endAll(ts []*tick, out runOutcome) {
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		s.letGo(t)
+	}
+	var tries []action
+	ended := 0
+	s.mu.Lock()
+	for _, t := range ts {
+		var ok bool
+		if tries, ok = s.endLocked(t, out, tries); ok {
+			ended++
+		}
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.submitTries(tries)
+	for range ended {
+		s.wg.Done()
+	}
+}
+
 // endReleased is end for the ticks whose locks one batch gave back
 // (release.go released), with their runs' outcomes, under one acquisition
 // of s.mu for the whole batch.
