@@ -105,6 +105,9 @@ type handoff struct {
 type asking struct {
 	n        int
 	deferred []*waiter
+	// failed: an answer of this node's share was an error, not a
+	// decision (preferredAnswered).
+	failed bool
 }
 
 // waiter is a tick waiting for its turn. It holds no goroutine: a burst
@@ -119,8 +122,9 @@ type asking struct {
 type waiter struct {
 	t        *tick
 	tick     time.Time
-	deadline time.Time // on the scheduler's clock
-	end      time.Time // the latest end of a deferral (deferToBurstLocked)
+	deadline time.Time     // on the scheduler's clock
+	end      time.Time     // the latest end of a deferral (deferToBurstLocked)
+	wait     time.Duration // its turn's wait, from when it fired
 	// due is when its wait ends: deadline, then, deferred, end; qi is its
 	// place in handoff.turns (-1: none). Under handoff.mu.
 	due       time.Time
@@ -133,14 +137,17 @@ type waiter struct {
 	prev, next *waiter
 }
 
-// initHandoff sets s.hand from the options (nil: no handoff).
-func (s *Scheduler) initHandoff() {
+// initHandoff sets s.hand from the options (nil: no handoff), its map
+// of marks heard made for n schedules: a burst hears a mark for each of
+// them at once, and a map grown by doubling meanwhile rehashed it a dozen
+// times while the node's own ticks waited to start.
+func (s *Scheduler) initHandoff(n int) {
 	o := s.opts
 	if o.Preferrer == nil || o.Locker == nil {
 		return
 	}
 	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
-		heard: map[string]time.Time{}, waiting: map[string]*waiter{},
+		heard: make(map[string]time.Time, n), waiting: map[string]*waiter{},
 		asking: map[int64]*asking{}}
 	if h.delay == 0 {
 		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
@@ -413,7 +420,8 @@ func (s *Scheduler) prepareHandoff(f *tick) handoffPrep {
 	p.wait = min(offset+min(turn, bound), bound) - f.lateness
 	if p.wait > 0 {
 		now := s.clock.Now()
-		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness), qi: -1}
+		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness),
+			wait: p.wait, qi: -1}
 	}
 	return p
 }
@@ -499,9 +507,21 @@ func (h *handoff) askLocked(tick time.Time) {
 	a.n++
 }
 
-// preferredAnswered ends the count of askLocked for tick T; when none is left, the
-// waiters deferred for T ask (resumeWaiters).
-func (s *Scheduler) preferredAnswered(tick time.Time) {
+// preferredAnswered ends the count of askLocked for tick T, whose
+// answer the backend decided or not. When none is left, the waiters
+// deferred for T (deferToBurstLocked) wait a turn more, from now, as
+// long as they were to wait from T, within their bound: this node's
+// share is decided, and the other nodes, as busy with theirs, are most
+// likely deciding the waiters' ticks at this moment. Asking at once added
+// a request for each tick of theirs still undecided, which a burst's
+// nodes, ending their shares at different moments, did by the thousand
+// (the backend answered up to half as many try-lock-ticks again as the
+// burst had ticks), each competing with the requests of the nodes
+// preferred for it. A dead preferred node costs its ticks that turn more,
+// never more than the bound. If any answer of the share was an error (the
+// backend failing, which the other nodes see too), they ask at once: this
+// node may be the only one left to ask.
+func (s *Scheduler) preferredAnswered(tick time.Time, decided bool) {
 	h := s.hand
 	h.mu.Lock()
 	k := tick.UnixNano()
@@ -510,6 +530,7 @@ func (s *Scheduler) preferredAnswered(tick time.Time) {
 		h.mu.Unlock()
 		return
 	}
+	a.failed = a.failed || !decided
 	a.n--
 	if a.n > 0 {
 		h.mu.Unlock()
@@ -517,14 +538,30 @@ func (s *Scheduler) preferredAnswered(tick time.Time) {
 	}
 	delete(h.asking, k)
 	ws := a.deferred[:0]
+	now := s.clock.Now()
 	for _, w := range a.deferred {
-		if !w.done {
-			h.takeLocked(w)
-			ws = append(ws, w)
+		if w.done {
+			continue
 		}
+		if due := minTime(now.Add(w.wait), w.end); !a.failed && due.After(now) {
+			// Shown as waiting for a timer not yet due (settledLocked).
+			w.deadline = due
+			s.queueTurnLocked(w, due)
+			continue
+		}
+		h.takeLocked(w)
+		ws = append(ws, w)
 	}
 	h.mu.Unlock()
 	s.resumeWaiters(ws)
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // handoffBound is how long after T (on the backend's clock) f's turn may
