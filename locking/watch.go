@@ -33,8 +33,7 @@ type TickWatch struct {
 	// Marks, when set, is called instead of Mark by a backend that hears
 	// several marks at once (Redis: a batch's in one message), with them
 	// in order: the scheduler then takes its locks once for all of them,
-	// where a burst's marks taken one by one made each node take them
-	// tens of thousands of times while its own ticks waited to start.
+	// not once per mark of a burst while its own ticks wait to start.
 	// A backend that does not know it calls Mark. The slice is the
 	// backend's, reused once Marks returns.
 	Marks func([]TickMark)

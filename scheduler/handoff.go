@@ -116,8 +116,8 @@ type asking struct {
 // the rest of the burst. Whichever ends the wait first (the mark heard,
 // the timer, the end of the deferral, shutdown) takes the waiter out of
 // handoff.waiting under handoff.mu, and the tick carries on: heard, it is
-// finished where it was heard; its turn come, it asks on the timer's
-// goroutine; deferred or at shutdown, it goes back to the pool
+// finished where it was heard; its turn come (turns.go), at the end of a
+// deferral or at shutdown, it goes back to the pool to ask
 // (resumeWaiters).
 type waiter struct {
 	t        *tick
@@ -512,12 +512,11 @@ func (h *handoff) askLocked(tick time.Time) {
 // deferred for T (deferToBurstLocked) wait a turn more, from now, as
 // long as they were to wait from T, within their bound: this node's
 // share is decided, and the other nodes, as busy with theirs, are most
-// likely deciding the waiters' ticks at this moment. Asking at once added
-// a request for each tick of theirs still undecided, which a burst's
-// nodes, ending their shares at different moments, did by the thousand
-// (the backend answered up to half as many try-lock-ticks again as the
-// burst had ticks), each competing with the requests of the nodes
-// preferred for it. A dead preferred node costs its ticks that turn more,
+// likely deciding the waiters' ticks at this moment: asking at once adds
+// a request for each tick of theirs still undecided, and nodes end their
+// shares at different moments, so a burst's would add thousands, each
+// competing with the request of the node preferred for it and decided
+// alike. A dead preferred node costs its ticks that turn more,
 // never more than the bound. If any answer of the share was an error (the
 // backend failing, which the other nodes see too), they ask at once: this
 // node may be the only one left to ask.

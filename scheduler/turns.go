@@ -6,11 +6,10 @@ import "time"
 //
 // The waiters share one timer, armed for the earliest end, and the
 // waits that are due when it fires end together on its goroutine. A
-// timer per waiter had a burst of 10,000 ticks arm 6,000 to 7,000 of them
-// on each node, and every one that fired started a goroutine of its own,
-// in the burst's tail, where the ticks still to start compete with it for
-// the CPU: the waits of one T and one rank end within microseconds of
-// each other, so one wake ends them all.
+// timer per waiter starts a goroutine for each wait that ends by time: in
+// a burst, thousands, in its tail, where the ticks still to start compete
+// with them for the CPU. The waits of one T and one rank end within
+// microseconds of each other, so one wake ends them all.
 
 // turnQueue is a min-heap of waiters by waiter.due, each knowing its
 // place (waiter.qi), so that a wait that ends otherwise (heard, deferred
