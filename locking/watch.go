@@ -30,6 +30,13 @@ type TickWatcher interface {
 type TickWatch struct {
 	// Mark is called for each raised mark.
 	Mark func(TickMark)
+	// Marks, when set, is called instead of Mark by a backend that hears
+	// several marks at once (Redis: a batch's in one message), with them
+	// in order: the scheduler then takes its locks once for all of them,
+	// not once per mark of a burst while its own ticks wait to start.
+	// A backend that does not know it calls Mark. The slice is the
+	// backend's, reused once Marks returns.
+	Marks func([]TickMark)
 	// Listening, when set, is called each time the watch starts to
 	// receive (at first and after each reconnection): marks raised before
 	// it were not heard.

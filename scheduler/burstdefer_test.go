@@ -109,3 +109,66 @@ func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// TestHeldBackWaiterWaitsATurnOnceTheShareIsDecided: as above, but p's
+// try is decided. w, held back behind it, does not ask the moment p is
+// answered (the other nodes are most likely deciding their shares, w's
+// tick among them): it waits a turn more, from then, and asks only when
+// that turn comes, nobody having decided its tick meanwhile.
+func TestHeldBackWaiterWaitsATurnOnceTheShareIsDecided(t *testing.T) {
+	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
+	l := &stuckFirst{faulty: h.locker, key: "p", tick: t0.Add(time.Minute), entered: make(chan struct{}), answer: make(chan error, 1),
+		asked: map[string]int{}}
+	jp, jw := &countingJob{}, &countingJob{}
+	defer func() {
+		select { // a test that failed early lets p's try end, so Run can
+		case l.answer <- nil:
+		default:
+		}
+	}()
+	h = newHarness(t, scheduler.Options{Clock: h.clock, Locker: l, Backend: hints.Distributed,
+		Preferrer: rankBy{"p": 0, "w": 1}},
+		sched("p", everyMinute, hints.RequireGlobal, jp),
+		sched("w", everyMinute, hints.RequireGlobal, jw)).start()
+
+	h.clock.Advance(time.Minute)
+	select {
+	case <-l.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("p's try-lock-tick never came")
+	}
+	h.clock.Advance(scheduler.DefaultHandoffDelay + 50*time.Millisecond) // w's turn
+	deadline := time.Now().Add(waitTimeout)
+	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
+		if time.Now().After(deadline) {
+			t.Fatalf("w not deferred after its turn; w asked %d times", l.tries("w"))
+		}
+		runtime.Gosched()
+	}
+	l.answer <- nil // p's try goes on to the backend: decided, granted
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for len(jp.got()) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("p's granted tick never ran")
+		}
+		runtime.Gosched()
+	}
+	if err := h.s.WaitSettled(ctx); err != nil {
+		t.Fatalf("w not waiting for a turn once p was decided: %v", err)
+	}
+	if n := l.tries("w"); n != 0 {
+		t.Fatalf("w asked %d times once p was decided, before its turn came again", n)
+	}
+	h.clock.Advance(scheduler.DefaultHandoffDelay)
+	want := t0.Add(time.Minute)
+	for got := jw.got(); len(got) == 0 || !got[len(got)-1].Time.Equal(want); got = jw.got() {
+		if ctx.Err() != nil {
+			t.Fatalf("w's tick %v never ran once its turn came again (w asked %d times)", want, l.tries("w"))
+		}
+		runtime.Gosched()
+	}
+	if n := l.tries("w"); n != 1 {
+		t.Fatalf("w asked %d times, want once", n)
+	}
+}

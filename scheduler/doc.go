@@ -12,6 +12,7 @@
 //   - resend.go: step 4's request sent again with the same token while undecided; late grants, expired grants, ErrGrantUnknown.
 //   - batch.go: the try-lock-ticks a backend decides many to a round trip (locking.TickBatcher), through internal/batch's group commit; locking.InProcessLocker.
 //   - handoff.go: the handoff: a preferred node per tick (internal/rendezvous ranks the nodes); the others wait handoff_delay per rank.
+//   - turns.go: the handoff's waiters share one timer, armed for the earliest end of a wait.
 //   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
 //   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
 //   - release.go: step 7's release, batched (locking.ReleaseBatcher, internal/batch); whether a run's end may wait behind a burst (jobReturned).

@@ -92,6 +92,12 @@ type handoff struct {
 	asking map[int64]*asking
 	// stopped: the scheduler is shutting down; no tick waits any more.
 	stopped bool
+	// turns orders the waiters by when their wait ends (waiter.due), and
+	// turnTimer, armed for the earliest (turnAt; zero: not armed), ends
+	// the waits that are due together (turnsDue, turns.go).
+	turns     turnQueue
+	turnTimer Timer
+	turnAt    time.Time
 }
 
 // asking is the count of preferred try-lock-ticks in flight for one T,
@@ -99,6 +105,9 @@ type handoff struct {
 type asking struct {
 	n        int
 	deferred []*waiter
+	// failed: an answer of this node's share was an error, not a
+	// decision (preferredAnswered).
+	failed bool
 }
 
 // waiter is a tick waiting for its turn. It holds no goroutine: a burst
@@ -107,31 +116,38 @@ type asking struct {
 // the rest of the burst. Whichever ends the wait first (the mark heard,
 // the timer, the end of the deferral, shutdown) takes the waiter out of
 // handoff.waiting under handoff.mu, and the tick carries on: heard, it is
-// finished where it was heard; its turn come, it asks on the timer's
-// goroutine; deferred or at shutdown, it goes back to the pool
+// finished where it was heard; its turn come (turns.go), at the end of a
+// deferral or at shutdown, it goes back to the pool to ask
 // (resumeWaiters).
 type waiter struct {
-	t         *tick
-	tick      time.Time
-	deadline  time.Time // on the scheduler's clock
-	end       time.Time // the latest end of a deferral (deferToBurstLocked)
-	timer     Timer     // the turn's, then the deferral's; under handoff.mu
-	heard     bool      // under handoff.mu
-	deferring bool      // deferred after its turn came (deferToBurstLocked)
-	done      bool      // taken out of waiting; under handoff.mu
+	t        *tick
+	tick     time.Time
+	deadline time.Time     // on the scheduler's clock
+	end      time.Time     // the latest end of a deferral (deferToBurstLocked)
+	wait     time.Duration // its turn's wait, from when it fired
+	// due is when its wait ends: deadline, then, deferred, end; qi is its
+	// place in handoff.turns (-1: none). Under handoff.mu.
+	due       time.Time
+	qi        int
+	heard     bool // under handoff.mu
+	deferring bool // deferred after its turn came (deferToBurstLocked)
+	done      bool // taken out of waiting; under handoff.mu
 	// prev, next: w's neighbours in its key's list (handoff.waiting);
 	// under handoff.mu.
 	prev, next *waiter
 }
 
-// initHandoff sets s.hand from the options (nil: no handoff).
-func (s *Scheduler) initHandoff() {
+// initHandoff sets s.hand from the options (nil: no handoff), its map
+// of marks heard made for n schedules: a burst hears a mark for each of
+// them at once, and a map grown by doubling meanwhile rehashed it a dozen
+// times while the node's own ticks waited to start.
+func (s *Scheduler) initHandoff(n int) {
 	o := s.opts
 	if o.Preferrer == nil || o.Locker == nil {
 		return
 	}
 	h := &handoff{pref: o.Preferrer, delay: o.HandoffDelay, watcher: o.Watcher,
-		heard: map[string]time.Time{}, waiting: map[string]*waiter{},
+		heard: make(map[string]time.Time, n), waiting: map[string]*waiter{},
 		asking: map[int64]*asking{}}
 	if h.delay == 0 {
 		h.delay = min(DefaultHandoffDelay, o.MaxClockSkew/2)
@@ -158,10 +174,10 @@ func (s *Scheduler) startWatch() (stop func()) {
 		// in heard for good.
 		mark := func(m locking.TickMark) {
 			if s.hasSchedule(m.Key) {
-				s.resumeWaiters(h.hear(m))
+				s.resumeWaiters(h.hear(m, nil))
 			}
 		}
-		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Listening: func() {
+		err := h.watcher.WatchTicks(ctx, locking.TickWatch{Mark: mark, Marks: s.heardMarks, Listening: func() {
 			h.mu.Lock()
 			h.listening = true
 			h.mu.Unlock()
@@ -180,15 +196,43 @@ func (s *Scheduler) startWatch() (stop func()) {
 	}
 }
 
+// heardMarks is the watch's Marks: hear for the marks of one message
+// (a batch's), this node's schedules only, each lock taken once for all.
+func (s *Scheduler) heardMarks(ms []locking.TickMark) {
+	h := s.hand
+	kept := ms[:0]
+	s.mu.Lock()
+	for _, m := range ms {
+		if st := s.states[m.Key]; st != nil && !st.removed {
+			kept = append(kept, m)
+		}
+	}
+	s.mu.Unlock()
+	if len(kept) == 0 {
+		return
+	}
+	var out []*waiter
+	h.mu.Lock()
+	for _, m := range kept {
+		out = h.hearLocked(m, out)
+	}
+	h.mu.Unlock()
+	s.resumeWaiters(out)
+}
+
 // hear is told a raised mark: waiters for ticks up to it stop waiting,
-// heard; it returns them for resumeWaiters.
-func (h *handoff) hear(m locking.TickMark) []*waiter {
+// heard; it returns them, appended to out, for resumeWaiters.
+func (h *handoff) hear(m locking.TickMark, out []*waiter) []*waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.hearLocked(m, out)
+}
+
+// hearLocked is hear under h.mu.
+func (h *handoff) hearLocked(m locking.TickMark, out []*waiter) []*waiter {
 	if m.Tick.After(h.heard[m.Key]) {
 		h.heard[m.Key] = m.Tick
 	}
-	var out []*waiter
 	for w := h.waiting[m.Key]; w != nil; {
 		next := w.next
 		if !w.tick.After(m.Tick) {
@@ -205,9 +249,7 @@ func (h *handoff) hear(m locking.TickMark) []*waiter {
 // one of the ways a wait ends takes it (done).
 func (h *handoff) takeLocked(w *waiter) {
 	w.done = true
-	if w.timer != nil {
-		w.timer.Stop()
-	}
+	h.turns.remove(w)
 	key := w.t.def.ID
 	switch {
 	case w.prev != nil:
@@ -232,15 +274,16 @@ func (h *handoff) takeLocked(w *waiter) {
 // the watch hears a burst's marks one by one, and a task submitted for
 // each had the pool start a worker for nearly each of them.
 func (s *Scheduler) resumeWaiters(ws []*waiter) {
-	var ts []*tick
+	var ts, heard []*tick
 	for _, w := range ws {
 		if w.heard {
-			s.handedOff(w.t)
+			heard = append(heard, w.t)
 			continue
 		}
 		w.t.step = stepAsk
 		ts = append(ts, w.t)
 	}
+	s.handedOffAll(heard)
 	s.work.SubmitAll(ts)
 }
 
@@ -262,6 +305,10 @@ func (s *Scheduler) stopWaiting() {
 	for _, w := range ws {
 		h.takeLocked(w)
 	}
+	if h.turnTimer != nil {
+		h.turnTimer.Stop()
+		h.turnAt = time.Time{}
+	}
 	h.mu.Unlock()
 	s.resumeWaiters(ws)
 }
@@ -281,6 +328,16 @@ func (s *Scheduler) handedOff(t *tick) {
 	s.heardDecided(t)
 	s.reportSkip(t, SkipContended, 0)
 	s.end(t, runOutcome{skip: SkipContended})
+}
+
+// handedOffAll is handedOff for the ticks of one batch of marks heard,
+// ended under one acquisition of s.mu (endAll).
+func (s *Scheduler) handedOffAll(ts []*tick) {
+	for _, t := range ts {
+		s.heardDecided(t)
+		s.reportSkip(t, SkipContended, 0)
+	}
+	s.endAll(ts, runOutcome{skip: SkipContended})
 }
 
 // handOff is the handoff of locked tick f, before its try-lock-tick: it
@@ -363,7 +420,8 @@ func (s *Scheduler) prepareHandoff(f *tick) handoffPrep {
 	p.wait = min(offset+min(turn, bound), bound) - f.lateness
 	if p.wait > 0 {
 		now := s.clock.Now()
-		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness)}
+		p.w = &waiter{t: f, tick: p.tick, deadline: now.Add(p.wait), end: now.Add(bound - f.lateness),
+			wait: p.wait, qi: -1}
 	}
 	return p
 }
@@ -387,13 +445,13 @@ func (s *Scheduler) handOffLocked(f *tick, p handoffPrep) handoffTurn {
 	case h.stopped:
 		return handoffAsk // shutting down: ask now, as without handoff
 	}
-	// The timer is armed before the waiter is shown (WaitSettled), both
-	// under h.mu: a test that moved its clock in between would leave the
-	// timer due later than the deadline it saw. Its function takes h.mu,
-	// so it finds the waiter registered.
+	// The turn is queued, its timer armed, before the waiter is shown
+	// (WaitSettled), both under h.mu: a test that moved its clock in
+	// between would leave the timer due later than the deadline it saw.
+	// The timer's function takes h.mu, so it finds the waiter registered.
 	w := p.w
 	s.advance(f, tickWaiting)
-	w.timer = s.clock.AfterFunc(p.wait, func() { s.turnCame(w) })
+	s.queueTurnLocked(w, w.deadline)
 	if head := h.waiting[f.def.ID]; head != nil {
 		head.prev, w.next = w, head
 	}
@@ -408,29 +466,6 @@ func (s *Scheduler) waiterShown() {
 		s.mu.Lock()
 		s.notifyLocked() // WaitSettled re-checks
 		s.mu.Unlock()
-	}
-}
-
-// turnCame is w's timer: its turn came (or, deferred, the deferral's
-// end). Unless this node still asks for its share of the same instant's
-// ticks (deferToBurstLocked), w's tick asks now.
-func (s *Scheduler) turnCame(w *waiter) {
-	h := s.hand
-	h.mu.Lock()
-	if w.done {
-		h.mu.Unlock()
-		return
-	}
-	if !w.deferring && s.deferToBurstLocked(w) {
-		h.mu.Unlock()
-		return
-	}
-	h.takeLocked(w)
-	h.mu.Unlock()
-	// On the timer's own goroutine, which has nothing else to do: the
-	// end of the run is done here, not deferred.
-	if s.ask(w.t) {
-		s.afterRun(w.t)
 	}
 }
 
@@ -456,7 +491,7 @@ func (s *Scheduler) deferToBurstLocked(w *waiter) bool {
 	}
 	w.deferring = true
 	a.deferred = append(a.deferred, w)
-	w.timer = s.clock.AfterFunc(left, func() { s.turnCame(w) })
+	s.queueTurnLocked(w, w.end)
 	return true
 }
 
@@ -472,9 +507,20 @@ func (h *handoff) askLocked(tick time.Time) {
 	a.n++
 }
 
-// preferredAnswered ends the count of askLocked for tick T; when none is left, the
-// waiters deferred for T ask (resumeWaiters).
-func (s *Scheduler) preferredAnswered(tick time.Time) {
+// preferredAnswered ends the count of askLocked for tick T, whose
+// answer the backend decided or not. When none is left, the waiters
+// deferred for T (deferToBurstLocked) wait a turn more, from now, as
+// long as they were to wait from T, within their bound: this node's
+// share is decided, and the other nodes, as busy with theirs, are most
+// likely deciding the waiters' ticks at this moment: asking at once adds
+// a request for each tick of theirs still undecided, and nodes end their
+// shares at different moments, so a burst's would add thousands, each
+// competing with the request of the node preferred for it and decided
+// alike. A dead preferred node costs its ticks that turn more,
+// never more than the bound. If any answer of the share was an error (the
+// backend failing, which the other nodes see too), they ask at once: this
+// node may be the only one left to ask.
+func (s *Scheduler) preferredAnswered(tick time.Time, decided bool) {
 	h := s.hand
 	h.mu.Lock()
 	k := tick.UnixNano()
@@ -483,6 +529,7 @@ func (s *Scheduler) preferredAnswered(tick time.Time) {
 		h.mu.Unlock()
 		return
 	}
+	a.failed = a.failed || !decided
 	a.n--
 	if a.n > 0 {
 		h.mu.Unlock()
@@ -490,14 +537,30 @@ func (s *Scheduler) preferredAnswered(tick time.Time) {
 	}
 	delete(h.asking, k)
 	ws := a.deferred[:0]
+	now := s.clock.Now()
 	for _, w := range a.deferred {
-		if !w.done {
-			h.takeLocked(w)
-			ws = append(ws, w)
+		if w.done {
+			continue
 		}
+		if due := minTime(now.Add(w.wait), w.end); !a.failed && due.After(now) {
+			// Shown as waiting for a timer not yet due (settledLocked).
+			w.deadline = due
+			s.queueTurnLocked(w, due)
+			continue
+		}
+		h.takeLocked(w)
+		ws = append(ws, w)
 	}
 	h.mu.Unlock()
 	s.resumeWaiters(ws)
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // handoffBound is how long after T (on the backend's clock) f's turn may

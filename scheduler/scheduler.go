@@ -407,7 +407,7 @@ func New(opts Options, schedules []Schedule) (*Scheduler, error) {
 	s.bootClock = bootClockOf(opts.Clock)
 	s.batch = newBatcher(opts.Locker, s.deliverAnswers, s.sendingRequests)
 	s.rel = newReleaser(opts.Locker, s.released)
-	s.initHandoff()
+	s.initHandoff(len(schedules))
 	defs, err := s.compile(schedules)
 	if err := errors.Join(optErr, err); err != nil {
 		return nil, err

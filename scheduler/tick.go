@@ -240,7 +240,7 @@ func (s *Scheduler) ask(t *tick) bool {
 	t.sent = sent
 	ans, err := s.opts.Locker.TryLockTick(ctx, req)
 	after := s.clock.Now()
-	s.letGo(t)
+	s.letGoAnswered(t, err == nil)
 	if s.resend(t, req, ans, &err) {
 		return false // back as a task that asks again
 	}
@@ -267,7 +267,7 @@ func (s *Scheduler) deliverAnswers(calls []*tickCall) {
 	for _, c := range calls {
 		c.Tag.batched.after = after
 		c.Tag.step = stepAnswered
-		s.letGo(c.Tag)
+		s.letGoAnswered(c.Tag, c.Err == nil)
 	}
 	workpool.SubmitFront(s.work, calls, callTick)
 }
@@ -288,15 +288,20 @@ func (s *Scheduler) answered(t *tick) bool {
 // letGo lets go of what t held until its try-lock-tick was answered: its
 // share of its burst's context and its count in the handoff's asking.
 // Once each, however often it is called; end calls it too, for a tick
-// that never asked.
-func (s *Scheduler) letGo(t *tick) {
+// that never asked (or was never answered).
+func (s *Scheduler) letGo(t *tick) { s.letGoAnswered(t, false) }
+
+// letGoAnswered is letGo for a tick whose try-lock-tick was answered,
+// decided when the backend decided it (no error): what the handoff's
+// waiters held back behind this node's share then do (preferredAnswered).
+func (s *Scheduler) letGoAnswered(t *tick, decided bool) {
 	if t.burst != nil {
 		t.burst.done()
 		t.burst = nil
 	}
 	if t.preferred {
 		t.preferred = false
-		s.preferredAnswered(t.at)
+		s.preferredAnswered(t.at, decided)
 	}
 }
 
@@ -433,6 +438,32 @@ func (s *Scheduler) end(t *tick, out runOutcome) {
 	s.mu.Unlock()
 	s.submitTries(tries)
 	if ok {
+		s.wg.Done()
+	}
+}
+
+// endAll is end for ticks ts, all with outcome out, under one
+// acquisition of s.mu (a batch of ticks heard decided elsewhere).
+func (s *Scheduler) endAll(ts []*tick, out runOutcome) {
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		s.letGo(t)
+	}
+	var tries []action
+	ended := 0
+	s.mu.Lock()
+	for _, t := range ts {
+		var ok bool
+		if tries, ok = s.endLocked(t, out, tries); ok {
+			ended++
+		}
+	}
+	s.notifyLocked()
+	s.mu.Unlock()
+	s.submitTries(tries)
+	for range ended {
 		s.wg.Done()
 	}
 }

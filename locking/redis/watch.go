@@ -33,6 +33,7 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 	// With subscriptions, the channel carries each (re-)subscription's
 	// confirmation as well as the messages.
 	ch := ps.ChannelWithSubscriptions()
+	var marks []locking.TickMark // a message's, reused: Marks keeps none
 	for {
 		select {
 		case <-ctx.Done():
@@ -47,14 +48,24 @@ func (l *Locker) WatchTicks(ctx context.Context, w locking.TickWatch) error {
 					w.Listening()
 				}
 			case *goredis.Message:
-				if w.Mark == nil {
-					continue
-				}
 				// One message carries the marks one script raised, a
 				// line each (a batch's in one message).
-				for line := range strings.SplitSeq(m.Payload, "\n") {
-					if tm, ok := locking.ParseTickMark(line); ok {
-						w.Mark(tm)
+				switch {
+				case w.Marks != nil:
+					marks = marks[:0]
+					for line := range strings.SplitSeq(m.Payload, "\n") {
+						if tm, ok := locking.ParseTickMark(line); ok {
+							marks = append(marks, tm)
+						}
+					}
+					if len(marks) > 0 {
+						w.Marks(marks)
+					}
+				case w.Mark != nil:
+					for line := range strings.SplitSeq(m.Payload, "\n") {
+						if tm, ok := locking.ParseTickMark(line); ok {
+							w.Mark(tm)
+						}
 					}
 				}
 			}
