@@ -111,7 +111,13 @@ func (c *cronSpec) minPeriod() time.Duration {
 	spanMS := 60*last(min) + last(sec) - 60*first(min) - first(sec)
 	consider(3600*minGap(hour) - spanMS)
 	spanDay := 3600*(last(hour)-first(hour)) + spanMS
-	if g := minDayGap(f.Dom, f.Month, f.Dow); g > 0 {
+	g := int64(0)
+	if c.days != nil {
+		g = c.days.minDayGap()
+	} else {
+		g = minDayGap(f.Dom, f.Month, f.Dow)
+	}
+	if g > 0 {
 		consider(86400*g - spanDay)
 	}
 	if best < 0 {
