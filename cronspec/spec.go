@@ -159,6 +159,8 @@ func Location(spec Spec) *time.Location {
 		return s.loc
 	case offsetSpec:
 		return Location(s.spec)
+	case calendarSpec:
+		return s.cal.loc
 	}
 	return nil
 }
@@ -240,6 +242,8 @@ func knownPeriod(spec Spec) time.Duration {
 	case everySpec:
 		return s.every
 	case offsetSpec:
+		return knownPeriod(s.spec)
+	case calendarSpec: // a lower bound: the calendar only takes ticks away
 		return knownPeriod(s.spec)
 	case *cronSpec:
 		p := s.period.Load()

@@ -81,6 +81,8 @@ func MinPeriod(spec Spec) time.Duration {
 		return s.every
 	case offsetSpec:
 		return MinPeriod(s.spec)
+	case calendarSpec: // the calendar only takes ticks away
+		return MinPeriod(s.spec)
 	case *cronSpec:
 		return s.minPeriod()
 	}
