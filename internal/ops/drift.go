@@ -55,6 +55,7 @@ func ScheduleHashes(schedules []scheduler.Schedule, now time.Time) map[string]st
 		f.b = f.b[:0]
 		f.add("id", s.ID)
 		f.add("cron", s.CronExpr)
+		addCalendar(&f, s)
 		f.add("zone", zoneName(s))
 		f.add("hint", hintName(s.Hint))
 		overlap := s.Overlap
@@ -145,6 +146,7 @@ func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHas
 		}
 		f.b = f.b[:0]
 		f.add("cron", s.CronExpr)
+		addCalendar(&f, s)
 		part(f.b)
 		f.b = f.b[:0]
 		f.add("zone", zoneName(s))
@@ -176,6 +178,16 @@ func ComputeFieldHashes(schedules []scheduler.Schedule, now time.Time) *FieldHas
 	}
 	slices.SortStableFunc(out, func(a, b fieldHash) int { return strings.Compare(a.id, b.id) })
 	return &FieldHashes{byID: out}
+}
+
+// addCalendar adds the schedule's calendar (except, start, end) to its
+// cron field, only when it has one: the hash of every schedule without
+// one stays what nodes of earlier versions compute. The sampled ticks
+// alone would miss most of them (an except date is rarely among them).
+func addCalendar(f *fields, s scheduler.Schedule) {
+	if c := cronspec.CalendarText(s.Spec); c != "" {
+		f.add("calendar", c)
+	}
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,
