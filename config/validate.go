@@ -246,11 +246,12 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		}
 	}
 	s.Spec, s.Offset = nil, 0
+	calendarOK := v.checkCalendar(s) // reported whatever the cron's fate
 	if s.Cron == "" {
 		v.atSchedule(s, "cron", "cron is missing")
 	} else if spec, err := cronspec.Parse(s.Cron, s.Location); err != nil {
 		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
-	} else if spec, ok := v.calendar(s, spec); !ok {
+	} else if spec, ok := v.calendar(s, spec, calendarOK); !ok {
 		// reported
 	} else if v.never(spec) && !cronspec.Ended(spec, time.Now()) {
 		if cronspec.CalendarText(spec) != "" {
@@ -360,10 +361,10 @@ func (v *validator) pingAndMinRuntime(s *Schedule) {
 	}
 }
 
-// calendar checks except, start and end, and applies them to spec. A
+// checkCalendar checks except, start and end, reporting every bad one. A
 // schedule whose end has passed is valid: it fires no more (a config is
 // not broken by the date), and `next` shows no tick.
-func (v *validator) calendar(s *Schedule, spec cronspec.Spec) (cronspec.Spec, bool) {
+func (v *validator) checkCalendar(s *Schedule) bool {
 	ok := true
 	for _, e := range s.Except {
 		if err := cronspec.ParseExcept(e); err != nil {
@@ -375,6 +376,12 @@ func (v *validator) calendar(s *Schedule, spec cronspec.Spec) (cronspec.Spec, bo
 		v.atSchedule(s, "end", "end %s is before start %s", s.End.Format(time.RFC3339), s.Start.Format(time.RFC3339))
 		ok = false
 	}
+	return ok
+}
+
+// calendar applies except, start and end to spec, when checkCalendar
+// found them good (ok).
+func (v *validator) calendar(s *Schedule, spec cronspec.Spec, ok bool) (cronspec.Spec, bool) {
 	if !ok {
 		return nil, false
 	}
