@@ -68,21 +68,25 @@ func parseDays(expr string) (*dayFilter, string, error) {
 		return nil, expr, nil
 	}
 	d := &dayFilter{domStar: dom == "*" || dom == "?", dowStar: dow == "*" || dow == "?"}
-	// plainBits parses the plain items of one day field with robfig, the
-	// other day field set to *.
-	plainBits := func(i int, items []string, name, field string) (uint64, error) {
+	// plainBits parses the plain items of one day field with robfig, in
+	// a spec of their own (a mistake in another field is robfig's to
+	// report, below, not this field's).
+	plainBits := func(dom bool, items []string, name, field string) (uint64, error) {
 		if len(items) == 0 {
 			return 0, nil
 		}
-		g := append([]string(nil), f...)
-		g[domI], g[dowI] = "*", "*"
-		g[i] = strings.Join(items, ",")
+		g := []string{"0", "0", "0", "*", "*", "*"}
+		if dom {
+			g[3] = strings.Join(items, ",")
+		} else {
+			g[5] = strings.Join(items, ",")
+		}
 		s, err := specParser.Parse(strings.Join(g, " "))
 		if err != nil {
 			return 0, fmt.Errorf("%s field %q: %w", name, field, err)
 		}
 		ss := s.(*cron.SpecSchedule)
-		if i == domI {
+		if dom {
 			return ss.Dom &^ starBit, nil
 		}
 		return ss.Dow &^ starBit, nil
@@ -92,7 +96,7 @@ func parseDays(expr string) (*dayFilter, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		if d.domPlain, err = plainBits(domI, plain, "day-of-month", f[domI]); err != nil {
+		if d.domPlain, err = plainBits(true, plain, "day-of-month", f[domI]); err != nil {
 			return nil, "", err
 		}
 	}
@@ -101,7 +105,7 @@ func parseDays(expr string) (*dayFilter, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		b, err := plainBits(dowI, plain, "day-of-week", f[dowI])
+		b, err := plainBits(false, plain, "day-of-week", f[dowI])
 		if err != nil {
 			return nil, "", err
 		}

@@ -114,10 +114,18 @@ func TestParseDaysErrors(t *testing.T) {
 		{"0 12 * * 7L", "day-of-week"},
 		{"0 12 * * FOO#1", "day-of-week"},
 		{"0 12 * * 5L,9", "day-of-week"},
+		{"61 12 1,L * *", "minute"}, // robfig's message, not the day field's
+		{"0 12 1,L 13 *", "month"},
 	} {
 		_, err := cronspec.Parse(tc.expr, nil)
 		if err == nil {
 			t.Errorf("Parse(%q) = nil error, want one", tc.expr)
+			continue
+		}
+		if tc.field == "minute" || tc.field == "month" {
+			if strings.Contains(err.Error(), "day-of") {
+				t.Errorf("Parse(%q): %q blames a day field", tc.expr, err)
+			}
 			continue
 		}
 		if !strings.Contains(err.Error(), tc.field+" field") || !strings.HasPrefix(err.Error(), "scheduler:") {
