@@ -68,7 +68,7 @@ func randomDaySpec(r *rand.Rand) string {
 	}
 }
 
-// Over ten years every day's match is the reference rule's, and Next from
+// Over six years (two of them leap years) every day's match is the reference rule's, and Next from
 // just before each matching day's noon lands on it, in UTC.
 func TestDaysMatchTheirDefinition(t *testing.T) {
 	for _, dom := range randomDoms {
@@ -87,7 +87,7 @@ func TestDaysMatchTheirDefinition(t *testing.T) {
 			}
 			at := time.Date(2023, 12, 31, 12, 0, 0, 0, time.UTC)
 			next := spec.Next(at)
-			for day := at.AddDate(0, 0, 1); day.Year() < 2034; day = day.AddDate(0, 0, 1) {
+			for day := at.AddDate(0, 0, 1); day.Year() < 2030; day = day.AddDate(0, 0, 1) {
 				if !c.days.refDay(day.Year(), day.Month(), day.Day()) {
 					continue
 				}
@@ -112,7 +112,7 @@ func TestPrevNextRoundTripDays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 150 {
+		for range 80 {
 			expr := randomDaySpec(r)
 			spec, err := Parse(expr, loc)
 			if err != nil {
@@ -121,7 +121,7 @@ func TestPrevNextRoundTripDays(t *testing.T) {
 			if spec.Next(start).IsZero() {
 				continue // 30W in February: config refuses it
 			}
-			for range 20 {
+			for range 12 {
 				at := start.Add(time.Duration(r.Int64N(int64(6 * 365 * 24 * time.Hour))))
 				n := spec.Next(at)
 				if n.IsZero() {
