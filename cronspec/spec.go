@@ -25,7 +25,8 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 
 // Parse parses a cron expression evaluated in loc (nil means UTC). A
 // CRON_TZ= or TZ= prefix in expr wins over loc (config refuses the two
-// together unless they agree: see CronTZ).
+// together unless they agree: see CronTZ). Besides robfig/cron's syntax,
+// the day fields take Quartz's L, L-n, nW, LW, xL and x#n (days.go).
 //
 // Daylight saving is handled as cronie does (DESIGN.md "Cron semantics at
 // daylight-saving changes"): when the hour field is fixed (neither * nor
