@@ -71,6 +71,7 @@ func randomDaySpec(r *rand.Rand) string {
 // Over six years (two of them leap years) every day's match is the reference rule's, and Next from
 // just before each matching day's noon lands on it, in UTC.
 func TestDaysMatchTheirDefinition(t *testing.T) {
+	t.Parallel()
 	for _, dom := range randomDoms {
 		for _, dow := range randomDows {
 			expr := "0 12 " + dom + " * " + dow
@@ -105,6 +106,7 @@ func TestDaysMatchTheirDefinition(t *testing.T) {
 // times over years of leap days and both daylight-saving changes, in
 // Paris, New York and UTC.
 func TestPrevNextRoundTripDays(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
 	start := time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, zone := range []string{"Europe/Paris", "America/New_York", "UTC"} {
