@@ -39,7 +39,7 @@ type ScheduleDrift struct {
 
 // The fields drift names (ScheduleDrift.Fields, a contract).
 const (
-	FieldCron   = "cron"   // the cron expression
+	FieldCron   = "cron"   // the cron expression, and its calendar (except, start, end)
 	FieldZone   = "zone"   // the time zone, by name or by its rules (time-zone data)
 	FieldHint   = "hint"   // the placement hint
 	FieldTiming = "timing" // overlap, expected_runtime, jitter, timeout, catchup_window, spread, retries, retry_backoff, pause_after_failures

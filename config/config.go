@@ -304,6 +304,13 @@ type Schedule struct {
 	// PauseAfterFailures pauses the schedule cluster-wide after that many
 	// failed runs in a row; default 0, never.
 	PauseAfterFailures int `toml:"pause_after_failures"`
+	// Except lists the dates with no tick, in the schedule's zone:
+	// "2026-12-25", or "*-01-01" for every year. Start and End bound the
+	// ticks (both included); zero for no bound. In a file: RFC 3339
+	// strings or TOML date-times with an offset. cronspec.WithCalendar
+	// applies them to Spec.
+	Except     []string  `toml:"except"`
+	Start, End time.Time `toml:"-"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`

@@ -172,14 +172,19 @@ type (
 	}
 	schedDoc struct {
 		Schedule
-		ExpectedRuntime any      `toml:"expected_runtime"`
-		Jitter          any      `toml:"jitter"`
-		Timeout         any      `toml:"timeout"`
-		CatchupWindow   any      `toml:"catchup_window"`
-		Spread          any      `toml:"spread"`
-		RetryBackoff    any      `toml:"retry_backoff"`
-		MinRuntime      any      `toml:"min_runtime"`
-		HTTP            *httpDoc `toml:"http"`
+		ExpectedRuntime any `toml:"expected_runtime"`
+		Jitter          any `toml:"jitter"`
+		Timeout         any `toml:"timeout"`
+		CatchupWindow   any `toml:"catchup_window"`
+		Spread          any `toml:"spread"`
+		RetryBackoff    any `toml:"retry_backoff"`
+		MinRuntime      any `toml:"min_runtime"`
+		// except, start and end take TOML dates and date-times as well as
+		// strings.
+		Except any      `toml:"except"`
+		Start  any      `toml:"start"`
+		End    any      `toml:"end"`
+		HTTP   *httpDoc `toml:"http"`
 	}
 	httpDoc struct {
 		HTTPJob
@@ -532,6 +537,7 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 				s.CatchupWindow = &cw
 			}
 		}
+		b.calendarKeys(&s, d)
 		if d.HTTP != nil {
 			h := d.HTTP.HTTPJob
 			dur(&h.Timeout, d.HTTP.Timeout, "http.timeout", true)
@@ -541,6 +547,57 @@ func (b *builder) schedules(docs []schedDoc, at *positions) []Schedule {
 		out = append(out, s)
 	}
 	return out
+}
+
+// calendarKeys reads a decoded table's except, start and end into s.
+// except takes strings and TOML local dates (2026-12-25 unquoted); start
+// and end RFC 3339 strings and TOML date-times with an offset. Validate
+// checks the dates themselves.
+func (b *builder) calendarKeys(s *Schedule, d *schedDoc) {
+	label := func(key string) string {
+		if s.ID == "" {
+			return s.at.prefix() + "." + key
+		}
+		return fmt.Sprintf("schedule %q: %s", s.ID, key)
+	}
+	if d.Except != nil {
+		list, ok := d.Except.([]any)
+		if !ok {
+			b.add(s.at.line("except"), "%s: want an array of dates such as [\"2026-12-25\", \"*-01-01\"], got %s", label("except"), tomlKind(d.Except))
+		}
+		for _, v := range list {
+			switch v := v.(type) {
+			case string:
+				s.Except = append(s.Except, v)
+			case toml.LocalDate:
+				s.Except = append(s.Except, v.String())
+			default:
+				b.add(s.at.line("except"), "%s: want dates such as \"2026-12-25\" or \"*-01-01\", got %s", label("except"), tomlKind(v))
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		v   any
+		dst *time.Time
+	}{{"start", d.Start, &s.Start}, {"end", d.End, &s.End}} {
+		switch v := k.v.(type) {
+		case nil:
+		case time.Time:
+			*k.dst = v
+		case string:
+			t, err := time.Parse(time.RFC3339, strings.TrimSpace(v))
+			if err != nil {
+				b.add(s.at.line(k.key), "%s: %q is not an RFC 3339 time (such as \"2026-01-01T00:00:00Z\" or \"2026-01-01T00:00:00+01:00\")", label(k.key), v)
+				break
+			}
+			*k.dst = t
+		case toml.LocalDateTime, toml.LocalDate:
+			b.add(s.at.line(k.key), "%s: %v has no offset: write it in RFC 3339, such as 2026-01-01T00:00:00Z or 2026-01-01T00:00:00+01:00", label(k.key), v)
+		default:
+			b.add(s.at.line(k.key), "%s: want an RFC 3339 time, got %s", label(k.key), tomlKind(v))
+		}
+	}
 }
 
 // duration parses a decoded duration value into dst. A nil value (the key

@@ -248,12 +248,19 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		}
 	}
 	s.Spec, s.Offset = nil, 0
+	calendarOK := v.checkCalendar(s) // reported whatever the cron's fate
 	if s.Cron == "" {
 		v.atSchedule(s, "cron", "cron is missing")
 	} else if spec, err := cronspec.Parse(s.Cron, s.Location); err != nil {
 		v.atSchedule(s, "cron", "bad cron %q: %s", s.Cron, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "scheduler: "), "cron expression: "))
-	} else if v.never(spec) {
-		v.atSchedule(s, "cron", "cron %q: no tick in the next five years: it never fires (a day the month does not have?)", s.Cron)
+	} else if spec, ok := v.calendar(s, spec, calendarOK); !ok {
+		// reported
+	} else if v.never(spec) && !cronspec.Ended(spec, time.Now()) {
+		if cronspec.CalendarText(spec) != "" {
+			v.atSchedule(s, "cron", "cron %q: no tick in the next five years once except, start and end are applied: it never fires", s.Cron)
+		} else {
+			v.atSchedule(s, "cron", "cron %q: no tick in the next five years: it never fires (a day the month does not have?)", s.Cron)
+		}
 	} else {
 		s.Spec = spec
 		v.zoneAndSpread(s)
@@ -354,6 +361,38 @@ func (v *validator) pingAndMinRuntime(s *Schedule) {
 	case m > 0 && s.ExpectedRuntime.Duration > 0 && m >= s.ExpectedRuntime.Duration:
 		v.atSchedule(s, "min_runtime", "min_runtime %v is not below expected_runtime %v: every run would be too fast or overrun", m, s.ExpectedRuntime.Duration)
 	}
+}
+
+// checkCalendar checks except, start and end, reporting every bad one. A
+// schedule whose end has passed is valid: it fires no more (a config is
+// not broken by the date), and `next` shows no tick.
+func (v *validator) checkCalendar(s *Schedule) bool {
+	ok := true
+	for _, e := range s.Except {
+		if err := cronspec.ParseExcept(e); err != nil {
+			v.atSchedule(s, "except", "%s", strings.TrimPrefix(err.Error(), cronspec.ErrCalendar.Error()+": "))
+			ok = false
+		}
+	}
+	if !s.Start.IsZero() && !s.End.IsZero() && s.End.Before(s.Start) {
+		v.atSchedule(s, "end", "end %s is before start %s", s.End.Format(time.RFC3339), s.Start.Format(time.RFC3339))
+		ok = false
+	}
+	return ok
+}
+
+// calendar applies except, start and end to spec, when checkCalendar
+// found them good (ok).
+func (v *validator) calendar(s *Schedule, spec cronspec.Spec, ok bool) (cronspec.Spec, bool) {
+	if !ok {
+		return nil, false
+	}
+	spec, err := cronspec.WithCalendar(spec, cronspec.Calendar{Except: s.Except, Start: s.Start, End: s.End})
+	if err != nil { // checked above; kept for a rule added there only
+		v.atSchedule(s, "except", "%s", strings.TrimPrefix(err.Error(), cronspec.ErrCalendar.Error()+": "))
+		return nil, false
+	}
+	return spec, true
 }
 
 // zoneAndSpread checks what the parsed cron says against timezone and

@@ -10,6 +10,8 @@
 // WithOffset.
 //
 //   - spec.go: Spec, Parse (cron expressions, @every, daylight saving), CronTZ, Location.
+//   - days.go: the day fields' L, W and # (Quartz's forms), which robfig/cron lacks.
+//   - calendar.go: WithCalendar (a schedule's except, start, end), Excepted, Ended.
 //   - spread.go: WithOffset, SpreadOffset, ApplySpread, MinPeriod.
 //   - prev.go: Prev, a spec's latest tick at or before a time.
 //   - zone.go: LoadLocation, a cache of time.LoadLocation.

@@ -25,7 +25,8 @@ var specParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
 
 // Parse parses a cron expression evaluated in loc (nil means UTC). A
 // CRON_TZ= or TZ= prefix in expr wins over loc (config refuses the two
-// together unless they agree: see CronTZ).
+// together unless they agree: see CronTZ). Besides robfig/cron's syntax,
+// the day fields take Quartz's L, L-n, nW, LW, xL and x#n (days.go).
 //
 // Daylight saving is handled as cronie does (DESIGN.md "Cron semantics at
 // daylight-saving changes"): when the hour field is fixed (neither * nor
@@ -115,7 +116,11 @@ func parseSpec(expr string, loc *time.Location) (Spec, error) {
 		}
 		return everySpec{every: d, loc: loc}, nil
 	}
-	s, err := specParser.Parse(rest)
+	days, robfigExpr, err := parseDays(rest)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: cron expression: %w", err)
+	}
+	s, err := specParser.Parse(robfigExpr)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: cron expression: %w", err)
 	}
@@ -123,12 +128,16 @@ func parseSpec(expr string, loc *time.Location) (Spec, error) {
 	if !ok { // the parser returns nothing else once @every is handled above
 		return nil, fmt.Errorf("scheduler: cron expression %q: unexpected schedule type %T", expr, s)
 	}
+	if days != nil {
+		days.months = ss.Month
+	}
 	zoned, wall := *ss, *ss
 	zoned.Location, wall.Location = loc, time.UTC
 	return &cronSpec{
 		loc:       loc,
 		zoned:     &zoned,
 		wall:      &wall,
+		days:      days,
 		fixedHour: loc != time.UTC && fixedHour(rest),
 	}, nil
 }
@@ -151,6 +160,8 @@ func Location(spec Spec) *time.Location {
 		return s.loc
 	case offsetSpec:
 		return Location(s.spec)
+	case calendarSpec:
+		return s.cal.loc
 	}
 	return nil
 }
@@ -218,6 +229,9 @@ type cronSpec struct {
 	zoned     *cron.SpecSchedule
 	wall      *cron.SpecSchedule
 	fixedHour bool // and loc is not UTC: the daylight-saving rules apply
+	// days keeps the ticks to the days of L, W and # (days.go); nil for a
+	// spec without them, whose day fields robfig matches itself.
+	days *dayFilter
 	// period caches minPeriod (+1, so 0 means not yet computed): it walks
 	// the calendar, and Prev asks for it on every run.
 	period atomic.Int64
@@ -229,6 +243,8 @@ func knownPeriod(spec Spec) time.Duration {
 	case everySpec:
 		return s.every
 	case offsetSpec:
+		return knownPeriod(s.spec)
+	case calendarSpec: // a lower bound: the calendar only takes ticks away
 		return knownPeriod(s.spec)
 	case *cronSpec:
 		p := s.period.Load()
@@ -251,9 +267,21 @@ func probeStart(spec Spec, limit time.Duration) time.Duration {
 
 func (c *cronSpec) Next(t time.Time) time.Time {
 	if !c.fixedHour {
+		if c.days != nil {
+			return c.filtered(c.zoned, t, c.loc)
+		}
 		return c.zoned.Next(t)
 	}
 	return c.nextFixed(t)
+}
+
+// wallNext is the next matching wall-clock time after w (both written in
+// UTC).
+func (c *cronSpec) wallNext(w time.Time) time.Time {
+	if c.days != nil {
+		return c.filtered(c.wall, w, time.UTC)
+	}
+	return c.wall.Next(w)
 }
 
 // maxZoneJump bounds how far a zone's offset can move at one transition
@@ -278,7 +306,7 @@ func (c *cronSpec) nextFixed(t time.Time) time.Time {
 		}
 	}
 	for {
-		w := c.wall.Next(start)
+		w := c.wallNext(start)
 		if w.IsZero() {
 			return w
 		}
@@ -298,8 +326,14 @@ func wallClock(x time.Time, off int) time.Time {
 // instant maps wall-clock time w (written in UTC) to an instant in c.loc:
 // its only instant; its first one when the clock went back over it; the
 // first instant after the gap when the clock jumped over it.
-func (c *cronSpec) instant(w time.Time) time.Time {
-	i := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), c.loc)
+func (c *cronSpec) instant(w time.Time) time.Time { return instantIn(c.loc, w) }
+
+// instantIn is cronSpec.instant in loc.
+func instantIn(loc *time.Location, w time.Time) time.Time {
+	if loc == time.UTC {
+		return w
+	}
+	i := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
 	ps, pe := i.ZoneBounds()
 	if (ps.IsZero() || i.Sub(ps) > maxZoneJump) && (pe.IsZero() || pe.Sub(i) > maxZoneJump) {
 		return i // far from any transition: time.Date is unambiguous
@@ -307,7 +341,7 @@ func (c *cronSpec) instant(w time.Time) time.Time {
 	u := w.Unix()
 	var first time.Time
 	try := func(x time.Time) { // x: any instant of a zone period
-		x = x.In(c.loc)
+		x = x.In(loc)
 		_, off := x.Zone()
 		s, e := x.ZoneBounds()
 		cand := time.Unix(u-int64(off), int64(w.Nanosecond()))
@@ -331,8 +365,8 @@ func (c *cronSpec) instant(w time.Time) time.Time {
 		if b.IsZero() {
 			continue
 		}
-		_, before := b.Add(-time.Nanosecond).In(c.loc).Zone()
-		_, after := b.In(c.loc).Zone()
+		_, before := b.Add(-time.Nanosecond).In(loc).Zone()
+		_, after := b.In(loc).Zone()
 		if wb, wa := b.Unix()+int64(before), b.Unix()+int64(after); u >= wb && u < wa {
 			return b
 		}

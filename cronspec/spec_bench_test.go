@@ -28,6 +28,10 @@ func BenchmarkSpecNext(b *testing.B) {
 		{"seconds-paris", "*/1 * * * * *", paris},
 		{"weekdays-paris", "0 9 * * 1-5", paris},
 		{"every-90s", "@every 90s", nil},
+		// The calendar forms: robfig's search plus the day filter's jump.
+		{"last-day-paris", "0 3 L * *", paris},
+		{"last-friday-paris", "30 2 * * 5L", paris},
+		{"every-5-min-lw-paris", "*/5 * LW * *", paris},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			spec, err := cronspec.Parse(bc.expr, bc.loc)
@@ -43,5 +47,31 @@ func BenchmarkSpecNext(b *testing.B) {
 				t = spec.Next(t)
 			}
 		})
+	}
+}
+
+// BenchmarkSpecNextExcept: a daily spec with a calendar of except dates,
+// across a year of them.
+func BenchmarkSpecNextExcept(b *testing.B) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec, err := cronspec.Parse("0 3 * * *", paris)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec, err = cronspec.WithCalendar(spec, cronspec.Calendar{Except: []string{"*-01-01", "*-05-01", "*-07-14", "*-12-25", "2026-04-06"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	t := start
+	for i := 0; b.Loop(); i++ {
+		if i%365 == 0 {
+			t = start
+		}
+		t = spec.Next(t)
 	}
 }

@@ -20,7 +20,21 @@ func TestNextDSTMatchesReference(t *testing.T) {
 		"15,45 1-3 * * *", "@daily", "59 1 * * *", "0 3 * * *", "10 2 * * 0", "* 1 * * *",
 		// * or stepped hours
 		"30 * * * *", "0 */2 * * *", "*/30 * * * * *", "@hourly", "*/7 * * * *", "0 1-3/1 * * *",
+		// L, W and #, on the days of the changes (Paris: the last Sundays
+		// of March and October, the 29th the last but two of March; New
+		// York: the second Sunday of March, the first of November, a
+		// Sunday the 1st whose 1W is Monday the 2nd)
+		"30 2 * * 0L", "30 1 * * SUN#1", "30 2 * * 0#2", "0 */2 * * 0L", "30 * * * SUN#1,SUN#2",
+		"30 2 L-2 * *", "15 1 1W * *", "*/20 * 1 1W * *", "0 */2 L-2 * *", "30 2 LW * 0L", "30 1 L * SUN#4,SUN#5",
 	}
+	daysChecked := map[string]int{}
+	defer func() {
+		for _, expr := range specs {
+			if spec, _ := Parse(expr, nil); spec.(*cronSpec).days != nil && daysChecked[expr] < 20 {
+				t.Errorf("%q: only %d starts checked", expr, daysChecked[expr])
+			}
+		}
+	}()
 	for _, zc := range []struct {
 		zone   string
 		change string // the instant of the change
@@ -99,23 +113,30 @@ func TestNextDSTMatchesReference(t *testing.T) {
 					break
 				}
 			}
-			if checked < 100 {
+			if c.days != nil {
+				daysChecked[expr] += checked // most fire on some of the changes only
+			} else if checked < 100 {
 				t.Errorf("%s %q: only %d starts checked", zc.zone, expr, checked)
 			}
 		}
 	}
 }
 
-type wallFields struct{ sec, min, hour, dom, month, dow int }
+type wallFields struct{ sec, min, hour, dom, month, dow, year int }
 
 func fieldsOf(wall int64) wallFields {
 	w := time.Unix(wall, 0).UTC()
-	return wallFields{w.Second(), w.Minute(), w.Hour(), w.Day(), int(w.Month()), int(w.Weekday())}
+	return wallFields{w.Second(), w.Minute(), w.Hour(), w.Day(), int(w.Month()), int(w.Weekday()), w.Year()}
 }
 
-// matches reads the fields the way robfig/cron does.
+// matches reads the fields the way robfig/cron does, and the days of L,
+// W and # as refDay does.
 func (c *cronSpec) matches(f wallFields) bool {
 	s := c.wall
+	day := dayMatches(s.Dom, s.Dow, f.dom, int64(f.dow))
+	if c.days != nil {
+		day = c.days.refDay(f.year, time.Month(f.month), f.dom)
+	}
 	return s.Second&(1<<f.sec) != 0 && s.Minute&(1<<f.min) != 0 && s.Hour&(1<<f.hour) != 0 &&
-		s.Month&(1<<f.month) != 0 && dayMatches(s.Dom, s.Dow, f.dom, int64(f.dow))
+		s.Month&(1<<f.month) != 0 && day
 }

@@ -81,6 +81,8 @@ func MinPeriod(spec Spec) time.Duration {
 		return s.every
 	case offsetSpec:
 		return MinPeriod(s.spec)
+	case calendarSpec: // the calendar only takes ticks away
+		return MinPeriod(s.spec)
 	case *cronSpec:
 		return s.minPeriod()
 	}
@@ -111,7 +113,13 @@ func (c *cronSpec) minPeriod() time.Duration {
 	spanMS := 60*last(min) + last(sec) - 60*first(min) - first(sec)
 	consider(3600*minGap(hour) - spanMS)
 	spanDay := 3600*(last(hour)-first(hour)) + spanMS
-	if g := minDayGap(f.Dom, f.Month, f.Dow); g > 0 {
+	g := int64(0)
+	if c.days != nil {
+		g = c.days.minDayGap()
+	} else {
+		g = minDayGap(f.Dom, f.Month, f.Dow)
+	}
+	if g > 0 {
 		consider(86400*g - spanDay)
 	}
 	if best < 0 {

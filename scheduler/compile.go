@@ -90,7 +90,10 @@ func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(str
 		spec, expr, loc = sp, shared, orUTC(sc.Location)
 	}
 	spec = cronspec.ApplySpread(spec, sc.ID, sc.Spread) // a no-op when the spec carries its offset
-	if spec != nil && spec.Next(now).IsZero() {
+	// A calendar whose end has passed fires no more, as it was meant to:
+	// not an invalid schedule (a node reloading after the end would
+	// refuse its whole config).
+	if spec != nil && spec.Next(now).IsZero() && !cronspec.Ended(spec, now) {
 		bad(fmt.Errorf("cron expression %q never fires", sc.CronExpr))
 	}
 	if sc.Job == nil {
@@ -206,7 +209,10 @@ func sameTiming(a, b *compiled) bool {
 	if equal(a.Spec, b.Spec) {
 		return true
 	}
-	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread {
+	// The same expression under another calendar (except, start, end)
+	// fires at other times.
+	if a.CronExpr == "" || a.CronExpr != b.CronExpr || a.Spread != b.Spread ||
+		cronspec.CalendarText(a.Spec) != cronspec.CalendarText(b.Spec) {
 		return false
 	}
 	la, lb := cronspec.Location(a.Spec), cronspec.Location(b.Spec)

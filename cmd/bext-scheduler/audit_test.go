@@ -45,7 +45,14 @@ func auditAPI(t *testing.T) (cfg string, lost time.Time) {
 	if err := st.RecordRuns(t.Context(), runs, 100); err != nil {
 		t.Fatal(err)
 	}
-	c, err := config.Parse([]byte("[locking]\nbackend = \"memory\"\n"+opsSchedules), "audit.toml")
+	return serveAudit(t, st, opsSchedules), m.Add(-10 * time.Minute)
+}
+
+// serveAudit serves the API over st for schedules (TOML [[scheduled]]
+// tables), as a node would, and returns the CLI's config to ask it.
+func serveAudit(t *testing.T, st ops.Store, schedules string) (cfg string) {
+	t.Helper()
+	c, err := config.Parse([]byte("[locking]\nbackend = \"memory\"\n"+schedules), "audit.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +67,54 @@ func auditAPI(t *testing.T) (cfg string, lost time.Time) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	cfg = writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf("node_id = \"cli\"\n[http]\nlisten = %q\n[locking]\nbackend = \"memory\"\n%s", s.Addr(), opsSchedules))
-	return cfg, m.Add(-10 * time.Minute)
+	return writeFile(t, t.TempDir(), "bext.config.toml", fmt.Sprintf("node_id = \"cli\"\n[http]\nlisten = %q\n[locking]\nbackend = \"memory\"\n%s", s.Addr(), schedules))
+}
+
+// TestAuditCommandShowsCalendarSkips: a tick on an except date is listed,
+// skipped by the calendar, and lost by no one.
+func TestAuditCommandShowsCalendarSkips(t *testing.T) {
+	st := opstest.Memory(t)
+	m := time.Now().UTC().Truncate(time.Minute)
+	day := func(k int) time.Time { return m.Add(time.Duration(k) * 24 * time.Hour) }
+	var runs []cluster.Run
+	for _, k := range []int{-3, -2, 0} {
+		runs = append(runs, cluster.Run{Schedule: "nightly", Tick: day(k), Node: "n1", Result: "success", StartedAt: day(k), Attempts: 1, RunID: fmt.Sprint("r", k)})
+	}
+	if err := st.RecordRuns(t.Context(), runs, 100); err != nil {
+		t.Fatal(err)
+	}
+	lk := st.(interface {
+		TryLockTick(context.Context, locking.TickRequest) (locking.TickAnswer, error)
+	})
+	if ans, err := lk.TryLockTick(t.Context(), locking.TickRequest{Key: "nightly", Tick: day(0), TTL: time.Minute, MaxSkew: time.Hour, Window: time.Hour}); err != nil || ans.Verdict != locking.TickGranted {
+		t.Fatal(ans.Verdict, err)
+	}
+	cfg := serveAudit(t, st, fmt.Sprintf(`
+[[scheduled]]
+id = "nightly"
+cron = "%d %d * * *"
+except = [%q]
+command = ["true"]
+`, m.Minute(), m.Hour(), day(-1).Format(time.DateOnly)))
+
+	r := cli(t, cfg, 0, "audit", "nightly", "--from", day(-4).Add(time.Minute).Format(time.RFC3339))
+	var line string
+	for l := range strings.Lines(r.Stdout) {
+		if strings.HasPrefix(l, fmtTime(day(-1))) {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 3 || f[1] != "skipped" || f[2] != "calendar" {
+		t.Errorf("audit: the excepted day's row %q, want skipped, calendar:\n%s", line, r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "4 ticks") {
+		t.Errorf("audit: want 4 ticks, the excepted one among them:\n%s", r.Stdout)
+	}
+	r = cli(t, cfg, 0, "audit", "--json", "--from", day(-4).Add(time.Minute).Format(time.RFC3339))
+	var sums []ops.AuditSummary
+	if err := json.Unmarshal([]byte(r.Stdout), &sums); err != nil || len(sums) != 1 || sums[0].Skipped != 1 || sums[0].Ran != 3 || sums[0].Lost != 0 {
+		t.Errorf("audit --json summary (%v): %s", err, r.Stdout)
+	}
 }
 
 // TestAuditCommand: audit exits 1 when a tick of the range is lost, 0 when

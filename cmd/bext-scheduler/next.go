@@ -26,9 +26,12 @@ func newNextCmd() *cobra.Command {
 fires in (timezone or the cron's CRON_TZ=), the locking hint as it resolves
 with the configured backend (and why), the lock key and TTL (expected_runtime
 + jitter + safety_margin), its spread offset, and the next N tick times (the
-spread offset included) in RFC 3339, in that zone. --from shows the ticks
-after an RFC 3339 time instead of now: a daylight-saving night, say. It reads
-the config only; it does not connect anywhere.`,
+spread offset included) in RFC 3339, in that zone. The cron's L, W and #
+days, except, start and end are applied: an except date passed over is shown
+once, at its first tick, marked "skipped: except"; a schedule past its end
+shows "- (ended)". --from shows the ticks after an RFC 3339 time instead of
+now: a daylight-saving night, say. It reads the config only; it does not
+connect anywhere.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if n < 1 || n > 1000 {
@@ -89,19 +92,47 @@ the config only; it does not connect anywhere.`,
 	return c
 }
 
-// nextTicks formats spec's next n ticks after from, in loc.
+// nextTicks formats spec's next n ticks after from, in loc, with the
+// except dates it passes over among them: each once, at its first tick
+// the calendar took away, marked "skipped: except". A schedule past its
+// end says so.
 func nextTicks(spec cronspec.Spec, from time.Time, n int, loc *time.Location) []string {
-	var out []string
+	var ticks []time.Time
 	t := from
 	for i := 0; i < n && spec != nil; i++ {
 		t = spec.Next(t)
 		if t.IsZero() { // robfig returns zero for a schedule that never fires
 			break
 		}
+		ticks = append(ticks, t)
+	}
+	var skipped []time.Time
+	if all, excepted, ok := cronspec.Excepted(spec); ok && len(ticks) > 0 {
+		last, seen := ticks[len(ticks)-1], ""
+		// Bounded: a schedule firing every second walks a day's 86,400
+		// ticks per excepted date.
+		for t, k := all.Next(from), 0; !t.IsZero() && t.Before(last) && k < maxNextWalk; t, k = all.Next(t), k+1 {
+			if day := t.In(loc).Format(time.DateOnly); excepted(t) && day != seen {
+				skipped, seen = append(skipped, t), day
+			}
+		}
+	}
+	var out []string
+	for _, t := range ticks {
+		for len(skipped) > 0 && skipped[0].Before(t) {
+			out = append(out, skipped[0].In(loc).Format(time.RFC3339)+" skipped: except")
+			skipped = skipped[1:]
+		}
 		out = append(out, t.In(loc).Format(time.RFC3339))
+	}
+	if len(ticks) == 0 && cronspec.Ended(spec, from) {
+		out = append(out, "- (ended)")
 	}
 	return out
 }
+
+// maxNextWalk bounds the ticks nextTicks walks for the except dates.
+const maxNextWalk = 1_000_000
 
 // lockKeyDisplay shows the key as the backend stores it.
 func lockKeyDisplay(backend, redisPrefix, pgNamespace, id string) string {

@@ -105,3 +105,103 @@ command = ["true"]
 		}
 	}
 }
+
+const calendarConfig = `
+[[scheduled]]
+id = "month-end"
+cron = "0 18 LW * *"
+timezone = "Europe/Paris"
+command = ["true"]
+
+[[scheduled]]
+id = "second-monday"
+cron = "0 9 * * MON#2"
+command = ["true"]
+
+[[scheduled]]
+id = "nightly"
+cron = "0 3 * * *"
+timezone = "Europe/Paris"
+except = ["2026-12-25", "*-01-01"]
+command = ["true"]
+
+[[scheduled]]
+id = "bounded"
+cron = "0 12 * * *"
+start = "2026-12-30T00:00:00Z"
+end = "2027-01-01T23:00:00Z"
+command = ["true"]
+
+[[scheduled]]
+id = "over"
+cron = "@hourly"
+end = "2020-01-01T00:00:00Z"
+command = ["true"]
+`
+
+// TestNextCalendar: next shows L, W and # ticks, passes over except dates
+// and names each once, and keeps to start and end.
+func TestNextCalendar(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "cal.toml", calendarConfig)
+	out := nextOut(t, "--config", p, "-n", "3", "--from", "2026-12-23T12:00:00Z")
+	rows := map[string][]string{}
+	var id string
+	for l := range strings.Lines(out) {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] == "SCHEDULE" {
+			continue
+		}
+		if !strings.HasPrefix(l, " ") {
+			id = f[0]
+			f = f[len(f)-1:]
+			if strings.HasSuffix(l, "(ended)\n") {
+				f = []string{"- (ended)"}
+			}
+		} else {
+			f = []string{strings.Join(f, " ")}
+		}
+		rows[id] = append(rows[id], f...)
+	}
+	for id, want := range map[string][]string{
+		// The last weekdays: Thursday 31 December, Friday 29 January (the
+		// 31st a Sunday), Friday 26 February (the 28th a Sunday).
+		"month-end":     {"2026-12-31T18:00:00+01:00", "2027-01-29T18:00:00+01:00", "2027-02-26T18:00:00+01:00"},
+		"second-monday": {"2027-01-11T09:00:00Z", "2027-02-08T09:00:00Z", "2027-03-08T09:00:00Z"},
+		"nightly": {"2026-12-24T03:00:00+01:00", "2026-12-25T03:00:00+01:00 skipped: except",
+			"2026-12-26T03:00:00+01:00", "2026-12-27T03:00:00+01:00"},
+		"bounded": {"2026-12-30T12:00:00Z", "2026-12-31T12:00:00Z", "2027-01-01T12:00:00Z"},
+		"over":    {"- (ended)"},
+	} {
+		if strings.Join(rows[id], "|") != strings.Join(want, "|") {
+			t.Errorf("%s: %q, want %q\n%s", id, rows[id], want, out)
+		}
+	}
+	// The first of January, every year.
+	ny := nextOut(t, "--config", p, "-n", "1", "--from", "2026-12-31T12:00:00Z")
+	if !strings.Contains(ny, "2027-01-01T03:00:00+01:00 skipped: except") || !strings.Contains(ny, "2027-01-02T03:00:00+01:00") {
+		t.Errorf("next over New Year:\n%s", ny)
+	}
+}
+
+// validate reports a bad except entry, naming the schedule and the entry,
+// and a W in a list, naming the field: exit 2.
+func TestValidateCalendarExit2(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "bad.toml", `
+[[scheduled]]
+id = "x"
+cron = "0 3 1,15W * *"
+except = ["2026-02-30", "*-12-25"]
+start = "soon"
+command = ["true"]
+`)
+	r := proctest.Run(t, bin, nil, "validate", "--config", p)
+	for _, want := range []string{
+		`bad.toml:4: schedule "x": bad cron "0 3 1,15W * *": day-of-month field "1,15W": W stands alone`,
+		`bad.toml:5: schedule "x": except entry "2026-02-30": February has no day 30`,
+		`bad.toml:6: schedule "x": start: "soon" is not an RFC 3339 time`,
+	} {
+		if r.Code != exitUsage || !strings.Contains(r.Stderr, want) {
+			t.Errorf("validate: exit %d, want %d and %q\n%s", r.Code, exitUsage, want, r.Stderr)
+		}
+	}
+}

@@ -48,6 +48,11 @@ const (
 	ReasonRecording     = "recording"      // pending: decided within AuditGrace, records may follow
 	ReasonBeforeHistory = "before_history" // unknown: before the oldest record kept
 	ReasonNodeLocal     = "node_local"     // unknown: no mark tells whether it was decided
+	// ReasonCalendar: skipped, its date among the schedule's except
+	// dates. Such a tick is no tick to the scheduler (no node fires it,
+	// no catch-up runs it); audit lists it so that an operator sees the
+	// holiday kept.
+	ReasonCalendar = "calendar"
 )
 
 // MaxAuditTicks bounds the ticks of one schedule's audit.
@@ -265,11 +270,15 @@ func (s *Service) audit(ctx context.Context, d def, from, to, now, markRef time.
 // read comes back full, what it did not reach is before the horizon
 // (unknown, never lost).
 func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks, limit int, emit func(AuditTick)) error {
+	// The ticks with the except dates lifted: those dates' ticks are rows
+	// too, skipped by the calendar.
+	spec, excepted, hasExcept := cronspec.Excepted(d.spec)
 	var ticks []time.Time
-	for t := d.spec.Next(from); !t.IsZero() && !t.After(to); t = d.spec.Next(t) {
+	var calendar map[int64]bool
+	for t := spec.Next(from); !t.IsZero() && !t.After(to); t = spec.Next(t) {
 		if len(ticks) == maxTicks {
 			n := len(ticks)
-			for ; !t.IsZero() && !t.After(to) && n < 10*maxTicks; t = d.spec.Next(t) {
+			for ; !t.IsZero() && !t.After(to) && n < 10*maxTicks; t = spec.Next(t) {
 				n++
 			}
 			more := ""
@@ -280,6 +289,12 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef 
 				ErrInvalid, n, more, d.id, maxTicks)
 		}
 		ticks = append(ticks, t.UTC())
+		if hasExcept && excepted(t) {
+			if calendar == nil {
+				calendar = map[int64]bool{}
+			}
+			calendar[t.UnixNano()] = true
+		}
 	}
 	runs, err := s.store.Runs(ctx, d.id, limit)
 	if err != nil {
@@ -333,6 +348,10 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef 
 		}
 		if k, ok := skipOf[t.UnixNano()]; ok {
 			row.Fate, row.Reason, row.Node, row.Note = FateSkipped, str(k.Reason), nonEmpty(k.Node), nonEmpty(k.Note)
+			return row
+		}
+		if calendar[t.UnixNano()] { // after the records: a date excepted since it ran
+			row.Fate, row.Reason = FateSkipped, str(ReasonCalendar)
 			return row
 		}
 		row.Fate = FatePending

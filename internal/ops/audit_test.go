@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/internal/ops/opstest"
@@ -451,5 +452,75 @@ func TestRecentTickPendingNotLost(t *testing.T) {
 	svc = f.service([]scheduler.Schedule{minutely("g", hints.RequireGlobal)}, 100)
 	if lost, err := svc.LostTickTimes(t.Context(), []string{"g"}); err != nil || len(lost["g"]) != 1 {
 		t.Errorf("LostTickTimes past the grace = %v, %v; want g's tick %v", lost, err, m(0))
+	}
+}
+
+// TestAuditCalendarSkipped: a tick on an except date is no tick to the
+// scheduler, yet audit lists it, skipped by the calendar; a run recorded
+// at it (the date excepted after it ran) still shows as ran.
+func TestAuditCalendarSkipped(t *testing.T) {
+	f := newAuditFixture(t)
+	id := "daily"
+	m := f.m(0)
+	day := func(k int) time.Time { return m.Add(time.Duration(k) * 24 * time.Hour) }
+	expr := fmt.Sprintf("%d %d * * *", m.Minute(), m.Hour())
+	spec, err := cronspec.Parse(expr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err = cronspec.WithCalendar(spec, cronspec.Calendar{Except: []string{
+		day(-2).Format(time.DateOnly), "*" + day(-4).Format(time.DateOnly)[4:],
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runs(t,
+		cluster.Run{Schedule: id, Tick: day(-5), Node: "n1", Result: "success", StartedAt: day(-5).Add(time.Second), Attempts: 1, RunID: "r5"},
+		cluster.Run{Schedule: id, Tick: day(-4), Node: "n1", Result: "success", StartedAt: day(-4).Add(time.Second), Attempts: 1, RunID: "r4"},
+		cluster.Run{Schedule: id, Tick: day(-3), Node: "n1", Result: "success", StartedAt: day(-3).Add(time.Second), Attempts: 1, RunID: "r3"},
+		cluster.Run{Schedule: id, Tick: day(-1), Node: "n2", Result: "success", StartedAt: day(-1).Add(time.Second), Attempts: 1, RunID: "r1"},
+		cluster.Run{Schedule: id, Tick: day(0), Node: "n2", Result: "success", StartedAt: day(0), Attempts: 1, RunID: "r0"},
+	)
+	raiseMark(t, f.st, id, day(0)) // the memory backend's clock is the real one: the mark can only be this recent
+	svc := f.service([]scheduler.Schedule{{ID: id, CronExpr: expr, Spec: spec, Hint: hints.RequireGlobal}}, 100)
+	rows, err := svc.Audit(t.Context(), id, day(-6), day(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byTick(rows)
+	for _, w := range []struct {
+		tick         time.Time
+		fate, reason any
+	}{
+		{day(-5), "ran", nil},
+		{day(-4), "ran", nil}, // excepted every year since: it ran all the same
+		{day(-3), "ran", nil},
+		{day(-2), "skipped", "calendar"},
+		{day(-1), "ran", nil},
+		{day(0), "ran", nil},
+		{day(1), "pending", "not_due"},
+	} {
+		r, ok := got[w.tick]
+		if !ok {
+			t.Errorf("no row for day %v", w.tick.Sub(m))
+			continue
+		}
+		if r.Fate != w.fate || deref(r.Reason) != w.reason {
+			t.Errorf("day %v: %s %v, want %v %v", w.tick.Sub(m), r.Fate, deref(r.Reason), w.fate, w.reason)
+		}
+	}
+	if len(rows) != 7 {
+		t.Errorf("%d rows, want 7", len(rows))
+	}
+	sums, err := svc.AuditSummary(t.Context(), day(-6), day(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != 1 || sums[0].Skipped != 1 || sums[0].Lost != 0 || sums[0].Ran != 5 {
+		t.Errorf("summary %+v, want 5 ran, 1 skipped, none lost", sums)
+	}
+	lost, err := svc.LostTicks(t.Context(), []string{id})
+	if err != nil || len(lost) != 0 {
+		t.Errorf("LostTicks = %v, %v; want none", lost, err)
 	}
 }

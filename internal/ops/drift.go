@@ -156,6 +156,7 @@ func hashRange(schedules []scheduler.Schedule, anchor time.Time, digits []byte, 
 		f.add("id", s.ID)
 		mark = len(f.b)
 		f.add("cron", s.CronExpr)
+		addCalendar(&f, *s)
 		cut()
 		f.add("zone", zoneName(*s))
 		cut()
@@ -210,6 +211,16 @@ func fnv16(b []byte) uint16 {
 		v = (v ^ uint32(c)) * 16777619
 	}
 	return uint16(v)
+}
+
+// addCalendar adds the schedule's calendar (except, start, end) to its
+// cron field, only when it has one: the hash of every schedule without
+// one stays what nodes of earlier versions compute. The sampled ticks
+// alone would miss most of them (an except date is rarely among them).
+func addCalendar(f *fields, s scheduler.Schedule) {
+	if c := cronspec.CalendarText(s.Spec); c != "" {
+		f.add("calendar", c)
+	}
 }
 
 // fields encodes a schedule's fields for its hash as `name=value\x00`,

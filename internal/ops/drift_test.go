@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/internal/ops"
 	"github.com/bext-dev/bext-scheduler/jobs"
 	"github.com/bext-dev/bext-scheduler/scheduler"
@@ -47,7 +48,14 @@ func TestScheduleHashes(t *testing.T) {
 		"cron": func(s *scheduler.Schedule) {
 			s.CronExpr, s.Spec = "0 4 * * *", mustSpec(t, "0 4 * * *", paris(t))
 		},
-		"argv":    func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} },
+		"argv": func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} },
+		// A date no sampled tick falls on: the calendar itself is hashed.
+		"except": func(s *scheduler.Schedule) {
+			s.Spec = withCalendar(t, s.Spec, cronspec.Calendar{Except: []string{"2026-12-25"}})
+		},
+		"end": func(s *scheduler.Schedule) {
+			s.Spec = withCalendar(t, s.Spec, cronspec.Calendar{End: utc("2030-01-01T00:00:00Z")})
+		},
 		"retries": func(s *scheduler.Schedule) { s.Retries = 2 },
 		"overlap": func(s *scheduler.Schedule) { s.Overlap = scheduler.OverlapAllow },
 		"hint":    func(s *scheduler.Schedule) { s.Hint = "node_local" },
@@ -186,6 +194,9 @@ func TestFieldHashesNameTheField(t *testing.T) {
 		{"retries", func(s *scheduler.Schedule) { s.Retries = 2 }, "[timing]"},
 		{"overlap", func(s *scheduler.Schedule) { s.Overlap = scheduler.OverlapAllow }, "[timing]"},
 		{"argv", func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} }, "[job]"},
+		{"except", func(s *scheduler.Schedule) {
+			s.Spec = withCalendar(t, s.Spec, cronspec.Calendar{Except: []string{"*-12-25"}})
+		}, "[cron]"},
 		{"cron and job", func(s *scheduler.Schedule) {
 			s.CronExpr, s.Spec = "0 4 * * *", mustSpec(t, "0 4 * * *", paris(t))
 			s.Job = &jobs.Command{Argv: []string{"/bin/other"}}
@@ -273,4 +284,13 @@ func TestHashesManyAsAlone(t *testing.T) {
 			t.Errorf("%s: field hashes %s among many, %s alone", s.ID, got, want)
 		}
 	}
+}
+
+func withCalendar(t *testing.T, spec cronspec.Spec, cal cronspec.Calendar) cronspec.Spec {
+	t.Helper()
+	spec, err := cronspec.WithCalendar(spec, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
