@@ -81,7 +81,7 @@ cluster-test: build test-services ## the long cluster run: 5 nodes per backend, 
 # FIGURES_COST_WINDOW (seconds, 15) shorten a trial run.
 FIGURES ?=
 figures: test-services ## measure failover, lateness, backend cost per tick and sizing on this machine into docs/FIGURES.md (~20 min; FIGURES=failover,cost picks sections)
-	FIGURES=$(FIGURES) $(GO) test -tags figures -count=1 -timeout 60m -p 1 -parallel 1 -v -run '^TestFigures$$' ./e2e/
+	FIGURES=$(FIGURES) $(GO) test -tags figures -count=1 -timeout 60m -p 1 -v -run '^TestFigures$$' ./e2e/
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo

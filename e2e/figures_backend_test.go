@@ -39,7 +39,14 @@ type privateBackends struct {
 type figBackend struct {
 	kind    string
 	section string
-	stats   func() (ops, cpu float64) // cumulative commands or transactions, server CPU seconds
+	stats   func() backendStats
+}
+
+// backendStats are a server's cumulative counters.
+type backendStats struct {
+	ops     float64 // Redis commands (those scripts run included) or Postgres transactions
+	scripts float64 // Redis EVAL, EVALSHA and FCALL calls: one round trip each
+	cpu     float64 // the server's CPU seconds
 }
 
 func (p *privateBackends) get(t *testing.T, kind, name string) figBackend {
@@ -47,7 +54,7 @@ func (p *privateBackends) get(t *testing.T, kind, name string) figBackend {
 	switch kind {
 	case "memory":
 		return figBackend{kind: kind, section: "[locking]\nbackend = \"memory\"\n",
-			stats: func() (float64, float64) { return 0, 0 }}
+			stats: func() backendStats { return backendStats{} }}
 	case "redis":
 		if p.redis == nil {
 			p.redis = testenv.StartRedis(p.t)
@@ -55,7 +62,7 @@ func (p *privateBackends) get(t *testing.T, kind, name string) figBackend {
 		addr := p.redis.Addr()
 		return figBackend{kind: kind,
 			section: fmt.Sprintf("[locking]\nbackend = \"redis\"\n[locking.redis]\nurl = %q\nkey_prefix = %q\n", p.redis.URL(), name+":"),
-			stats:   func() (float64, float64) { return redisStats(t, addr) }}
+			stats:   func() backendStats { return redisStats(t, addr) }}
 	case "pg":
 		if p.pg == nil {
 			p.pg = startPrivatePG(p.t)
@@ -63,7 +70,7 @@ func (p *privateBackends) get(t *testing.T, kind, name string) figBackend {
 		pg := p.pg
 		return figBackend{kind: kind,
 			section: fmt.Sprintf("[locking]\nbackend = \"pg\"\n[locking.pg]\nurl = %q\nnamespace = %q\n", pg.url, name),
-			stats:   func() (float64, float64) { return pg.stats(t) }}
+			stats:   func() backendStats { return pg.stats(t) }}
 	}
 	t.Fatalf("unknown backend %q", kind)
 	return figBackend{}
@@ -74,7 +81,7 @@ var cmdstatRe = regexp.MustCompile(`(?m)^cmdstat_([a-z|_-]+):calls=(\d+)`)
 // redisStats returns the commands Redis has executed (INFO commandstats,
 // the INFO calls that read them left out; commands a script runs count
 // too) and its CPU seconds (INFO cpu: user + system, every thread).
-func redisStats(t *testing.T, addr string) (float64, float64) {
+func redisStats(t *testing.T, addr string) backendStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -84,22 +91,25 @@ func redisStats(t *testing.T, addr string) (float64, float64) {
 	if err != nil {
 		t.Fatalf("INFO: %v", err)
 	}
-	ops := 0.0
+	var st backendStats
 	for _, m := range cmdstatRe.FindAllStringSubmatch(info, -1) {
 		if m[1] == "info" {
 			continue
 		}
 		n, _ := strconv.ParseFloat(m[2], 64)
-		ops += n
+		st.ops += n
+		switch m[1] {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
+			st.scripts += n
+		}
 	}
-	cpu := 0.0
 	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
 		if m := regexp.MustCompile(`(?m)^` + k + `:([0-9.]+)`).FindStringSubmatch(info); m != nil {
 			v, _ := strconv.ParseFloat(m[1], 64)
-			cpu += v
+			st.cpu += v
 		}
 	}
-	return ops, cpu
+	return st
 }
 
 // privatePG is a Postgres instance of its own (initdb into a temporary
@@ -156,7 +166,7 @@ func startPrivatePG(t *testing.T) *privatePG {
 // one; the statistics are flushed by each backend at most once a second),
 // less the one this read is, and the CPU seconds of the whole instance:
 // the postmaster and every process it started.
-func (pg *privatePG) stats(t *testing.T) (float64, float64) {
+func (pg *privatePG) stats(t *testing.T) backendStats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -181,7 +191,7 @@ func (pg *privatePG) stats(t *testing.T) (float64, float64) {
 	for _, c := range childPids(pid) {
 		cpu += procCPU(c)
 	}
-	return xacts, cpu
+	return backendStats{ops: xacts, cpu: cpu}
 }
 
 // clkTck is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on every

@@ -65,6 +65,7 @@ type loadResult struct {
 	rss       []float64       // per node, bytes, at the window's end
 	cpu       []float64       // per node, CPU seconds per second over the window
 	ops       float64         // backend commands (Redis) or transactions (Postgres) in the window
+	scripts   float64         // Redis script calls in the window
 	serverCPU float64         // backend server CPU seconds in the window
 	failed    bool
 }
@@ -161,17 +162,17 @@ func runLoad(t *testing.T, priv *privateBackends, spec loadSpec) loadResult {
 	w0 := time.Now().Truncate(time.Second).Add(time.Second + loadWarmup)
 	w1 := w0.Add(spec.window)
 	time.Sleep(time.Until(w0)) // the window's wall-clock start, by design
-	ops0, srv0 := b.stats()
+	st0 := b.stats()
 	cpu0 := nodesCPU(c)
 	time.Sleep(time.Until(w1))
-	ops1, srv1 := b.stats()
+	st1 := b.stats()
 	cpu1 := nodesCPU(c)
 	secs := spec.window.Seconds()
 	for i, n := range c.nodes {
 		res.rss = append(res.rss, procRSS(n.Proc().Cmd.Process.Pid))
 		res.cpu = append(res.cpu, (cpu1[i]-cpu0[i])/secs)
 	}
-	res.ops, res.serverCPU = ops1-ops0, srv1-srv0
+	res.ops, res.scripts, res.serverCPU = st1.ops-st0.ops, st1.scripts-st0.scripts, st1.cpu-st0.cpu
 	time.Sleep(time.Until(w1.Add(loadGrace))) // late runs of the window's ticks still count
 
 	for sec := w0.Unix(); sec < w1.Unix(); sec++ {
@@ -198,9 +199,9 @@ func runLoad(t *testing.T, priv *privateBackends, spec loadSpec) loadResult {
 		res.lateness = append(res.lateness, r.at.Sub(r.tick))
 	}
 	res.ticks = len(seen)
-	t.Logf("%s %d nodes %d schedules: %d/%d ticks run, %d doubles, lateness p50 %v p99 %v, ready %v, rss %v, cpu %v, ops %.0f, server cpu %.2fs",
+	t.Logf("%s %d nodes %d schedules: %d/%d ticks run, %d doubles, lateness p50 %v p99 %v, ready %v, rss %v, cpu %v, ops %.0f (scripts %.0f), server cpu %.2fs",
 		spec.kind, spec.nodes, spec.schedules, res.ticks, res.expected, res.doubles, percentile(res.lateness, 50),
-		percentile(res.lateness, 99), res.ready, res.rss, res.cpu, res.ops, res.serverCPU)
+		percentile(res.lateness, 99), res.ready, res.rss, res.cpu, res.ops, res.scripts, res.serverCPU)
 	return res
 }
 
@@ -363,28 +364,29 @@ by the ticks run in it (distinct schedule and tick seen by the endpoint),
 so everything the nodes ask of the backend meanwhile (locks, renewals,
 releases, history, heartbeats, the audit) is charged to the ticks. **Redis
 commands** counts every command the server executed (INFO commandstats), a
-command a Lua script runs included, so it is an upper bound of round trips;
-**Postgres transactions** is xact_commit + xact_rollback of the nodes'
+command a Lua script runs included, so it is an upper bound of round trips,
+and **scripts** the EVAL/EVALSHA/FCALL calls among them (one round trip
+each, whatever the script does); **Postgres transactions** is xact_commit + xact_rollback of the nodes'
 database (each statement outside a transaction block is one, so a round
 trip that runs one statement is one). **Server CPU** is the server's user +
 system CPU (Redis: INFO cpu; Postgres: the postmaster and all its processes,
 from /proc) per tick, in milliseconds.
 
-| backend | nodes | ticks run | ops per tick | server CPU per tick |
-|---|---|---|---|---|
+| backend | nodes | ticks run | ops per tick | of which scripts | server CPU per tick |
+|---|---|---|---|---|---|
 `, costSchedules, window, loadWarmup)
 	for _, r := range results {
 		s := r.spec
 		if r.failed || r.ticks == 0 {
-			fmt.Fprintf(&b, "| %s | %d | not measured: the run failed (see the test log) | | |\n", backendName(s.kind), s.nodes)
+			fmt.Fprintf(&b, "| %s | %d | not measured: the run failed (see the test log) | | | |\n", backendName(s.kind), s.nodes)
 			continue
 		}
-		unit := "Redis commands"
+		unit, scripts := "Redis commands", fmt.Sprintf("%.1f", r.scripts/float64(r.ticks))
 		if s.kind == "pg" {
-			unit = "Postgres transactions"
+			unit, scripts = "Postgres transactions", "n/a"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d / %d | %.1f %s | %.3f ms |\n", backendName(s.kind), s.nodes, r.ticks, r.expected,
-			r.ops/float64(r.ticks), unit, 1000*r.serverCPU/float64(r.ticks))
+		fmt.Fprintf(&b, "| %s | %d | %d / %d | %.1f %s | %s | %.3f ms |\n", backendName(s.kind), s.nodes, r.ticks, r.expected,
+			r.ops/float64(r.ticks), unit, scripts, 1000*r.serverCPU/float64(r.ticks))
 	}
 	b.WriteString("\nThe memory backend is in the node's process: it has no server to count.\n\n")
 	return b.String()
