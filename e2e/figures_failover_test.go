@@ -12,10 +12,11 @@ import (
 	"github.com/bext-dev/bext-scheduler/e2e/internal/ledger"
 )
 
-// killPhase is when in the second a trial strikes: this long after the
-// tick the holder just ran. A fixed phase keeps the trials comparable;
-// mid-second is where a real crash lands on average.
-const killPhase = 500 * time.Millisecond
+// failoverJob is how long each run of the schedule lasts: long enough
+// that a trial finds a run under way and strikes its node during it (the
+// holder, its lock held and renewed), short enough to end before the next
+// tick.
+const failoverJob = 500 * time.Millisecond
 
 // failoverCap bounds one trial: no run elsewhere within it is reported as
 // such, not waited out.
@@ -32,6 +33,7 @@ type failoverSeries struct {
 	times           []time.Duration // kill instant to the first run elsewhere
 	missed          []int           // ticks no node ran between the holder's last and that run
 	capped          int             // trials with no run elsewhere within failoverCap
+	between         int             // trials whose holder's run had ended before the signal
 	stoppedEarly    bool
 }
 
@@ -49,7 +51,7 @@ func figuresFailover(t *testing.T) string {
 			t.Run(kind, func(t *testing.T) {
 				t.Parallel()
 				b := newBackend(t, kind)
-				c := startCluster(t, b, Spec{Nodes: 3, LogLevel: "info"})
+				c := startCluster(t, b, Spec{Nodes: 3, LogLevel: "info", JobSleep: failoverJob})
 				for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
 					s := failoverTrials(t, c, sig, trials)
 					s.backend = kind
@@ -70,16 +72,8 @@ func figuresFailover(t *testing.T) string {
 func failoverTrials(t *testing.T, c *Cluster, sig syscall.Signal, trials int) failoverSeries {
 	t.Helper()
 	s := failoverSeries{signal: map[syscall.Signal]string{syscall.SIGKILL: "kill -9", syscall.SIGSTOP: "SIGSTOP"}[sig], trials: trials}
-	since := time.Now()
 	for i := range trials {
-		holder, last := latestRunAfter(t, c, since)
-		strike := last.Tick.Add(killPhase)
-		if time.Now().After(strike) { // seen too late in its second: take the next tick
-			since = time.Now()
-			holder, last = latestRunAfter(t, c, since)
-			strike = last.Tick.Add(killPhase)
-		}
-		time.Sleep(time.Until(strike)) // the fault's moment, by design
+		holder, last := c.Holder(60 * time.Second) // a node whose run is under way
 		var groups []int
 		at := time.Now()
 		if sig == syscall.SIGKILL {
@@ -93,7 +87,9 @@ func failoverTrials(t *testing.T, c *Cluster, sig syscall.Signal, trials int) fa
 		} else {
 			holder.Resume(groups)
 		}
-		since = time.Now()
+		if ended := endOf(c, last.PID); !ended.IsZero() && ended.Before(at) {
+			s.between++
+		}
 		if !ok {
 			s.capped++
 			t.Logf("trial %d: %s of %s (ran tick %s): no run elsewhere within %v", i+1, s.signal, holder.ID,
@@ -110,15 +106,14 @@ func failoverTrials(t *testing.T, c *Cluster, sig syscall.Signal, trials int) fa
 	return s
 }
 
-// latestRunAfter waits for a global run that began after since and
-// returns the node that ran the newest such run, and that run.
-func latestRunAfter(t *testing.T, c *Cluster, since time.Time) (*Node, ledger.Run) {
-	t.Helper()
-	runs := c.WaitRuns("a run after the last trial", 60*time.Second, func(runs []ledger.Run) bool {
-		return len(runs) > 0 && runs[len(runs)-1].Start.After(since) && runs[len(runs)-1].Begin == ledger.Accepted
-	})
-	last := runs[len(runs)-1]
-	return c.Node(last.Node), last
+// endOf is when the run of job pid wrote its end (zero: it never did).
+func endOf(c *Cluster, pid int) time.Time {
+	for _, r := range ledger.Runs(c.Records()) {
+		if r.PID == pid && r.Ending != "" {
+			return r.End
+		}
+	}
+	return time.Time{}
 }
 
 // firstRunElsewhere polls the ledger for the first global run that a node
@@ -149,18 +144,18 @@ func renderFailover(series []failoverSeries, trials int) string {
 (`+"`kill -9`"+`) or freezes (`+"`SIGSTOP`"+`). A cluster of 3 nodes (e2e's
 `+"`startCluster`"+`: each node its own process, reaching the backend through a
 TCP proxy of its own) runs an every-second require_global schedule
-(expected_runtime 1s, safety_margin 1s, max_clock_skew 500ms; lease 2 s on
-Redis) whose 1 ms job writes a ledger. A trial waits for a tick, takes the
-node that ran it as the holder, and %v after that tick sends it the signal.
-**Failover time** is from the signal to the moment the first run of the
-schedule on another node began (the job's own begin record in the ledger,
-written when the job process starts). **Ticks missed** is how many
-scheduled ticks between the holder's last run and that run no node ran.
-The job lasts 1 ms, so the signal lands between two runs: the node that
-ran the last tick dies or freezes with no run under way (its lock for that
-tick already given back, step 7 of docs/DESIGN.md), and the figure is how
-long the cluster takes to run the schedule without it. The two backends'
-clusters run at the same time.
+(expected_runtime 1s, safety_margin 1s, max_clock_skew 500ms, so a 2 s
+lock TTL; handoff_delay 250ms) whose job writes a ledger and lasts %v. A
+trial waits until some node's run is under way (its begin in the ledger,
+no end yet: e2e's `+"`Cluster.Holder`"+`) and sends that node the signal: the
+node holding the lock dies or freezes during its run. **Failover time** is
+from the signal to the moment the first run of the schedule on another
+node began (that job's own begin record in the ledger, written as the job
+process starts). **Ticks missed** is how many scheduled ticks between the
+holder's tick and that run no node ran. "ended first" counts trials whose
+run had ended before the signal landed (the machine was slow to show the
+run); their node was then between runs, its lock given back. The two
+backends' clusters run at the same time.
 After a trial the killed node is started again (or the stopped one
 continued with SIGCONT) and the next trial waits for a tick after that. Up
 to %d trials per row, one cluster per backend reused across trials; a trial
@@ -169,22 +164,22 @@ with no run elsewhere within %v counts as capped, and a series whose first
 
 The memory backend is one node's process: it has no failover.
 
-| backend | signal | trials | p50 | p99 | max | ticks missed p50 / max | capped at %v |
-|---|---|---|---|---|---|---|---|
-`, killPhase, trials, failoverCap, failoverGiveUp, failoverCap)
+| backend | signal | trials | p50 | p99 | max | ticks missed p50 / max | capped at %v | ended first |
+|---|---|---|---|---|---|---|---|---|
+`, failoverJob, trials, failoverCap, failoverGiveUp, failoverCap)
 	for _, s := range series {
 		n := len(s.times) + s.capped
 		if len(s.times) == 0 {
-			fmt.Fprintf(&b, "| %s | %s | %d | none | none | none | | %d |\n", backendName(s.backend), s.signal, n, s.capped)
+			fmt.Fprintf(&b, "| %s | %s | %d | none | none | none | | %d | %d |\n", backendName(s.backend), s.signal, n, s.capped, s.between)
 			continue
 		}
 		mi := make([]time.Duration, len(s.missed))
 		for i, m := range s.missed {
 			mi[i] = time.Duration(m)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %d / %d | %d |\n", backendName(s.backend), s.signal, n,
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %d / %d | %d | %d |\n", backendName(s.backend), s.signal, n,
 			ms(percentile(s.times, 50)), ms(percentile(s.times, 99)), ms(percentile(s.times, 100)),
-			int(percentile(mi, 50)), int(percentile(mi, 100)), s.capped)
+			int(percentile(mi, 50)), int(percentile(mi, 100)), s.capped, s.between)
 	}
 	for _, s := range series {
 		if s.stoppedEarly {
