@@ -157,7 +157,7 @@ run had ended before the signal landed (the machine was slow to show the
 run); their node was then between runs, its lock given back. The two
 backends' clusters run at the same time.
 After a trial the killed node is started again (or the stopped one
-continued with SIGCONT) and the next trial waits for a tick after that. Up
+continued with SIGCONT) and the next trial waits for a run under way. Up
 to %d trials per row, one cluster per backend reused across trials; a trial
 with no run elsewhere within %v counts as capped, and a series whose first
 %d trials are all capped stops there.
