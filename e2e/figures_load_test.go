@@ -335,10 +335,31 @@ ticks run twice (should be 0).
 		if !r.settled {
 			settle += " (no)"
 		}
+		p50, p99, top := "none", "none", "none"
+		if len(r.lateness) > 0 {
+			p50, p99, top = ms(percentile(r.lateness, 50)), ms(percentile(r.lateness, 99)), ms(percentile(r.lateness, 100))
+		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %d | %d / %d | %d | %s | %s | %s |\n", backendName(s.kind), s.nodes, thousands(s.schedules),
-			settle, len(r.lateness), r.ticks, r.expected, r.doubles, ms(percentile(r.lateness, 50)), ms(percentile(r.lateness, 99)), ms(percentile(r.lateness, 100)))
+			settle, len(r.lateness), r.ticks, r.expected, r.doubles, p50, p99, top)
 	}
-	b.WriteString("\nThe memory backend is one node's process; 3 nodes do not apply to it.\n\n")
+	b.WriteString("\nThe memory backend is one node's process; 3 nodes do not apply to it.\n")
+	for _, r := range results {
+		if !r.failed && !r.settled {
+			fmt.Fprintf(&b, "\nA row whose settle says (no) is a cluster that did not keep up with its load on this machine: "+
+				"%v after ready the runs still reached the endpoint at least %v late at the median, and the lateness "+
+				"grew instead (a run of a tick due in the window that had not reached the endpoint %v after it closed "+
+				"counts as not run, so its \"ticks run\" is low and its percentiles are of the runs that made it, if any).\n",
+				settleCap, settledLateness, loadGrace)
+			break
+		}
+	}
+	for _, r := range results {
+		if r.failed {
+			b.WriteString("\nA row \"not measured\" is a run that failed before its window; the test log says why.\n")
+			break
+		}
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 

@@ -141,12 +141,12 @@ What a deployment of bext-scheduler costs and how fast it recovers, measured
 on real node processes (the binary e2e builds: ` + "`cmd/bext-scheduler`" + ` with
 the test-hooks tag, whose only addition is a clock offset that is not set
 here) against real Redis and Postgres servers. Reproduce with
-` + "`make figures`" + ` (about 20 minutes); ` + "`FIGURES=failover make figures`" + `
-(any of failover, lateness, sizing, cost, comma-separated) reruns some
-sections and keeps the rest of this file. Each section says the commit and
-the machine load it was measured at. The machine below was shared with
-other work during the run, so the lateness and CPU figures are an upper
-bound of what a quiet machine gives.
+` + "`make figures`" + ` (about 30 minutes on a loaded 2-core machine);
+` + "`FIGURES=failover make figures`" + ` (any of failover, lateness, sizing, cost,
+comma-separated) reruns some sections and keeps the rest of this file.
+Each section says the commit and the machine load (load average) it was
+measured at: on a machine shared with other work the lateness and CPU
+figures are worse than a quiet machine gives.
 
 Percentiles are nearest-rank over the samples (p99 of 30 trials is the
 slowest trial).
