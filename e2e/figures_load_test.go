@@ -398,10 +398,15 @@ for the whole cluster; **backend CPU** is the server's CPU seconds per second
 		if s.kind != "memory" {
 			ops, scpu = fmt.Sprintf("%.0f", r.ops/secs), fmt.Sprintf("%.3f", r.serverCPU/secs)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.1f s | %.0f MiB | %.3f | %s | %s |\n", backendName(s.kind), s.nodes, thousands(s.schedules),
+		behind := ""
+		if !r.settled {
+			behind = " (behind)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s%s | %.1f s | %.0f MiB | %.3f | %s | %s |\n", backendName(s.kind), s.nodes, thousands(s.schedules), behind,
 			r.ready.Seconds(), rss/(1<<20), cpu, ops, scpu)
 	}
-	b.WriteString("\n")
+	b.WriteString("\nA row marked (behind) is a cluster that did not keep up (settle (no) in the lateness table): its RSS holds " +
+		"the backlog, and its CPU and backend rates are what it managed, not what the load asks.\n\n")
 	return b.String()
 }
 
