@@ -13,7 +13,7 @@ FLEET_N ?= 100000
 # downloaded); deploy/package_test.go pins the same goreleaser.
 GORELEASER := github.com/goreleaser/goreleaser/v2@v2.15.1
 
-.PHONY: help build test test-services test-chart k8s-manifests bench lint fuzz run-example cluster-test demo sim release-snapshot clean
+.PHONY: help build test test-services test-chart k8s-manifests bench lint fuzz run-example cluster-test demo sim release-snapshot figures clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -86,6 +86,14 @@ cluster-test: build test-services ## before a release: the long cluster run (5 n
 	BEXT_TEST_DEB=1 $(GO) test -count=1 -timeout 30m -v -run '^TestDebPackage$$' ./deploy/
 	$(GO) test -tags e2elong -count=1 -timeout 60m -v -run 'TestLongRun|TestRollingDeployFull' ./e2e/
 	$(GO) test -race -tags e2elong -count=1 -timeout 20m -v -run '^TestSim(Redis|Postgres|RealSplitBrain)$$' ./internal/sim $(SIMREAL_FLAGS)
+
+# FIGURES=failover,lateness,sizing,cost picks sections (default all); the
+# others stay as docs/FIGURES.md has them. FIGURES_TRIALS (failover, 30),
+# FIGURES_SIZES (lateness and sizing, 1000,10000,100000), FIGURES_WINDOW and
+# FIGURES_COST_WINDOW (seconds, 15) shorten a trial run.
+FIGURES ?=
+figures: test-services ## measure failover, lateness, backend cost per tick and sizing on this machine into docs/FIGURES.md (~20 min; FIGURES=failover,cost picks sections)
+	FIGURES=$(FIGURES) $(GO) test -tags figures -count=1 -timeout 60m -p 1 -v -run '^TestFigures$$' ./e2e/
 
 demo: build test-services ## three local nodes on the local Redis for ~30s: who ran each tick, contention elsewhere
 	scripts/demo
