@@ -35,14 +35,16 @@ TESTREPORT = $(GO) run ./scripts/testreport
 
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres (gofmt and vet are `make lint`)
 	@rm -f $(TEST_LOG)
-	@# Every package, the cluster scenarios (e2e) among them: e2e waits on
-	@# wall-clock ticks, so it runs beside the CPU-bound packages. The node
-	@# binary it runs is not race-built, for the timing it measures.
-	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) ./... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
+	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e) | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@# The simulation bites: each planted mutation (internal/mutation) is
 	@# caught by its invariant within the default seeds.
 	@set -o pipefail; $(GO) test -json -tags simmut -race -run TestMutations ./internal/sim | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	$(MAKE) --no-print-directory test-chart
+	@# The cluster scenarios: 3-node clusters timing every-second
+	@# schedules, 8 at a time (e2e's own -parallel), each on backends of its
+	@# own; after the packages, whose -race tests would starve the nodes of
+	@# the 2 cores. The node binary is not race-built, for the same reason.
+	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@$(TESTREPORT) -slowest 20 -summary < $(TEST_LOG)
 
 # deploy/helmtest is a module of its own (the node never links Helm), so the

@@ -114,12 +114,28 @@ func run(in io.Reader, out, list io.Writer, slowest int) int {
 		}
 		failed = true
 	}
-	// Top-level tests only: a subtest's time is inside its parent's.
-	top := tests[:0]
+	// Top-level tests, each with the longest of its own time and its
+	// subtests': a parent whose subtests run in parallel reports only its
+	// own body's time, which ends before they start.
+	longest := map[string]result{}
+	var order []string
 	for _, r := range tests {
-		if !strings.Contains(r.test, "/") {
-			top = append(top, r)
+		name := r.test
+		if i := strings.IndexByte(name, '/'); i >= 0 {
+			name = name[:i]
 		}
+		key := r.pkg + "\x00" + name
+		cur, ok := longest[key]
+		if !ok {
+			order = append(order, key)
+			cur = result{pkg: r.pkg, test: name}
+		}
+		cur.elapsed = max(cur.elapsed, r.elapsed)
+		longest[key] = cur
+	}
+	top := make([]result, 0, len(order))
+	for _, k := range order {
+		top = append(top, longest[k])
 	}
 	sort.SliceStable(top, func(i, j int) bool { return top[i].elapsed > top[j].elapsed })
 	if len(top) > slowest {
