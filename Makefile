@@ -35,16 +35,21 @@ TESTREPORT = $(GO) run ./scripts/testreport
 
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres (gofmt and vet are `make lint`)
 	@rm -f $(TEST_LOG)
+	@echo "== $$(date +%T) packages"
 	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e) | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@# The simulation bites: each planted mutation (internal/mutation) is
 	@# caught by its invariant within the default seeds.
+	@echo "== $$(date +%T) mutations"
 	@set -o pipefail; $(GO) test -json -tags simmut -race -run TestMutations ./internal/sim | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
+	@echo "== $$(date +%T) chart"
 	$(MAKE) --no-print-directory test-chart
+	@echo "== $$(date +%T) e2e"
 	@# The cluster scenarios: 3-node clusters timing every-second
 	@# schedules, 8 at a time (e2e's own -parallel), each on backends of its
 	@# own; after the packages, whose -race tests would starve the nodes of
 	@# the 2 cores. The node binary is not race-built, for the same reason.
 	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
+	@echo "== $$(date +%T) done"
 	@$(TESTREPORT) -slowest 20 -summary < $(TEST_LOG)
 
 # deploy/helmtest is a module of its own (the node never links Helm), so the
