@@ -45,7 +45,7 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	$(MAKE) --no-print-directory test-chart
 	@echo "== $$(date +%T) e2e"
 	@# The cluster scenarios: 3-node clusters timing every-second
-	@# schedules, 8 at a time (e2e's own -parallel), each on backends of its
+	@# schedules, 3 at a time (e2e's own -parallel), each on backends of its
 	@# own; after the packages, whose -race tests would starve the nodes of
 	@# the 2 cores. The node binary is not race-built, for the same reason.
 	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0

@@ -25,8 +25,9 @@ var bin string
 // machine idle; every test has its own key prefix, Postgres namespace and
 // directory, so they never see each other's state. Not more: each cluster
 // test runs three -race nodes, and beside the Postgres package's tests 4 at
-// a time starved the shared server's connection starts past their timeout.
-const testParallel = 3
+// a time starved the shared server's connection starts past their timeout,
+// and at 3 a Postgres node's renewal past its lease (lock_lost).
+const testParallel = 2
 
 func TestMain(m *testing.M) {
 	proctest.DefaultParallel(testParallel)
