@@ -24,7 +24,6 @@ import (
 // real-time simulation with -pgdrop all, seed 14: two runs of an
 // overlap=skip schedule overlapped by 0.7s).
 func TestTimedOutStatementKeepsOthersLeases(t *testing.T) {
-	t.Parallel()
 	for _, fault := range []string{"slow statement", "stalled reply"} {
 		t.Run(fault, func(t *testing.T) {
 			c := newCluster(t)
@@ -90,7 +89,6 @@ func TestTimedOutStatementKeepsOthersLeases(t *testing.T) {
 // are done with the Locker too. A session given up holding none (its
 // failed statement's own lock, if any, has no holder) ends at once.
 func TestCloseEndsAbandonedSessions(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{MaxSessions: 1, OpTimeout: time.Second})
 	b := c.open(Options{})

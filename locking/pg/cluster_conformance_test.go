@@ -22,7 +22,6 @@ const clusterSessions = 2
 // stores of one suite case are Lockers of one namespace (caseCluster), the
 // other cluster's a namespace of its own. The store is its own Locker.
 func TestClusterStoreConformance(t *testing.T) {
-	t.Parallel()
 	clustertest.Run(t, clusterBackend(t))
 }
 

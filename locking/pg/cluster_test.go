@@ -79,7 +79,6 @@ func (c *cluster) storedRuns(schedule string) int64 {
 }
 
 func TestClusterRunsRoundTrip(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -135,7 +134,6 @@ func testRunOr(last store.Run, i int) store.Run {
 // keep only once it passes keep + keep/10, never per insert, and keeps the
 // newest by StartedAt.
 func TestClusterTrimDeferred(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -175,7 +173,6 @@ func TestClusterTrimDeferred(t *testing.T) {
 // and older than some stored runs, leaves the newest keep of stored and
 // batch together.
 func TestClusterTrimRanksBatch(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -213,7 +210,6 @@ func TestClusterTrimRanksBatch(t *testing.T) {
 }
 
 func TestClusterLastRuns(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -235,7 +231,6 @@ func TestClusterLastRuns(t *testing.T) {
 }
 
 func TestClusterNodes(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -299,7 +294,6 @@ func backfill(id, schedule string, i int) store.Request {
 }
 
 func TestClusterQueue(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -347,7 +341,6 @@ func TestClusterQueue(t *testing.T) {
 // TestClusterBackfillEnqueueRace: of 8 concurrent Enqueues of a backfill
 // of one schedule, exactly one is stored.
 func TestClusterBackfillEnqueueRace(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const n = 8
@@ -390,7 +383,6 @@ func TestClusterBackfillEnqueueRace(t *testing.T) {
 }
 
 func TestClusterTakeTrigger(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{Holder: "a"}), c.open(Options{Holder: "b"})
 	ctx := context.Background()
@@ -480,7 +472,6 @@ func TestClusterTakeTrigger(t *testing.T) {
 }
 
 func TestClusterTakeBackfill(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -537,7 +528,6 @@ func TestClusterTakeBackfill(t *testing.T) {
 // TestClusterTakeRace: 32 nodes take one trigger at once: exactly one gets
 // it, several rounds; the others see contended or an empty queue.
 func TestClusterTakeRace(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const n = 32
@@ -600,7 +590,6 @@ func TestClusterTakeRace(t *testing.T) {
 // once, in order. A node that read the queue before the previous holder's
 // Done must not run that tick again.
 func TestClusterBackfillRunsOnce(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const nodes, ticks = 8, 30
@@ -659,7 +648,6 @@ func TestClusterBackfillRunsOnce(t *testing.T) {
 // TestClusterNamespaces: two clusters sharing the database see none of each
 // other's state, for the same schedule and node ids.
 func TestClusterNamespaces(t *testing.T) {
-	t.Parallel()
 	c1, c2 := newCluster(t), newCluster(t)
 	l1, l2 := c1.open(Options{}), c2.open(Options{})
 	ctx := context.Background()
@@ -727,7 +715,6 @@ func TestClusterNamespaces(t *testing.T) {
 // it answers ErrResendHeld, not definite, and changes nothing. Once the
 // session ended, the resend takes the lock again for the same trigger.
 func TestTakeResentWhileFirstSessionHolds(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l1, l2 := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()

@@ -21,7 +21,6 @@ import (
 const suiteSessions = 16
 
 func TestConformance(t *testing.T) {
-	t.Parallel()
 	nowConn, err := pgx.Connect(context.Background(), testenv.PGURL(t))
 	if err != nil {
 		t.Fatal(err)

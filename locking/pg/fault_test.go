@@ -29,7 +29,6 @@ func (c *cluster) proxied() (*faultproxy.Proxy, string) {
 // and Release report the lock lost AND the backend unavailable, so the
 // outage is counted as one and readiness notices.
 func TestRenewReleaseOutageIsUnavailable(t *testing.T) {
-	t.Parallel()
 	for _, fault := range []string{"blackhole", "cut"} {
 		t.Run(fault, func(t *testing.T) {
 			c := newCluster(t)
@@ -60,7 +59,6 @@ func TestRenewReleaseOutageIsUnavailable(t *testing.T) {
 // TestRenewLostIsNotUnavailable: a lock Postgres answers is gone is lost,
 // not an outage.
 func TestRenewLostIsNotUnavailable(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	h := mustLock(t, l, "k")
@@ -81,7 +79,6 @@ func TestRenewLostIsNotUnavailable(t *testing.T) {
 // after the other, plus a second per session), with locks held, idle
 // sessions and a TryLock in flight.
 func TestCloseHonoursDeadline(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	l, err := Open(context.Background(), Options{URL: u, Namespace: c.ns, OpTimeout: 5 * time.Second})
@@ -160,7 +157,6 @@ func waitFree(t *testing.T, l *Locker, key string) {
 // done, never granted twice), then granted with the fence the first call
 // drew once that session is gone; another request for T is done.
 func TestTickResentAfterLostReply(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	a := c.open(Options{URL: u, OpTimeout: time.Second, MaxSessions: 1})
@@ -246,7 +242,6 @@ func TestTickResentAfterLostReply(t *testing.T) {
 // ran nowhere. A resent call is never answered done (DESIGN, rules of
 // the mark).
 func TestPerTickBatchResentAfterLostReply(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	a := c.open(Options{URL: u, OpTimeout: time.Second})
@@ -312,7 +307,6 @@ func TestPerTickBatchResentAfterLostReply(t *testing.T) {
 // decided: granted with the first grant's fence, while node B, asking the
 // same T with its own token, is not granted.
 func TestTurn3LateReplyLosesGrantedTick(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	ctx := context.Background()

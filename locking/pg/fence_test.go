@@ -10,7 +10,6 @@ import (
 // waiting for fsync, so a crash may roll a key's fence back. The clock
 // floor keeps the next fence above every one handed out before.
 func TestFenceSurvivesForgottenWrites(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()

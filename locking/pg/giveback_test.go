@@ -15,7 +15,6 @@ import (
 // otherwise leave it held for as long as the session lives. The trigger
 // stays in bext_taken, so it is not lost: a resend puts it back.
 func TestGiveBackFailedStillUnlocks(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	u, err := url.Parse(c.url)
 	if err != nil {

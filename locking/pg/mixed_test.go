@@ -137,7 +137,6 @@ func oldQueued(t *testing.T, c *cluster, conn *pgx.Conn) []string {
 // once run is not taken again by an old node: the new node's record of the
 // heard take, kept for a give-back, is nothing the old node reads.
 func TestMixedVersionsHeardTakeNotRetaken(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{Holder: "a"})
 	ctx := context.Background()

@@ -36,7 +36,6 @@ func forEach(n int, fn func(i int)) {
 // locks, each reported lost to its holder, and none is taken again
 // behind its holder's back; the others keep theirs.
 func TestTenThousandLocksSixteenSessions(t *testing.T) {
-	t.Parallel()
 	const n, maxSessions = 10000, 16
 	c := newCluster(t)
 	app := "bext_" + c.ns
@@ -174,7 +173,6 @@ WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.granted AND l.ob
 // TestRenewsShareAStatement: renewals of many locks of one session that
 // come at once are answered by far fewer statements than locks.
 func TestRenewsShareAStatement(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	const n = 200

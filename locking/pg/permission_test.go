@@ -14,7 +14,6 @@ import (
 // A role that may read but not write is refused, and says so: the error
 // is ErrPermission, never ErrUnavailable (which callers wait out).
 func TestReadOnlyRoleIsPermissionDenied(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	// The tables exist, made by a role that may.

@@ -61,7 +61,6 @@ FROM bext_lock_fences, jsonb_each(tick_grants) AS g(k, v) WHERE namespace = $1 A
 // per-tick grant whose first session still holds the lock is an error,
 // never done.
 func TestPerTickGrantsKeptWhileResendable(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -154,7 +153,6 @@ WHERE namespace = $1 AND key = $2`, c.ns, "k", stale, near)
 // grants are then recorded: their entries in tick_grants, the latest
 // grant's T in token_tick.
 func TestTableGainsTickGrants(t *testing.T) {
-	t.Parallel()
 	const (
 		tickGrants = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS tick_grants jsonb;\n"
 		tokenTick  = "ALTER TABLE bext_lock_fences ADD COLUMN IF NOT EXISTS token_tick bigint;\n"
@@ -242,7 +240,6 @@ FROM `+schema+`.bext_lock_fences WHERE namespace = $1 AND key = 'k'`, c.ns).Scan
 // as the rule before token_tick read them, but the token was granted for
 // T1. T1 resent with its token is granted with its fence.
 func TestResendTokenReusedForAnotherTick(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -278,7 +275,6 @@ func TestResendTokenReusedForAnotherTick(t *testing.T) {
 // resend, well within T1's TTL, must be granted with T1's fence: answered
 // done, T1 is granted and run nowhere.
 func TestPerTickGrantKeptForItsOwnLease(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b, cc := c.open(Options{}), c.open(Options{}), c.open(Options{})
 	now := c.dbNow().Truncate(time.Millisecond)

@@ -14,7 +14,6 @@ import (
 )
 
 func TestLockRenewRelease(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{Holder: "node-a/1"}), c.open(Options{Holder: "node-b/2"})
 	ctx := context.Background()
@@ -63,7 +62,6 @@ func TestLockRenewRelease(t *testing.T) {
 }
 
 func TestReentrantTryLockIsContended(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 2})
 	h := mustLock(t, l, "k")
@@ -82,7 +80,6 @@ func TestReentrantTryLockIsContended(t *testing.T) {
 }
 
 func TestKilledSessionLosesLock(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -109,7 +106,6 @@ func TestKilledSessionLosesLock(t *testing.T) {
 // A handle abandoned after its session died (never renewed nor released)
 // must not keep its own Locker answering "contended" forever.
 func TestAbandonedLostHandle(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	h := mustLock(t, a, "k")
@@ -127,7 +123,6 @@ func TestAbandonedLostHandle(t *testing.T) {
 }
 
 func TestIdleSessionKilledIsReplaced(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	ctx := context.Background()
@@ -153,7 +148,6 @@ func TestIdleSessionKilledIsReplaced(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	t.Parallel()
 	// A port nothing listens on: bind one, then close it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -187,7 +181,6 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestUnreachableBlackhole(t *testing.T) {
-	t.Parallel()
 	// A listener that accepts and never answers: the connect must still be
 	// bounded by OpTimeout.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -234,7 +227,6 @@ func TestUnreachableBlackhole(t *testing.T) {
 // (never answered yes by the holding session), and Ping and List share
 // the sessions.
 func TestSessionsShared(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 3})
 	ctx := context.Background()
@@ -263,7 +255,6 @@ func TestSessionsShared(t *testing.T) {
 }
 
 func TestRace(t *testing.T) {
-	t.Parallel()
 	for _, lockers := range []int{1, 4} {
 		t.Run(map[int]string{1: "one_locker", 4: "four_lockers"}[lockers], func(t *testing.T) {
 			c := newCluster(t)
@@ -311,7 +302,6 @@ func TestRace(t *testing.T) {
 }
 
 func TestCloseReleasesEverything(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,7 +357,6 @@ func (l *Locker) sessionPIDs() []int32 {
 }
 
 func TestBadHandles(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()

@@ -18,7 +18,6 @@ import (
 // refused with ErrTransactionPooler, naming PgBouncer, and Ping (readiness)
 // fails; two lockers never both hold a key.
 func TestPgBouncerTransactionPoolRefused(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "transaction", 1)
 	var lockers []*Locker
@@ -75,7 +74,6 @@ func TestPgBouncerTransactionPoolRefused(t *testing.T) {
 // pooler switched to transaction mode after the test), the error names the
 // pooler, not an outage.
 func TestPgBouncerStatementCacheReadsAsPooler(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "transaction", 1)
 	a := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
@@ -101,7 +99,6 @@ func TestPgBouncerStatementCacheReadsAsPooler(t *testing.T) {
 // (the settings a session needs are applied after connecting, so PgBouncer
 // does not refuse the startup packet), and locks behave as direct.
 func TestPgBouncerSessionPoolWorks(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "session", 4)
 	a := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
@@ -141,7 +138,6 @@ func TestPgBouncerSessionPoolWorks(t *testing.T) {
 // TestPgBouncerAdminConsoleRefused: a URL naming PgBouncer's admin console
 // is refused as a pooler before any query.
 func TestPgBouncerAdminConsoleRefused(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "session", 1)
 	l := c.open(Options{URL: bouncer.AdminURL(), OpTimeout: 3 * time.Second})

@@ -128,7 +128,6 @@ func compareWithRelease(t *testing.T, whole []bool, build releaseCase) (batched 
 // Locker and a nil handle refused; a handle already released, and one
 // named twice, released once. The bookkeeping forgets every released lock.
 func TestReleaseAll(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	type scene struct {
 		c     *cluster
@@ -210,7 +209,6 @@ func TestReleaseAll(t *testing.T) {
 // Locker are answered for each handle as Release answers them, without a
 // round trip: the locks stay held until asked again, or until Close.
 func TestReleaseAllRefusesWithoutAsking(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 4})
 	var writes atomic.Int64
@@ -252,7 +250,6 @@ func TestReleaseAllRefusesWithoutAsking(t *testing.T) {
 // plain and tick locks spread over two sessions sends one request per
 // session, and gives back every lock.
 func TestReleaseAllOneRoundTripPerSession(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 4})
 	var writes atomic.Int64
@@ -303,7 +300,6 @@ func TestReleaseAllOneRoundTripPerSession(t *testing.T) {
 // session already known dead (a Renew found it) answers lost without a
 // round trip.
 func TestReleaseAllSessionDiesMidBatch(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 4})
 	b := c.open(Options{})
@@ -403,7 +399,6 @@ func TestReleaseAllSessionDiesMidBatch(t *testing.T) {
 // turn does: the dead session's locks lost (and the backend unavailable),
 // the live session's given back.
 func TestReleaseAllDeadSessionAsRelease(t *testing.T) {
-	t.Parallel()
 	whole := []bool{false, false, false, true, true}
 	compareWithRelease(t, whole, func(t *testing.T, c *cluster) (*Locker, []*locking.Handle) {
 		l := c.open(Options{MaxSessions: 4})
@@ -421,7 +416,6 @@ func TestReleaseAllDeadSessionAsRelease(t *testing.T) {
 // lock released exactly once (one nil answer among all its releases, the
 // others lost), every lock given back and the bookkeeping empty.
 func TestReleaseAllRace(t *testing.T) {
-	t.Parallel()
 	const n, callers = 120, 6
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 4})

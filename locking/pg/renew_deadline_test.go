@@ -14,7 +14,6 @@ import (
 // deadline; a Renew bounded by OpTimeout alone let the job run seconds past
 // it, until the server could free the lock for another node.
 func TestTurn3RenewIgnoresCallersDeadline(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	p, u := c.proxied()
 	a := c.open(Options{URL: u})
@@ -40,7 +39,6 @@ func TestTurn3RenewIgnoresCallersDeadline(t *testing.T) {
 // holds A's lock lives on: one slow statement of one schedule does not
 // cancel another schedule's job.
 func TestTurn3RenewQueuesBehindUnrelatedTick(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	ctx := context.Background()
@@ -102,7 +100,6 @@ func TestTurn3RenewQueuesBehindUnrelatedTick(t *testing.T) {
 // queued first would, once sent, wait on its row (an operator holds it):
 // in line behind it, the renewal would miss its deadline.
 func TestRenewGoesBeforeQueuedTicks(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	ctx := context.Background()

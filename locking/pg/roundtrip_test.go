@@ -27,7 +27,6 @@ func (c countingConn) Write(p []byte) (int, error) {
 // TestOneRoundTrip: once a session is warm (its statements prepared),
 // TryLock (lock and fence together) and Release each send one request.
 func TestOneRoundTrip(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	var writes atomic.Int64
@@ -56,7 +55,6 @@ func TestOneRoundTrip(t *testing.T) {
 // TestTickOneRoundTrip: on a warm session, TryLockTick (lock, mark, fence,
 // pause) and its Release each send one request: two round trips a tick.
 func TestTickOneRoundTrip(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	var writes atomic.Int64

@@ -18,7 +18,6 @@ import (
 // only the columns it knows, still works after the migration. Once
 // migrated, a role that may not ALTER or CREATE records and reads runs.
 func TestRunsTableGainsAnomalyAndBy(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	schema := c.ns + "_oldruns"

@@ -25,7 +25,6 @@ func (c *cluster) storedSkips(schedule string) int64 {
 // past keep plus a tenth, back to keep, as runs are (recordSkipsSQL),
 // not on every call.
 func TestSkipsTrimDeferred(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -67,7 +66,6 @@ func TestSkipsTrimDeferred(t *testing.T) {
 // keep ticks recorded are all kept, once each, and the next call trims
 // whatever the concurrent batches left over the bound.
 func TestSkipsConcurrent(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	ctx := context.Background()
 	const keep, nodes, calls, batch = 10, 4, 30, 8

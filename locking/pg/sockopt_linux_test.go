@@ -16,7 +16,6 @@ import (
 // Postgres's side (keepalive and user-timeout settings of the session) and
 // on ours (TCP_USER_TIMEOUT on the socket).
 func TestSessionSettings(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{OpTimeout: 3 * time.Second})
 	ctx := context.Background()

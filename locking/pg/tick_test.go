@@ -72,7 +72,6 @@ func mustTick(t *testing.T, l *Locker, req locking.TickRequest, want locking.Tic
 // statement's verdict and stored mark are locking.DecideTick's, evaluated
 // at the database time the statement reports.
 func TestTickDecidesAsDecideTick(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, holder := c.open(Options{}), c.open(Options{})
 	s := time.Second
@@ -188,7 +187,6 @@ func TestTickDecidesAsDecideTick(t *testing.T) {
 // passes it as Floor, whether the row is deleted (a store that lost it) or
 // its mark set back (a crash that forgot the last commit).
 func TestTickFloorAfterLostRow(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -220,7 +218,6 @@ func TestTickFloorAfterLostRow(t *testing.T) {
 // The control for TestTickFloorAfterLostRow: without a floor, a deleted row
 // does make T grantable again (so the test above can fail).
 func TestTickDeletedRowWithoutFloorRegrants(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	tick := c.dbNow().Truncate(time.Second)
@@ -274,7 +271,6 @@ func (c *cluster) waitBlocked() {
 // the advisory lock is never taken for a tick that is not granted. Every
 // key must have a row for the statement to wait on it.
 func TestTickRedecidesOnLatestRow(t *testing.T) {
-	t.Parallel()
 	for _, change := range []string{"pause", "mark"} {
 		t.Run(change, func(t *testing.T) {
 			c := newCluster(t)
@@ -329,7 +325,6 @@ func TestTickRedecidesOnLatestRow(t *testing.T) {
 // tick (the mark is raised, so it is never replayed after resume); Until
 // ends it by itself.
 func TestTickPauseBeforeGrantWins(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a, b := c.open(Options{}), c.open(Options{})
 	ctx := context.Background()
@@ -371,7 +366,6 @@ func TestTickPauseBeforeGrantWins(t *testing.T) {
 // database clock, leaves existing ones, and a tick from before the load is
 // done.
 func TestTickInitMarks(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	ctx := context.Background()
@@ -404,7 +398,6 @@ func TestTickInitMarks(t *testing.T) {
 // TestTickPerTickLockKey: a per-tick lock is taken under TickLockKey, the
 // mark stays the schedule's.
 func TestTickPerTickLockKey(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	tick := c.dbNow().Truncate(time.Second)
@@ -436,7 +429,6 @@ func TestTickPerTickLockKey(t *testing.T) {
 // the Locker sends them (one pgx batch: one transaction); the second also
 // reports the setting in force in its own transaction, which must be on.
 func TestTickSynchronousCommit(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	ctx := context.Background()
@@ -512,7 +504,6 @@ var tickSQLWithLSN = strings.Replace(tryLockTicksSQL, "current_setting('synchron
 	"current_setting('synchronous_commit'), pg_current_wal_insert_lsn()::text\nFROM n, i", 1)
 
 func TestTickSQLWithLSNIsTheStatement(t *testing.T) {
-	t.Parallel()
 	if tickSQLWithLSN == tryLockTicksSQL {
 		t.Fatal("the durability test no longer adds its column to tryLockTicksSQL: update the replacement")
 	}
@@ -522,7 +513,6 @@ func TestTickSQLWithLSNIsTheStatement(t *testing.T) {
 // contended without asking, and a resend of the holding request is
 // answered from its lease.
 func TestTickReentrancy(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{MaxSessions: 2})
 	ctx := context.Background()
@@ -551,7 +541,6 @@ func TestTickReentrancy(t *testing.T) {
 // multiplies its guesses for (namespace, key) through the CTEs), and past
 // jit_above_cost every tick spent seconds compiling.
 func TestSessionsRunWithoutJIT(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	h := mustLock(t, l, "k")

@@ -28,7 +28,6 @@ import (
 // each tick of a key is granted at most once, and a key's fences rise with
 // its ticks.
 func TestTryLockTicksChurn(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	const nKeys, iters = 24, 25
 	keys := make([]string, nKeys)
@@ -132,7 +131,6 @@ func (c *swallowConn) Write(b []byte) (int, error) {
 // when the server stops answering the statements warm sends, as every other
 // statement of the Locker does: warm is bounded by OpTimeout.
 func TestInitMarksWarmIsBounded(t *testing.T) {
-	t.Parallel()
 	t.Run("no deadline", func(t *testing.T) { testInitMarksWarmIsBounded(t, context.Background(), time.Second) })
 	// The scheduler calls InitMarks with a deadline (startTimeout, 2 s)
 	// below the default OpTimeout: warm keeps to it.
@@ -196,7 +194,6 @@ func testInitMarksWarmIsBounded(t *testing.T, ctx context.Context, opTimeout tim
 // own, held for the session it readies, or another call's), which held
 // InitMarks, and the slots warm holds, for OpTimeout.
 func TestInitMarksWarmDoesNotWaitForBusySessions(t *testing.T) {
-	t.Parallel()
 	for _, busy := range []int{0, 1} {
 		t.Run(fmt.Sprint("busy session ", busy), func(t *testing.T) {
 			c := newCluster(t)
@@ -235,7 +232,6 @@ func TestInitMarksWarmDoesNotWaitForBusySessions(t *testing.T) {
 // was passed (verdict preset), a second client's try-lock-tick is refused
 // as a pooler, not an outage, and no tick is granted twice.
 func TestPgBouncerTickBatchReadsAsPooler(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "transaction", 1)
 	a := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
@@ -358,7 +354,6 @@ func TestTryLockTicksBatchedEqualsSequential(t *testing.T) {
 // the row afresh and decides on it, without an error; a key paused by a
 // transaction that commits while the batch waits is paused.
 func TestTryLockTicksRowDeletedWhileWaiting(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -407,7 +402,6 @@ func TestTryLockTicksRowDeletedWhileWaiting(t *testing.T) {
 // as the scheduler does. A tick is granted to one request (token) at most,
 // a key's fences rise with its ticks, and no batch deadlocks.
 func TestTryLockTicksChaos(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	const nKeys, iters = 10, 20
 	keys := make([]string, nKeys)
@@ -527,7 +521,6 @@ func TestTryLockTicksChaos(t *testing.T) {
 // keys must be made distinct first: otherwise the probe fails forever and
 // the scheduler never sees the backend back.
 func TestInitMarksDuplicateKeys(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	if err := l.InitMarks(context.Background(), []string{"new", "old", "new"}); err != nil {

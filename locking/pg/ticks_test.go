@@ -22,7 +22,6 @@ import (
 // batch), the grants are held on the session (renew and release work),
 // and the watch hears each raised mark.
 func TestTryLockTicksOneRoundTrip(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{MaxSessions: 1})
 	other := c.open(Options{})
@@ -91,7 +90,6 @@ func TestTryLockTicksOneRoundTrip(t *testing.T) {
 // keys in different orders: every tick is granted exactly once, and no
 // batch fails (their row locks are taken in one order: no deadlock).
 func TestTryLockTicksRace(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	const n = 300
 	now := c.dbNow().Truncate(time.Second)
@@ -139,7 +137,6 @@ func TestTryLockTicksRace(t *testing.T) {
 // id; the batch decides them one after the other, exactly as two
 // TryLockTicks in that order decide them on a twin namespace.
 func TestTryLockTicksSameRowTwice(t *testing.T) {
-	t.Parallel()
 	now := newCluster(t).dbNow().Truncate(time.Second)
 	perTick := func(key string, tick time.Time) locking.TickRequest {
 		r := tickReq(key, tick)
@@ -188,7 +185,6 @@ func TestTryLockTicksSameRowTwice(t *testing.T) {
 // batches find their sessions open and their statements prepared: they
 // connect nothing and each sends one request.
 func TestInitMarksWarmsSessions(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	var dials, writes atomic.Int64
@@ -247,7 +243,6 @@ func (l *Locker) openSessions() int {
 // on a batch of 200 with a freshly analyzed table, in a transaction it
 // rolls back.
 func TestTickBatchLooksUpEachRow(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()

@@ -15,7 +15,6 @@ import (
 // its own newest keep runs, the untrimmed one all of its, and a schedule
 // not in the batch untouched, whatever the order of the batch.
 func TestClusterTrimSeveralSchedules(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()

@@ -19,7 +19,6 @@ import (
 // scan of every run of the namespace filtered on the schedule, so each
 // trim cost the whole fleet's history (6,603 rows read here for 22).
 func TestRunTrimReadsOnlyItsSchedule(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()

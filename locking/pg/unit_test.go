@@ -13,7 +13,6 @@ import (
 // TestProbeClass: the statements that use the package's own advisory key
 // space name it by the same number.
 func TestProbeClass(t *testing.T) {
-	t.Parallel()
 	for _, q := range []string{probeCheckSQL, createTableSQL, (sessionTimes{}).probeSQL()} {
 		if !strings.Contains(q, strconv.Itoa(probeClass)) {
 			t.Fatalf("statement does not use probeClass %d: %s", probeClass, q)
@@ -23,7 +22,6 @@ func TestProbeClass(t *testing.T) {
 
 // TestRealSessionPasses runs the probe against the real server.
 func TestRealSessionPasses(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	ctx := context.Background()
@@ -43,7 +41,6 @@ func TestRealSessionPasses(t *testing.T) {
 // TestLockIDMatchesSQL: List joins by an id computed in SQL; it must be the
 // id TryLock locks.
 func TestLockIDMatchesSQL(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	for _, k := range [][2]string{{"bext", "nightly-report"}, {"ns", "clé ünïcode ☃"}, {"a", "bc"}, {"ab", "c"}, {"", "x"}} {
 		var got int64
@@ -61,7 +58,6 @@ func TestLockIDMatchesSQL(t *testing.T) {
 }
 
 func TestOpenInvalid(t *testing.T) {
-	t.Parallel()
 	const pw = "s3cr3tpw"
 	for _, u := range []string{
 		"",
@@ -93,7 +89,6 @@ func TestOpenInvalid(t *testing.T) {
 }
 
 func TestOpenNeedsNoServer(t *testing.T) {
-	t.Parallel()
 	l, err := Open(context.Background(), Options{URL: "postgres://postgres@127.0.0.1:1/test"})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -104,7 +99,6 @@ func TestOpenNeedsNoServer(t *testing.T) {
 }
 
 func TestScrubSecrets(t *testing.T) {
-	t.Parallel()
 	for _, tt := range []struct{ raw, secret string }{
 		{"postgres://u:pa55word@h:bad/db", "pa55word"},
 		{"postgres://u:pa%2F55word@h/db", "pa/55word"},

@@ -76,7 +76,6 @@ func expectSilence(t *testing.T, heard chan locking.TickMark) {
 // cluster. Notifications are delivered in commit order, so a mark that
 // was not told would show as the next one heard being the wrong one.
 func TestWatchTicksHearsRaisedMarksOfItsCluster(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	b := c.open(Options{})
@@ -125,7 +124,6 @@ func TestWatchTicksHearsRaisedMarksOfItsCluster(t *testing.T) {
 // watch (an operator's pg_terminate_backend, a restart): it connects
 // again, says so with Listening, and hears the marks raised from then on.
 func TestWatchTicksReconnects(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	a := c.open(Options{})
 	b := c.open(Options{})
@@ -155,7 +153,6 @@ WHERE query = 'LISTEN "' || $1 || '"' AND datname = current_database()`, b.chann
 // TestWatchTicksThroughSessionPool: behind a real PgBouncer in session
 // mode the watch keeps its server connection and hears marks as direct.
 func TestWatchTicksThroughSessionPool(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "session", 4)
 	a := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
@@ -171,7 +168,6 @@ func TestWatchTicksThroughSessionPool(t *testing.T) {
 // PgBouncer a LISTEN would be left on a server connection other clients
 // get: WatchTicks refuses, with ErrTransactionPooler, as the lock calls do.
 func TestWatchTicksRefusesTransactionPool(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	bouncer := testenv.StartPgBouncer(t, "transaction", 1)
 	l := c.open(Options{URL: bouncer.URL(), OpTimeout: 3 * time.Second})
@@ -186,7 +182,6 @@ func TestWatchTicksRefusesTransactionPool(t *testing.T) {
 // TestWatchTicksEndsWithClose: Close ends a watch (nil), and a watch on a
 // closed Locker is refused with ErrClosed.
 func TestWatchTicksEndsWithClose(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t)
 	l := c.open(Options{})
 	listening := make(chan struct{}, 1)
