@@ -32,11 +32,18 @@ export BEXT_TEST_RUN := $(shell date +%s%N)
 # (scripts/testreport); every step's events are kept for the final list.
 TEST_LOG ?= .test-results.json
 TESTREPORT = $(GO) run ./scripts/testreport
+# One test at a time in each package, as before issue 31: the tests are
+# written to run in parallel (PARALLEL= runs them so, CLI tests 2 and e2e
+# clusters 3 at a time), but in five CI rehearsals on the 2-core machine
+# each parallel run failed a different test that times a second or two
+# (a renewal, a statement timeout, a connection start). Until those are
+# made patient, CI keeps the serial run that passes.
+PARALLEL ?= -parallel 1
 
 test: test-services ## the whole suite, with -race, against the real Redis and Postgres (gofmt and vet are `make lint`)
 	@rm -f $(TEST_LOG)
 	@echo "== $$(date +%T) packages"
-	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e) | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
+	@set -o pipefail; $(GO) test -json -race $(PARALLEL) -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e) | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@# The simulation bites: each planted mutation (internal/mutation) is
 	@# caught by its invariant within the default seeds.
 	@echo "== $$(date +%T) mutations"
@@ -48,7 +55,7 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	@# schedules, 3 at a time (e2e's own -parallel), each on backends of its
 	@# own; after the packages, whose -race tests would starve the nodes of
 	@# the 2 cores. The node binary is not race-built, for the same reason.
-	@set -o pipefail; $(GO) test -json -race -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
+	@set -o pipefail; $(GO) test -json -race $(PARALLEL) -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@echo "== $$(date +%T) done"
 	@$(TESTREPORT) -slowest 20 -summary < $(TEST_LOG)
 
