@@ -70,6 +70,12 @@ func run(in io.Reader, out, list io.Writer, slowest int) int {
 		}
 		key := e.Package + "\x00" + e.Test
 		switch e.Action {
+		case "build-output":
+			// The compiler's errors (go 1.24 on sends them as events, and
+			// the package's own line says only "[build failed]").
+			fmt.Fprint(out, e.Output)
+		case "build-fail":
+			failed = true
 		case "output":
 			if e.Test == "" {
 				// Package-level lines: "ok", "FAIL", "PASS", panics

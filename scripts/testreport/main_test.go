@@ -39,6 +39,16 @@ func TestReport(t *testing.T) {
 		t.Errorf("slowest 1 should list only TestB:\n%s", got)
 	}
 
+	// A package that does not compile: the compiler's words are shown.
+	out.Reset()
+	build := `{"ImportPath":"p [p.test]","Action":"build-output","Output":"x_test.go:3:28: undefined: nope\n"}
+{"ImportPath":"p [p.test]","Action":"build-fail"}
+{"Action":"output","Package":"p","Output":"FAIL\tp [build failed]\n"}
+`
+	if rc := run(strings.NewReader(build), &out, &out, 20); rc != 1 || !strings.Contains(out.String(), "undefined: nope") {
+		t.Errorf("rc = %d, output %q; want 1 and the compiler's error", rc, out.String())
+	}
+
 	out.Reset()
 	if rc := run(strings.NewReader("# build failed\nsyntax error\n"), &out, &out, 20); rc != 1 {
 		t.Errorf("rc = %d for a build error with no result, want 1", rc)
