@@ -37,8 +37,12 @@ func Runs(recs []Record) []Run {
 		switch r.Event {
 		case EventBegin:
 			idx[k] = len(runs)
+			start := r.Time
+			if !r.Began.IsZero() {
+				start = r.Began // not when the flock let it write (Record.Began)
+			}
 			runs = append(runs, Run{Schedule: r.Schedule, Node: r.Node, Tick: r.Tick, Fence: r.Fence,
-				PID: r.PID, Start: r.Time, End: r.Time, Begin: r.Result})
+				PID: r.PID, Start: start, End: r.Time, Begin: r.Result})
 		case EventEnd:
 			if i, ok := idx[k]; ok {
 				runs[i].End, runs[i].Ending = r.Time, r.Result

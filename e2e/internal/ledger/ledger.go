@@ -42,7 +42,13 @@ type Record struct {
 	Fence    int64     `json:"fence"` // 0 when the run holds no lock (node_local)
 	PID      int       `json:"pid"`   // the job's pid: pairs a run's begin and end
 	Time     time.Time `json:"time"`  // the job's wall clock when it wrote
-	Result   string    `json:"result"`
+	// Began is the job's wall clock when it started, before it waited for
+	// the resource (a begin record only; zero in older ledgers): a job
+	// stopped with SIGSTOP while it holds the directory's flock holds up
+	// every other job's writes until it resumes, so Time would put their
+	// start after the resume.
+	Began  time.Time `json:"began,omitzero"`
+	Result string    `json:"result"`
 }
 
 const (

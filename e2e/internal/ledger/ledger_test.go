@@ -1,7 +1,10 @@
 package ledger
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +43,48 @@ func TestWriteRefusesLowerFences(t *testing.T) {
 	}
 	if len(recs) != 7 {
 		t.Errorf("ledger has %d records, want 7", len(recs))
+	}
+}
+
+// A job whose write waits for the flock (held here, as by a job stopped
+// with SIGSTOP mid-write) keeps the time it began as its run's start, not
+// the time the flock let it write: TestPausedHost counts the runs that
+// began elsewhere during a pause by it.
+func TestRunStartsWhenTheJobBeganNotWhenItWrote(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Resource{Dir: dir}.Write(Record{Event: EventBegin, Schedule: "g", Tick: t0, Node: "n", Fence: 1, PID: 7, Began: began})
+		done <- err
+	}()
+	const held = 300 * time.Millisecond
+	time.Sleep(held) // the length of the hold is the fault itself
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	recs, err := Resource{Dir: dir}.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := Runs(recs)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(runs))
+	}
+	if !runs[0].Start.Equal(began) || recs[0].Time.Sub(began) < held {
+		t.Errorf("run start %v, record written %v; want the start at %v, the write at least %v later",
+			runs[0].Start, recs[0].Time, began, held)
 	}
 }
 

@@ -51,7 +51,7 @@ func run() error {
 	res := ledger.Resource{Dir: *dir}
 	rec := ledger.Record{
 		Schedule: os.Getenv("BEXT_SCHEDULE_ID"), Tick: tick, Node: os.Getenv("BEXT_NODE_ID"),
-		Fence: fence, PID: os.Getpid(),
+		Fence: fence, PID: os.Getpid(), Began: time.Now(),
 	}
 
 	rec.Event = ledger.EventBegin
