@@ -63,45 +63,14 @@ func (s *stuckFirst) tries(key string) int {
 // for the deferral's bound (T + half the period): nobody else will ask
 // for w if the preferred node is this one's peer and dead.
 func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
-	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
-	l := &stuckFirst{faulty: h.locker, key: "p", tick: t0.Add(time.Minute), entered: make(chan struct{}), answer: make(chan error, 1),
-		asked: map[string]int{}}
-	jw := &countingJob{}
-	defer func() {
-		select { // a test that failed early lets p's try end, so Run can
-		case l.answer <- nil:
-		default:
-		}
-	}()
-	h = newHarness(t, scheduler.Options{Clock: h.clock, Locker: l, Backend: hints.Distributed,
-		Preferrer: rankBy{"p": 0, "w": 1}},
-		sched("p", everyMinute, hints.RequireGlobal, &countingJob{}),
-		sched("w", everyMinute, hints.RequireGlobal, jw)).start()
-
-	h.clock.Advance(time.Minute)
-	select {
-	case <-l.entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("p's try-lock-tick never came")
-	}
-	h.clock.Advance(scheduler.DefaultHandoffDelay + 50*time.Millisecond) // w's turn
-	deadline := time.Now().Add(waitTimeout)
-	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
-		if time.Now().After(deadline) {
-			t.Fatalf("w not deferred after its turn; w asked %d times", l.tries("w"))
-		}
-		runtime.Gosched()
-	}
-	if n := l.tries("w"); n != 0 {
-		t.Fatalf("w asked %d times while deferred", n)
-	}
+	_, l, _, jw := heldBackBehindP(t)
 	l.answer <- fmt.Errorf("backend down: %w", locking.ErrUnavailable)
 	want := t0.Add(time.Minute)
 	ranW := func() bool {
 		got := jw.got()
 		return len(got) > 0 && got[len(got)-1].Time.Equal(want)
 	}
-	deadline = time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(waitTimeout)
 	for !ranW() { // p's catch-up may run meanwhile: w's own job is watched
 		if time.Now().After(deadline) {
 			t.Fatalf("w's tick %v never ran once p's try failed (w asked %d times)", want, l.tries("w"))
@@ -116,35 +85,7 @@ func TestHeldBackWaiterAsksOnceThePreferredTryFails(t *testing.T) {
 // tick among them): it waits a turn more, from then, and asks only when
 // that turn comes, nobody having decided its tick meanwhile.
 func TestHeldBackWaiterWaitsATurnOnceTheShareIsDecided(t *testing.T) {
-	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
-	l := &stuckFirst{faulty: h.locker, key: "p", tick: t0.Add(time.Minute), entered: make(chan struct{}), answer: make(chan error, 1),
-		asked: map[string]int{}}
-	jp, jw := &countingJob{}, &countingJob{}
-	defer func() {
-		select { // a test that failed early lets p's try end, so Run can
-		case l.answer <- nil:
-		default:
-		}
-	}()
-	h = newHarness(t, scheduler.Options{Clock: h.clock, Locker: l, Backend: hints.Distributed,
-		Preferrer: rankBy{"p": 0, "w": 1}},
-		sched("p", everyMinute, hints.RequireGlobal, jp),
-		sched("w", everyMinute, hints.RequireGlobal, jw)).start()
-
-	h.clock.Advance(time.Minute)
-	select {
-	case <-l.entered:
-	case <-time.After(waitTimeout):
-		t.Fatal("p's try-lock-tick never came")
-	}
-	h.clock.Advance(scheduler.DefaultHandoffDelay + 50*time.Millisecond) // w's turn
-	deadline := time.Now().Add(waitTimeout)
-	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
-		if time.Now().After(deadline) {
-			t.Fatalf("w not deferred after its turn; w asked %d times", l.tries("w"))
-		}
-		runtime.Gosched()
-	}
+	h, l, jp, jw := heldBackBehindP(t)
 	l.answer <- nil // p's try goes on to the backend: decided, granted
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -171,4 +112,47 @@ func TestHeldBackWaiterWaitsATurnOnceTheShareIsDecided(t *testing.T) {
 	if n := l.tries("w"); n != 1 {
 		t.Fatalf("w asked %d times, want once", n)
 	}
+}
+
+// heldBackBehindP starts two every-minute schedules, p preferred on this
+// node and w second, fires T, and returns once p's try-lock-tick hangs in
+// l (answered by a send on l.answer) and w, its turn come, is held back
+// behind it (deferred: HeldBack 1) without having asked.
+func heldBackBehindP(t *testing.T) (*harness, *stuckFirst, *countingJob, *countingJob) {
+	t.Helper()
+	h := newHarness(t, scheduler.Options{Preferrer: rankBy{"p": 0, "w": 1}})
+	l := &stuckFirst{faulty: h.locker, key: "p", tick: t0.Add(time.Minute), entered: make(chan struct{}), answer: make(chan error, 1),
+		asked: map[string]int{}}
+	jp, jw := &countingJob{}, &countingJob{}
+	h = newHarness(t, scheduler.Options{Clock: h.clock, Locker: l, Backend: hints.Distributed,
+		Preferrer: rankBy{"p": 0, "w": 1}},
+		sched("p", everyMinute, hints.RequireGlobal, jp),
+		sched("w", everyMinute, hints.RequireGlobal, jw)).start()
+	// Registered after the harness's own cleanup, so it runs first: a
+	// test that failed early lets p's try end, so the scheduler can stop.
+	t.Cleanup(func() {
+		select {
+		case l.answer <- nil:
+		default:
+		}
+	})
+
+	h.clock.Advance(time.Minute)
+	select {
+	case <-l.entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("p's try-lock-tick never came")
+	}
+	h.clock.Advance(scheduler.DefaultHandoffDelay + 50*time.Millisecond) // w's turn
+	deadline := time.Now().Add(waitTimeout)
+	for h.s.HeldBack() != 1 { // nothing signals it: the turn runs on a timer's goroutine
+		if time.Now().After(deadline) {
+			t.Fatalf("w not deferred after its turn; w asked %d times", l.tries("w"))
+		}
+		runtime.Gosched()
+	}
+	if n := l.tries("w"); n != 0 {
+		t.Fatalf("w asked %d times while deferred", n)
+	}
+	return h, l, jp, jw
 }
