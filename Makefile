@@ -52,9 +52,10 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	$(MAKE) --no-print-directory test-chart
 	@echo "== $$(date +%T) e2e"
 	@# The cluster scenarios: 3-node clusters timing every-second
-	@# schedules, 3 at a time (e2e's own -parallel), each on backends of its
-	@# own; after the packages, whose -race tests would starve the nodes of
-	@# the 2 cores. The node binary is not race-built, for the same reason.
+	@# schedules (with PARALLEL=, 3 at a time: e2e's own -parallel), each on
+	@# backends of its own; after the packages, whose -race tests would
+	@# starve the nodes of the 2 cores. The node binary is not race-built,
+	@# for the same reason.
 	@set -o pipefail; $(GO) test -json -race $(PARALLEL) -timeout $(TEST_TIMEOUT) -p 1 ./e2e/... | tee -a $(TEST_LOG) | $(TESTREPORT) -slowest 0
 	@echo "== $$(date +%T) done"
 	@$(TESTREPORT) -slowest 20 -summary < $(TEST_LOG)
@@ -83,6 +84,9 @@ bench: test-services build ## the benchmarks (several counts; feed to benchstat)
 lint: ## gofmt, go vet (and staticcheck when installed)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@# The code only make cluster-test, make figures and the mutation run
+	@# compile: vetted here so that it does not rot between releases.
+	$(GO) vet -tags 'e2elong figures simmut bexttest' ./...
 	cd deploy/helmtest && $(GO) vet ./...
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
 
