@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -69,8 +70,13 @@ func UniqueName(t testing.TB) string {
 	if len(s) > 40 {
 		s = s[:40]
 	}
-	return fmt.Sprintf("t_%s_%d", s, time.Now().UnixNano()%1e12)
+	// The time keeps names apart across runs and processes; the counter
+	// keeps apart two names taken in one test (two clusters of one test
+	// must never share keys), which a coarse clock alone would not.
+	return fmt.Sprintf("t_%s_%d_%d", s, time.Now().UnixNano()%1e12, uniq.Add(1))
 }
+
+var uniq atomic.Int64
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

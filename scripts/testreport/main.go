@@ -5,6 +5,10 @@
 //
 //	go test -json ./... | go run ./scripts/testreport -slowest 20
 //
+// Last it lists each failed test with the lines where it said why
+// (`file_test.go:N: ...`), so that the tail of a long CI log, which is
+// often all a reader gets, names the cause and not only a node's log.
+//
 // It exits 1 when a test or a package failed (or the input held no
 // result at all: a build that broke before any test ran), so a pipeline
 // under `set -o pipefail` fails for either reason.
@@ -54,6 +58,7 @@ func run(in io.Reader, out, list io.Writer, slowest int) int {
 	pending := map[string][]string{}
 	var (
 		tests       []result
+		failures    []failure
 		failed      bool
 		sawResult   bool
 		unparseable int
@@ -97,9 +102,14 @@ func run(in io.Reader, out, list io.Writer, slowest int) int {
 			failed = true
 			if e.Test != "" {
 				tests = append(tests, result{e.Package, e.Test, e.Elapsed})
+				f := failure{pkg: e.Package, test: e.Test}
 				for _, l := range pending[key] {
 					fmt.Fprint(out, l)
+					if why, ok := said(l); ok && len(f.why) < maxWhy {
+						f.why = append(f.why, why)
+					}
 				}
+				failures = append(failures, f)
 				delete(pending, key)
 			}
 		}
@@ -153,8 +163,50 @@ func run(in io.Reader, out, list io.Writer, slowest int) int {
 			fmt.Fprintf(list, "%8.1fs  %s %s\n", r.elapsed, strings.TrimPrefix(r.pkg, "github.com/bext-dev/bext-scheduler/"), r.test)
 		}
 	}
+	if len(failures) > 0 {
+		fmt.Fprintf(list, "\n%d failed tests, and where each said why:\n", len(failures))
+		for _, f := range failures {
+			fmt.Fprintf(list, "--- FAIL: %s %s\n", strings.TrimPrefix(f.pkg, "github.com/bext-dev/bext-scheduler/"), f.test)
+			for _, w := range f.why {
+				fmt.Fprintf(list, "    %s\n", w)
+			}
+		}
+	}
 	if failed || (!sawResult && unparseable > 0) {
 		return 1
 	}
 	return 0
+}
+
+// failure is a failed test and the first lines of what it reported.
+type failure struct {
+	pkg, test string
+	why       []string
+}
+
+// maxWhy bounds the lines kept per failed test: a test that logs a
+// node's whole output through t.Log still gets one digest line each.
+const maxWhy = 8
+
+// said reports whether a line of a test's output is one of its own
+// t.Error/t.Fatal/t.Log lines ("    name_test.go:123: message"), and
+// returns it trimmed and cut to one screen line.
+func said(line string) (string, bool) {
+	l := strings.TrimSpace(line)
+	colon := strings.Index(l, ".go:")
+	if colon <= 0 || strings.ContainsAny(l[:colon], " \t=") {
+		return "", false
+	}
+	rest := l[colon+len(".go:"):]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || !strings.HasPrefix(rest[n:], ": ") {
+		return "", false
+	}
+	if len(l) > 300 {
+		l = l[:300] + "…"
+	}
+	return l, true
 }

@@ -16,6 +16,8 @@ func TestReport(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestB/sub","Output":"sub detail\n"}`,
 		`{"Action":"fail","Package":"p","Test":"TestB/sub","Elapsed":9}`,
 		`{"Action":"output","Package":"p","Test":"TestB","Output":"boom happened\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:42: A's g ran after its pause\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"        time=2026 level=INFO msg=x at.go:3: no\n"}`,
 		`{"Action":"fail","Package":"p","Test":"TestB","Elapsed":9.5}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t11s\n"}`,
 		`{"Action":"fail","Package":"p","Elapsed":11}`,
@@ -31,6 +33,12 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	// The tail names the cause: the failed tests, each with its own
+	// file:line messages and not the log lines around them.
+	_, digest, _ := strings.Cut(got, "failed tests")
+	if !strings.Contains(digest, "--- FAIL: p TestB\n    b_test.go:42: A's g ran after its pause") || strings.Contains(digest, "level=INFO") {
+		t.Errorf("the failure digest is wrong:\n%s", digest)
 	}
 	if strings.Contains(got, "quiet line") {
 		t.Errorf("a passing test's output was printed:\n%s", got)
