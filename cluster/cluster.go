@@ -110,6 +110,10 @@ type Node struct {
 	StartedAt  time.Time `json:"started_at"`
 	LastSeen   time.Time `json:"last_seen"` // set by the store (its clock) on Announce
 	ConfigHash string    `json:"config_hash"`
+	// Tags are the node's tags (config tags, run --tag): a schedule with
+	// nodes runs on the nodes that have them all. Nodes of earlier
+	// versions announce none.
+	Tags []string `json:"tags,omitempty"`
 	// Schedules maps each schedule id the node runs to the hash of its
 	// effective definition (its next fire times included), so drift can
 	// name the schedules that differ.

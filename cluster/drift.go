@@ -41,7 +41,7 @@ type ScheduleDrift struct {
 const (
 	FieldCron   = "cron"   // the cron expression, and its calendar (except, start, end)
 	FieldZone   = "zone"   // the time zone, by name or by its rules (time-zone data)
-	FieldHint   = "hint"   // the placement hint
+	FieldHint   = "hint"   // the placement hint, and the nodes a schedule targets
 	FieldTiming = "timing" // overlap, expected_runtime, jitter, timeout, catchup_window, spread, retries, retry_backoff, pause_after_failures
 	FieldJob    = "job"    // what the job runs (argv, or method and URL host)
 	// FieldDefinition: the definitions differ, and a side does not say in

@@ -35,7 +35,11 @@ const MaxIncludeBytes = 64 << 20
 // Config mirrors the TOML file. Load fills defaults and resolves every
 // schedule; a Config built by hand should be checked with Validate.
 type Config struct {
-	NodeID        string   `toml:"node_id"`        // default: os.Hostname()
+	NodeID string `toml:"node_id"` // default: os.Hostname()
+	// Tags are this node's tags ("role=db", "zone=a"): a schedule with
+	// nodes runs only on the nodes that have every tag it names. run's
+	// --tag adds to them.
+	Tags          []string `toml:"tags"`
 	ShutdownGrace Duration `toml:"shutdown_grace"` // default 30s
 	// Include holds globs, relative to this file's directory, naming more
 	// files that hold only [[scheduled]] tables.
@@ -311,6 +315,9 @@ type Schedule struct {
 	// applies them to Spec.
 	Except     []string  `toml:"except"`
 	Start, End time.Time `toml:"-"`
+	// Nodes targets the schedule: only nodes whose tags include every one
+	// of these ask for its ticks ("role=db"). Empty: every node.
+	Nodes []string `toml:"nodes"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`

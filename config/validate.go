@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bext-dev/bext-scheduler/cronspec"
 	"github.com/bext-dev/bext-scheduler/hints"
@@ -34,6 +35,11 @@ func (c *Config) validate() []Problem {
 
 	if err := locking.CheckKey(c.NodeID); err != nil {
 		v.add(at("node_id"), "node_id: %s", keyProblem(err, "the host name is unknown; set node_id"))
+	}
+	for i, tag := range c.Tags {
+		if err := CheckTag(tag); err != nil {
+			v.add(at("tags"), "tags[%d]: %v", i, err)
+		}
 	}
 	v.positive(c.ShutdownGrace, "shutdown_grace", at("shutdown_grace"),
 		"running jobs need some time to finish at shutdown")
@@ -298,6 +304,14 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	}
 	if s.PauseAfterFailures < 0 {
 		v.atSchedule(s, "pause_after_failures", "pause_after_failures is %d; it must be 0 (never) or more", s.PauseAfterFailures)
+	}
+	if s.Nodes != nil && len(s.Nodes) == 0 {
+		v.atSchedule(s, "nodes", "nodes is empty: no node would run it; name the tags its nodes need, such as [\"role=db\"], or remove the key for every node")
+	}
+	for i, tag := range s.Nodes {
+		if err := CheckTag(tag); err != nil {
+			v.atSchedule(s, "nodes", "nodes[%d]: %v", i, err)
+		}
 	}
 	v.pingAndMinRuntime(s)
 
@@ -635,4 +649,28 @@ func orList(names []string) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// MaxTagLen bounds a node tag and a schedule's nodes entry.
+const MaxTagLen = 128
+
+// CheckTag reports what is wrong with a node tag (the config's tags, run's
+// --tag, a schedule's nodes): a tag is compared as an exact string, so
+// one with spaces, commas or control characters is almost surely a typo
+// (a list written as one string) that would never match.
+func CheckTag(tag string) error {
+	switch {
+	case tag == "":
+		return errors.New("a tag is empty")
+	case len(tag) > MaxTagLen:
+		return fmt.Errorf("tag %.20q… is %d bytes, more than %d", tag, len(tag), MaxTagLen)
+	case strings.ContainsAny(tag, ", "):
+		return fmt.Errorf("tag %q holds a space or a comma: write each tag as its own string, such as [\"role=db\", \"zone=a\"]", tag)
+	}
+	for _, r := range tag {
+		if r < 0x21 || r == 0x7f || !utf8.ValidRune(r) || r == utf8.RuneError {
+			return fmt.Errorf("tag %q holds a control character, a space or invalid UTF-8", tag)
+		}
+	}
+	return nil
 }

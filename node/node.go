@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 	observer := scheduler.Observers(n.metrics, notifierObserver{n: n.notifier})
 	if ab, err := agent.For(backend.Locker); err == nil {
 		n.agent = agent.New(ab, manualRunner{n}, agent.Options{
-			NodeID: cfg.NodeID, Version: n.version, StartedAt: time.Now(), Keep: cfg.History.Keep,
+			NodeID: cfg.NodeID, Tags: cfg.Tags, Version: n.version, StartedAt: time.Now(), Keep: cfg.History.Keep,
 			Mask: service.Masker(cfg), Drift: n.metrics.ConfigDrift, Paused: n.notifier.Paused, Logger: n.logger,
 			// n.ops is set below, before the agent runs.
 			Audit: func(ctx context.Context, ids []string) (map[string][]time.Time, error) {
@@ -175,6 +175,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 	}
 	schedOpts := scheduler.Options{
 		NodeID:        cfg.NodeID,
+		Tags:          cfg.Tags,
 		Locker:        locker,
 		Backend:       backend.Kind,
 		SafetyMargin:  cfg.Locking.SafetyMargin.Duration,
@@ -383,9 +384,10 @@ func (n *Node) Reload(next *config.Config) error {
 	if !service.SameBackend(started, next) {
 		n.logger.Warn("reload: [locking] backend settings changed; they apply at the next restart")
 	}
-	if next.NodeID != started.NodeID || next.HTTP.Listen != started.HTTP.Listen {
-		n.logger.Warn("reload: node_id and [http] listen changes apply at the next restart")
+	if next.NodeID != started.NodeID || next.HTTP.Listen != started.HTTP.Listen || !sameTags(next.Tags, started.Tags) {
+		n.logger.Warn("reload: node_id, tags and [http] listen changes apply at the next restart")
 	}
+	next.Tags = started.Tags // what the scheduler runs by until then
 	for _, s := range next.Scheduled {
 		n.metrics.AddSchedule(s.ID)
 	}
@@ -408,6 +410,12 @@ func (n *Node) Reload(next *config.Config) error {
 		n.logger.Warn("reload: [notify] changes apply at the next restart")
 	}
 	return nil
+}
+
+// sameTags reports whether two tag lists hold the same tags.
+func sameTags(a, b []string) bool {
+	return !slices.ContainsFunc(a, func(t string) bool { return !slices.Contains(b, t) }) &&
+		!slices.ContainsFunc(b, func(t string) bool { return !slices.Contains(a, t) })
 }
 
 // manualRunner hands the agent's manual runs to the scheduler, which is
@@ -454,6 +462,7 @@ func setAgentHashes(ag *agent.Agent, cfg *config.Config, schedules []scheduler.S
 		}
 		defs[i] = agent.Schedule{
 			ID:                 s.ID,
+			Elsewhere:          !scheduler.Matches(s.Nodes, cfg.Tags),
 			TTL:                scheduler.LockTTL(exp, s.Jitter, margin, 0),
 			PauseAfterFailures: s.PauseAfterFailures,
 		}

@@ -274,7 +274,7 @@ func (s *Scheduler) catchUp(now time.Time, which func(*schedState) bool) {
 // late run would end. Zero: none.
 func (s *Scheduler) catchUpTickLocked(st *schedState, now time.Time) time.Time {
 	def := st.def
-	if !def.lock || st.active > 0 {
+	if !def.lock || def.Elsewhere || st.active > 0 {
 		return time.Time{}
 	}
 	prev := cronspec.Prev(def.Spec, now, s.lookback(def, now))

@@ -99,7 +99,7 @@ func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(str
 	if sc.Job == nil {
 		bad(errors.New("no job"))
 	}
-	k := keyOf(sc)
+	k := keyOf(sc, s.opts.Tags)
 	switch k.Overlap {
 	case OverlapSkip, OverlapAllow:
 	default:
@@ -138,12 +138,14 @@ func orUTC(loc *time.Location) *time.Location {
 	return loc
 }
 
-// keyOf is sc's options with their defaults filled in.
-func keyOf(sc *Schedule) policyKey {
+// keyOf is sc's options with their defaults filled in, on a node with
+// tags.
+func keyOf(sc *Schedule, tags []string) policyKey {
 	k := policyKey{
 		Hint: sc.Hint, ExpectedRuntime: sc.ExpectedRuntime, MinRuntime: sc.MinRuntime, Jitter: sc.Jitter, Timeout: sc.Timeout,
 		Overlap: sc.Overlap, CatchupWindow: sc.CatchupWindow, Spread: sc.Spread, Retries: sc.Retries,
 		RetryBackoff: sc.RetryBackoff, PauseAfterFailures: sc.PauseAfterFailures,
+		Targeted: len(sc.Nodes) > 0, Elsewhere: !Matches(sc.Nodes, tags),
 	}
 	if k.Overlap == "" {
 		k.Overlap = OverlapSkip
@@ -171,8 +173,8 @@ const (
 // costs a few comparisons. It may answer changeAll for a schedule that
 // compiles to the same definition (a spec it cannot compare), never the
 // reverse.
-func changeOf(def *compiled, sc *Schedule) change {
-	if def.CronExpr != sc.CronExpr || def.policyKey != keyOf(sc) || !sameSpec(def, sc) {
+func changeOf(def *compiled, sc *Schedule, tags []string) change {
+	if def.CronExpr != sc.CronExpr || def.policyKey != keyOf(sc, tags) || !sameSpec(def, sc) {
 		return changeAll
 	}
 	if sc.Job == nil {
@@ -206,6 +208,9 @@ func sameSpec(def *compiled, sc *Schedule) bool {
 // sameTiming reports whether two definitions of a schedule fire at the
 // same times, so Reload can keep its next tick.
 func sameTiming(a, b *compiled) bool {
+	if a.Elsewhere != b.Elsewhere {
+		return false // it starts or stops firing here
+	}
 	if equal(a.Spec, b.Spec) {
 		return true
 	}

@@ -400,6 +400,9 @@ type handoffPrep struct {
 func (s *Scheduler) prepareHandoff(f *tick) handoffPrep {
 	h := s.hand
 	p := handoffPrep{tick: f.at.Truncate(time.Microsecond)}
+	if f.def.Targeted {
+		return p // the preferred node may not be one it targets: ask now
+	}
 	p.rank, p.n = h.pref.Rank(f.def.ID, f.at)
 	if p.n <= 1 || p.rank <= 0 {
 		return p

@@ -355,7 +355,10 @@ func (b *burst) done() {
 
 // scheduleLocked computes st's next tick after now and files it in the heap.
 func (s *Scheduler) scheduleLocked(st *schedState, now time.Time) nextNote {
-	next := st.def.Spec.Next(now)
+	var next time.Time
+	if !st.def.Elsewhere { // targeted at other nodes: never fires here
+		next = st.def.Spec.Next(now)
+	}
 	switch {
 	case next.IsZero():
 		if st.fire.index >= 0 {

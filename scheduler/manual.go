@@ -60,10 +60,14 @@ var (
 	// passed yet; its regular run claims it. The request is to be
 	// dropped, not asked again.
 	ErrTickUndecided = errors.New("scheduler: backfilled tick not decided yet: its regular tick runs it")
+	// ErrElsewhere: the schedule targets nodes (Schedule.Nodes) whose
+	// tags this node lacks; a node that has them runs it.
+	ErrElsewhere = errors.New("scheduler: the schedule targets other nodes")
 )
 
 // RunManual starts m on a worker and returns at once. It refuses a
-// schedule this node does not have, a scheduler that is not running, and
+// schedule this node does not have or that targets other nodes
+// (ErrElsewhere), a scheduler that is not running, and
 // a backfilled tick not decided yet (ErrTickUndecided; reading the mark
 // waits for the backend); the caller then releases the lock it took.
 func (s *Scheduler) RunManual(m Manual) error {
@@ -81,6 +85,9 @@ func (s *Scheduler) RunManual(m Manual) error {
 	case st == nil || st.removed:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownSchedule, m.ID)
+	case st.def.Elsewhere:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrElsewhere, m.ID)
 	}
 	t := s.newTickLocked(st, m.Tick, m.Tick, false)
 	t.manual = &m

@@ -99,7 +99,7 @@ func (s *Scheduler) Reload(schedules []Schedule) error {
 			}
 			st.gen = gen
 			order[i] = st
-			switch changeOf(st.def, sc) {
+			switch changeOf(st.def, sc, s.opts.Tags) {
 			case changeJob:
 				swaps = append(swaps, i)
 			case changeAll:
@@ -318,6 +318,9 @@ func (s *Scheduler) rescheduleLocked(st *schedState, old *compiled, was, now tim
 // A tick the new spec lacks is not invented; a later one is the
 // catch-up's (reloadCatchUpLocked).
 func (s *Scheduler) dueAtReloadLocked(st *schedState, old *compiled, was, now time.Time) time.Time {
+	if st.def.Elsewhere {
+		return time.Time{}
+	}
 	spec := st.def.Spec
 	if !was.IsZero() && !was.After(now) && spec.Next(was.Add(-time.Nanosecond)).Equal(was) {
 		return was

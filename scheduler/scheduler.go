@@ -65,7 +65,23 @@ type Schedule struct {
 	// PauseAfterFailures pauses the schedule cluster-wide after that many
 	// failed runs in a row (0: never).
 	PauseAfterFailures int
-	Job                Job
+	// Nodes targets the schedule (the config's nodes): only a node whose
+	// Options.Tags hold every one of these asks for its ticks, takes its
+	// manual runs and catches it up. nil: every node.
+	Nodes []string
+	Job   Job
+}
+
+// Matches reports whether a node with tags may run a schedule targeted
+// at nodes: it holds every one of them (exact strings, "role=db"). No
+// nodes: every node matches.
+func Matches(nodes, tags []string) bool {
+	for _, n := range nodes {
+		if !slices.Contains(tags, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // NoCatchup as a Schedule's CatchupWindow never runs a late tick (the
@@ -84,6 +100,9 @@ type Locker interface {
 // Options configures a Scheduler. Zero values mean the defaults named.
 type Options struct {
 	NodeID        string        // default: the host name
+	// Tags are this node's tags; a schedule with Nodes runs here only
+	// when they hold all of its (Matches).
+	Tags []string
 	Locker        Locker        // nil: no backend configured
 	Backend       hints.Backend // what Locker is: None, Local (memory) or Distributed
 	SafetyMargin  time.Duration // default 5s; added to every lock TTL
@@ -269,6 +288,11 @@ type policyKey struct {
 	Retries            int
 	RetryBackoff       time.Duration
 	PauseAfterFailures int
+	// Targeted: the schedule has Nodes. Its ticks skip the handoff (the
+	// preferred node may be one its nodes exclude, which never asks).
+	// Elsewhere: this node's tags do not match them, so it never fires
+	// the schedule, catches it up or runs it by hand.
+	Targeted, Elsewhere bool
 }
 
 // schedState is the scheduler's memory of one schedule ID. Fields are

@@ -172,7 +172,7 @@ func caseLeave(s *suite) {
 	}
 }
 
-// A node's readiness, clock offset and running runs come back as
+// A node's readiness, clock offset, tags and running runs come back as
 // announced (times to the microsecond at least), and a later announcement
 // without them clears them: `status` shows what runs now from these.
 func caseNodeState(s *suite) {
@@ -180,6 +180,7 @@ func caseNodeState(s *suite) {
 	off := -1500 * time.Millisecond
 	n := node("node-r", map[string]string{"backup": "h1"})
 	n.Ready, n.ClockOffset = true, &off
+	n.Tags = []string{"role=db", "zone=eu-1", "ü"}
 	n.Running = []cluster.Running{
 		{Schedule: "backup", Tick: base, RunID: "r1", StartedAt: base.Add(1234 * time.Microsecond), Attempt: 1},
 		{Schedule: "sync/ü", Tick: base.Add(time.Minute), RunID: "r2", StartedAt: base.Add(time.Minute + time.Second), Attempt: 3},
@@ -188,6 +189,9 @@ func caseNodeState(s *suite) {
 	got := s.wantNodes(st, []cluster.Node{n}, "a node with runs")[0]
 	if !got.Ready || got.ClockOffset == nil || *got.ClockOffset != off {
 		s.t.Fatalf("node ready %v, clock offset %v; want true, %v", got.Ready, got.ClockOffset, off)
+	}
+	if !slices.Equal(got.Tags, n.Tags) {
+		s.t.Fatalf("node tags %q, want %q in order", got.Tags, n.Tags)
 	}
 	if len(got.Running) != len(n.Running) {
 		s.t.Fatalf("node running %+v, want %+v", got.Running, n.Running)
@@ -198,11 +202,11 @@ func caseNodeState(s *suite) {
 			s.t.Fatalf("node running[%d] = %+v, want %+v", i, g, w)
 		}
 	}
-	n.Ready, n.ClockOffset, n.Running = false, nil, nil
+	n.Ready, n.ClockOffset, n.Running, n.Tags = false, nil, nil, nil
 	s.check(st.Announce(s.ctx, n, longTTL), "Announce(idle)")
 	got = s.wantNodes(st, []cluster.Node{n}, "the node idle")[0]
-	if got.Ready || got.ClockOffset != nil || len(got.Running) != 0 {
-		s.t.Fatalf("node announced idle reads ready %v, clock offset %v, running %+v; want false, nil, none",
-			got.Ready, got.ClockOffset, got.Running)
+	if got.Ready || got.ClockOffset != nil || len(got.Running) != 0 || len(got.Tags) != 0 {
+		s.t.Fatalf("node announced idle reads ready %v, clock offset %v, running %+v, tags %q; want false, nil, none, none",
+			got.Ready, got.ClockOffset, got.Running, got.Tags)
 	}
 }

@@ -104,16 +104,20 @@ func printStatus(w io.Writer, st ops.Status) error {
 			fmt.Fprintf(w, "MARK AHEAD: %s: its tick mark says %s, ahead of the clock: no tick of it runs before then (docs/OPERATING.md, \"A tick mark ahead of the clock\")\n",
 				safe(s.ID), fmtTime(*s.MarkAhead))
 		}
+		if s.NoNode {
+			fmt.Fprintf(w, "NO NODE: %s: no live node has every tag of nodes = [%s]: none asks for its ticks (audit shows them skipped, no_node)\n",
+				safe(s.ID), safe(strings.Join(s.Nodes, " ")))
+		}
 	}
 	fmt.Fprintln(w)
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(w, "no live nodes")
 	} else {
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tREADY\tCLOCK OFFSET\tCONFIG")
+		fmt.Fprintln(tw, "NODE\tVERSION\tSTARTED\tLAST SEEN\tREADY\tCLOCK OFFSET\tCONFIG\tTAGS")
 		for _, n := range st.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(n.NodeID), safe(dash(n.Version)), fmtTime(n.StartedAt), fmtTime(n.LastSeen),
-				yesNo(n.Ready), fmtOffset(n.ClockOffsetSeconds), safe(dash(n.ConfigHash)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", safe(n.NodeID), safe(dash(n.Version)), fmtTime(n.StartedAt), fmtTime(n.LastSeen),
+				yesNo(n.Ready), fmtOffset(n.ClockOffsetSeconds), safe(dash(n.ConfigHash)), safe(dash(strings.Join(n.Tags, ","))))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

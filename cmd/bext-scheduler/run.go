@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -20,6 +21,7 @@ import (
 
 func newRunCmd() *cobra.Command {
 	var path, nodeID, listen string
+	var tags []string
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run the scheduler on this node",
@@ -49,22 +51,36 @@ Flags win over the file.`,
 				restoreGC()
 				return err
 			}
-			o := overrides{nodeID: nodeID, listen: listen}
+			for _, tag := range tags {
+				if err := config.CheckTag(tag); err != nil {
+					return usageErrorf("--tag: %v", err)
+				}
+			}
+			o := overrides{nodeID: nodeID, listen: listen, tags: tags}
 			o.apply(cfg)
 			return serve(c.Context(), p, cfg, o, c.ErrOrStderr(), restoreGC)
 		},
 	}
 	addConfigFlag(c, &path)
 	c.Flags().StringVar(&nodeID, "node-id", "", "this node's id (default: node_id from the file, then the hostname)")
+	c.Flags().StringArrayVar(&tags, "tag", nil, `a tag of this node, such as "role=db" (repeat for more; added to the file's tags): schedules with nodes run only where every tag they name is`)
 	c.Flags().StringVar(&listen, "listen", "", `address for /metrics /healthz /readyz (default: [http] listen; "off" disables)`)
 	return c
 }
 
 // overrides are the command-line flags that win over the file, kept so a
 // SIGHUP reload applies them again.
-type overrides struct{ nodeID, listen string }
+type overrides struct {
+	nodeID, listen string
+	tags           []string
+}
 
 func (o overrides) apply(cfg *config.Config) {
+	for _, tag := range o.tags {
+		if !slices.Contains(cfg.Tags, tag) {
+			cfg.Tags = append(cfg.Tags, tag)
+		}
+	}
 	if o.nodeID != "" {
 		cfg.NodeID = o.nodeID
 	}

@@ -46,11 +46,15 @@ type Schedule struct {
 	ID                 string
 	TTL                time.Duration // its lock's TTL, for a manual run
 	PauseAfterFailures int
+	// Elsewhere: the schedule targets nodes whose tags this node lacks;
+	// it takes none of its manual run requests.
+	Elsewhere bool
 }
 
 // Options configure an Agent.
 type Options struct {
 	NodeID    string
+	Tags      []string // announced: status warns of a schedule no live node matches
 	Version   string
 	StartedAt time.Time
 	Keep      int // runs kept per schedule; default cluster.DefaultKeep
@@ -196,8 +200,9 @@ func (a *Agent) SetFieldHashes(fields func(id string) (string, bool)) {
 	a.mu.Unlock()
 }
 
-// compact keeps, of s (sorted by ID), only the schedules whose TTL or
-// pause_after_failures differ from most schedules' (common), when the
+// compact keeps, of s (sorted by ID), only the schedules whose TTL,
+// pause_after_failures or placement (Elsewhere) differ from most
+// schedules' (common), when the
 // ids of hashes are exactly those of s, each once: hashes then tells
 // which ids are the node's. A fleet's schedules mostly share one TTL, and
 // the list of them all was 32 B per schedule beside the hashes. Otherwise
@@ -214,7 +219,7 @@ func compact(s []Schedule, hashes map[string]string) ([]Schedule, *Schedule) {
 		if _, ok := hashes[sc.ID]; !ok {
 			return s, nil
 		}
-		if sc.PauseAfterFailures == 0 {
+		if sc.PauseAfterFailures == 0 && !sc.Elsewhere {
 			ttls[sc.TTL]++
 		}
 	}
@@ -230,7 +235,7 @@ func compact(s []Schedule, hashes map[string]string) ([]Schedule, *Schedule) {
 	}
 	var rest []Schedule
 	for _, sc := range s {
-		if sc.TTL != common.TTL || sc.PauseAfterFailures != 0 {
+		if sc.TTL != common.TTL || sc.PauseAfterFailures != 0 || sc.Elsewhere {
 			rest = append(rest, sc)
 		}
 	}
@@ -590,7 +595,7 @@ func (a *Agent) announce(ctx context.Context) {
 	ready := a.opts.Ready == nil || a.opts.Ready(ctx) == nil
 	a.mu.Lock()
 	n := cluster.Node{NodeID: a.opts.NodeID, Version: a.opts.Version, StartedAt: a.opts.StartedAt,
-		ConfigHash: a.configH, Schedules: a.hashes, Ready: ready}
+		ConfigHash: a.configH, Schedules: a.hashes, Ready: ready, Tags: a.opts.Tags}
 	for _, r := range a.running {
 		n.Running = append(n.Running, r)
 	}
@@ -683,7 +688,7 @@ func (a *Agent) poll(run, ctx context.Context) {
 	}
 	for _, id := range ids {
 		sc, mine := a.schedule(id)
-		if !mine {
+		if !mine || sc.Elsewhere {
 			continue
 		}
 		sent := a.opts.Now()

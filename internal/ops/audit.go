@@ -53,6 +53,11 @@ const (
 	// no catch-up runs it); audit lists it so that an operator sees the
 	// holiday kept.
 	ReasonCalendar = "calendar"
+	// ReasonNoNode: skipped, the schedule is targeted (nodes) and no
+	// live node has its tags, so none asked for the tick. Judged by the
+	// nodes live at the audit: a node that had them and left since makes
+	// its undecided ticks read no_node too.
+	ReasonNoNode = "no_node"
 )
 
 // MaxAuditTicks bounds the ticks of one schedule's audit.
@@ -135,7 +140,7 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 		return nil, err
 	}
 	now := s.now()
-	markRef := backendNowAtMost(now, nodes)
+	ref := auditRef{mark: backendNowAtMost(now, nodes), nodes: nodes}
 	if to.IsZero() {
 		to = now
 	}
@@ -146,7 +151,7 @@ func (s *Service) Audit(ctx context.Context, id string, from, to time.Time) ([]A
 		return nil, fmt.Errorf("%w: --from %s is not before --to %s", ErrInvalid, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
 	out := []AuditTick{}
-	err = s.audit(ctx, d, from, to, now, markRef, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
+	err = s.audit(ctx, d, from, to, now, ref, MaxAuditTicks, func(t AuditTick) { out = append(out, t) })
 	return out, err
 }
 
@@ -163,7 +168,7 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 		return nil, err
 	}
 	now := s.now()
-	markRef := backendNowAtMost(now, nodes)
+	ref := auditRef{mark: backendNowAtMost(now, nodes), nodes: nodes}
 	if to.IsZero() {
 		to = now
 	}
@@ -188,7 +193,7 @@ func (s *Service) AuditSummary(ctx context.Context, from, to time.Time) ([]Audit
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			sum := &out[i]
-			errs[i] = s.audit(ctx, d, from, to, now, markRef, MaxAuditSummaryTicks, func(t AuditTick) {
+			errs[i] = s.audit(ctx, d, from, to, now, ref, MaxAuditSummaryTicks, func(t AuditTick) {
 				sum.MarkAhead = t.MarkAhead
 				switch t.Fate {
 				case FateRan:
@@ -227,7 +232,7 @@ func (s *Service) nodeTimes(ctx context.Context) ([]Node, error) {
 	}
 	nodes := make([]Node, len(ns))
 	for i, n := range ns {
-		nodes[i] = Node{LastSeen: n.LastSeen}
+		nodes[i] = Node{LastSeen: n.LastSeen, Tags: n.Tags}
 	}
 	return nodes, nil
 }
@@ -258,18 +263,26 @@ func (s *Service) auditReadLimit() int { return 2 * s.keep }
 // spec's is ErrInvalid.
 //
 // now is this node's clock: what is due, and AuditGrace, count from it.
-// markRef is backendNowAtMost's bound on the backend's clock, up to
+// ref.mark is backendNowAtMost's bound on the backend's clock, up to
 // nodeSeenSlack ahead of now: only a mark past it is ahead. Taken for now,
 // it would make a tick decided within the last nodeSeenSlack, whose
 // records may still be on their way, read lost.
-func (s *Service) audit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks int, emit func(AuditTick)) error {
-	return s.auditLimit(ctx, d, from, to, now, markRef, maxTicks, s.auditReadLimit(), emit)
+// auditRef is what an audit reads once for all its schedules: the bound
+// on the backend's clock (backendNowAtMost) and the live nodes, whose tags
+// say whether a targeted schedule had a node to run it (reason no_node).
+type auditRef struct {
+	mark  time.Time
+	nodes []Node
+}
+
+func (s *Service) audit(ctx context.Context, d def, from, to, now time.Time, ref auditRef, maxTicks int, emit func(AuditTick)) error {
+	return s.auditLimit(ctx, d, from, to, now, ref, maxTicks, s.auditReadLimit(), emit)
 }
 
 // auditLimit is audit reading at most limit runs and limit skips: when a
 // read comes back full, what it did not reach is before the horizon
 // (unknown, never lost).
-func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef time.Time, maxTicks, limit int, emit func(AuditTick)) error {
+func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time, ref auditRef, maxTicks, limit int, emit func(AuditTick)) error {
 	// The ticks with the except dates lifted: those dates' ticks are rows
 	// too, skipped by the calendar.
 	spec, excepted, hasExcept := cronspec.Excepted(d.spec)
@@ -305,6 +318,7 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef 
 		return backendErr("reading skip records", err)
 	}
 	local := d.hint == string(hints.NodeLocal)
+	noNode := d.noNode(ref.nodes)
 	var mark time.Time
 	var marked bool
 	var ahead *time.Time
@@ -312,7 +326,7 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef 
 		if mark, marked, err = s.store.Mark(ctx, d.id); err != nil {
 			return backendErr("reading the schedule's tick mark", err)
 		}
-		if marked && mark.Sub(markRef) > s.maxSkew {
+		if marked && mark.Sub(ref.mark) > s.maxSkew {
 			m := mark.UTC()
 			ahead = &m
 		}
@@ -358,6 +372,11 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now, markRef 
 		switch {
 		case t.After(now):
 			row.Reason = str(ReasonNotDue)
+		case noNode && now.Sub(t) >= AuditGrace && (local || !marked || mark.Before(t)):
+			// Nobody asked: no node could. (A mark past t says a node
+			// decided it: then the tick is lost or recorded as usual;
+			// within the grace, a node just come may still ask.)
+			row.Fate, row.Reason = FateSkipped, str(ReasonNoNode)
 		case !local && (!marked || mark.Before(t)):
 			row.Reason = str(ReasonUndecided)
 		case !anyRecord || t.Before(horizon):
@@ -546,7 +565,7 @@ func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][
 		return nil, err
 	}
 	now := s.now()
-	markRef := backendNowAtMost(now, nodes)
+	ref := auditRef{mark: backendNowAtMost(now, nodes), nodes: nodes}
 	lost := map[string][]time.Time{}
 	var (
 		mu   sync.Mutex
@@ -576,7 +595,7 @@ func (s *Service) LostTickTimes(ctx context.Context, ids []string) (map[string][
 			}
 			limit := min(s.auditReadLimit(), 2*n+8)
 			var ticks []time.Time
-			err := s.auditLimit(ctx, d, from, now, now, markRef, MaxAuditTicks, limit, func(t AuditTick) {
+			err := s.auditLimit(ctx, d, from, now, now, ref, MaxAuditTicks, limit, func(t AuditTick) {
 				if t.Fate == FateLost {
 					ticks = append(ticks, t.Tick)
 				}

@@ -161,6 +161,11 @@ func hashRange(schedules []scheduler.Schedule, anchor time.Time, digits []byte, 
 		f.add("zone", zoneName(*s))
 		cut()
 		f.add("hint", hintName(s.Hint))
+		if len(s.Nodes) > 0 {
+			// Where it runs, with the hint; only when set, so that the hash
+			// of an untargeted schedule stays what earlier versions compute.
+			f.add("nodes", strings.Join(s.Nodes, ","))
+		}
 		cut()
 		overlap := s.Overlap
 		if overlap == "" {

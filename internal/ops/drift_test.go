@@ -191,6 +191,7 @@ func TestFieldHashesNameTheField(t *testing.T) {
 			s.Location, s.Spec = stale, mustSpec(t, "0 3 * * *", stale)
 		}, "[zone]"},
 		{"hint", func(s *scheduler.Schedule) { s.Hint = "node_local" }, "[hint]"},
+		{"nodes", func(s *scheduler.Schedule) { s.Nodes = []string{"role=db"} }, "[hint]"},
 		{"retries", func(s *scheduler.Schedule) { s.Retries = 2 }, "[timing]"},
 		{"overlap", func(s *scheduler.Schedule) { s.Overlap = scheduler.OverlapAllow }, "[timing]"},
 		{"argv", func(s *scheduler.Schedule) { s.Job = &jobs.Command{Argv: []string{"/bin/report", "-v"}} }, "[job]"},

@@ -81,10 +81,15 @@ const MaxRunsLimit = 10000
 
 // Schedule is one schedule as operators see it.
 type Schedule struct {
-	ID       string     `json:"id"`
-	Cron     string     `json:"cron"`
-	Timezone string     `json:"timezone"`
-	Hint     string     `json:"hint"`
+	ID       string `json:"id"`
+	Cron     string `json:"cron"`
+	Timezone string `json:"timezone"`
+	Hint     string `json:"hint"`
+	// Nodes is the tags a node needs to run the schedule (omitted: every
+	// node); NoNode warns that no live node has them all, so none asks
+	// for its ticks (audit shows them skipped, reason no_node).
+	Nodes    []string   `json:"nodes,omitempty"`
+	NoNode   bool       `json:"no_node,omitempty"`
 	Paused   bool       `json:"paused"`
 	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
 	LastRun  *Run       `json:"last_run"`  // null when none is recorded
@@ -138,6 +143,8 @@ type Node struct {
 	LastSeen   time.Time `json:"last_seen"`
 	ConfigHash string    `json:"config_hash"`
 	Ready      bool      `json:"ready"`
+	// Tags are the node's tags (omitted when it has none).
+	Tags []string `json:"tags,omitempty"`
 	// ClockOffsetSeconds is the node's clock minus the backend's; null
 	// when the node has not measured it (a backend without a clock).
 	ClockOffsetSeconds *float64 `json:"clock_offset_seconds"`
@@ -258,6 +265,33 @@ type shape struct {
 	// expected (its default filled in) and minRuntime: the anomalies'
 	// bounds.
 	expected, minRuntime time.Duration
+	// nodes is the schedule's nodes joined by commas ("" for every
+	// node): a tag holds no comma (config.CheckTag), and a string keeps
+	// shape comparable.
+	nodes string
+}
+
+// targets returns the nodes d is targeted at (nil: every node).
+func (d def) targets() []string {
+	if d.nodes == "" {
+		return nil
+	}
+	return strings.Split(d.nodes, ",")
+}
+
+// noNode reports whether d is targeted and no node of nodes matches it:
+// none asks for its ticks.
+func (d def) noNode(nodes []Node) bool {
+	if d.nodes == "" {
+		return false
+	}
+	want := d.targets()
+	for _, n := range nodes {
+		if scheduler.Matches(want, n.Tags) {
+			return false
+		}
+	}
+	return true
 }
 
 // New returns a Service over store (nil when the config names no backend)
@@ -295,7 +329,7 @@ func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
 			expected = scheduler.DefaultExpectedRuntime
 		}
 		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap,
-			expected: expected, minRuntime: d.MinRuntime}
+			expected: expected, minRuntime: d.MinRuntime, nodes: strings.Join(d.Nodes, ",")}
 		p, ok := shared[sh]
 		if !ok {
 			p = &sh
@@ -393,7 +427,7 @@ func (s *Service) Schedules(ctx context.Context) ([]Schedule, error) {
 // nodeOf is a live node as operators see it.
 func nodeOf(n cluster.Node) Node {
 	o := Node{NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UTC(),
-		LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash, Ready: n.Ready, running: n.Running}
+		LastSeen: n.LastSeen.UTC(), ConfigHash: n.ConfigHash, Ready: n.Ready, Tags: n.Tags, running: n.Running}
 	if n.ClockOffset != nil {
 		sec := n.ClockOffset.Seconds()
 		o.ClockOffsetSeconds = &sec
@@ -429,7 +463,7 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint,
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint, Nodes: d.targets(),
 			ExpectedRuntime: d.expected, MinRuntime: d.minRuntime, Running: []Running{}, Queued: []Queued{}}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {
@@ -441,6 +475,9 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	}
 	if s.store == nil || len(defs) == 0 {
 		return out, nil
+	}
+	for i, d := range defs {
+		out[i].NoNode = d.noNode(nodes) // the nodes are known only from a backend
 	}
 	if err := s.addLive(ctx, out, nodes); err != nil {
 		return nil, err

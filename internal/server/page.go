@@ -165,6 +165,7 @@ type statusData struct {
 	Paused    int
 	Failing   int
 	MarkAhead int // schedules whose tick mark lies ahead of the clock
+	NoNode    int // targeted schedules no live node's tags match
 	// Lost counts the schedules with a lost tick in the last day, from
 	// ops.LostRecently: a summary of every schedule's history, which the
 	// Service caches (15 s, longer when slow to compute) rather than
@@ -281,6 +282,9 @@ func (a *api) statusPage(w http.ResponseWriter, r *http.Request) {
 			}
 			if s.MarkAhead != nil {
 				d.MarkAhead++
+			}
+			if s.NoNode {
+				d.NoNode++
 			}
 			if len(s.Running) > 0 {
 				d.Running++

@@ -55,6 +55,7 @@ func newPageFixture(t testing.TB, token, readToken string, n, runs int) *pageFix
 	for i, id := range ids {
 		defs[i] = scheduler.Schedule{ID: id, CronExpr: "*/5 * * * *", Spec: spec}
 	}
+	defs[1].Nodes = []string{"role=<b>db"} // no node has it: flagged, escaped
 	ctx := context.Background()
 	tail := strings.Repeat("x", cluster.MaxOutputTail-len(evilOutput)) + evilOutput
 	for _, id := range ids {
@@ -183,6 +184,8 @@ func TestPageShowsState(t *testing.T) {
 		`until <time datetime="2026-03-01T14:00:00Z">`,
 		`<span class="tag bad mark-ahead" title="the tick mark lies ahead of the clock: no tick of this schedule runs before it">mark ahead: <time datetime="` + f.markAhead.UTC().Format(time.RFC3339) + `">`,
 		`<span class="tag bad">1 mark ahead</span>`,
+		`<span class="tag bad">1 no node</span>`,
+		`no node has <code>role=&lt;b&gt;db</code></span>`,
 		`<section class="banner warn" id="drift">`,
 		`<a href="/schedules/job">job</a>: <code>h1</code> on <span class="node">node-&lt;img src=x onerror=window.pwned=2&gt;</span>; <code>h1-changed</code> on <span class="node">node-b</span>`,
 		`<tr class="sched last-bad is-paused" data-id="job">`,

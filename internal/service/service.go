@@ -175,6 +175,7 @@ func Schedules(cfg *config.Config, logger *slog.Logger, goJobs map[string]schedu
 			Retries:            s.Retries,
 			RetryBackoff:       s.RetryBackoff.Duration,
 			PauseAfterFailures: s.PauseAfterFailures,
+			Nodes:              s.Nodes,
 			Job:                sh.job(job),
 		})
 	}

@@ -234,6 +234,7 @@ type nodeDoc struct {
 	Running       []store.Running `json:"running,omitempty"`
 	// Fields is absent in what nodes of earlier versions stored.
 	Fields map[string]string `json:"fields,omitempty"`
+	Tags   []string          `json:"tags,omitempty"` // absent before node tags
 }
 
 // Announce records n as live until ttl from now on the database clock,
@@ -243,7 +244,7 @@ func (l *Locker) Announce(ctx context.Context, n store.Node, ttl time.Duration) 
 		return err
 	}
 	doc, err := json.Marshal(nodeDoc{Version: n.Version, StartedAt: n.StartedAt, ConfigHash: n.ConfigHash, Schedules: n.Schedules,
-		Ready: n.Ready, ClockOffsetNS: store.OffsetNanos(n.ClockOffset), Running: n.Running, Fields: n.Fields})
+		Ready: n.Ready, ClockOffsetNS: store.OffsetNanos(n.ClockOffset), Running: n.Running, Fields: n.Fields, Tags: n.Tags})
 	if err != nil {
 		return fmt.Errorf("locking/pg: %w: announce %q: %w", store.ErrInvalid, n.NodeID, err)
 	}
@@ -274,7 +275,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]store.Node, error) {
 				return fmt.Errorf("node %q: %w", id, err)
 			}
 			out = append(out, store.Node{NodeID: id, Version: d.Version, StartedAt: d.StartedAt,
-				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules, Fields: d.Fields,
+				LastSeen: seen, ConfigHash: d.ConfigHash, Schedules: d.Schedules, Fields: d.Fields, Tags: d.Tags,
 				Ready: d.Ready, ClockOffset: store.OffsetFromNanos(d.ClockOffsetNS), Running: d.Running})
 			return nil
 		})

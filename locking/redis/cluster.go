@@ -122,6 +122,7 @@ type storedNode struct {
 	Running       []cluster.Running `json:"running,omitempty"`
 	// Fields is absent in what nodes of earlier versions stored.
 	Fields map[string]string `json:"fields,omitempty"`
+	Tags   []string          `json:"tags,omitempty"` // absent before node tags
 }
 
 // RecordRuns adds runs to their schedules' histories: per schedule one
@@ -318,7 +319,7 @@ func (l *Locker) Announce(ctx context.Context, n cluster.Node, ttl time.Duration
 	}
 	b, err := json.Marshal(storedNode{
 		NodeID: n.NodeID, Version: n.Version, StartedAt: n.StartedAt.UnixMicro(),
-		ConfigHash: n.ConfigHash, Schedules: n.Schedules, Fields: n.Fields,
+		ConfigHash: n.ConfigHash, Schedules: n.Schedules, Fields: n.Fields, Tags: n.Tags,
 		Ready: n.Ready, ClockOffsetNS: cluster.OffsetNanos(n.ClockOffset), Running: n.Running,
 	})
 	if err != nil {
@@ -362,7 +363,7 @@ func (l *Locker) Nodes(ctx context.Context) ([]cluster.Node, error) {
 		}
 		out = append(out, cluster.Node{
 			NodeID: s.NodeID, Version: s.Version, StartedAt: time.UnixMicro(s.StartedAt),
-			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules, Fields: s.Fields,
+			LastSeen: time.UnixMicro(seen), ConfigHash: s.ConfigHash, Schedules: s.Schedules, Fields: s.Fields, Tags: s.Tags,
 			Ready: s.Ready, ClockOffset: cluster.OffsetFromNanos(s.ClockOffsetNS), Running: s.Running,
 		})
 	}

@@ -1,0 +1,81 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// tags on the node and nodes on a schedule are read as written, from the
+// main file and from an include.
+func TestTagKeys(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "more.toml", `
+[[scheduled]]
+id = "inc"
+cron = "@daily"
+nodes = ["zone=a"]
+command = ["x"]
+`)
+	c := mustLoad(t, write(t, dir, "b.toml", `
+tags = ["role=db", "zone=a"]
+include = ["more.toml"]
+
+[[scheduled]]
+id = "vacuum"
+cron = "@daily"
+nodes = ["role=db"]
+command = ["x"]
+
+[[scheduled]]
+id = "everywhere"
+cron = "@daily"
+command = ["x"]
+`))
+	if !slices.Equal(c.Tags, []string{"role=db", "zone=a"}) {
+		t.Errorf("tags = %q", c.Tags)
+	}
+	if got := schedule(t, c, "vacuum").Nodes; !slices.Equal(got, []string{"role=db"}) {
+		t.Errorf("vacuum's nodes = %q", got)
+	}
+	if got := schedule(t, c, "inc").Nodes; !slices.Equal(got, []string{"zone=a"}) {
+		t.Errorf("the included schedule's nodes = %q", got)
+	}
+	if got := schedule(t, c, "everywhere").Nodes; got != nil {
+		t.Errorf("an untargeted schedule's nodes = %q, want nil", got)
+	}
+}
+
+// A bad tag or nodes entry is reported naming the entry, at its line.
+func TestTagKeyProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+		line           int
+	}{
+		{"empty tag", "tags = [\"role=db\", \"\"]\n" + job + "command = [\"x\"]\n", `tags[1]: a tag is empty`, 1},
+		{"a list in one tag", "tags = [\"role=db, zone=a\"]\n" + job + "command = [\"x\"]\n", `tags[0]: tag "role=db, zone=a" holds a space or a comma`, 1},
+		{"control character", "tags = [\"role=\\u0007\"]\n" + job + "command = [\"x\"]\n", `tags[0]: tag "role=\a" holds a control character`, 1},
+		{"tags not a list", "tags = \"role=db\"\n" + job + "command = [\"x\"]\n", `tags`, 1},
+		{"empty nodes", job + "command = [\"x\"]\nnodes = []\n", `schedule "j": nodes is empty: no node would run it`, 5},
+		{"bad nodes entry", job + "command = [\"x\"]\nnodes = [\"role=db\", \"zone a\"]\n", `schedule "j": nodes[1]: tag "zone a" holds a space or a comma`, 5},
+		{"long tag", job + "command = [\"x\"]\nnodes = [\"" + strings.Repeat("x", MaxTagLen+1) + "\"]\n", `is 129 bytes, more than 128`, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.in), "test.toml")
+			var e *Error
+			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
+				t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
+			}
+			for _, p := range e.Problems {
+				if strings.Contains(p.Msg, tc.want) {
+					if p.File != "test.toml" || p.Line != tc.line {
+						t.Errorf("%q at %s:%d, want test.toml:%d", tc.want, p.File, p.Line, tc.line)
+					}
+					return
+				}
+			}
+			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+		})
+	}
+}
