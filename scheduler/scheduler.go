@@ -99,10 +99,10 @@ type Locker interface {
 
 // Options configures a Scheduler. Zero values mean the defaults named.
 type Options struct {
-	NodeID        string        // default: the host name
+	NodeID string // default: the host name
 	// Tags are this node's tags; a schedule with Nodes runs here only
 	// when they hold all of its (Matches).
-	Tags []string
+	Tags          []string
 	Locker        Locker        // nil: no backend configured
 	Backend       hints.Backend // what Locker is: None, Local (memory) or Distributed
 	SafetyMargin  time.Duration // default 5s; added to every lock TTL
