@@ -280,7 +280,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 	var rmu sync.Mutex
 	rr := rand.New(rand.NewPCG(c.plan.seed, uint64(len(c.lives))))
 	s, err := scheduler.New(scheduler.Options{
-		NodeID: n.id, Locker: l.link.locker(), Backend: hints.Distributed,
+		NodeID: n.id, Tags: n.tags, Locker: l.link.locker(), Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
 		Clock: clock, NetClock: netClock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },

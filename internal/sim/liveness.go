@@ -134,7 +134,9 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 			if l.plan.beyondSkew() {
 				return false
 			}
-			running++
+			if scheduler.Matches(sp.Nodes, c.nodeTags(l.node)) {
+				running++ // a node it targets: one that asks
+			}
 		}
 	}
 	if running == 0 {

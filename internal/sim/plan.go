@@ -61,6 +61,7 @@ type schedPlan struct {
 // scheduler process with its own clock offset, and its link's faults.
 type nodePlan struct {
 	id    string
+	tags  []string // its tags (workload.go's targeting)
 	lives []life
 	// faults are windows of the link's trouble, in true (backend) time.
 	faults []faultWindow
@@ -143,6 +144,7 @@ func newPlan(seed uint64) *plan {
 		p.drawLosses(rand.New(rand.NewPCG(seed, 0x105e)))
 	}
 	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
+	p.drawTargets(rand.New(rand.NewPCG(seed, 0x7a65)))
 	p.drawStopPoints(rand.New(rand.NewPCG(seed, 0x5709)))
 	return p
 }
@@ -286,6 +288,9 @@ func (p *plan) String() string {
 	}
 	for _, n := range p.nodes {
 		fmt.Fprintf(&b, "  %s:", n.id)
+		if len(n.tags) > 0 {
+			fmt.Fprintf(&b, " tags %q", n.tags)
+		}
 		for _, l := range n.lives {
 			end := "stop"
 			if l.crash {

@@ -23,7 +23,12 @@ import (
 //   - jobs that ignore SIGTERM: a fifth of the schedules' jobs go on after
 //     their context ends until the kill grace has passed, as a command
 //     that traps SIGTERM is killed by jobs.Command: for a locked job after
-//     half the safety margin, at least a second (OPERATING.md "Signals").
+//     half the safety margin, at least a second (OPERATING.md "Signals");
+//   - node targeting: a third of the seeds tag their nodes (role=a or
+//     role=b, and zone=1 on some) and target a third of the schedules
+//     without operator actions at role=a, role=b or role=a plus zone=1
+//     (drawTargets). Invariant 1t: no run of a targeted schedule on a node
+//     its tags do not match; liveness counts only the nodes that match.
 
 // killGrace is the SIGTERM to SIGKILL grace of a locked job: half the
 // safety margin, at least a second.
@@ -97,6 +102,9 @@ func (s schedPlan) workloadString() string {
 	if s.ignoreTerm {
 		out += " ignores SIGTERM"
 	}
+	if len(s.Nodes) > 0 {
+		out += fmt.Sprintf(" nodes %q", s.Nodes)
+	}
 	return out
 }
 
@@ -151,6 +159,62 @@ func (c *cluster) checkTicks(all []run) []violation {
 		if !ok {
 			vs = append(vs, violation{inv: invSpec, at: r.start, msg: fmt.Sprintf("%s is no tick of %q%s: %v",
 				c.at(r.tick), sp.CronExpr, sp.workloadString(), r)})
+		}
+	}
+	return vs
+}
+
+// drawTargets tags the nodes and targets some schedules (see above). A
+// schedule with operator actions (reloads, triggers, backfills) is left
+// untargeted: the checks of those follow every node.
+func (p *plan) drawTargets(r *rand.Rand) {
+	if r.IntN(3) != 0 {
+		return
+	}
+	for i := range p.nodes {
+		n := &p.nodes[i]
+		n.tags = []string{"role=a"}
+		if r.IntN(2) == 0 {
+			n.tags[0] = "role=b"
+		}
+		if r.IntN(2) == 0 {
+			n.tags = append(n.tags, "zone=1")
+		}
+	}
+	acted := map[string]bool{}
+	for _, op := range p.ops {
+		acted[op.sched] = true
+	}
+	choices := [][]string{{"role=a"}, {"role=b"}, {"role=a", "zone=1"}}
+	for i := range p.scheds {
+		sp := &p.scheds[i]
+		if acted[sp.ID] || r.IntN(3) != 0 {
+			continue
+		}
+		sp.Nodes = choices[r.IntN(len(choices))]
+	}
+}
+
+// nodeTags returns the tags of node id.
+func (c *cluster) nodeTags(id string) []string {
+	for _, n := range c.plan.nodes {
+		if n.id == id {
+			return n.tags
+		}
+	}
+	return nil
+}
+
+const invTarget = "1t a targeted schedule runs only on a node with every tag it names"
+
+// checkTargets: invariant 1t, for scheduled and manual runs alike.
+func (c *cluster) checkTargets(all []run) []violation {
+	var vs []violation
+	for _, r := range all {
+		sp := c.sched(r.sched)
+		if tags := c.nodeTags(r.node); !scheduler.Matches(sp.Nodes, tags) {
+			vs = append(vs, violation{inv: invTarget, at: r.start, msg: fmt.Sprintf("%v: %q targets %q, the node has %q",
+				r, sp.ID, sp.Nodes, tags)})
 		}
 	}
 	return vs
