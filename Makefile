@@ -28,6 +28,13 @@ test-services: ## make sure the test Redis and Postgres answer (starts them if n
 # built binary reads it (testenv.Uncached), so go test's cache never reuses
 # its result; the packages that touch neither are cached as usual.
 export BEXT_TEST_RUN := $(shell date +%s%N)
+# -trimpath for every build the tests make (the test binaries, and the
+# node and helper binaries they build with go build): the build cache then
+# keys our packages by content, not by the clone's path, so a fresh clone
+# (CI's) reuses what an earlier checkout compiled instead of compiling the
+# module again with -race (about 3 of the package step's minutes). Tests
+# find the repository with testenv.RepoRoot, not runtime.Caller.
+test test-chart figures cluster-test sim: export GOFLAGS += -trimpath
 # go test -json, shown as go test shows it, plus the slowest tests
 # (scripts/testreport); every step's events are kept for the final list.
 TEST_LOG ?= .test-results.json

@@ -10,10 +10,10 @@ package deploy_test
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
 // bin is the bext-scheduler binary built for this test run.
@@ -23,8 +23,7 @@ func TestMain(m *testing.M) { proctest.Main(m, &bin) }
 
 // repo returns the path of name relative to the repository root.
 func repo(name string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", filepath.FromSlash(name))
+	return filepath.Join(testenv.MustRepoRoot(), filepath.FromSlash(name))
 }
 
 func readRepoFile(t *testing.T, name string) string {

@@ -234,8 +234,7 @@ func pgVersion(t *testing.T) string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+	return testenv.MustRepoRoot()
 }
 
 func gitOut(t *testing.T, dir string, args ...string) string {

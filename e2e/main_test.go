@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
 // The binaries every test runs, built once.
@@ -62,10 +62,9 @@ func run(m *testing.M) int {
 // buildLedgerJob builds the job program, without -race: it starts every
 // second on every node and must start fast.
 func buildLedgerJob(dir string) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
 	out := filepath.Join(dir, "ledgerjob")
-	cmd := exec.Command("go", "build", "-o", out, "./internal/ledgerjob")
-	cmd.Dir = filepath.Dir(file)
+	cmd := exec.Command("go", "build", "-o", out, "./e2e/internal/ledgerjob")
+	cmd.Dir = testenv.MustRepoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building ledgerjob: %v\n%s", err, b)
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
@@ -42,10 +41,33 @@ var PlainRelease = Release{
 // repository root.
 const PlainManifestsFile = "deploy/kubernetes/bext-scheduler.yaml"
 
-// Root is the repository's root directory.
+// Root is the repository's root directory: the nearest directory at or
+// above the working directory whose go.mod declares the main module (this
+// one has its own go.mod). Not runtime.Caller, whose file names -trimpath
+// rewrites.
 func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("helmtest: the repository root: %v", err))
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && mainModule(b) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic("helmtest: no go.mod of github.com/bext-dev/bext-scheduler at or above " + dir)
+		}
+	}
+}
+
+// mainModule reports whether a go.mod declares the main module.
+func mainModule(gomod []byte) bool {
+	for _, l := range strings.Split(string(gomod), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`) == "github.com/bext-dev/bext-scheduler"
+		}
+	}
+	return false
 }
 
 // ChartDir is the chart's directory.

@@ -8,11 +8,12 @@ import (
 	"go/build"
 	"io/fs"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/bext-dev/bext-scheduler/internal/testenv"
 )
 
 const module = "github.com/bext-dev/bext-scheduler/"
@@ -57,8 +58,7 @@ var allowed = map[string][]string{
 // or a backend, the engine importing a backend, a public package taking an
 // internal type...). Test files are not held to it.
 func TestImportsFollowThePackageMap(t *testing.T) {
-	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
+	root := testenv.MustRepoRoot()
 	for pkg, ok := range allowed {
 		p, err := build.ImportDir(filepath.Join(root, pkg), 0)
 		if err != nil {
@@ -86,8 +86,7 @@ var testOnly = []string{"e2e", "internal/sim", "internal/testenv", "internal/fau
 // map (and so in docs/DESIGN.md) fails here, rather than escaping the
 // check above.
 func TestEveryProductPackageHasARow(t *testing.T) {
-	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
+	root := testenv.MustRepoRoot()
 	var missing []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {

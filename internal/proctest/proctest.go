@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,8 +44,10 @@ func Build(dir string, tags ...string) (string, error) { return build(dir, true,
 func BuildTimed(dir string, tags ...string) (string, error) { return build(dir, false, tags) }
 
 func build(dir string, race bool, tags []string) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(dir, "bext-scheduler")
 	args := []string{"build", "-o", bin}
 	if race {
