@@ -98,7 +98,8 @@ func Run(t *testing.T, b Backend) {
 	if b.New == nil || b.Expire == nil {
 		t.Fatal("lockertest: Backend.New and Backend.Expire are required")
 	}
-	for _, c := range append(cases[:len(cases):len(cases)], tickCases...) {
+	all := append(append(cases[:len(cases):len(cases)], tickCases...), slotCases...)
+	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			if b.Parallel {
 				t.Parallel()
