@@ -101,6 +101,10 @@ const (
 	// (every node stopped, or none reaching the backend); recorded by the
 	// node whose decision raised the mark over it.
 	SkipStopped = "stopped"
+	// SkipGroupFull: granted, but the schedule's concurrency group already
+	// ran max_running runs, and the tick did not wait (group_wait) or
+	// found no slot within its catch-up window.
+	SkipGroupFull = "group_full"
 )
 
 // Node is a live node's announcement. The JSON names are the contract.

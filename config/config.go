@@ -43,16 +43,20 @@ type Config struct {
 	ShutdownGrace Duration `toml:"shutdown_grace"` // default 30s
 	// Include holds globs, relative to this file's directory, naming more
 	// files that hold only [[scheduled]] tables.
-	Include   []string   `toml:"include"`
-	HTTP      HTTP       `toml:"http"`
-	History   History    `toml:"history"`
-	Log       Log        `toml:"log"`
-	Locking   Locking    `toml:"locking"`
-	Cluster   Cluster    `toml:"cluster"`
-	Jobs      Jobs       `toml:"jobs"`
-	Notify    Notify     `toml:"notify"`
-	Metrics   Metrics    `toml:"metrics"`
-	Scheduled []Schedule `toml:"scheduled"`
+	Include []string `toml:"include"`
+	HTTP    HTTP     `toml:"http"`
+	History History  `toml:"history"`
+	Log     Log      `toml:"log"`
+	Locking Locking  `toml:"locking"`
+	Cluster Cluster  `toml:"cluster"`
+	Jobs    Jobs     `toml:"jobs"`
+	Notify  Notify   `toml:"notify"`
+	// Groups are the concurrency groups ([groups.NAME]) schedules name
+	// with group: at most MaxRunning runs of their schedules at once in
+	// the cluster.
+	Groups    map[string]Group `toml:"groups"`
+	Metrics   Metrics          `toml:"metrics"`
+	Scheduled []Schedule       `toml:"scheduled"`
 
 	// Path is the absolute path of the main file, set by Load and Parse.
 	Path string `toml:"-"`
@@ -76,6 +80,13 @@ const (
 // DefaultCleanAllow is what env_mode = "clean" passes when env_allow is not
 // set: what programs need to find themselves and speak the right language.
 var DefaultCleanAllow = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// Group is a [groups.NAME] table.
+type Group struct {
+	// MaxRunning is how many runs of the group's schedules may run at
+	// once in the cluster (1 to locking.MaxSlots). Required.
+	MaxRunning int `toml:"max_running"`
+}
 
 // Metrics is the [metrics] table.
 type Metrics struct {
@@ -318,6 +329,13 @@ type Schedule struct {
 	// Nodes targets the schedule: only nodes whose tags include every one
 	// of these ask for its ticks ("role=db"). Empty: every node.
 	Nodes []string `toml:"nodes"`
+	// Group names the concurrency group ([groups.NAME]) the schedule's
+	// runs count in; GroupWait makes a tick that finds it full wait for a
+	// slot within its catch-up window instead of skipping (group_full).
+	// GroupMax is the group's max_running, set by Load.
+	Group     string `toml:"group"`
+	GroupWait bool   `toml:"group_wait"`
+	GroupMax  int    `toml:"-"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`

@@ -79,3 +79,55 @@ func TestTagKeyProblems(t *testing.T) {
 		})
 	}
 }
+
+// [groups.NAME] and a schedule's group: read, max_running copied onto
+// the schedule; every mistake named at its line.
+func TestGroupKeys(t *testing.T) {
+	c := mustLoad(t, write(t, t.TempDir(), "b.toml", `
+[locking]
+backend = "memory"
+[groups.etl]
+max_running = 2
+
+[[scheduled]]
+id = "load"
+cron = "@daily"
+group = "etl"
+group_wait = true
+command = ["x"]
+`))
+	s := schedule(t, c, "load")
+	if s.Group != "etl" || s.GroupMax != 2 || !s.GroupWait {
+		t.Errorf("group %q max %d wait %v", s.Group, s.GroupMax, s.GroupWait)
+	}
+	mem := "[locking]\nbackend = \"memory\"\n"
+	for _, tc := range []struct {
+		name, in, want string
+		line           int
+	}{
+		{"undeclared", mem + job + "command = [\"x\"]\ngroup = \"etl\"\n", `schedule "j": group "etl" is not declared: add [groups.etl] with max_running`, 7},
+		{"no max_running", mem + "[groups.etl]\n" + job + "command = [\"x\"]\ngroup = \"etl\"\n", `[groups.etl] max_running is 0; want 1 to 1000`, 3},
+		{"too many", mem + "[groups.etl]\nmax_running = 1001\n", `[groups.etl] max_running is 1001`, 4},
+		{"bad name", mem + "[groups.\"e t l\"]\nmax_running = 1\n", `group name "e t l": use letters, digits`, 3},
+		{"no backend", "[groups.etl]\nmax_running = 1\n", `[groups.etl]: a group's count is kept in the lock backend`, 1},
+		{"wait without group", mem + job + "command = [\"x\"]\ngroup_wait = true\n", `schedule "j": group_wait is set but the schedule has no group`, 7},
+		{"slot prefix id", mem + "[[scheduled]]\nid = \"bext-group:x\"\ncron = \"@daily\"\ncommand = [\"x\"]\n", `begins with "bext-group:"`, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.in), "test.toml")
+			var e *Error
+			if !errors.As(err, &e) || c != nil {
+				t.Fatalf("Parse = %v, %v; want an *Error and no config", c, err)
+			}
+			for _, p := range e.Problems {
+				if strings.Contains(p.Msg, tc.want) {
+					if p.Line != tc.line {
+						t.Errorf("%q at line %d, want %d", tc.want, p.Line, tc.line)
+					}
+					return
+				}
+			}
+			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+		})
+	}
+}

@@ -84,10 +84,28 @@ func (c *Config) validate() []Problem {
 
 	// Sized once: grown from empty, its rehashing was a tenth of the
 	// validation of 100,000 schedules.
+	names := make([]string, 0, len(c.Groups))
+	for name := range c.Groups {
+		names = append(names, name)
+	}
+	slices.Sort(names) // one order of problems, whatever the map's
+	for _, name := range names {
+		key := "groups." + name
+		if err := CheckGroupName(name); err != nil {
+			v.add(at(key), "[groups.%s]: %v", name, err)
+		}
+		if m := c.Groups[name].MaxRunning; m < 1 || m > locking.MaxSlots {
+			v.add(at(key+".max_running"), "[groups.%s] max_running is %d; want 1 to %d (runs of its schedules at once in the cluster)", name, m, locking.MaxSlots)
+		}
+		if c.Locking.Backend == "" {
+			v.add(at(key), "[groups.%s]: a group's count is kept in the lock backend: set [locking] backend (\"memory\" on a single node)", name)
+		}
+	}
 	first := make(map[string]*Schedule, len(c.Scheduled))
 	for i := range c.Scheduled {
 		s := &c.Scheduled[i]
 		v.schedule(s, c.Locking)
+		v.group(s, c.Groups)
 		c.resolveEnv(s, &v)
 		if s.ID == "" {
 			continue
@@ -670,6 +688,41 @@ func CheckTag(tag string) error {
 	for _, r := range tag {
 		if r < 0x21 || r == 0x7f || !utf8.ValidRune(r) || r == utf8.RuneError {
 			return fmt.Errorf("tag %q holds a control character, a space or invalid UTF-8", tag)
+		}
+	}
+	return nil
+}
+
+// group checks s's group keys against the declared groups and sets
+// GroupMax.
+func (v *validator) group(s *Schedule, groups map[string]Group) {
+	if strings.HasPrefix(s.ID, locking.SlotKeyPrefix) {
+		v.atSchedule(s, "id", "id %q begins with %q, which names the slots of concurrency groups", s.ID, locking.SlotKeyPrefix)
+	}
+	if s.Group == "" {
+		if s.GroupWait {
+			v.atSchedule(s, "group_wait", "group_wait is set but the schedule has no group")
+		}
+		return
+	}
+	g, ok := groups[s.Group]
+	if !ok {
+		v.atSchedule(s, "group", "group %q is not declared: add [groups.%s] with max_running", s.Group, s.Group)
+		return
+	}
+	s.GroupMax = g.MaxRunning
+}
+
+// CheckGroupName reports what is wrong with a concurrency group's name:
+// letters, digits, '.', '_' and '-', at most 64 bytes (it is part of the
+// slots' lock keys).
+func CheckGroupName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("a group name is 1 to 64 bytes, not %d", len(name))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("group name %q: use letters, digits, '.', '_' and '-'", name)
 		}
 	}
 	return nil

@@ -22,6 +22,11 @@ const SlotKeyPrefix = "bext-group:"
 // MaxSlots bounds a group's slots: a full group costs one try per slot.
 const MaxSlots = 1000
 
+// TryLocker is the part of Locker that TryLockSlot uses.
+type TryLocker interface {
+	TryLock(ctx context.Context, key string, ttl time.Duration) (*Handle, error)
+}
+
 // SlotKey is the lock key of slot i of group.
 func SlotKey(group string, i int) string {
 	return SlotKeyPrefix + group + "#" + strconv.Itoa(i)
@@ -33,7 +38,7 @@ func SlotKey(group string, i int) string {
 // their first choice rarely contend on one slot. It stops at the first
 // error: a slot it could not ask about may be free, and a caller must not
 // read "full" from a backend that did not answer.
-func TryLockSlot(ctx context.Context, l Locker, group string, k, first int, ttl time.Duration) (*Handle, int, error) {
+func TryLockSlot(ctx context.Context, l TryLocker, group string, k, first int, ttl time.Duration) (*Handle, int, error) {
 	if k < 1 || k > MaxSlots {
 		return nil, -1, fmt.Errorf("%w: group %q has %d slots, want 1 to %d", ErrInvalid, group, k, MaxSlots)
 	}

@@ -162,10 +162,11 @@ func TestAddSchedulePreinitialises(t *testing.T) {
 	m := New(reg, build)
 	m.AddSchedule("nightly")
 	const want = `
-# HELP bext_scheduler_ticks_skipped_total Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed).
+# HELP bext_scheduler_ticks_skipped_total Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed, group_full).
 # TYPE bext_scheduler_ticks_skipped_total counter
 bext_scheduler_ticks_skipped_total{reason="backend_error",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="contended",schedule="nightly"} 0
+bext_scheduler_ticks_skipped_total{reason="group_full",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="missed",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="paused",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="still_running",schedule="nightly"} 0

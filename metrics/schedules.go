@@ -37,7 +37,7 @@ var (
 	famTicks = family{name: "bext_scheduler_ticks_total", typ: prometheus.CounterValue,
 		help: "Ticks fired by this node, per schedule."}
 	famSkipped = family{name: "bext_scheduler_ticks_skipped_total", typ: prometheus.CounterValue,
-		help:  "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed).",
+		help:  "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed, group_full).",
 		label: "reason", values: words(skipReasons)}
 	famRuns = family{name: "bext_scheduler_runs_total", typ: prometheus.CounterValue,
 		help:  "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).",
@@ -67,6 +67,10 @@ func words[S ~string](ws []S) []string {
 	}
 	return out
 }
+
+// maxValues is the most values one family has per schedule (the skip
+// reasons).
+const maxValues = 6
 
 // skipIndex and resultIndex are the slots of skipReasons and runResults;
 // -1 for a word the contract does not list (not counted: a new reason
@@ -101,7 +105,7 @@ const (
 type series struct {
 	id        string
 	ticks     atomic.Uint32
-	skipped   [5]atomic.Uint32 // by skipIndex
+	skipped   [6]atomic.Uint32 // by skipIndex (len(skipReasons); TestSeriesSized)
 	runs      [5]atomic.Uint32 // by resultIndex
 	overruns  atomic.Uint32
 	anomalies [2]atomic.Uint32 // by anomalyKinds
@@ -260,7 +264,7 @@ func (s *scheduleSet) hists(se *series) *histPair {
 
 // counters returns the values of f's series of se, in f.values order (one
 // value when f has no second label), and whether the series exists.
-func (se *series) counters(f family, buf *[5]float64) ([]float64, bool) {
+func (se *series) counters(f family, buf *[maxValues]float64) ([]float64, bool) {
 	one := func(v float64) ([]float64, bool) { buf[0] = v; return buf[:1], true }
 	switch f.name {
 	case famTicks.name:
@@ -295,7 +299,7 @@ func (se *series) counters(f family, buf *[5]float64) ([]float64, bool) {
 }
 
 // gauge is a gauge's value from its bits; absent when 0.
-func gauge(bits uint64, buf *[5]float64) ([]float64, bool) {
+func gauge(bits uint64, buf *[maxValues]float64) ([]float64, bool) {
 	if bits == 0 {
 		return nil, false
 	}
@@ -314,7 +318,7 @@ func (s *scheduleSet) Describe(ch chan<- *prometheus.Desc) {
 // registry's view (tests, Gather). /metrics writes them with writeText,
 // which does not build a message per series.
 func (s *scheduleSet) Collect(ch chan<- prometheus.Metric) {
-	var buf [5]float64
+	var buf [maxValues]float64
 	s.each(func(se *series) {
 		for _, f := range s.families() {
 			vs, ok := se.counters(f, &buf)
@@ -406,7 +410,7 @@ func (s *scheduleSet) writeText(w func([]byte) error) error {
 		b = b[:0]
 		return err
 	}
-	var buf [5]float64
+	var buf [maxValues]float64
 	for _, f := range s.families() {
 		typ := "counter"
 		if f.typ == prometheus.GaugeValue {

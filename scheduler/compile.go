@@ -113,6 +113,22 @@ func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(str
 			bad(fmt.Errorf("%s is negative (%v)", d.name, d.v))
 		}
 	}
+	if k.Group != "" {
+		switch {
+		case s.opts.Locker == nil:
+			bad(fmt.Errorf("group %q needs a lock backend: the group's count is kept there", k.Group))
+		case !canTryLock(s.opts.Locker):
+			bad(fmt.Errorf("group %q: the lock backend cannot take plain locks (TryLock), which a group's slots are", k.Group))
+		case k.GroupMax < 1 || k.GroupMax > locking.MaxSlots:
+			bad(fmt.Errorf("group %q: max_running %d, want 1 to %d", k.Group, k.GroupMax, locking.MaxSlots))
+		default:
+			if err := locking.CheckKey(locking.SlotKey(k.Group, k.GroupMax-1)); err != nil {
+				bad(fmt.Errorf("group %q: %w", k.Group, err))
+			}
+		}
+	} else if k.GroupWait {
+		bad(errors.New("group_wait without a group"))
+	}
 	res, err := hints.Resolve(k.Hint, s.opts.Backend)
 	if err != nil {
 		bad(err)
@@ -146,6 +162,7 @@ func keyOf(sc *Schedule, tags []string) policyKey {
 		Overlap: sc.Overlap, CatchupWindow: sc.CatchupWindow, Spread: sc.Spread, Retries: sc.Retries,
 		RetryBackoff: sc.RetryBackoff, PauseAfterFailures: sc.PauseAfterFailures,
 		Targeted: len(sc.Nodes) > 0, Elsewhere: !Matches(sc.Nodes, tags),
+		Group: sc.Group, GroupMax: sc.GroupMax, GroupWait: sc.GroupWait,
 	}
 	if k.Overlap == "" {
 		k.Overlap = OverlapSkip

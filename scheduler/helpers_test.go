@@ -539,3 +539,8 @@ func (c *countingJob) got() []scheduler.Tick {
 func sched(id, expr string, hint hints.Hint, job scheduler.Job) scheduler.Schedule {
 	return scheduler.Schedule{ID: id, CronExpr: expr, Hint: hint, ExpectedRuntime: time.Second, Job: job}
 }
+
+// TryLock takes a plain lock of inner (a concurrency group's slot).
+func (f *faulty) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	return f.inner.(locking.TryLocker).TryLock(ctx, key, ttl)
+}

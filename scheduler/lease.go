@@ -29,6 +29,9 @@ type lease struct {
 	len   time.Duration // usable lease: backend lease minus the safety margin
 	every time.Duration // renewal period: a third of len
 	until time.Time     // deadline on leaseClock
+	// slot is the run's slot of its concurrency group (group.go), renewed
+	// with h: the run holds both or neither. nil: no group.
+	slot *locking.Handle
 }
 
 // newLease starts the lease of h, acquired by a request sent at sent.
@@ -71,10 +74,25 @@ func (s *Scheduler) renewLease(l *lease) error {
 	}
 	ctx, cancel := s.renewCtx(l, left)
 	defer cancel()
-	if err := s.opts.Locker.Renew(ctx, l.h); err != nil {
+	if err := s.renewHeld(ctx, l); err != nil {
 		return err
 	}
 	l.until = sent.Add(l.len)
+	return nil
+}
+
+// renewHeld renews what l holds: its lock, then its group slot. Either
+// failing is the run's lock lost: a run without its slot would let the
+// group exceed max_running.
+func (s *Scheduler) renewHeld(ctx context.Context, l *lease) error {
+	if err := s.opts.Locker.Renew(ctx, l.h); err != nil {
+		return err
+	}
+	if l.slot != nil {
+		if err := s.opts.Locker.Renew(ctx, l.slot); err != nil {
+			return fmt.Errorf("the group slot: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -110,14 +110,19 @@ func (s *Scheduler) runManual(t *tick) {
 		l = &t.lease
 	}
 	var out runOutcome
-	unconfirmed := false
+	unconfirmed, noSlot := false, false
 	if err := s.confirmTake(l); err != nil {
 		unconfirmed = true
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
 		s.reportRan(t, out, ran{runID: t.runID(), manual: true, fence: l.h.Fence()})
+	} else if noSlot = !s.manualSlot(t, l); noSlot {
+		// Its concurrency group is full: given back below, the manual run
+		// waits in its queue for a slot (the next poll, or another node).
+		out = runOutcome{abandoned: true}
 	} else {
 		s.advance(t, tickRunning)
 		out = s.runJob(t, l)
+		s.releaseSlot(t)
 	}
 	// A job that never started (its take unconfirmed, or confirmed and
 	// its lease run out before the job could start) gives its take back:
@@ -126,11 +131,11 @@ func (s *Scheduler) runManual(t *tick) {
 	// backfilled tick stays at the head of its own, so Done, which takes
 	// it off, is not called. The give-back releases the lock too; a plain
 	// release would be the node's word that it heard the take as well.
-	giveBack := l != nil && m.GiveBack != nil && (unconfirmed || out.unstarted)
+	giveBack := l != nil && m.GiveBack != nil && (unconfirmed || noSlot || out.unstarted)
 	// Done before the release: the agent's takes a backfilled tick off
 	// its queue, and with the lock free first a take in between would
 	// find the tick still at the head of its queue and run it again.
-	if m.Done != nil && !giveBack {
+	if m.Done != nil && !giveBack && !noSlot {
 		m.Done(out.result)
 	}
 	switch {

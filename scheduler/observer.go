@@ -13,6 +13,7 @@ const (
 	SkipStillRunning SkipReason = "still_running" // previous run still going, overlap = "skip"
 	SkipPaused       SkipReason = "paused"        // the schedule is paused cluster-wide
 	SkipMissed       SkipReason = "missed"        // later than its catch-up window
+	SkipGroupFull    SkipReason = "group_full"    // its concurrency group ran max_running runs (group.go)
 )
 
 // RunResult is how a run ended. Its string values are the `result` label of

@@ -116,6 +116,8 @@ const (
 	RecordMissed  RecordReason = "missed"
 	RecordOverlap RecordReason = "overlap"
 	RecordStopped RecordReason = "stopped"
+	// RecordGroupFull: granted, its concurrency group was full (group.go).
+	RecordGroupFull RecordReason = "group_full"
 )
 
 // SkipObserver is implemented by observers that keep skip records. It is

@@ -593,7 +593,7 @@ func (w *watch) renewOnce(s *Scheduler, l *lease, left time.Duration) bool {
 	ctx, cancel := s.renewCtx(l, left)
 	w.renewing, w.cancelRenew = true, cancel
 	w.mu.Unlock()
-	err := s.opts.Locker.Renew(ctx, l.h)
+	err := s.renewHeld(ctx, l)
 	cancel()
 	w.mu.Lock()
 	w.renewing, w.cancelRenew = false, nil

@@ -65,6 +65,15 @@ type Schedule struct {
 	// PauseAfterFailures pauses the schedule cluster-wide after that many
 	// failed runs in a row (0: never).
 	PauseAfterFailures int
+	// Group names the schedule's concurrency group: at most GroupMax runs
+	// of the group's schedules run at once in the cluster, each holding a
+	// slot of the group's counting lease (locking.TryLockSlot) besides its
+	// lock. A tick that finds no slot free is skipped (SkipGroupFull), or
+	// with GroupWait waits for one within its catch-up window, holding its
+	// lock. "": no group.
+	Group     string
+	GroupMax  int
+	GroupWait bool
 	// Nodes targets the schedule (the config's nodes): only a node whose
 	// Options.Tags hold every one of these asks for its ticks, takes its
 	// manual runs and catches it up. nil: every node.
@@ -293,6 +302,9 @@ type policyKey struct {
 	// Elsewhere: this node's tags do not match them, so it never fires
 	// the schedule, catches it up or runs it by hand.
 	Targeted, Elsewhere bool
+	Group               string
+	GroupMax            int
+	GroupWait           bool
 }
 
 // schedState is the scheduler's memory of one schedule ID. Fields are
@@ -344,7 +356,7 @@ type lastOutcome struct {
 // skipReasons and runResults are what lastOutcome's indexes name; the
 // first of each is the "none".
 var (
-	skipReasons = [...]SkipReason{"", SkipContended, SkipBackendError, SkipStillRunning, SkipPaused, SkipMissed}
+	skipReasons = [...]SkipReason{"", SkipContended, SkipBackendError, SkipStillRunning, SkipPaused, SkipMissed, SkipGroupFull}
 	runResults  = [...]RunResult{"", ResultSuccess, ResultFailure, ResultTimeout, ResultLockLost, ResultCancelled}
 )
 

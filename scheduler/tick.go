@@ -398,6 +398,21 @@ func (s *Scheduler) locked(t *tick, granted bool, why SkipReason) bool {
 		return false
 	}
 
+	// Step 5½: a grouped schedule's run takes a slot of its concurrency
+	// group first (group.go): none free skips the tick as group_full, or
+	// waits for one within the tick's window (group_wait).
+	if t.def.Group != "" {
+		if why, ok := s.takeSlot(t); !ok {
+			s.release(t.def.ID, h, "no slot of the group")
+			if why == SkipGroupFull {
+				s.recordSkip(t, t.at, RecordGroupFull)
+			}
+			s.reportSkip(t, why, h.Fence())
+			s.end(t, runOutcome{skip: why})
+			return false
+		}
+	}
+
 	// Step 6: run, renewing the lock; the run's watch cancels the job when
 	// the lease deadline passes (run.go).
 	s.advance(t, tickRunning)
@@ -419,6 +434,7 @@ func (s *Scheduler) locked(t *tick, granted bool, why SkipReason) bool {
 // the release is token-checked, so it never frees another holder's. The
 // tick ends once the lock is given back (release.go).
 func (s *Scheduler) afterRun(t *tick) {
+	s.releaseSlot(t)
 	s.reportRan(t, t.out, t.ran)
 	s.releaseAfterRun(t)
 }

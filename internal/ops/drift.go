@@ -180,6 +180,10 @@ func hashRange(schedules []scheduler.Schedule, anchor time.Time, digits []byte, 
 		f.add("retries", int64(s.Retries))
 		f.add("retry_backoff", s.RetryBackoff)
 		f.add("pause_after_failures", int64(s.PauseAfterFailures))
+		if s.Group != "" {
+			// Only when set: an ungrouped schedule hashes as before.
+			f.add("group", fmt.Sprintf("%s/%d/%v", s.Group, s.GroupMax, s.GroupWait))
+		}
 		cut()
 		h.Reset()
 		_, _ = h.Write(f.b) // a hash.Hash never fails

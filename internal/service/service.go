@@ -176,6 +176,9 @@ func Schedules(cfg *config.Config, logger *slog.Logger, goJobs map[string]schedu
 			RetryBackoff:       s.RetryBackoff.Duration,
 			PauseAfterFailures: s.PauseAfterFailures,
 			Nodes:              s.Nodes,
+			Group:              s.Group,
+			GroupMax:           s.GroupMax,
+			GroupWait:          s.GroupWait,
 			Job:                sh.job(job),
 		})
 	}

@@ -1,0 +1,166 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+func grouped(sc scheduler.Schedule, group string, k int, wait bool) scheduler.Schedule {
+	sc.Group, sc.GroupMax, sc.GroupWait = group, k, wait
+	return sc
+}
+
+// Two schedules of a group of one, due at the same tick: one runs, the
+// other is skipped group_full while it runs; once it ended the next ticks
+// run again; the slot is released with the run.
+func TestGroupFullSkips(t *testing.T) {
+	a, b := newBlockingJob(), newBlockingJob()
+	h := newHarness(t, scheduler.Options{},
+		grouped(sched("a", everyMinute, hints.RequireGlobal, a), "etl", 1, false),
+		grouped(sched("b", everyMinute, hints.RequireGlobal, b), "etl", 1, false)).start()
+	h.loopParked()
+	h.clock.Advance(time.Minute)
+	var running *blockingJob
+	select {
+	case <-a.started:
+		running = a
+	case <-b.started:
+		running = b
+	case <-time.After(waitTimeout):
+		t.Fatal("neither job started")
+	}
+	sk := h.rec.waitSkips(t, 1)
+	if sk[0].reason != scheduler.SkipGroupFull {
+		t.Fatalf("skip %+v, want group_full", sk[0])
+	}
+	if who := h.heldBy(locking.SlotKey("etl", 0)); who == "" {
+		t.Error("the running job's slot is not held")
+	}
+	close(running.release)
+	running.waitEnded(t)
+	h.idle()
+	if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
+		t.Errorf("the slot is held by %q after the run", who)
+	}
+}
+
+// With group_wait, the tick that found the group full waits for the slot,
+// holding its lock, and runs once the other run ended, within its window.
+func TestGroupWaitRunsWhenASlotFrees(t *testing.T) {
+	a, b := newBlockingJob(), newBlockingJob()
+	long := func(sc scheduler.Schedule) scheduler.Schedule { sc.ExpectedRuntime = time.Minute; return sc }
+	h := newHarness(t, scheduler.Options{},
+		long(grouped(sched("a", "0 * * * *", hints.RequireGlobal, a), "etl", 1, true)),
+		long(grouped(sched("b", "0 * * * *", hints.RequireGlobal, b), "etl", 1, true))).start()
+	h.loopParked()
+	h.clock.Advance(time.Hour)
+	var first, second *blockingJob
+	select {
+	case <-a.started:
+		first, second = a, b
+	case <-b.started:
+		first, second = b, a
+	case <-time.After(waitTimeout):
+		t.Fatal("neither job started")
+	}
+	// The loop's timer, the run's watch, the waiter's wait and renewal.
+	h.advanceWhenArmed(4, 5*time.Second)
+	h.advanceWhenArmed(4, 5*time.Second)
+	select {
+	case <-second.started:
+		t.Fatal("both jobs of a group of one run at once")
+	default:
+	}
+	if _, skipped, _ := h.rec.snapshot(); len(skipped) != 0 {
+		t.Fatalf("skips %+v: the second tick should wait", skipped)
+	}
+	close(first.release)
+	first.waitEnded(t)
+	h.rec.waitRuns(t, 1) // reported after its slot was released
+	// Drive the clock until the waiting tick's next try finds the slot
+	// free (it tries every slotRetry); told by the job's start.
+	var tk scheduler.Tick
+	for started := false; !started; {
+		select {
+		case tk = <-second.started:
+			started = true
+		case <-time.After(50 * time.Millisecond):
+			if h.clock.Now().After(t0.Add(time.Hour + time.Minute)) {
+				t.Fatal("the waiting tick never started after the slot was freed")
+			}
+			h.clock.Advance(slotRetryForTest / 4)
+		}
+	}
+	if !tk.Time.Equal(t0.Add(time.Hour)) {
+		t.Errorf("the waiting run's tick %v, want 01:00", tk.Time)
+	}
+	close(second.release)
+	second.waitEnded(t)
+}
+
+// slotRetryForTest is the scheduler's retry period of a waiting tick
+// (group.go's slotRetry).
+const slotRetryForTest = time.Second
+
+// A slot is renewed with the lock: a run far longer than the TTL keeps
+// its slot, and another node finds the group full all along.
+func TestGroupSlotRenewedWithTheLock(t *testing.T) {
+	j := newBlockingJob()
+	s := grouped(sched("long", "0 * * * *", hints.RequireGlobal, j), "etl", 1, false)
+	s.ExpectedRuntime = 30 * time.Second // TTL 35s, renewed every 10s
+	h := newHarness(t, scheduler.Options{}, s).start()
+	h.loopParked()
+	h.clock.Advance(time.Hour)
+	j.waitStarted(t)
+	for i := range 12 {
+		// Two minutes in all, the TTL over three times: each 10s period
+		// renews the lock and then the slot (two Renew calls).
+		_, before, _ := h.locker.counts()
+		h.advanceWhenArmed(1, 10*time.Second)
+		h.locker.wait(t, "the lock's and the slot's renewals", func() bool {
+			_, n, _ := h.locker.counts()
+			return n >= before+2
+		})
+		if sh, _, err := locking.TryLockSlot(context.Background(), h.peer, "etl", 1, 0, time.Minute); err != nil || sh != nil {
+			t.Fatalf("period %d: another node took the group's only slot during the run: %v, %v", i, sh, err)
+		}
+	}
+	close(j.release)
+	if err := j.waitEnded(t); err != nil {
+		t.Fatalf("the run ended by %v", err)
+	}
+}
+
+// A group without a backend, or with a count out of range, is refused.
+func TestGroupInvalid(t *testing.T) {
+	job := &countingJob{}
+	for _, tc := range []struct {
+		name string
+		opts scheduler.Options
+		sc   scheduler.Schedule
+	}{
+		{"no backend", scheduler.Options{Backend: hints.None, Locker: nil}, grouped(sched("g", everyMinute, hints.NodeLocal, job), "etl", 1, false)},
+		{"zero", scheduler.Options{}, grouped(sched("g", everyMinute, hints.RequireGlobal, job), "etl", 0, false)},
+		{"wait without group", scheduler.Options{}, grouped(sched("g", everyMinute, hints.RequireGlobal, job), "", 0, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "no backend" {
+				_, err := scheduler.New(scheduler.Options{}, []scheduler.Schedule{tc.sc})
+				if !errors.Is(err, scheduler.ErrInvalid) {
+					t.Fatalf("New = %v, want ErrInvalid", err)
+				}
+				return
+			}
+			h := newHarness(t, tc.opts)
+			if err := h.s.Reload([]scheduler.Schedule{tc.sc}); !errors.Is(err, scheduler.ErrInvalid) {
+				t.Fatalf("Reload = %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
