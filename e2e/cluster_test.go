@@ -44,6 +44,11 @@ type Spec struct {
 	ShutdownGrace   time.Duration   // default 5s
 	CatchupWindow   time.Duration   // the global schedule's catchup_window (default: one period)
 	OpTimeout       time.Duration   // the backend's op_timeout (default: Backend.Section's)
+	// GroupSchedules adds that many require_global every-second schedules
+	// ("grp-1", ...) in concurrency group "g" of max_running GroupMax,
+	// each run lasting GroupSleep.
+	GroupSchedules, GroupMax int
+	GroupSleep               time.Duration
 }
 
 // Cluster is N bext-scheduler processes sharing one config, one backend
@@ -138,6 +143,19 @@ expected_runtime = "1s"
 command = %s
 `, spec.ShutdownGrace.String(), spec.LogLevel, b.sectionOp(spec.SafetyMargin, spec.MaxClockSkew, spec.OpTimeout), globalID, spec.Cron,
 		spec.ExpectedRuntime.String(), job(spec.JobSleep), extra, localID, job(time.Millisecond))
+	for i := range spec.GroupSchedules {
+		cfg += fmt.Sprintf(`[[scheduled]]
+id = "grp-%d"
+cron = "*/1 * * * * *"
+hint = "require_global"
+expected_runtime = %q
+group = "g"
+command = %s
+`, i+1, (spec.GroupSleep + 2*time.Second).String(), job(spec.GroupSleep))
+	}
+	if spec.GroupSchedules > 0 {
+		cfg += fmt.Sprintf("[groups.g]\nmax_running = %d\n", spec.GroupMax)
+	}
 	writeFile(t, c.config, cfg)
 
 	for i := range spec.Nodes {

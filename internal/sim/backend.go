@@ -21,6 +21,7 @@ type nodeLocker interface {
 	TryLockTick(ctx context.Context, r locking.TickRequest) (locking.TickAnswer, error)
 	TryLockTicks(ctx context.Context, reqs []locking.TickRequest) ([]locking.TickAnswer, []error)
 	InitMarks(ctx context.Context, keys []string) error
+	TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error)
 	Renew(ctx context.Context, h *locking.Handle) error
 	Release(ctx context.Context, h *locking.Handle) error
 	ReleaseAll(ctx context.Context, hs []*locking.Handle) []error

@@ -206,6 +206,7 @@ func (c *cluster) check() []violation {
 	vs = append(vs, c.checkManual()...)
 	vs = append(vs, c.checkTicks(all)...)
 	vs = append(vs, c.checkTargets(all)...)
+	vs = append(vs, c.checkGroups(all)...)
 	vs = append(vs, c.checkAudit()...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs

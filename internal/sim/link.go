@@ -319,6 +319,27 @@ func (l *link) InitMarks(ctx context.Context, keys []string) error {
 	return err
 }
 
+// TryLock takes a plain lock: a concurrency group's slot. A lost reply
+// took it all the same (it lapses at its TTL, a slot fewer meanwhile).
+func (l *link) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	defer l.hold()() // a frozen node's calls neither go out nor come back
+	f, err := l.decide(ctx, "try-lock "+key)
+	if err != nil {
+		return nil, err
+	}
+	if f == loseFirst || f == failCall {
+		return nil, l.refusal(ctx, f)
+	}
+	h, err := l.mem.TryLock(ctx, key, ttl)
+	if f == loseReply || l.cut.Load() {
+		return nil, l.refusal(ctx, loseReply)
+	}
+	if h != nil {
+		l.c.event(l.c.clock.Now(), "%s/%d took %s fence %d", l.node, l.life, key, h.Fence())
+	}
+	return h, err
+}
+
 // Renew extends the lock; a lost reply extended it all the same.
 func (l *link) Renew(ctx context.Context, h *locking.Handle) error {
 	defer l.renewal(h.Token())() // counted until the node hears the answer

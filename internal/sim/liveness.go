@@ -99,6 +99,9 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 			return false
 		}
 	}
+	if sp.Group != "" {
+		return false // a full group skips a tick by design (group_full)
+	}
 	if c.nearReload(sp.ID, t) || c.manualHeld(sp.ID, t.Add(-2*step), t.Add(sp.period+sp.Jitter+2*step), all) {
 		return false
 	}

@@ -145,6 +145,7 @@ func newPlan(seed uint64) *plan {
 	}
 	p.drawWorkload(rand.New(rand.NewPCG(seed, 0x3017)), dst)
 	p.drawTargets(rand.New(rand.NewPCG(seed, 0x7a65)))
+	p.drawGroups(rand.New(rand.NewPCG(seed, 0x6e0)))
 	p.drawStopPoints(rand.New(rand.NewPCG(seed, 0x5709)))
 	return p
 }

@@ -28,7 +28,13 @@ import (
 //     role=b, and zone=1 on some) and target a third of the schedules
 //     without operator actions at role=a, role=b or role=a plus zone=1
 //     (drawTargets). Invariant 1t: no run of a targeted schedule on a node
-//     its tags do not match; liveness counts only the nodes that match.
+//     its tags do not match; liveness counts only the nodes that match;
+//   - concurrency groups: a third of the seeds put two to four locked
+//     schedules without operator actions in one group of one or two
+//     (drawGroups), some waiting for a slot (group_wait). Invariant 1g: at
+//     no instant more runs of the group than its max_running, but for runs
+//     a freeze or a lost backend state excuses, as for overlap (invariant
+//     3). Liveness does not judge grouped schedules (a full group skips).
 
 // killGrace is the SIGTERM to SIGKILL grace of a locked job: half the
 // safety margin, at least a second.
@@ -104,6 +110,9 @@ func (s schedPlan) workloadString() string {
 	}
 	if len(s.Nodes) > 0 {
 		out += fmt.Sprintf(" nodes %q", s.Nodes)
+	}
+	if s.Group != "" {
+		out += fmt.Sprintf(" group %s max %d wait %v", s.Group, s.GroupMax, s.GroupWait)
 	}
 	return out
 }
@@ -215,6 +224,67 @@ func (c *cluster) checkTargets(all []run) []violation {
 		if tags := c.nodeTags(r.node); !scheduler.Matches(sp.Nodes, tags) {
 			vs = append(vs, violation{inv: invTarget, at: r.start, msg: fmt.Sprintf("%v: %q targets %q, the node has %q",
 				r, sp.ID, sp.Nodes, tags)})
+		}
+	}
+	return vs
+}
+
+// drawGroups puts some schedules in a concurrency group (see above).
+func (p *plan) drawGroups(r *rand.Rand) {
+	if r.IntN(3) != 0 {
+		return
+	}
+	acted := map[string]bool{}
+	for _, op := range p.ops {
+		acted[op.sched] = true
+	}
+	var members []int
+	for i, sp := range p.scheds {
+		if !acted[sp.ID] && locked(sp.Schedule) && sp.Location == nil {
+			members = append(members, i)
+		}
+	}
+	r.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+	members = members[:min(len(members), 2+r.IntN(3))]
+	if len(members) < 2 {
+		return
+	}
+	k := 1 + r.IntN(2)
+	for _, i := range members {
+		sp := &p.scheds[i]
+		sp.Group, sp.GroupMax, sp.GroupWait = "g", k, r.IntN(2) == 0
+	}
+}
+
+const invGroup = "1g a concurrency group never runs more than max_running runs at once"
+
+// checkGroups: invariant 1g. At each run's start, the runs of its group
+// still going (started before, not ended) number fewer than max_running,
+// not counting one a freeze or a lost backend state excuses.
+func (c *cluster) checkGroups(all []run) []violation {
+	var vs []violation
+	for i, r := range all { // in start order
+		sp := c.sched(r.sched)
+		if sp.Group == "" {
+			continue
+		}
+		var going []run
+		for _, a := range all[:i] {
+			ap := c.sched(a.sched)
+			if ap.Group != sp.Group || !(a.end.IsZero() || a.end.After(r.start)) {
+				continue
+			}
+			if c.frozenOver(a, r.start) || c.plan.lostLocks(a.start.Add(-c.maxTTL()), r.start) {
+				continue
+			}
+			going = append(going, a)
+		}
+		if len(going) >= sp.GroupMax {
+			msg := fmt.Sprintf("group %q (max_running %d): %v started while %d ran:", sp.Group, sp.GroupMax, r, len(going))
+			for _, a := range going {
+				msg += fmt.Sprintf("\n    %v", a)
+			}
+			vs = append(vs, violation{inv: invGroup, at: r.start, msg: msg})
 		}
 	}
 	return vs
