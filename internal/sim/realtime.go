@@ -260,7 +260,7 @@ func (f failedNode) TryLockTicks(_ context.Context, reqs []locking.TickRequest) 
 	}
 	return make([]locking.TickAnswer, len(reqs)), errs
 }
-func (f failedNode) InitMarks(context.Context, []string) error      { return f.err }
+func (f failedNode) InitMarks(context.Context, []string) error { return f.err }
 func (f failedNode) TryLock(context.Context, string, time.Duration) (*locking.Handle, error) {
 	return nil, f.err
 }
