@@ -13,6 +13,7 @@
 //   - batch.go: the try-lock-ticks a backend decides many to a round trip (locking.TickBatcher), through internal/batch's group commit; locking.InProcessLocker.
 //   - handoff.go: the handoff: a preferred node per tick (internal/rendezvous ranks the nodes); the others wait handoff_delay per rank.
 //   - turns.go: the handoff's waiters share one timer, armed for the earliest end of a wait.
+//   - group.go: step 5½: a grouped schedule's slot of its concurrency group's counting lease (locking.TryLockSlot), taken before the run, renewed with the lock, released after it; group_full and group_wait.
 //   - run.go: step 6: the job and its retries under the lock; the run's watch (renewal, lease deadline, timeout, overrun).
 //   - lease.go: the lease deadline a node trusts its lock until (TTL or MaxLease, minus safety_margin).
 //   - release.go: step 7's release, batched (locking.ReleaseBatcher, internal/batch); whether a run's end may wait behind a burst (jobReturned).
