@@ -88,11 +88,15 @@ type Schedule struct {
 	// Nodes is the tags a node needs to run the schedule (omitted: every
 	// node); NoNode warns that no live node has them all, so none asks
 	// for its ticks (audit shows them skipped, reason no_node).
-	Nodes    []string   `json:"nodes,omitempty"`
-	NoNode   bool       `json:"no_node,omitempty"`
-	Paused   bool       `json:"paused"`
-	NextTick *time.Time `json:"next_tick"` // null when the schedule never fires again
-	LastRun  *Run       `json:"last_run"`  // null when none is recorded
+	Nodes  []string `json:"nodes,omitempty"`
+	NoNode bool     `json:"no_node,omitempty"`
+	// Group is the schedule's concurrency group and MaxRunning its
+	// max_running (omitted: none).
+	Group      string     `json:"group,omitempty"`
+	MaxRunning int        `json:"group_max_running,omitempty"`
+	Paused     bool       `json:"paused"`
+	NextTick   *time.Time `json:"next_tick"` // null when the schedule never fires again
+	LastRun    *Run       `json:"last_run"`  // null when none is recorded
 	// LastSuccess is the tick of the newest successful run in history
 	// (null when none); FailuresInARow the failed runs since it
 	// (FailureStreak).
@@ -269,6 +273,9 @@ type shape struct {
 	// node): a tag holds no comma (config.CheckTag), and a string keeps
 	// shape comparable.
 	nodes string
+	// group and groupMax: its concurrency group ("" for none).
+	group    string
+	groupMax int
 }
 
 // targets returns the nodes d is targeted at (nil: every node).
@@ -329,7 +336,7 @@ func (s *Service) SetSchedules(schedules []scheduler.Schedule) {
 			expected = scheduler.DefaultExpectedRuntime
 		}
 		sh := shape{cron: d.CronExpr, zone: zoneOf(d), hint: hintName(d.Hint), overlap: d.Overlap,
-			expected: expected, minRuntime: d.MinRuntime, nodes: strings.Join(d.Nodes, ",")}
+			expected: expected, minRuntime: d.MinRuntime, nodes: strings.Join(d.Nodes, ","), group: d.Group, groupMax: d.GroupMax}
 		p, ok := shared[sh]
 		if !ok {
 			p = &sh
@@ -463,7 +470,7 @@ func (s *Service) listSchedules(ctx context.Context, nodes []Node) ([]Schedule, 
 	out := make([]Schedule, len(defs))
 	ids := make([]string, len(defs))
 	for i, d := range defs {
-		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint, Nodes: d.targets(),
+		out[i] = Schedule{ID: d.id, Cron: d.cron, Timezone: d.zone.String(), Hint: d.hint, Nodes: d.targets(), Group: d.group, MaxRunning: d.groupMax,
 			ExpectedRuntime: d.expected, MinRuntime: d.minRuntime, Running: []Running{}, Queued: []Queued{}}
 		if d.spec != nil {
 			if next := d.spec.Next(now); !next.IsZero() {

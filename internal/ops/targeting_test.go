@@ -19,7 +19,7 @@ func TestTargetedScheduleWithNoNode(t *testing.T) {
 	f.now = f.m(0).Add(5 * time.Second) // the tick of this minute is within AuditGrace
 	scheds := []scheduler.Schedule{
 		{ID: "db", CronExpr: "* * * * *", Hint: hints.RequireGlobal, Nodes: []string{"role=db", "zone=a"}},
-		{ID: "any", CronExpr: "* * * * *", Hint: hints.RequireGlobal},
+		{ID: "any", CronExpr: "* * * * *", Hint: hints.RequireGlobal, Group: "etl", GroupMax: 3},
 		{ID: "local", CronExpr: "* * * * *", Hint: hints.NodeLocal, Nodes: []string{"role=db"}},
 	}
 	announce := func(id string, tags ...string) {
@@ -46,8 +46,8 @@ func TestTargetedScheduleWithNoNode(t *testing.T) {
 		if s.ID == "db" && !slices.Equal(s.Nodes, []string{"role=db", "zone=a"}) {
 			t.Errorf("status: db's nodes %q", s.Nodes)
 		}
-		if s.ID == "any" && s.Nodes != nil {
-			t.Errorf("status: an untargeted schedule shows nodes %q", s.Nodes)
+		if s.ID == "any" && (s.Nodes != nil || s.Group != "etl" || s.MaxRunning != 3) {
+			t.Errorf("status: any shows nodes %q, group %q of %d; want none, etl of 3", s.Nodes, s.Group, s.MaxRunning)
 		}
 	}
 	for _, n := range st.Nodes {
