@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"hash/fnv"
 	"log/slog"
 	"time"
@@ -22,35 +23,88 @@ import (
 // waiting tick per second.
 const slotRetry = time.Second
 
-// takeSlot takes a slot of t's group into t.lease.slot. It reports the
-// skip when it took none: SkipGroupFull when every slot is held (and the
-// tick does not wait, or its window ended while it waited), and
-// SkipBackendError when the backend did not answer or the lock was lost
-// while waiting.
+// takeSlot takes a slot of locked tick t's group into t.lease.slot. It
+// reports the skip when it took none: SkipGroupFull when every slot is
+// held (and the tick does not wait, or its window ended, or the node
+// began to stop, while it waited), and SkipBackendError when the backend
+// did not answer or the tick's lock was lost while it waited.
 func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
+	h, why := s.trySlot(t, &t.lease, func() waitEnd {
+		// Wait holding the tick's lock (renewed), as a retry's backoff does.
+		if s.waitHoldingLock(t, &t.lease, slotRetry, nil) {
+			return waitDone
+		}
+		if s.isStopping() {
+			return waitStopping
+		}
+		return waitLost
+	})
+	if h == nil {
+		return why, false
+	}
+	t.lease.slot = h
+	return "", true
+}
+
+// takeLocalSlot takes a slot of node-local tick t's group, which holds
+// no lock: the slot is its run's only lease (nil and the skip when none).
+func (s *Scheduler) takeLocalSlot(t *tick) (*locking.Handle, SkipReason) {
+	return s.trySlot(t, nil, func() waitEnd {
+		tm := s.clock.NewTimer(slotRetry)
+		defer tm.Stop()
+		select {
+		case <-tm.C():
+			return waitDone
+		case <-s.stopCh:
+			return waitStopping
+		}
+	})
+}
+
+// waitEnd is how a wait for a slot ended.
+type waitEnd uint8
+
+const (
+	waitDone     waitEnd = iota // waited: try again
+	waitStopping                // the node is stopping
+	waitLost                    // the tick's lock was lost meanwhile
+)
+
+// trySlot is the loop of takeSlot and takeLocalSlot: try every slot once,
+// and while the group is full and the tick may wait, wait and try again.
+// held bounds each try by what is left of the tick's lease (nil: a
+// node-local tick, bounded by the release timeout).
+func (s *Scheduler) trySlot(t *tick, held *lease, wait func() waitEnd) (*locking.Handle, SkipReason) {
 	def := t.def
 	first := slotStart(s.opts.NodeID, def.ID, t.at, def.GroupMax)
 	end := t.at.Add(max(t.window(s), s.opts.MaxClockSkew))
 	for {
-		ctx, cancel := s.renewCtx(&t.lease, max(t.lease.until.Sub(s.leaseNow()), 0))
+		var ctx context.Context
+		var cancel context.CancelFunc
+		if held != nil {
+			ctx, cancel = s.renewCtx(held, max(held.until.Sub(s.leaseNow()), 0))
+		} else {
+			ctx, cancel = context.WithTimeout(s.jobCtx, releaseTimeout)
+		}
 		h, _, err := locking.TryLockSlot(ctx, s.opts.Locker.(locking.TryLocker), def.Group, def.GroupMax, first, def.ttl)
 		cancel()
 		switch {
 		case err != nil:
 			s.log.Warn("taking a slot of the concurrency group failed: tick skipped", slog.String("schedule", def.ID),
 				slog.String("group", def.Group), slog.String("tick", t.at.Format(time.RFC3339)), slog.Any("error", err))
-			return SkipBackendError, false
+			return nil, SkipBackendError
 		case h != nil:
-			t.lease.slot = h
-			return "", true
+			return h, ""
 		case !def.GroupWait || !s.clock.Now().Add(slotRetry).Before(end):
 			s.log.Info("concurrency group full: tick skipped", slog.String("schedule", def.ID),
 				slog.String("group", def.Group), slog.Int("max_running", def.GroupMax), slog.String("tick", t.at.Format(time.RFC3339)))
-			return SkipGroupFull, false
+			return nil, SkipGroupFull
 		}
-		// Wait holding the tick's lock (renewed), as a retry's backoff does.
-		if !s.waitHoldingLock(t, &t.lease, slotRetry, nil) {
-			return SkipBackendError, false
+		switch wait() {
+		case waitStopping:
+			return nil, SkipGroupFull // it never had a slot
+		case waitLost:
+			return nil, SkipBackendError
 		}
 	}
 }
@@ -102,4 +156,14 @@ func (s *Scheduler) manualSlot(t *tick, l *lease) bool {
 	}
 	l.slot = h
 	return true
+}
+
+// isStopping reports whether shutdown has begun.
+func (s *Scheduler) isStopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
 }

@@ -164,3 +164,39 @@ func TestGroupInvalid(t *testing.T) {
 		})
 	}
 }
+
+// A node-local schedule in a group counts too: each node's copy takes a
+// slot, so with max_running = 1 two node-local schedules never run at
+// once; the slot is the run's lease, renewed, and released after it.
+func TestGroupNodeLocal(t *testing.T) {
+	a, b := newBlockingJob(), newBlockingJob()
+	h := newHarness(t, scheduler.Options{},
+		grouped(sched("a", everyMinute, hints.NodeLocal, a), "etl", 1, false),
+		grouped(sched("b", everyMinute, hints.NodeLocal, b), "etl", 1, false)).start()
+	h.loopParked()
+	h.clock.Advance(time.Minute)
+	var running *blockingJob
+	select {
+	case <-a.started:
+		running = a
+	case <-b.started:
+		running = b
+	case <-time.After(waitTimeout):
+		t.Fatal("neither job started")
+	}
+	if sk := h.rec.waitSkips(t, 1); sk[0].reason != scheduler.SkipGroupFull {
+		t.Fatalf("skip %+v, want group_full", sk[0])
+	}
+	if who := h.heldBy(locking.SlotKey("etl", 0)); who == "" {
+		t.Error("the node-local run holds no slot")
+	}
+	close(running.release)
+	if err := running.waitEnded(t); err != nil {
+		t.Fatalf("the run ended by %v", err)
+	}
+	h.rec.waitRuns(t, 1)
+	h.idle()
+	if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
+		t.Errorf("the slot is held by %q after the run", who)
+	}
+}

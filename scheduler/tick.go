@@ -349,8 +349,24 @@ func (s *Scheduler) runLocal(t *tick) {
 	if s.abandon(t) {
 		return
 	}
+	// A grouped node-local run takes a slot of its group first: the
+	// slot is then its run's lease, renewed by its watch (group.go).
+	var l *lease
+	if t.def.Group != "" {
+		sent := s.leaseNow()
+		h, why := s.takeLocalSlot(t)
+		if h == nil {
+			s.reportSkip(t, why, 0)
+			s.end(t, runOutcome{skip: why})
+			return
+		}
+		l = s.newLease(h, sent)
+	}
 	s.advance(t, tickRunning)
-	out := s.runJob(t, nil)
+	out := s.runJob(t, l)
+	if l != nil {
+		s.release(t.def.ID, l.h, "the group slot, after the run")
+	}
 	s.end(t, out)
 }
 
