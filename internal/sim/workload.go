@@ -29,8 +29,8 @@ import (
 //     without operator actions at role=a, role=b or role=a plus zone=1
 //     (drawTargets). Invariant 1t: no run of a targeted schedule on a node
 //     its tags do not match; liveness counts only the nodes that match;
-//   - concurrency groups: a third of the seeds put two to four locked
-//     schedules without operator actions in one group of one or two
+//   - concurrency groups: a third of the seeds put two to four schedules
+//     (locked or node-local) without operator actions in one group of one or two
 //     (drawGroups), some waiting for a slot (group_wait). Invariant 1g: at
 //     no instant more runs of the group than its max_running, but for runs
 //     a freeze or a lost backend state excuses, as for overlap (invariant
@@ -240,7 +240,7 @@ func (p *plan) drawGroups(r *rand.Rand) {
 	}
 	var members []int
 	for i, sp := range p.scheds {
-		if !acted[sp.ID] && locked(sp.Schedule) && sp.Location == nil {
+		if !acted[sp.ID] && sp.Location == nil {
 			members = append(members, i)
 		}
 	}
