@@ -41,6 +41,20 @@ func (s *Scheduler) compile(schedules []Schedule) ([]*compiled, error) {
 		}
 		out = append(out, c)
 	}
+	// One count per group: a group whose schedules disagree on it would
+	// let the larger count overfill the smaller (the config forbids it;
+	// a program building Schedules could do it).
+	groupMax := map[string]int{}
+	for i := range schedules {
+		sc := &schedules[i]
+		if sc.Group == "" {
+			continue
+		}
+		if k, ok := groupMax[sc.Group]; ok && k != sc.GroupMax {
+			errs = append(errs, invalid(i, sc.ID, fmt.Errorf("group %q has max_running %d here and %d on another schedule", sc.Group, sc.GroupMax, k)))
+		}
+		groupMax[sc.Group] = sc.GroupMax
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -29,9 +29,20 @@ const slotRetry = time.Second
 // began to stop, while it waited), and SkipBackendError when the backend
 // did not answer or the tick's lock was lost while it waited.
 func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
-	h, why := s.trySlot(t, &t.lease, func() waitEnd {
-		// Wait holding the tick's lock (renewed), as a retry's backoff does.
-		if s.waitHoldingLock(t, &t.lease, slotRetry, nil) {
+	l := &t.lease
+	h, why := s.trySlot(t, l, func() waitEnd {
+		// Wait holding the tick's lock, as a retry's backoff does. Each
+		// wait is one slotRetry: waitHoldingLock's own renewal timer
+		// starts afresh with it, and never fires when the renewal period
+		// is longer, so the renewal due is sent here.
+		if s.renewalDue(l) {
+			if err := s.renewLease(l); err != nil {
+				s.log.Error("lock lost while waiting for a slot of the group", slog.String("schedule", t.def.ID),
+					slog.String("tick", t.at.Format(time.RFC3339)), slog.Any("error", err))
+				return waitLost
+			}
+		}
+		if s.waitHoldingLock(t, l, slotRetry, nil) {
 			return waitDone
 		}
 		if s.isStopping() {
@@ -42,8 +53,24 @@ func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
 	if h == nil {
 		return why, false
 	}
-	t.lease.slot = h
+	l.slot = h
+	// After a wait the lease is old: renewed now (lock and slot), so that
+	// the run's watch, which counts its first renewal from the job's start,
+	// does not meet the lease deadline first.
+	if s.renewalDue(l) {
+		if err := s.renewLease(l); err != nil {
+			l.slot = nil
+			s.release(t.def.ID, h, "the group slot: the lock was lost while waiting for it")
+			return SkipBackendError, false
+		}
+	}
 	return "", true
+}
+
+// renewalDue reports whether l's last renewal (or acquisition) is a
+// renewal period old.
+func (s *Scheduler) renewalDue(l *lease) bool {
+	return l.until.Sub(s.leaseNow()) <= l.len-l.every
 }
 
 // takeLocalSlot takes a slot of node-local tick t's group, which holds

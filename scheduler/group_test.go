@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -198,5 +199,82 @@ func TestGroupNodeLocal(t *testing.T) {
 	h.idle()
 	if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
 		t.Errorf("the slot is held by %q after the run", who)
+	}
+}
+
+// A tick waiting for a slot longer than its lease keeps its lock: it
+// renews while it waits, whatever its renewal period against the 1s
+// retry (here 10s), and does not give up within its window. (It gave up
+// backend_error at the lease deadline: waitHoldingLock's renewal timer
+// restarted with every 1s wait and never fired.)
+func TestGroupWaitOutlivesItsLease(t *testing.T) {
+	a, b := newBlockingJob(), newBlockingJob()
+	long := func(sc scheduler.Schedule) scheduler.Schedule { sc.ExpectedRuntime = 30 * time.Second; return sc }
+	h := newHarness(t, scheduler.Options{},
+		long(grouped(sched("a", "0 * * * *", hints.RequireGlobal, a), "etl", 1, true)),
+		long(grouped(sched("b", "0 * * * *", hints.RequireGlobal, b), "etl", 1, true))).start()
+	h.loopParked()
+	h.clock.Advance(time.Hour)
+	var first, second *blockingJob
+	select {
+	case <-a.started:
+		first, second = a, b
+	case <-b.started:
+		first, second = b, a
+	case <-time.After(waitTimeout):
+		t.Fatal("neither job started")
+	}
+	// Two minutes, the lease four times over, one retry period at a time:
+	// each step waits for the waiter's next try (told by the locker's
+	// count), or moves the clock again when the waiter armed its wait
+	// after the step (then no try comes until the next one).
+	for end := h.clock.Now().Add(2 * time.Minute); h.clock.Now().Before(end); {
+		before := h.locker.tryLocks()
+		h.clock.Advance(slotRetryForTest)
+		for deadline := time.Now().Add(100 * time.Millisecond); h.locker.tryLocks() == before && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+		if _, skipped, _ := h.rec.snapshot(); len(skipped) != 0 {
+			t.Fatalf("at +%v: skips %+v: the waiting tick gave up within its 1h window", h.clock.Now().Sub(t0.Add(time.Hour)), skipped)
+		}
+	}
+	close(first.release)
+	first.waitEnded(t)
+	h.rec.waitRuns(t, 1)
+	// The slot is free: the waiter's next try takes it and its job starts
+	// on a fresh lease (renewed at the take), so its watch's first renewal
+	// comes before the lease deadline.
+	for started := false; !started; {
+		select {
+		case <-second.started:
+			started = true
+		case <-time.After(50 * time.Millisecond):
+			h.clock.Advance(slotRetryForTest / 4)
+		}
+	}
+	for range 12 {
+		h.advanceWhenArmed(2, 5*time.Second) // the loop's timer, the run's watch
+	}
+	select {
+	case err := <-second.ended:
+		t.Fatalf("the run that waited for its slot was ended by %v a minute in; its lease is renewed", err)
+	default:
+	}
+	close(second.release)
+	if err := second.waitEnded(t); err != nil {
+		t.Fatalf("the run ended by %v", err)
+	}
+}
+
+// Schedules of one group must agree on its count.
+func TestGroupOneCount(t *testing.T) {
+	job := &countingJob{}
+	_, err := scheduler.New(scheduler.Options{Locker: newHarness(t, scheduler.Options{}).locker, Backend: hints.Distributed},
+		[]scheduler.Schedule{
+			grouped(sched("a", everyMinute, hints.RequireGlobal, job), "etl", 1, false),
+			grouped(sched("b", everyMinute, hints.RequireGlobal, job), "etl", 3, false),
+		})
+	if !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("New = %v, want ErrInvalid (two counts for one group)", err)
 	}
 }

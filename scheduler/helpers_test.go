@@ -228,6 +228,8 @@ type faulty struct {
 	renews   int
 	releases int
 	reqs     []locking.TickRequest
+	// plainTries counts TryLock calls (group slots).
+	plainTries int
 }
 
 func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (locking.TickAnswer, error) {
@@ -540,7 +542,19 @@ func sched(id, expr string, hint hints.Hint, job scheduler.Job) scheduler.Schedu
 	return scheduler.Schedule{ID: id, CronExpr: expr, Hint: hint, ExpectedRuntime: time.Second, Job: job}
 }
 
-// TryLock takes a plain lock of inner (a concurrency group's slot).
+// TryLock takes a plain lock of inner (a concurrency group's slot),
+// counted in plainTries.
 func (f *faulty) TryLock(ctx context.Context, key string, ttl time.Duration) (*locking.Handle, error) {
+	f.mu.Lock()
+	f.plainTries++
+	f.mu.Unlock()
+	defer f.broadcast()
 	return f.inner.(locking.TryLocker).TryLock(ctx, key, ttl)
+}
+
+// tryLocks counts the plain TryLock calls (slot tries) so far.
+func (f *faulty) tryLocks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.plainTries
 }

@@ -79,6 +79,11 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	var fence int64
 	if l != nil {
 		jt.LockKey, jt.FencingToken, fence = def.ID, l.h.Fence(), l.h.Fence()
+		if !def.lock {
+			// A node-local run in a group: its lease is its group slot, and
+			// the fence is that slot's sequence, not the schedule's.
+			jt.LockKey = l.h.Key()
+		}
 	}
 	var tail *tailBuffer
 	if s.runObs != nil {

@@ -372,7 +372,7 @@ func (s *Service) auditLimit(ctx context.Context, d def, from, to, now time.Time
 		switch {
 		case t.After(now):
 			row.Reason = str(ReasonNotDue)
-		case noNode && now.Sub(t) >= AuditGrace && (local || !marked || mark.Before(t)):
+		case noNode && now.Sub(t) >= AuditGrace && (local && anyRecord && !t.Before(horizon) || !local && (!marked || mark.Before(t))):
 			// Nobody asked: no node could. (A mark past t says a node
 			// decided it: then the tick is lost or recorded as usual;
 			// within the grace, a node just come may still ask.)
