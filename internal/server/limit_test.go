@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -65,6 +66,18 @@ func TestMaxConnections(t *testing.T) {
 func TestMaxConnectionsShutdown(t *testing.T) {
 	t.Parallel()
 	s := New("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler), WithMaxConnections(1))
+	// Told when the server has accepted the connection: a Shutdown before
+	// that finds nothing to wait for and returns nil at once (seen on a
+	// loaded CI machine), which is not the case under test.
+	accepted := make(chan struct{}, 1)
+	s.srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +86,11 @@ func TestMaxConnectionsShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	select {
+	case <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not accept the connection within 10s")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
