@@ -222,7 +222,11 @@ func TestOverrunKeepsLockByRenewal(t *testing.T) {
 	job.waitStarted(t)
 	every := scheduler.LockTTL(3*time.Second, 0, scheduler.DefaultSafetyMargin, scheduler.DefaultMaxClockSkew) / 3
 	for i := 1; i <= 4; i++ { // past the expected runtime, and past the TTL
-		h.clock.Advance(every)
+		// Only once the run's watch has armed its timer (with the loop's):
+		// the job can tell it started before the watch is armed, and a
+		// step taken then was lost: the watch armed from the later time,
+		// and the renewal waited for a step that never came (seen in CI).
+		h.advanceWhenArmed(2, every)
 		h.locker.wait(t, "a renewal", func() bool { _, r, _ := h.locker.counts(); return r >= i })
 	}
 	h.clock.Advance(12*time.Second - 4*every)
