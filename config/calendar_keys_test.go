@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -103,20 +102,7 @@ func TestCalendarKeyProblems(t *testing.T) {
 		{"# out of range", "[[scheduled]]\nid = \"w\"\ncron = \"0 0 * * MON#6\"\ncommand = [\"x\"]\n", `day-of-week field "MON#6"`, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse([]byte(tc.in), "test.toml")
-			var e *Error
-			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
-				t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
-			}
-			for _, p := range e.Problems {
-				if strings.Contains(p.Msg, tc.want) {
-					if p.File != "test.toml" || p.Line != tc.line {
-						t.Errorf("%q at %s:%d, want test.toml:%d", tc.want, p.File, p.Line, tc.line)
-					}
-					return
-				}
-			}
-			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+			wantProblem(t, tc.in, tc.want, tc.line)
 		})
 	}
 }

@@ -85,22 +85,31 @@ func TestProblems(t *testing.T) {
 		{"unknown key in cluster", "[cluster]\nhandof_delay = \"1s\"\n", `unknown key "cluster.handof_delay"`, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse([]byte(tc.in), "test.toml")
-			var e *Error
-			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
-				t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
-			}
-			for _, p := range e.Problems {
-				if strings.Contains(p.Msg, tc.want) {
-					if p.File != "test.toml" || p.Line != tc.line {
-						t.Errorf("%q at %s:%d, want test.toml:%d", tc.want, p.File, p.Line, tc.line)
-					}
-					return
-				}
-			}
-			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+			wantProblem(t, tc.in, tc.want, tc.line)
 		})
 	}
+}
+
+// wantProblem parses in as test.toml and fails t unless it is refused with
+// an *Error (ErrInvalid, no config) one of whose problems mentions want at
+// test.toml:line. It returns that error, for more checks.
+func wantProblem(t *testing.T, in, want string, line int) *Error {
+	t.Helper()
+	c, err := Parse([]byte(in), "test.toml")
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
+		t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
+	}
+	for _, p := range e.Problems {
+		if strings.Contains(p.Msg, want) {
+			if p.File != "test.toml" || p.Line != line {
+				t.Errorf("%q at %s:%d, want test.toml:%d", want, p.File, p.Line, line)
+			}
+			return e
+		}
+	}
+	t.Errorf("no problem mentions %q; got:\n%v", want, err)
+	return e
 }
 
 // A value whose ${VAR} failed is reported once, for the variable, not again

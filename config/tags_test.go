@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -62,20 +61,7 @@ func TestTagKeyProblems(t *testing.T) {
 		{"long tag", job + "command = [\"x\"]\nnodes = [\"" + strings.Repeat("x", MaxTagLen+1) + "\"]\n", `is 129 bytes, more than 128`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse([]byte(tc.in), "test.toml")
-			var e *Error
-			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || c != nil {
-				t.Fatalf("Parse = %v, %v; want an *Error matching ErrInvalid and no config", c, err)
-			}
-			for _, p := range e.Problems {
-				if strings.Contains(p.Msg, tc.want) {
-					if p.File != "test.toml" || p.Line != tc.line {
-						t.Errorf("%q at %s:%d, want test.toml:%d", tc.want, p.File, p.Line, tc.line)
-					}
-					return
-				}
-			}
-			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+			wantProblem(t, tc.in, tc.want, tc.line)
 		})
 	}
 }
@@ -114,20 +100,7 @@ command = ["x"]
 		{"slot prefix id", mem + "[[scheduled]]\nid = \"bext-group:x\"\ncron = \"@daily\"\ncommand = [\"x\"]\n", `begins with "bext-group:"`, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse([]byte(tc.in), "test.toml")
-			var e *Error
-			if !errors.As(err, &e) || c != nil {
-				t.Fatalf("Parse = %v, %v; want an *Error and no config", c, err)
-			}
-			for _, p := range e.Problems {
-				if strings.Contains(p.Msg, tc.want) {
-					if p.Line != tc.line {
-						t.Errorf("%q at line %d, want %d", tc.want, p.Line, tc.line)
-					}
-					return
-				}
-			}
-			t.Errorf("no problem mentions %q; got:\n%v", tc.want, err)
+			wantProblem(t, tc.in, tc.want, tc.line)
 		})
 	}
 }
