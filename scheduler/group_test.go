@@ -17,59 +17,80 @@ func grouped(sc scheduler.Schedule, group string, k int, wait bool) scheduler.Sc
 	return sc
 }
 
-// Two schedules of a group of one, due at the same tick: one runs, the
-// other is skipped group_full while it runs; once it ended the next ticks
-// run again; the slot is released with the run.
-func TestGroupFullSkips(t *testing.T) {
+// twoInAGroupOfOne runs a and b, schedules of hint and expr (expected
+// runtime expected) in group "etl" of max_running 1, moves the clock to
+// their first tick (step on) and returns the harness, the job that started
+// and the other.
+func twoInAGroupOfOne(t *testing.T, hint hints.Hint, expr string, expected, step time.Duration, wait bool) (h *harness, first, second *blockingJob) {
+	t.Helper()
 	a, b := newBlockingJob(), newBlockingJob()
-	h := newHarness(t, scheduler.Options{},
-		grouped(sched("a", everyMinute, hints.RequireGlobal, a), "etl", 1, false),
-		grouped(sched("b", everyMinute, hints.RequireGlobal, b), "etl", 1, false)).start()
+	mk := func(id string, j *blockingJob) scheduler.Schedule {
+		sc := grouped(sched(id, expr, hint, j), "etl", 1, wait)
+		sc.ExpectedRuntime = expected
+		return sc
+	}
+	h = newHarness(t, scheduler.Options{}, mk("a", a), mk("b", b)).start()
 	h.loopParked()
-	h.clock.Advance(time.Minute)
-	var running *blockingJob
+	h.clock.Advance(step)
 	select {
 	case <-a.started:
-		running = a
+		return h, a, b
 	case <-b.started:
-		running = b
+		return h, b, a
 	case <-time.After(waitTimeout):
 		t.Fatal("neither job started")
 	}
-	sk := h.rec.waitSkips(t, 1)
-	if sk[0].reason != scheduler.SkipGroupFull {
-		t.Fatalf("skip %+v, want group_full", sk[0])
+	return nil, nil, nil
+}
+
+// driveUntilStarted moves h's clock a quarter of the slot retry at a time
+// until j starts (a waiting tick tries every slotRetry), and returns its
+// tick; fails past limit on h's clock.
+func driveUntilStarted(t *testing.T, h *harness, j *blockingJob, limit time.Time) scheduler.Tick {
+	t.Helper()
+	for {
+		select {
+		case tk := <-j.started:
+			return tk
+		case <-time.After(50 * time.Millisecond):
+			if h.clock.Now().After(limit) {
+				t.Fatal("the waiting tick never started after the slot was freed")
+			}
+			h.clock.Advance(slotRetryForTest / 4)
+		}
 	}
-	if who := h.heldBy(locking.SlotKey("etl", 0)); who == "" {
-		t.Error("the running job's slot is not held")
-	}
-	close(running.release)
-	running.waitEnded(t)
-	h.idle()
-	if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
-		t.Errorf("the slot is held by %q after the run", who)
+}
+
+// Two schedules of a group of one, due at the same tick, locked or
+// node-local (each node's copy takes a slot): one runs, holding slot 0,
+// the other is skipped group_full; the slot is released with the run.
+func TestGroupFullSkips(t *testing.T) {
+	for _, hint := range []hints.Hint{hints.RequireGlobal, hints.NodeLocal} {
+		t.Run(string(hint), func(t *testing.T) {
+			h, running, _ := twoInAGroupOfOne(t, hint, everyMinute, time.Second, time.Minute, false)
+			if sk := h.rec.waitSkips(t, 1); sk[0].reason != scheduler.SkipGroupFull {
+				t.Fatalf("skip %+v, want group_full", sk[0])
+			}
+			if who := h.heldBy(locking.SlotKey("etl", 0)); who == "" {
+				t.Error("the running job holds no slot")
+			}
+			close(running.release)
+			if err := running.waitEnded(t); err != nil {
+				t.Fatalf("the run ended by %v", err)
+			}
+			h.rec.waitRuns(t, 1)
+			h.idle()
+			if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
+				t.Errorf("the slot is held by %q after the run", who)
+			}
+		})
 	}
 }
 
 // With group_wait, the tick that found the group full waits for the slot,
 // holding its lock, and runs once the other run ended, within its window.
 func TestGroupWaitRunsWhenASlotFrees(t *testing.T) {
-	a, b := newBlockingJob(), newBlockingJob()
-	long := func(sc scheduler.Schedule) scheduler.Schedule { sc.ExpectedRuntime = time.Minute; return sc }
-	h := newHarness(t, scheduler.Options{},
-		long(grouped(sched("a", "0 * * * *", hints.RequireGlobal, a), "etl", 1, true)),
-		long(grouped(sched("b", "0 * * * *", hints.RequireGlobal, b), "etl", 1, true))).start()
-	h.loopParked()
-	h.clock.Advance(time.Hour)
-	var first, second *blockingJob
-	select {
-	case <-a.started:
-		first, second = a, b
-	case <-b.started:
-		first, second = b, a
-	case <-time.After(waitTimeout):
-		t.Fatal("neither job started")
-	}
+	h, first, second := twoInAGroupOfOne(t, hints.RequireGlobal, "0 * * * *", time.Minute, time.Hour, true)
 	// The loop's timer, the run's watch, the waiter's wait and renewal.
 	h.advanceWhenArmed(4, 5*time.Second)
 	h.advanceWhenArmed(4, 5*time.Second)
@@ -84,20 +105,7 @@ func TestGroupWaitRunsWhenASlotFrees(t *testing.T) {
 	close(first.release)
 	first.waitEnded(t)
 	h.rec.waitRuns(t, 1) // reported after its slot was released
-	// Drive the clock until the waiting tick's next try finds the slot
-	// free (it tries every slotRetry); told by the job's start.
-	var tk scheduler.Tick
-	for started := false; !started; {
-		select {
-		case tk = <-second.started:
-			started = true
-		case <-time.After(50 * time.Millisecond):
-			if h.clock.Now().After(t0.Add(time.Hour + time.Minute)) {
-				t.Fatal("the waiting tick never started after the slot was freed")
-			}
-			h.clock.Advance(slotRetryForTest / 4)
-		}
-	}
+	tk := driveUntilStarted(t, h, second, t0.Add(time.Hour+time.Minute))
 	if !tk.Time.Equal(t0.Add(time.Hour)) {
 		t.Errorf("the waiting run's tick %v, want 01:00", tk.Time)
 	}
@@ -166,64 +174,13 @@ func TestGroupInvalid(t *testing.T) {
 	}
 }
 
-// A node-local schedule in a group counts too: each node's copy takes a
-// slot, so with max_running = 1 two node-local schedules never run at
-// once; the slot is the run's lease, renewed, and released after it.
-func TestGroupNodeLocal(t *testing.T) {
-	a, b := newBlockingJob(), newBlockingJob()
-	h := newHarness(t, scheduler.Options{},
-		grouped(sched("a", everyMinute, hints.NodeLocal, a), "etl", 1, false),
-		grouped(sched("b", everyMinute, hints.NodeLocal, b), "etl", 1, false)).start()
-	h.loopParked()
-	h.clock.Advance(time.Minute)
-	var running *blockingJob
-	select {
-	case <-a.started:
-		running = a
-	case <-b.started:
-		running = b
-	case <-time.After(waitTimeout):
-		t.Fatal("neither job started")
-	}
-	if sk := h.rec.waitSkips(t, 1); sk[0].reason != scheduler.SkipGroupFull {
-		t.Fatalf("skip %+v, want group_full", sk[0])
-	}
-	if who := h.heldBy(locking.SlotKey("etl", 0)); who == "" {
-		t.Error("the node-local run holds no slot")
-	}
-	close(running.release)
-	if err := running.waitEnded(t); err != nil {
-		t.Fatalf("the run ended by %v", err)
-	}
-	h.rec.waitRuns(t, 1)
-	h.idle()
-	if who := h.heldBy(locking.SlotKey("etl", 0)); who != "" {
-		t.Errorf("the slot is held by %q after the run", who)
-	}
-}
-
 // A tick waiting for a slot longer than its lease keeps its lock: it
 // renews while it waits, whatever its renewal period against the 1s
 // retry (here 10s), and does not give up within its window. (It gave up
 // backend_error at the lease deadline: waitHoldingLock's renewal timer
 // restarted with every 1s wait and never fired.)
 func TestGroupWaitOutlivesItsLease(t *testing.T) {
-	a, b := newBlockingJob(), newBlockingJob()
-	long := func(sc scheduler.Schedule) scheduler.Schedule { sc.ExpectedRuntime = 30 * time.Second; return sc }
-	h := newHarness(t, scheduler.Options{},
-		long(grouped(sched("a", "0 * * * *", hints.RequireGlobal, a), "etl", 1, true)),
-		long(grouped(sched("b", "0 * * * *", hints.RequireGlobal, b), "etl", 1, true))).start()
-	h.loopParked()
-	h.clock.Advance(time.Hour)
-	var first, second *blockingJob
-	select {
-	case <-a.started:
-		first, second = a, b
-	case <-b.started:
-		first, second = b, a
-	case <-time.After(waitTimeout):
-		t.Fatal("neither job started")
-	}
+	h, first, second := twoInAGroupOfOne(t, hints.RequireGlobal, "0 * * * *", 30*time.Second, time.Hour, true)
 	// Two minutes, the lease four times over, one retry period at a time:
 	// each step waits for the waiter's next try (told by the locker's
 	// count), or moves the clock again when the waiter armed its wait
@@ -244,14 +201,7 @@ func TestGroupWaitOutlivesItsLease(t *testing.T) {
 	// The slot is free: the waiter's next try takes it and its job starts
 	// on a fresh lease (renewed at the take), so its watch's first renewal
 	// comes before the lease deadline.
-	for started := false; !started; {
-		select {
-		case <-second.started:
-			started = true
-		case <-time.After(50 * time.Millisecond):
-			h.clock.Advance(slotRetryForTest / 4)
-		}
-	}
+	driveUntilStarted(t, h, second, h.clock.Now().Add(time.Minute))
 	for range 12 {
 		h.advanceWhenArmed(2, 5*time.Second) // the loop's timer, the run's watch
 	}
