@@ -45,7 +45,7 @@ func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
 		if s.waitHoldingLock(t, l, slotRetry, nil) {
 			return waitDone
 		}
-		if s.isStopping() {
+		if s.stoppingNow() {
 			return waitStopping
 		}
 		return waitLost
@@ -183,14 +183,4 @@ func (s *Scheduler) manualSlot(t *tick, l *lease) bool {
 	}
 	l.slot = h
 	return true
-}
-
-// isStopping reports whether shutdown has begun.
-func (s *Scheduler) isStopping() bool {
-	select {
-	case <-s.stopCh:
-		return true
-	default:
-		return false
-	}
 }
