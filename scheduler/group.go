@@ -31,17 +31,8 @@ const slotRetry = time.Second
 func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
 	l := &t.lease
 	h, why := s.trySlot(t, l, func() waitEnd {
-		// Wait holding the tick's lock, as a retry's backoff does. Each
-		// wait is one slotRetry: waitHoldingLock's own renewal timer
-		// starts afresh with it, and never fires when the renewal period
-		// is longer, so the renewal due is sent here.
-		if s.renewalDue(l) {
-			if err := s.renewLease(l); err != nil {
-				s.log.Error("lock lost while waiting for a slot of the group", slog.String("schedule", t.def.ID),
-					slog.String("tick", t.at.Format(time.RFC3339)), slog.Any("error", err))
-				return waitLost
-			}
-		}
+		// Wait holding the tick's lock (renewed when due), as a retry's
+		// backoff does.
 		if s.waitHoldingLock(t, l, slotRetry, nil) {
 			return waitDone
 		}
@@ -69,9 +60,7 @@ func (s *Scheduler) takeSlot(t *tick) (SkipReason, bool) {
 
 // renewalDue reports whether l's last renewal (or acquisition) is a
 // renewal period old.
-func (s *Scheduler) renewalDue(l *lease) bool {
-	return l.until.Sub(s.leaseNow()) <= l.len-l.every
-}
+func (s *Scheduler) renewalDue(l *lease) bool { return s.untilRenewal(l) <= 0 }
 
 // takeLocalSlot takes a slot of node-local tick t's group, which holds
 // no lock: the slot is its run's only lease (nil and the skip when none).

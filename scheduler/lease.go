@@ -103,6 +103,12 @@ func (s *Scheduler) renewCtx(l *lease, left time.Duration) (context.Context, con
 	return context.WithTimeout(s.jobCtx, min(left, l.every))
 }
 
+// untilRenewal is how long until l's next renewal is due: a renewal
+// period after its last renewal (or acquisition); ≤ 0 when due.
+func (s *Scheduler) untilRenewal(l *lease) time.Duration {
+	return l.until.Sub(s.leaseNow()) - (l.len - l.every)
+}
+
 // expired reports whether l's deadline has passed.
 func (s *Scheduler) expired(l *lease) bool { return !s.leaseNow().Before(l.until) }
 

@@ -202,7 +202,11 @@ func (s *Scheduler) waitHoldingLock(t *tick, l *lease, d time.Duration, stopped 
 	defer wait.Stop()
 	var renewC <-chan time.Time
 	if l != nil {
-		r := s.clock.NewTimer(l.every)
+		// The first renewal is due a period after the lease's last one,
+		// not after this wait began: a caller that waits again and again
+		// (a tick waiting for a group slot, a second at a time) would
+		// otherwise restart the period with every wait and never renew.
+		r := s.clock.NewTimer(max(s.untilRenewal(l), 0))
 		defer r.Stop()
 		renewC = r.C()
 		for {

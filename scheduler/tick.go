@@ -360,6 +360,14 @@ func (s *Scheduler) runLocal(t *tick) {
 			s.end(t, runOutcome{skip: why})
 			return
 		}
+		// Paused while it waited for the slot (group_wait): a run must not
+		// start after a pause returned (the simulation's invariant 6b).
+		if s.nodeLocalPaused(t) {
+			s.release(t.def.ID, h, "the group slot: paused while waiting for it")
+			s.reportSkip(t, SkipPaused, 0)
+			s.end(t, runOutcome{skip: SkipPaused})
+			return
+		}
 		l = s.newLease(h, sent)
 	}
 	s.advance(t, tickRunning)
