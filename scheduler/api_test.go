@@ -128,7 +128,7 @@ func TestNewReportsEveryProblem(t *testing.T) {
 		{ID: "badcron", CronExpr: "61 * * * *", Job: job},
 		{ID: "never", CronExpr: "0 0 30 2 *", Job: job},
 		{ID: "nojob", CronExpr: "@hourly"},
-		{ID: "overlap", CronExpr: "@hourly", Overlap: "queue", Job: job},
+		{ID: "overlap", CronExpr: "@hourly", Overlap: "stack", Job: job},
 		{ID: "neg", CronExpr: "@hourly", Jitter: -time.Second, Job: job},
 		{ID: "global", CronExpr: "@hourly", Hint: hints.RequireGlobal, Job: job},
 		{ID: "hint", CronExpr: "@hourly", Hint: "everywhere", Job: job},
@@ -139,7 +139,7 @@ func TestNewReportsEveryProblem(t *testing.T) {
 	msg := err.Error()
 	for _, want := range []string{
 		"SafetyMargin is negative", "schedule #2", `schedule "dup": duplicate id`,
-		`schedule "badcron"`, `schedule "never"`, `"nojob": no job`, `"overlap": overlap "queue"`,
+		`schedule "badcron"`, `schedule "never"`, `"nojob": no job`, `"overlap": overlap "stack"`,
 		`"neg": jitter is negative`, `"global": hints: require_global needs a lock backend`, `"hint": hints: unknown hint`,
 	} {
 		if !strings.Contains(msg, want) {

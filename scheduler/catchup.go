@@ -310,6 +310,10 @@ func (s *Scheduler) submitTries(acts []action) {
 	b := s.newBurst(acts)
 	for _, a := range acts {
 		t := a.t
+		if t.step == stepRequeue {
+			s.work.Submit(t) // a tick that waited for its schedule's run (queue.go)
+			continue
+		}
 		t.burst = b
 		s.log.Debug("catch-up: trying a tick this node has not seen decided", slog.String("schedule", t.def.ID),
 			slog.String("tick", t.at.Format(time.RFC3339)), slog.Duration("late", t.lateness))

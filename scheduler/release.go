@@ -122,7 +122,7 @@ func (s *Scheduler) released(calls []*releaseCall) {
 // much asks for it. (A tick's own lock, overlap = "allow", holds no other
 // tick off.)
 func (s *Scheduler) jobReturned(t *tick) (mayDefer bool) {
-	if t.def.Overlap != OverlapSkip {
+	if t.def.Overlap == OverlapAllow {
 		return true
 	}
 	now := s.clock.Now()

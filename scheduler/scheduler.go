@@ -30,6 +30,12 @@ const (
 	// consecutive ticks may overlap across the cluster, each tick still
 	// once (the tick mark rules that).
 	OverlapAllow Overlap = "allow"
+	// OverlapQueue keeps one tick waiting for the running run (on any
+	// node) and starts it as soon as the schedule's lock is free, within
+	// the tick's catch-up window; a further tick while one waits on this
+	// node is skipped (still_running). The lock is the schedule's, as
+	// under skip (queue.go).
+	OverlapQueue Overlap = "queue"
 )
 
 // Schedule is one schedule, as the config package builds it.
@@ -333,6 +339,9 @@ type schedState struct {
 	// returned and was giving its lock back; it is asked for once they
 	// have (release.go).
 	waiting bool
+	// queue is its tick that waits for the run in progress (overlap =
+	// "queue", queue.go): at most one per schedule on a node. Under s.mu.
+	queue *tick
 	// releasing counts its runs whose job returned and whose lock is not
 	// given back yet (release.go).
 	releasing atomic.Int32

@@ -48,6 +48,9 @@ type tick struct {
 	lateness time.Duration
 	catchup  bool    // tried by the catch-up (catchup.go), not by the loop
 	counted  bool    // a catch-up granted, and so counted in st.active
+	// heldElsewhere: its last try-lock-tick was answered contended (a
+	// run holds the schedule's lock while the mark is before T).
+	heldElsewhere bool
 	manual   *Manual // a manual run (manual.go), not a tick of the loop
 	// win is the tick's catch-up window (Scheduler.window) when winSet:
 	// the loop knows the next tick already, and a window of the default
@@ -83,6 +86,9 @@ type tick struct {
 	ran   ran        // what step 8 reports of the run
 	// trace: its backend decision and run span, with a tracer (trace.go).
 	trace *tickTrace
+	// queued: it waits for its schedule's run in progress (overlap =
+	// "queue", queue.go); nil until it first does.
+	queued *queueWait
 }
 
 // batched is a tick's batched try-lock-tick, which the batcher answers
@@ -121,6 +127,7 @@ const (
 	stepAsk                      // its turn came, or a resend is due: step 4
 	stepAnswered                 // its batched try-lock-tick was answered
 	stepEnd                      // its job returned: steps 7 and 8 (afterRun)
+	stepRequeue                  // it waited for its schedule's run: try again (queue.go)
 )
 
 // newTickLocked makes a tick of st due at at, in flight from now on: end
@@ -168,6 +175,8 @@ func (s *Scheduler) runTask(t *tick) (later *tick, ok bool) {
 		returned = s.answered(t)
 	case stepEnd:
 		s.afterRun(t)
+	case stepRequeue:
+		returned = s.retryQueued(t)
 	}
 	return t, returned
 }
@@ -349,6 +358,18 @@ func (s *Scheduler) runLocal(t *tick) {
 	if s.abandon(t) {
 		return
 	}
+	// overlap = "queue": wait for the run of the schedule in progress
+	// here, or skip when a tick waits already (queue.go).
+	if t.def.Overlap == OverlapQueue {
+		switch wait, skip := s.waitLocal(t); {
+		case wait:
+			return
+		case skip:
+			s.reportSkip(t, SkipStillRunning, 0)
+			s.end(t, runOutcome{skip: SkipStillRunning})
+			return
+		}
+	}
 	// A grouped node-local run takes a slot of its group first: the
 	// slot is then its run's lease, renewed by its watch (group.go).
 	var l *lease
@@ -391,11 +412,22 @@ func (s *Scheduler) locked(t *tick, granted bool, why SkipReason) bool {
 			s.end(t, runOutcome{abandoned: true})
 			return false
 		}
+		// overlap = "queue": a tick that found the schedule's run in
+		// progress waits for it, and tries again (queue.go).
+		if why == SkipContended && t.heldElsewhere && s.park(t) {
+			return false
+		}
 		s.reportSkip(t, why, 0)
 		s.end(t, runOutcome{skip: why})
 		return false
 	}
 	s.advance(t, tickGranted)
+	if t.queued != nil || t.st.queue == t {
+		// Granted: it no longer waits, and the next tick may.
+		s.mu.Lock()
+		s.unqueueLocked(t)
+		s.mu.Unlock()
+	}
 	h := t.lease.h
 	if t.catchup {
 		// Granted: from now on it is a run of the schedule on this node,
@@ -556,6 +588,15 @@ func (s *Scheduler) endLocked(t *tick, out runOutcome, tries []action) (_ []acti
 	}
 	if !t.catchup || t.counted {
 		st.active--
+	}
+	if st.queue != nil {
+		if st.queue == t {
+			s.unqueueLocked(t)
+		} else if w := s.wakeQueuedLocked(st); w != nil {
+			// A run of the schedule ended here: the tick waiting for it
+			// tries now (its lock is given back when this tick ends).
+			tries = append(tries, action{t: w})
+		}
 	}
 	s.inflight--
 	s.forgetIfDoneLocked(st)
@@ -723,9 +764,13 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 		// The lock is held by a run of the schedule (a previous tick's,
 		// or a manual run's) while the mark is before T: an overlap.
 		// History says so, since T is consumed once a later tick is
-		// decided; should T still be granted later (a catch-up try), its
-		// run is what audit shows.
-		s.recordSkip(t, t.at, RecordOverlap)
+		// decided; should T still be granted later (a catch-up try, or a
+		// tick that waited: overlap = "queue"), its run is what audit
+		// shows. Once per tick.
+		t.heldElsewhere = true
+		if t.queued == nil {
+			s.recordSkip(t, t.at, RecordOverlap)
+		}
 		return false, SkipContended
 	case locking.TickPaused:
 		s.recordGap(t, ans.Before)

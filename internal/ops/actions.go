@@ -33,7 +33,7 @@ func (s *Service) Trigger(ctx context.Context, id string, wait time.Duration) (T
 	if s.store == nil {
 		return TriggerAnswer{}, ErrNoBackend
 	}
-	if d.overlap == "" || d.overlap == scheduler.OverlapSkip {
+	if d.overlap != scheduler.OverlapAllow { // the lock is the schedule's
 		held, err := s.store.Held(ctx, id)
 		if err != nil {
 			return TriggerAnswer{}, backendErr("checking the schedule's lock", err)

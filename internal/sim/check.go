@@ -352,14 +352,14 @@ func (c *cluster) checkFences() []violation {
 	return vs
 }
 
-// checkOverlap: invariant 6. Runs of a locked overlap = "skip" schedule
+// checkOverlap: invariant 6. Runs of a locked overlap = "skip" or "queue" schedule
 // never overlap in time anywhere; of a node-local one, never on one node.
 func (c *cluster) checkOverlap(all []run) []violation {
 	last := map[string]run{} // by schedule (and node, for node-local)
 	var vs []violation
 	for _, r := range all { // in start order
 		sp := c.sched(r.sched)
-		if sp.Overlap != scheduler.OverlapSkip {
+		if sp.Overlap == scheduler.OverlapAllow { // skip and queue hold the schedule's lock
 			continue
 		}
 		k := r.sched

@@ -145,7 +145,7 @@ func (c *cluster) healthy(sp *schedPlan, t time.Time, all []run) bool {
 	if running == 0 {
 		return false
 	}
-	if sp.Overlap == scheduler.OverlapSkip {
+	if sp.Overlap != scheduler.OverlapAllow { // skip or queue: the lock is the schedule's
 		for _, r := range all {
 			if r.sched == sp.ID && r.tick.Before(t) && (r.end.IsZero() || lockEnd(sp, r).After(t.Add(-step))) {
 				return false

@@ -190,8 +190,11 @@ func drawSchedule(r *rand.Rand, i int) schedPlan {
 		sc.Hint = hints.NodeLocal
 	}
 	sc.Overlap = scheduler.OverlapSkip
-	if r.IntN(4) == 0 {
+	switch r.IntN(8) { // one draw, as before queue: the other seeds keep their plans
+	case 0, 1:
 		sc.Overlap = scheduler.OverlapAllow
+	case 2:
+		sc.Overlap = scheduler.OverlapQueue
 	}
 	sc.ExpectedRuntime = time.Duration(1+r.IntN(8)) * time.Second
 	if r.IntN(2) == 0 {

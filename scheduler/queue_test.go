@@ -1,0 +1,192 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// gateJob is a job whose every run blocks until the test lets that run
+// go: each start hands the test its tick and its gate.
+type gateJob struct{ starts chan gateRun }
+
+type gateRun struct {
+	tick scheduler.Tick
+	gate chan struct{}
+}
+
+func newGateJob() *gateJob { return &gateJob{starts: make(chan gateRun, 16)} }
+
+func (j *gateJob) Run(ctx context.Context, t scheduler.Tick) error {
+	g := make(chan struct{})
+	j.starts <- gateRun{t, g}
+	select {
+	case <-g:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next waits for the next run to start.
+func (j *gateJob) next(t *testing.T) gateRun {
+	t.Helper()
+	select {
+	case r := <-j.starts:
+		return r
+	case <-time.After(waitTimeout):
+		t.Fatal("no run started")
+	}
+	return gateRun{}
+}
+
+// none fails if a run started.
+func (j *gateJob) none(t *testing.T, when string) {
+	t.Helper()
+	select {
+	case r := <-j.starts:
+		t.Fatalf("%s: a run of tick %v started", when, r.tick.Time)
+	default:
+	}
+}
+
+func queued(sc scheduler.Schedule) scheduler.Schedule {
+	sc.Overlap = scheduler.OverlapQueue
+	sc.ExpectedRuntime = 10 * time.Minute // the first run's lease outlives the test's steps
+	sc.CatchupWindow = 5 * time.Minute
+	return sc
+}
+
+// overlap = "queue", on one node: the tick that fires while the previous
+// run goes on waits for it and starts as soon as it ends, with its own
+// tick time; a further tick while one waits is skipped as still_running.
+// Locked or node-local alike.
+func TestQueueRunsTheWaitingTickWhenTheRunEnds(t *testing.T) {
+	for _, hint := range []hints.Hint{hints.RequireGlobal, hints.NodeLocal} {
+		t.Run(string(hint), func(t *testing.T) {
+			j := newGateJob()
+			h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hint, j))).start()
+			h.loopParked()
+			h.clock.Advance(time.Minute) // 00:01 runs
+			first := j.next(t)
+			h.loopParked()
+			h.clock.Advance(time.Minute) // 00:02 waits
+			h.loopParked()
+			h.clock.Advance(time.Minute) // 00:03 is skipped: 00:02 waits already
+			sk := h.rec.waitSkips(t, 1)
+			if sk[0].reason != scheduler.SkipStillRunning || !sk[0].tick.Equal(t0.Add(3*time.Minute)) {
+				t.Fatalf("skips %+v, want 00:03 still_running", sk)
+			}
+			j.none(t, "while 00:01 runs")
+			close(first.gate)
+			second := j.next(t) // at once: no clock step
+			if want := t0.Add(2 * time.Minute); !second.tick.Time.Equal(want) {
+				t.Fatalf("the waiting run's tick %v, want %v", second.tick.Time, want)
+			}
+			close(second.gate)
+			h.rec.waitRuns(t, 2)
+			h.idle()
+			if _, sk, _ := h.rec.snapshot(); len(sk) != 1 {
+				t.Errorf("skips %+v, want only 00:03's", sk)
+			}
+		})
+	}
+}
+
+// overlap = "queue" across nodes: the tick finds the schedule's lock held
+// by another node's run (try-lock-tick answers contended). It waits,
+// asking again every second, and runs once the lock is free, within its
+// catch-up window.
+func TestQueueWaitsForAnotherNodesRun(t *testing.T) {
+	j := newGateJob()
+	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
+	held, err := h.peer.TryLock(context.Background(), "q", time.Hour)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock: %v, %v", held, err)
+	}
+	h.loopParked()
+	h.clock.Advance(time.Minute)
+	for range 5 { // five tries, contended each
+		h.advanceWhenArmed(2, time.Second) // the loop's timer and the waiting tick's
+	}
+	j.none(t, "while the peer holds the lock")
+	if _, sk, _ := h.rec.snapshot(); len(sk) != 0 {
+		t.Fatalf("skips %+v while the tick waits", sk)
+	}
+	if err := h.peer.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceWhenArmed(2, time.Second)
+	r := j.next(t)
+	if !r.tick.Time.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("the run's tick %v, want 00:01", r.tick.Time)
+	}
+	close(r.gate)
+	runs := h.rec.waitRuns(t, 1)
+	if runs[0].result != scheduler.ResultSuccess {
+		t.Fatalf("run %+v", runs[0])
+	}
+}
+
+// A waiting tick whose catch-up window ends while the other run goes on
+// is skipped as contended, once, and is not asked for again.
+func TestQueueGivesUpAtTheWindowsEnd(t *testing.T) {
+	j := newGateJob()
+	sc := queued(sched("q", "0 * * * *", hints.RequireGlobal, j))
+	sc.CatchupWindow = 10 * time.Second
+	h := newHarness(t, scheduler.Options{}, sc).start()
+	held, err := h.peer.TryLock(context.Background(), "q", 2*time.Hour)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock: %v, %v", held, err)
+	}
+	h.loopParked()
+	h.clock.Advance(time.Hour)
+	for range 10 {
+		h.advanceWhenArmed(2, time.Second)
+	}
+	sk := h.rec.waitSkips(t, 1)
+	if sk[0].reason != scheduler.SkipContended && sk[0].reason != scheduler.SkipMissed {
+		t.Fatalf("skip %+v, want contended or missed", sk[0])
+	}
+	h.idle()
+	tries, _, _ := h.locker.counts()
+	h.clock.Advance(30 * time.Second)
+	h.idle()
+	if n, _, _ := h.locker.counts(); n != tries {
+		t.Errorf("the tick was asked for %d more times after it was skipped", n-tries)
+	}
+	if _, sk, _ := h.rec.snapshot(); len(sk) != 1 {
+		t.Errorf("skips %+v, want one", sk)
+	}
+	j.none(t, "after the window")
+}
+
+// A node stopping while a tick waits ends the wait at once: Run returns
+// without the test moving the clock, and the tick is skipped.
+func TestQueueWaitEndsAtShutdown(t *testing.T) {
+	j := newGateJob()
+	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
+	held, err := h.peer.TryLock(context.Background(), "q", time.Hour)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock: %v, %v", held, err)
+	}
+	h.loopParked()
+	h.clock.Advance(time.Minute)
+	h.advanceWhenArmed(2, time.Second) // waiting, its second try armed
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Run did not return while a tick waited for its schedule's run")
+	}
+	if sk := h.rec.waitSkips(t, 1); sk[0].reason != scheduler.SkipContended {
+		t.Fatalf("skip %+v, want contended", sk[0])
+	}
+}
