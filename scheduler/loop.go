@@ -402,7 +402,7 @@ func (s *Scheduler) pokeLocked() {
 // own lock when its run ends (step 7), so nothing is left to release here.
 func (s *Scheduler) shutdown() {
 	close(s.stopCh)
-	s.stopWaiting() // the ticks waiting for their turn ask now
+	s.stopWaiting()   // the ticks waiting for their turn ask now
 	s.wakeAllQueued() // the ticks waiting for their schedule's run end now
 	done := make(chan struct{})
 	go func() {

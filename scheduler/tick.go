@@ -46,12 +46,12 @@ type tick struct {
 	def      *compiled // the definition the tick fired with (Reload may swap st.def)
 	at       time.Time // T, the scheduled time
 	lateness time.Duration
-	catchup  bool    // tried by the catch-up (catchup.go), not by the loop
-	counted  bool    // a catch-up granted, and so counted in st.active
+	catchup  bool // tried by the catch-up (catchup.go), not by the loop
+	counted  bool // a catch-up granted, and so counted in st.active
 	// heldElsewhere: its last try-lock-tick was answered contended (a
 	// run holds the schedule's lock while the mark is before T).
 	heldElsewhere bool
-	manual   *Manual // a manual run (manual.go), not a tick of the loop
+	manual        *Manual // a manual run (manual.go), not a tick of the loop
 	// win is the tick's catch-up window (Scheduler.window) when winSet:
 	// the loop knows the next tick already, and a window of the default
 	// (one period) was a Next call each time it was asked, twice a tick.
