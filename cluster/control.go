@@ -51,10 +51,18 @@ type StopRequest struct {
 	RunIDs   []string  `json:"run_ids"`
 	By       string    `json:"by"`
 	At       time.Time `json:"at"`
+	// Reason is why the runs are stopped: "" an operator's stop,
+	// StopReplace a later tick of the schedule (overlap = "replace"),
+	// whose runs end recorded replaced.
+	Reason string `json:"reason,omitempty"`
 	// Stopped is what the nodes stopped, filled by StopActed; empty in a
 	// RequestStop.
 	Stopped []Stopped `json:"stopped"`
 }
+
+// StopReplace is a StopRequest's Reason when a later tick of the
+// schedule asks (overlap = "replace").
+const StopReplace = "replace"
 
 // Stopped is a run a node stopped for a StopRequest.
 type Stopped struct {

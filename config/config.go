@@ -287,9 +287,10 @@ func (p PG) String() string {
 
 // Overlap policies.
 const (
-	OverlapSkip  = "skip"  // skip a tick while this node still runs the previous one
-	OverlapAllow = "allow" // run ticks concurrently
-	OverlapQueue = "queue" // one tick waits for the running run, then starts
+	OverlapSkip    = "skip"    // skip a tick while this node still runs the previous one
+	OverlapAllow   = "allow"   // run ticks concurrently
+	OverlapQueue   = "queue"   // one tick waits for the running run, then starts
+	OverlapReplace = "replace" // one tick stops the running run, waits for its lock, then starts
 )
 
 // Schedule is one [[scheduled]] table. A schedule runs either Command or
@@ -303,7 +304,7 @@ type Schedule struct {
 	ExpectedRuntime Duration `toml:"expected_runtime"` // default 1m
 	Jitter          Duration `toml:"jitter"`           // default 0
 	Timeout         Duration `toml:"timeout"`          // default none (0)
-	Overlap         string   `toml:"overlap"`          // skip | allow | queue; default skip
+	Overlap         string   `toml:"overlap"`          // skip | allow | queue | replace; default skip
 	// CatchupWindow is how late a tick may still start, once: nil (unset)
 	// means one period of the schedule, "0s" never late. See Catchup.
 	CatchupWindow *Duration `toml:"catchup_window"`

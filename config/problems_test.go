@@ -51,7 +51,7 @@ func TestProblems(t *testing.T) {
 		{"id not a lock key", "[[scheduled]]\nid = \"a\\tb\"\ncron = \"@daily\"\ncommand = [\"x\"]\n", "control character", 2},
 		{"id too long", "[[scheduled]]\nid = \"" + strings.Repeat("k", 1025) + "\"\ncron = \"@daily\"\ncommand = [\"x\"]\n", "1025 bytes", 2},
 		{"unknown hint", job + "command = [\"x\"]\nhint = \"global\"\n", `unknown hint "global"`, 5},
-		{"unknown overlap", job + "command = [\"x\"]\noverlap = \"replace-ish\"\n", `unknown overlap "replace-ish" (want skip, allow or queue)`, 5},
+		{"unknown overlap", job + "command = [\"x\"]\noverlap = \"replace-ish\"\n", `unknown overlap "replace-ish" (want skip, allow, queue or replace)`, 5},
 		{"unknown backend", "[locking]\nbackend = \"etcd\"\n", `unknown backend "etcd"`, 2},
 		{"redis without url", "[locking]\nbackend = \"redis\"\n", `needs locking.redis.url`, 2},
 		{"pg without url", "\n[locking]\nbackend = \"pg\"\n", `needs locking.pg.url`, 3},

@@ -301,9 +301,9 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 		}
 	}
 	switch s.Overlap {
-	case "", OverlapSkip, OverlapAllow, OverlapQueue:
+	case "", OverlapSkip, OverlapAllow, OverlapQueue, OverlapReplace:
 	default:
-		v.atSchedule(s, "overlap", "unknown overlap %q (want skip, allow or queue)", s.Overlap)
+		v.atSchedule(s, "overlap", "unknown overlap %q (want skip, allow, queue or replace)", s.Overlap)
 	}
 	for _, d := range []struct {
 		key string

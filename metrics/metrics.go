@@ -38,7 +38,7 @@ var (
 
 var (
 	skipReasons = []scheduler.SkipReason{scheduler.SkipContended, scheduler.SkipBackendError, scheduler.SkipStillRunning, scheduler.SkipPaused, scheduler.SkipMissed, scheduler.SkipGroupFull}
-	runResults  = []scheduler.RunResult{scheduler.ResultSuccess, scheduler.ResultFailure, scheduler.ResultTimeout, scheduler.ResultLockLost, scheduler.ResultCancelled}
+	runResults  = []scheduler.RunResult{scheduler.ResultSuccess, scheduler.ResultFailure, scheduler.ResultTimeout, scheduler.ResultLockLost, scheduler.ResultCancelled, scheduler.ResultReplaced}
 )
 
 // Metrics holds every bext-scheduler metric. It implements

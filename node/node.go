@@ -169,7 +169,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 			AuditEvery: cfg.History.AuditEvery.Duration,
 			Ready:      n.metrics.Ready,
 			// n.sched is set below, before the agent runs.
-			StopRun: func(runID string) bool { return n.sched.StopRun(runID) },
+			StopRun:    func(runID string) bool { return n.sched.StopRun(runID) },
+			ReplaceRun: func(runID string) bool { return n.sched.ReplaceRun(runID) },
 		})
 		observer = scheduler.Observers(n.metrics, notifierObserver{n: n.notifier}, n.agent.Observer())
 	}
@@ -188,6 +189,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Node, error) {
 	if n.agent != nil { // a typed nil would not be a nil Preferrers
 		service.Handoff(&schedOpts, cfg, backend, n.agent)
 		schedOpts.History = n.agent
+		schedOpts.ReplaceRuns = n.agent.ReplaceRuns
 	}
 	n.tracer, err = tracing.New(ctx, tracing.Options{NodeID: cfg.NodeID, Version: n.version})
 	if err != nil {

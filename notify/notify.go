@@ -330,7 +330,7 @@ func (n *Notifier) RunRecorded(r scheduler.RunRecord) {
 		}
 	}
 	hook, sc := n.hook(r.Schedule)
-	if hook == "" || r.Result == scheduler.ResultCancelled || r.Result == scheduler.ResultNotRun {
+	if hook == "" || r.Result == scheduler.ResultCancelled || r.Result == scheduler.ResultReplaced || r.Result == scheduler.ResultNotRun {
 		return
 	}
 	if n.events[EventFailure] || n.events[EventRecovery] {

@@ -31,7 +31,7 @@ func resultSuffix(res scheduler.RunResult, err error) (string, bool) {
 	switch res {
 	case scheduler.ResultSuccess:
 		return "", true
-	case scheduler.ResultCancelled, scheduler.ResultNotRun:
+	case scheduler.ResultCancelled, scheduler.ResultReplaced, scheduler.ResultNotRun:
 		return "", false
 	case scheduler.ResultFailure:
 		var ec exitCoder

@@ -122,7 +122,8 @@ func fmtTick(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // anything of the job).
 func before(runs []cluster.Run, r scheduler.RunRecord) (cluster.Run, bool) {
 	for _, h := range runs {
-		if h.RunID == r.RunID || h.Result == string(scheduler.ResultCancelled) || h.Result == string(scheduler.ResultNotRun) ||
+		if h.RunID == r.RunID || h.Result == string(scheduler.ResultCancelled) || h.Result == string(scheduler.ResultReplaced) ||
+			h.Result == string(scheduler.ResultNotRun) ||
 			!h.StartedAt.Before(r.Start) {
 			continue
 		}

@@ -115,9 +115,9 @@ func (s *Scheduler) compileOne(i int, sc *Schedule, now time.Time, warn func(str
 	}
 	k := keyOf(sc, s.opts.Tags)
 	switch k.Overlap {
-	case OverlapSkip, OverlapAllow, OverlapQueue:
+	case OverlapSkip, OverlapAllow, OverlapQueue, OverlapReplace:
 	default:
-		bad(fmt.Errorf("overlap %q is not %q, %q or %q", sc.Overlap, OverlapSkip, OverlapAllow, OverlapQueue))
+		bad(fmt.Errorf("overlap %q is not %q, %q, %q or %q", sc.Overlap, OverlapSkip, OverlapAllow, OverlapQueue, OverlapReplace))
 	}
 	for _, d := range [...]struct {
 		name string

@@ -16,7 +16,7 @@ func TestLastOutcomeKeepsEveryReason(t *testing.T) {
 			t.Errorf("skip reason %q kept as %q", r, skipReasons[i])
 		}
 	}
-	for _, r := range []RunResult{ResultSuccess, ResultFailure, ResultTimeout, ResultLockLost, ResultCancelled} {
+	for _, r := range []RunResult{ResultSuccess, ResultFailure, ResultTimeout, ResultLockLost, ResultCancelled, ResultReplaced} {
 		i := indexOf(runResults[:], r)
 		if i == 0 || runResults[i] != r {
 			t.Errorf("run result %q kept as %q", r, runResults[i])

@@ -253,14 +253,14 @@ func (s *Scheduler) popDueLocked(now time.Time, acts []action) []action {
 		case st.active > 0 && st.def.Overlap == OverlapSkip:
 			a.skip, a.skipDef = SkipStillRunning, st.def
 			st.last.tick, st.last.skip = unixOrZero(at), indexOf(skipReasons[:], SkipStillRunning)
-		case st.active > 0 && st.def.Overlap == OverlapQueue && st.queue != nil:
+		case st.active > 0 && st.def.waits() && st.queue != nil:
 			// A tick of it waits for its run already (queue.go).
 			a.skip, a.skipDef = SkipStillRunning, st.def
 			st.last.tick, st.last.skip = unixOrZero(at), indexOf(skipReasons[:], SkipStillRunning)
 		default:
 			a.t = s.newTickLocked(st, at, now, false)
 			a.t.winSet, a.t.win = true, windowAfter(st.def, at, next)
-			if st.active > 1 && st.def.Overlap == OverlapQueue {
+			if st.active > 1 && st.def.waits() {
 				// Its run is in progress here: this tick takes the
 				// waiting place at once, so that the next one, due
 				// before this one is answered, skips (queue.go).

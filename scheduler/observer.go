@@ -29,6 +29,9 @@ const (
 	// ResultCancelled: shutdown's grace ran out and cancelled the job. Not
 	// a failure of the job: a rolling restart must not page anyone.
 	ResultCancelled RunResult = "cancelled"
+	// ResultReplaced: a later tick of its schedule replaced it (overlap =
+	// "replace"): cancelled as a stop cancels, and not a failure either.
+	ResultReplaced RunResult = "replaced"
 	// ResultNotRun: granted too late to run (past its catch-up window, or
 	// its lease gone by the time the grant came), so the tick is consumed
 	// and ran nowhere. Only in run records (RunObserver), for history:

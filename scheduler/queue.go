@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// overlap = "queue" (DESIGN.md "Overlap under a lock"). A tick of a
+// overlap = "queue" and "replace" (DESIGN.md "Overlap under a lock"). A tick of a
 // queued schedule that finds the schedule's run in progress, here or on
 // another node (try-lock-tick answered contended: the lock is held while
 // the mark is before T), does not skip: it waits, holding nothing, and
@@ -16,7 +16,8 @@ import (
 // others are answered done. One tick per schedule waits on a node
 // (schedState.queue); a further tick while it waits is skipped as
 // still_running. A node-local schedule's tick waits the same way for
-// the node's own run.
+// the node's own run. Under "replace" the waiting tick also stops the
+// run it waits for (replace), which ends recorded replaced.
 
 // queueRetry is how often a waiting tick asks again. The run it waits
 // for may be on another node, whose release this node does not hear of,
@@ -35,13 +36,25 @@ type queueWait struct {
 // waits already, its window has ended, or the node is stopping. Then the
 // caller skips it as it would have.
 func (s *Scheduler) park(t *tick) bool {
-	if t.def.Overlap != OverlapQueue || t.catchup || t.manual != nil {
+	if !t.def.waits() || t.catchup || t.manual != nil {
 		return false
 	}
 	left := t.at.Add(max(t.window(s), s.opts.MaxClockSkew)).Sub(s.clock.Now())
 	if left <= 0 {
 		return false
 	}
+	if !s.parkLocked(t, left) {
+		return false
+	}
+	if t.def.Overlap == OverlapReplace {
+		s.replace(t) // outside s.mu: it cancels runs, and logs
+	}
+	return true
+}
+
+// parkLocked is park's part under s.mu: it takes st's waiting place and
+// arms t's next try, unless it may not wait.
+func (s *Scheduler) parkLocked(t *tick, left time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := t.st
@@ -126,6 +139,9 @@ func (s *Scheduler) retryQueued(t *tick) bool {
 // that runs frees its schedule's waiting place, so that the next tick
 // can wait for it.
 func (s *Scheduler) waitLocal(t *tick) (wait, skip bool) {
+	if !t.def.waits() {
+		return false, false
+	}
 	s.mu.Lock()
 	busy := t.st.active > 1 // t itself counts
 	if !busy {
@@ -157,5 +173,28 @@ func (s *Scheduler) wakeAllQueued() {
 	s.mu.Unlock()
 	for _, t := range ts {
 		s.work.Submit(t)
+	}
+}
+
+// waits reports whether a tick of def that finds its run in progress
+// waits for it (queue, replace) rather than skipping or running beside.
+func (def *compiled) waits() bool {
+	return def.Overlap == OverlapQueue || def.Overlap == OverlapReplace
+}
+
+// replace stops the runs of waiting tick t's schedule of earlier ticks
+// (overlap = "replace"): those here at once, the others through
+// Options.ReplaceRuns. Asked at each of t's tries: a run that started
+// elsewhere moments ago is announced to the cluster only by its node's
+// next heartbeat, and ReplaceRuns names each run once.
+func (s *Scheduler) replace(t *tick) {
+	for _, id := range s.runs.runsBefore(t.st.id, t.at) {
+		if s.ReplaceRun(id) {
+			s.log.Info("run replaced by a later tick of its schedule", slog.String("schedule", t.def.ID),
+				slog.String("run_id", id), slog.String("tick", t.at.Format(time.RFC3339)))
+		}
+	}
+	if s.opts.ReplaceRuns != nil && t.def.lock {
+		s.opts.ReplaceRuns(t.def.ID, t.at)
 	}
 }

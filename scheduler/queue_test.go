@@ -190,3 +190,85 @@ func TestQueueWaitEndsAtShutdown(t *testing.T) {
 		t.Fatalf("skip %+v, want contended", sk[0])
 	}
 }
+
+func replacing(sc scheduler.Schedule) scheduler.Schedule {
+	sc = queued(sc)
+	sc.Overlap = scheduler.OverlapReplace
+	return sc
+}
+
+// overlap = "replace", on one node: the next tick stops the run in
+// progress (recorded replaced, not cancelled or failed), waits for its
+// lock, and runs at once with its own tick time. Locked or node-local.
+func TestReplaceStopsTheRunAndRuns(t *testing.T) {
+	for _, hint := range []hints.Hint{hints.RequireGlobal, hints.NodeLocal} {
+		t.Run(string(hint), func(t *testing.T) {
+			j := newGateJob()
+			h := newHarness(t, scheduler.Options{}, replacing(sched("r", everyMinute, hint, j))).start()
+			h.loopParked()
+			h.clock.Advance(time.Minute) // 00:01 runs
+			first := j.next(t)
+			h.loopParked()
+			h.clock.Advance(time.Minute) // 00:02 replaces it
+			second := j.next(t)
+			if want := t0.Add(2 * time.Minute); !second.tick.Time.Equal(want) {
+				t.Fatalf("the replacing run's tick %v, want %v", second.tick.Time, want)
+			}
+			runs := h.rec.waitRuns(t, 1)
+			if runs[0].result != scheduler.ResultReplaced || !runs[0].tick.Equal(first.tick.Time) {
+				t.Fatalf("the first run ended %+v, want replaced", runs[0])
+			}
+			close(second.gate)
+			runs = h.rec.waitRuns(t, 2)
+			if runs[1].result != scheduler.ResultSuccess {
+				t.Fatalf("the replacing run ended %+v", runs[1])
+			}
+			if _, sk, _ := h.rec.snapshot(); len(sk) != 0 {
+				t.Errorf("skips %+v, want none", sk)
+			}
+		})
+	}
+}
+
+// overlap = "replace" across nodes: the tick that finds another node's
+// run holding the lock asks the cluster to stop it (Options.ReplaceRuns,
+// with its schedule and tick), at each try while it waits, and runs once
+// the lock is free.
+func TestReplaceAsksTheClusterToStopAnotherNodesRun(t *testing.T) {
+	j := newGateJob()
+	asked := make(chan time.Time, 64)
+	opts := scheduler.Options{ReplaceRuns: func(id string, at time.Time) {
+		if id == "r" {
+			asked <- at
+		}
+	}}
+	h := newHarness(t, opts, replacing(sched("r", everyMinute, hints.RequireGlobal, j))).start()
+	held, err := h.peer.TryLock(context.Background(), "r", time.Hour)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock: %v, %v", held, err)
+	}
+	h.loopParked()
+	h.clock.Advance(time.Minute)
+	for i := range 2 {
+		select {
+		case at := <-asked:
+			if !at.Equal(t0.Add(time.Minute)) {
+				t.Fatalf("replace asked for tick %v, want 00:01", at)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("try %d asked no replace", i+1)
+		}
+		h.advanceWhenArmed(2, time.Second)
+	}
+	j.none(t, "while the peer holds the lock")
+	if err := h.peer.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceWhenArmed(2, time.Second)
+	r := j.next(t)
+	if !r.tick.Time.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("the run's tick %v, want 00:01", r.tick.Time)
+	}
+	close(r.gate)
+	h.rec.waitRuns(t, 1)
+}

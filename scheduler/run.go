@@ -130,8 +130,11 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		stopped := s.backoffStart(jt.RunID)
 		waited := !s.stopAsked(jt.RunID) && s.waitHoldingLock(t, l, backoff, stopped)
 		s.backoffEnd(jt.RunID)
-		if s.stopAsked(jt.RunID) {
+		if cause := s.stopCause(jt.RunID); cause != nil {
 			out.result = ResultCancelled // stopped between attempts: no more
+			if errors.Is(cause, errReplaced) {
+				out.result = ResultReplaced
+			}
 			break
 		}
 		if !waited {
@@ -282,8 +285,8 @@ func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
 		w.timeoutAt = start.Add(def.Timeout)
 	}
 	s.runs.add(w)
-	if s.stopAsked(jt.RunID) {
-		cancel(errStopped) // stopped before this attempt registered (StopRun)
+	if cause := s.stopCause(jt.RunID); cause != nil {
+		cancel(cause) // stopped before this attempt registered (StopRun, ReplaceRun)
 	}
 	w.start(start)
 	err := s.callJob(ctx, def.Job, jt)
@@ -300,6 +303,8 @@ func (s *Scheduler) attempt(t *tick, l *lease, jt Tick) runOutcome {
 		out.result = ResultLockLost
 	case errors.Is(cause, errTimeout):
 		out.result = ResultTimeout
+	case errors.Is(cause, errReplaced):
+		out.result = ResultReplaced
 	case errors.Is(cause, errShutdown), errors.Is(cause, errStopped):
 		out.result = ResultCancelled
 	case err != nil:

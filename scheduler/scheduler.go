@@ -36,6 +36,10 @@ const (
 	// node is skipped (still_running). The lock is the schedule's, as
 	// under skip (queue.go).
 	OverlapQueue Overlap = "queue"
+	// OverlapReplace is queue, but the waiting tick first stops the run in
+	// progress (recorded replaced): here at once, on another node through
+	// Options.ReplaceRuns (the cluster's stop requests).
+	OverlapReplace Overlap = "replace"
 )
 
 // Schedule is one schedule, as the config package builds it.
@@ -117,7 +121,13 @@ type Options struct {
 	NodeID string // default: the host name
 	// Tags are this node's tags; a schedule with Nodes runs here only
 	// when they hold all of its (Matches).
-	Tags          []string
+	Tags []string
+	// ReplaceRuns, when set, is called by a tick of an overlap = "replace"
+	// schedule each time it finds the schedule's lock held (its tick at):
+	// it asks the cluster to stop the runs of the schedule's earlier ticks
+	// on other nodes (internal/agent, through the cluster's stop requests;
+	// a node that receives one calls ReplaceRun). It must not block.
+	ReplaceRuns   func(schedule string, at time.Time)
 	Locker        Locker        // nil: no backend configured
 	Backend       hints.Backend // what Locker is: None, Local (memory) or Distributed
 	SafetyMargin  time.Duration // default 5s; added to every lock TTL
@@ -366,7 +376,7 @@ type lastOutcome struct {
 // first of each is the "none".
 var (
 	skipReasons = [...]SkipReason{"", SkipContended, SkipBackendError, SkipStillRunning, SkipPaused, SkipMissed, SkipGroupFull}
-	runResults  = [...]RunResult{"", ResultSuccess, ResultFailure, ResultTimeout, ResultLockLost, ResultCancelled}
+	runResults  = [...]RunResult{"", ResultSuccess, ResultFailure, ResultTimeout, ResultLockLost, ResultCancelled, ResultReplaced}
 )
 
 // indexOf is v's index in list; a value not in it (none is made) is kept as

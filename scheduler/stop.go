@@ -4,11 +4,16 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errStopped: an operator stopped the run (`stop`): its job is cancelled,
 // result cancelled, and no retry follows.
 var errStopped = errors.New("scheduler: run stopped by an operator")
+
+// errReplaced: a later tick of the run's schedule replaced it (overlap =
+// "replace"): as errStopped, result replaced.
+var errReplaced = errors.New("scheduler: run replaced by a later tick of its schedule")
 
 // stops is the runs an operator asked to stop, by run id, until each run
 // ends: a run between two attempts has no job to cancel, and must not
@@ -17,7 +22,7 @@ var errStopped = errors.New("scheduler: run stopped by an operator")
 type stops struct {
 	pending atomic.Int32
 	mu      sync.Mutex
-	ids     map[string]bool
+	ids     map[string]error // the cause each run is stopped with
 }
 
 // StopRun stops the run runID of this node: its job's context is
@@ -29,29 +34,42 @@ type stops struct {
 // between two of those states (an attempt about to start) is still
 // stopped, by the mark that every attempt reads once registered; the mark
 // is forgotten when the run ends.
-func (s *Scheduler) StopRun(runID string) bool {
+func (s *Scheduler) StopRun(runID string) bool { return s.stopRun(runID, errStopped) }
+
+// ReplaceRun is StopRun for a run replaced by a later tick of its
+// schedule (overlap = "replace", asked by the node of that tick): the run
+// is recorded replaced, not cancelled.
+func (s *Scheduler) ReplaceRun(runID string) bool { return s.stopRun(runID, errReplaced) }
+
+// stopRun stops run runID with cause (errStopped, errReplaced); the first
+// cause asked is kept.
+func (s *Scheduler) stopRun(runID string, cause error) bool {
 	if runID == "" {
 		return false
 	}
 	s.stops.mu.Lock()
 	if s.stops.ids == nil {
-		s.stops.ids = map[string]bool{}
+		s.stops.ids = map[string]error{}
 	}
-	if !s.stops.ids[runID] {
-		s.stops.ids[runID] = true
+	if s.stops.ids[runID] == nil {
+		s.stops.ids[runID] = cause
 		s.stops.pending.Add(1)
 	}
+	cause = s.stops.ids[runID]
 	s.stops.mu.Unlock()
 	// The mark first, then the walk: an attempt registered after the walk
 	// reads the mark (attempt), one registered before is found.
-	found := s.runs.cancelRun(runID)
+	found := s.runs.cancelRun(runID, cause)
 	return s.inBackoff(runID) || found
 }
 
 // stopAsked reports whether runID was asked to stop.
-func (s *Scheduler) stopAsked(runID string) bool {
+func (s *Scheduler) stopAsked(runID string) bool { return s.stopCause(runID) != nil }
+
+// stopCause is the cause runID was asked to stop with (nil: none).
+func (s *Scheduler) stopCause(runID string) error {
 	if s.stops.pending.Load() == 0 {
-		return false
+		return nil
 	}
 	s.stops.mu.Lock()
 	defer s.stops.mu.Unlock()
@@ -64,7 +82,7 @@ func (s *Scheduler) stopDone(runID string) {
 		return
 	}
 	s.stops.mu.Lock()
-	if s.stops.ids[runID] {
+	if s.stops.ids[runID] != nil {
 		delete(s.stops.ids, runID)
 		s.stops.pending.Add(-1)
 	}
@@ -115,20 +133,37 @@ func (s *Scheduler) backoffEnd(runID string) {
 	s.backoffs.mu.Unlock()
 }
 
-// cancelRun cancels the job of run runID, if registered, with errStopped;
-// it reports whether it found it.
-func (r *runSet) cancelRun(runID string) bool {
+// cancelRun cancels the job of run runID, if registered, with cause; it
+// reports whether it found it.
+func (r *runSet) cancelRun(runID string, cause error) bool {
 	found := false
 	for i := range r.lists {
 		l := &r.lists[i]
 		l.mu.Lock()
 		for w := l.head; w != nil; w = w.next {
 			if w.runID == runID {
-				w.cancel(errStopped)
+				w.cancel(cause)
 				found = true
 			}
 		}
 		l.mu.Unlock()
 	}
 	return found
+}
+
+// runsBefore returns the run ids of schedule id's runs here of ticks
+// before at (overlap = "replace": the runs a tick at replaces).
+func (r *runSet) runsBefore(id string, at time.Time) []string {
+	var out []string
+	for i := range r.lists {
+		l := &r.lists[i]
+		l.mu.Lock()
+		for w := l.head; w != nil; w = w.next {
+			if w.t.st.id == id && w.t.at.Before(at) && w.runID != "" {
+				out = append(out, w.runID)
+			}
+		}
+		l.mu.Unlock()
+	}
+	return out
 }

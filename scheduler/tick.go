@@ -360,7 +360,7 @@ func (s *Scheduler) runLocal(t *tick) {
 	}
 	// overlap = "queue": wait for the run of the schedule in progress
 	// here, or skip when a tick waits already (queue.go).
-	if t.def.Overlap == OverlapQueue {
+	if t.def.waits() {
 		switch wait, skip := s.waitLocal(t); {
 		case wait:
 			return

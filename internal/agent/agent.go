@@ -95,6 +95,10 @@ type Options struct {
 	// StopRun): the agent calls it for an operator's stop request
 	// (cluster.Control) naming a schedule that runs here.
 	StopRun func(runID string) bool
+	// ReplaceRun, when set, stops a run of this node replaced by a later
+	// tick of its schedule (the scheduler's ReplaceRun): the agent calls
+	// it for a stop request of Reason cluster.StopReplace.
+	ReplaceRun func(runID string) bool
 }
 
 // Agent is one node's cluster duties. Create with New, start with Run.
@@ -135,6 +139,11 @@ type Agent struct {
 	// offsetSet once one was.
 	running   map[string]cluster.Running // by run id
 	stopsSeen map[string]bool            // stop requests acted on (pollStops' only)
+	// replaces is the later ticks asking to replace runs of their
+	// schedules (ReplaceRuns), replacing's work; replaced the runs
+	// named in a request so far (replacing's only).
+	replaces  chan replaceAsk
+	replaced  map[string]time.Time
 	kick      chan struct{}
 	offset    atomic.Int64
 	offsetSet atomic.Bool
@@ -167,7 +176,8 @@ func New(b Backend, run Runner, opts Options) *Agent {
 		opts.AuditEvery = time.Minute
 	}
 	return &Agent{b: b, run: run, opts: opts, log: opts.Logger, records: make(chan scheduler.RunRecord, 4096),
-		skips: make(chan scheduler.SkipRecord, 4096), running: map[string]cluster.Running{}, kick: make(chan struct{}, 1)}
+		skips: make(chan scheduler.SkipRecord, 4096), running: map[string]cluster.Running{}, kick: make(chan struct{}, 1),
+		replaces: make(chan replaceAsk, 64)}
 }
 
 // NodeID is the node the agent speaks for.
@@ -366,6 +376,8 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.every(ctx, a.opts.PollEvery, a.pollStops) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.replacing(ctx) }()
 	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
 	if a.opts.Audit != nil && a.opts.Lost != nil {
 		wg.Add(1)
@@ -429,10 +441,14 @@ func (a *Agent) pollStops(ctx context.Context) {
 			continue
 		}
 		stopped := []cluster.Stopped{}
+		stop, why := a.opts.StopRun, "stopping a run, as an operator asked"
+		if r.Reason == cluster.StopReplace && a.opts.ReplaceRun != nil {
+			stop, why = a.opts.ReplaceRun, "stopping a run: a later tick of its schedule replaces it"
+		}
 		for _, run := range runs {
-			if a.opts.StopRun(run.RunID) {
+			if stop(run.RunID) {
 				stopped = append(stopped, cluster.Stopped{Node: a.opts.NodeID, Tick: run.Tick, RunID: run.RunID})
-				a.log.Warn("stopping a run, as an operator asked", slog.String("schedule", r.Schedule),
+				a.log.Warn(why, slog.String("schedule", r.Schedule),
 					slog.String("tick", run.Tick.UTC().Format(time.RFC3339)), slog.String("run_id", run.RunID),
 					slog.String("by", r.By))
 			}

@@ -184,8 +184,9 @@ func (s *runSpan) TraceParent() string { return s.parent }
 func (s *runSpan) End(r scheduler.RunRecord) {
 	s.span.SetAttributes(attribute.String(AttrResult, string(r.Result)), attribute.Int(AttrAttempts, r.Attempts))
 	switch r.Result {
-	case scheduler.ResultSuccess, scheduler.ResultCancelled:
-		// A cancelled run is a shutdown's, not a fault of the job.
+	case scheduler.ResultSuccess, scheduler.ResultCancelled, scheduler.ResultReplaced:
+		// A cancelled run is a shutdown's (or a stop's), a replaced one a
+		// later tick's: not a fault of the job.
 	default:
 		msg := string(r.Result)
 		if r.Err != nil {
