@@ -84,20 +84,25 @@ func (s *suite) stops(st cluster.Store) []cluster.StopRequest {
 }
 
 // Stop requests are listed to every store of the cluster, oldest first,
-// with what each node stopped; a resend keeps them; one acting again
+// with their reason and what each node stopped; a resend keeps them; one acting again
 // replaces its part; an unknown request takes no act.
 func caseStops(s *suite) {
 	a, b := s.store(), s.store()
 	if got := s.stops(a); len(got) != 0 {
 		s.t.Fatalf("StopRequests on a new cluster = %+v, want none", got)
 	}
-	s.check(a.RequestStop(s.ctx, stopReq("s2", 2), longTTL), "RequestStop(s2)")
+	s2 := stopReq("s2", 2)
+	s2.Reason = cluster.StopReplace // a later tick's (overlap = "replace"): its runs end replaced
+	s.check(a.RequestStop(s.ctx, s2, longTTL), "RequestStop(s2)")
 	s.check(b.RequestStop(s.ctx, stopReq("s1", 1), longTTL), "RequestStop(s1)")
 	got := s.stops(b)
 	if len(got) != 2 || got[0].ID != "s1" || got[1].ID != "s2" || got[0].By != "ops@host" || got[0].Schedule != "job" ||
 		!got[0].At.Equal(base.Add(time.Second)) || got[0].Stopped == nil || len(got[0].Stopped) != 0 ||
 		!slices.Equal(got[0].RunIDs, []string{"r-s1", "r2-s1"}) {
 		s.t.Fatalf("StopRequests = %+v, want s1 then s2, nothing stopped yet (an empty list)", got)
+	}
+	if got[0].Reason != "" || got[1].Reason != cluster.StopReplace {
+		s.t.Fatalf("StopRequests' reasons %q, %q, want \"\" (an operator's) and %q", got[0].Reason, got[1].Reason, cluster.StopReplace)
 	}
 	sa := []cluster.Stopped{{Node: "node-a", Tick: base, RunID: "r1"}}
 	sb := []cluster.Stopped{{Node: "node-b", Tick: base, RunID: "r2"}, {Node: "node-b", Tick: base.Add(time.Minute), RunID: "r3"}}

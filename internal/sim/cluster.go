@@ -36,6 +36,9 @@ type cluster struct {
 	// starts the nodes wrote (scheduler.SkipObserver, RunStartObserver).
 	skipRecs []skipRec
 	starts   []startRec
+	// running is ledger.mu's: the runs going on, by run id, for the
+	// cluster's side of overlap = "replace" (replaceRuns).
+	running map[string]runningRun
 	// verdicts is every try-lock-tick answer the backend gave (audit.go).
 	verdicts verdictLog
 	// skips are ledger.mu's: the ticks each life reported skipped, and why.
@@ -284,6 +287,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
 		Clock: clock, NetClock: netClock, Observer: &observer{c: c, lf: l},
 		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
+		ReplaceRuns: c.replaceRuns,
 	}, scheds)
 	if err != nil {
 		panic(fmt.Sprintf("sim: the plan's schedules are invalid: %v", err)) // a bug of plan.go

@@ -3,6 +3,8 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -180,6 +182,7 @@ func (o *observer) RunRecorded(r scheduler.RunRecord) {
 	c := o.c
 	c.ledger.mu.Lock()
 	defer c.ledger.mu.Unlock()
+	delete(c.running, r.RunID)
 	if o.lf.crashed {
 		return // a crashed process writes no history
 	}
@@ -209,6 +212,42 @@ func (o *observer) RunStarted(r scheduler.RunStart) {
 		return
 	}
 	c.starts = append(c.starts, startRec{r, o.lf.life})
+	if c.running == nil {
+		c.running = map[string]runningRun{}
+	}
+	c.running[r.RunID] = runningRun{o.lf, r.Schedule, r.Tick}
+}
+
+// runningRun is a run going on (cluster.running).
+type runningRun struct {
+	lf       *lifeState
+	schedule string
+	tick     time.Time
+}
+
+// replaceRuns is the cluster's side of overlap = "replace"
+// (scheduler.Options.ReplaceRuns): the runs of schedule's ticks before at
+// going on in a live process are stopped as replaced, as the agent's stop
+// request and its node's pollStops do, at once.
+func (c *cluster) replaceRuns(schedule string, at time.Time) {
+	type stop struct {
+		lf    *lifeState
+		runID string
+	}
+	var stops []stop
+	c.ledger.mu.Lock()
+	for id, r := range c.running {
+		if r.schedule == schedule && r.tick.Before(at) && !r.lf.crashed {
+			stops = append(stops, stop{r.lf, id})
+		}
+	}
+	c.ledger.mu.Unlock()
+	slices.SortFunc(stops, func(a, b stop) int { return strings.Compare(a.runID, b.runID) }) // a replay stops in the same order
+	for _, s := range stops {
+		if s.lf.s.ReplaceRun(s.runID) {
+			c.event(c.clock.Now(), "%s/%d run %s of %s replaced", s.lf.node, s.lf.life, s.runID, schedule)
+		}
+	}
 }
 
 func (o *observer) TickSkipped(id string, tick time.Time, why scheduler.SkipReason) {

@@ -195,6 +195,9 @@ func drawSchedule(r *rand.Rand, i int) schedPlan {
 		sc.Overlap = scheduler.OverlapAllow
 	case 2:
 		sc.Overlap = scheduler.OverlapQueue
+		if r.IntN(2) == 0 {
+			sc.Overlap = scheduler.OverlapReplace
+		}
 	}
 	sc.ExpectedRuntime = time.Duration(1+r.IntN(8)) * time.Second
 	if r.IntN(2) == 0 {
