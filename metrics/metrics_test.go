@@ -170,11 +170,12 @@ bext_scheduler_ticks_skipped_total{reason="group_full",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="missed",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="paused",schedule="nightly"} 0
 bext_scheduler_ticks_skipped_total{reason="still_running",schedule="nightly"} 0
-# HELP bext_scheduler_runs_total Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).
+# HELP bext_scheduler_runs_total Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled, replaced).
 # TYPE bext_scheduler_runs_total counter
 bext_scheduler_runs_total{result="cancelled",schedule="nightly"} 0
 bext_scheduler_runs_total{result="failure",schedule="nightly"} 0
 bext_scheduler_runs_total{result="lock_lost",schedule="nightly"} 0
+bext_scheduler_runs_total{result="replaced",schedule="nightly"} 0
 bext_scheduler_runs_total{result="success",schedule="nightly"} 0
 bext_scheduler_runs_total{result="timeout",schedule="nightly"} 0
 # HELP bext_scheduler_ticks_total Ticks fired by this node, per schedule.

@@ -40,7 +40,7 @@ var (
 		help:  "Fired ticks this node did not run, per schedule and reason (contended, backend_error, still_running, paused, missed, group_full).",
 		label: "reason", values: words(skipReasons)}
 	famRuns = family{name: "bext_scheduler_runs_total", typ: prometheus.CounterValue,
-		help:  "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled).",
+		help:  "Job runs finished on this node, per schedule and result (success, failure, timeout, lock_lost, cancelled, replaced).",
 		label: "result", values: words(runResults)}
 	famOverruns = family{name: "bext_scheduler_overruns_total", typ: prometheus.CounterValue,
 		help: "Job runs that took longer than the schedule's expected_runtime."}
@@ -106,7 +106,7 @@ type series struct {
 	id        string
 	ticks     atomic.Uint32
 	skipped   [6]atomic.Uint32 // by skipIndex (len(skipReasons); TestSeriesSized)
-	runs      [5]atomic.Uint32 // by resultIndex
+	runs      [6]atomic.Uint32 // by resultIndex
 	overruns  atomic.Uint32
 	anomalies [2]atomic.Uint32 // by anomalyKinds
 	triggers  atomic.Uint32
