@@ -48,3 +48,47 @@ func TestQueueRunsWaitingTicksOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestReplaceStopsTheRunningRun is the e2e of overlap = "replace": three
+// nodes, a require_global schedule every 3s whose runs would last 20s.
+// Each tick stops the run in progress (SIGTERM: the ledger shows it
+// cancelled, the node counts it replaced) and runs once it has given its
+// lock back: runs never overlap, each tick runs at most once, and each
+// run starts soon after its tick.
+func TestReplaceStopsTheRunningRun(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *Backend) {
+		c := startCluster(t, b, Spec{Nodes: 3, Cron: "*/3 * * * * *", Overlap: "replace",
+			JobSleep: 20 * time.Second, ExpectedRuntime: 4 * time.Second})
+		runs := c.WaitRuns("four replaced runs", 60*time.Second, func(runs []ledger.Run) bool {
+			n := 0
+			for _, r := range runs {
+				if r.Ending == ledger.Cancelled {
+					n++
+				}
+			}
+			return n >= 4
+		})
+		rep := ledger.Check(c.Records(), globalID, ledger.Window{})
+		if rep.DoubleRuns > 0 || rep.Overlaps > 0 {
+			t.Errorf("%d ticks run twice, %d overlapping runs:\n%v", rep.DoubleRuns, rep.Overlaps, rep.Doubles)
+		}
+		replaced := 0.0
+		for _, n := range c.Nodes() {
+			replaced += n.Counter("bext_scheduler_runs_total", "schedule", globalID, "result", "replaced")
+		}
+		late := 0
+		for _, r := range runs {
+			if r.Start.Sub(r.Tick) > 2*time.Second {
+				late++
+			}
+		}
+		t.Logf("%s: %d runs, %v counted replaced, %d started more than 2s after their tick", b.Kind, len(runs), replaced, late)
+		if replaced < 3 {
+			t.Errorf("%v runs counted replaced, want at least 3:\n%s", replaced, describeRuns(runs))
+		}
+		if late > 0 {
+			t.Errorf("%d runs started more than 2s after their tick: the replacing tick waited for the run instead of stopping it:\n%s",
+				late, describeRuns(runs))
+		}
+	})
+}
