@@ -293,6 +293,12 @@ const (
 	OverlapReplace = "replace" // one tick stops the running run, waits for its lock, then starts
 )
 
+// What becomes of a run whose node died (on_node_loss).
+const (
+	OnNodeLossSkip  = "skip"  // nothing: the tick ran nowhere to its end
+	OnNodeLossRerun = "rerun" // another node runs it again, once
+)
+
 // Schedule is one [[scheduled]] table. A schedule runs either Command or
 // HTTP, never both.
 type Schedule struct {
@@ -338,6 +344,11 @@ type Schedule struct {
 	Group     string `toml:"group"`
 	GroupWait bool   `toml:"group_wait"`
 	GroupMax  int    `toml:"-"`
+	// OnNodeLoss says what becomes of a run whose node died mid-run:
+	// OnNodeLossSkip (default: the tick is lost, as history shows) or
+	// OnNodeLossRerun (another node runs it again, once, within the
+	// tick's catch-up window).
+	OnNodeLoss string `toml:"on_node_loss"`
 
 	// A command job: argv (no shell), working directory, extra environment.
 	Command []string          `toml:"command"`

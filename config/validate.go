@@ -305,6 +305,7 @@ func (v *validator) schedule(s *Schedule, l Locking) {
 	default:
 		v.atSchedule(s, "overlap", "unknown overlap %q (want skip, allow, queue or replace)", s.Overlap)
 	}
+	v.onNodeLoss(s, l)
 	for _, d := range []struct {
 		key string
 		d   Duration
@@ -691,6 +692,32 @@ func CheckTag(tag string) error {
 		}
 	}
 	return nil
+}
+
+// onNodeLoss checks s's on_node_loss: a re-run takes the schedule's own
+// lock (it proves the dead node's lease ended), so it needs one: a lock
+// backend, a locked hint, and the schedule's lock, not a tick's (overlap
+// = "allow").
+func (v *validator) onNodeLoss(s *Schedule, l Locking) {
+	if strings.HasPrefix(s.ID, locking.RerunKeyPrefix) {
+		v.atSchedule(s, "id", "id %q begins with %q, which names the re-run markers of on_node_loss", s.ID, locking.RerunKeyPrefix)
+	}
+	switch s.OnNodeLoss {
+	case "", OnNodeLossSkip:
+		return
+	case OnNodeLossRerun:
+	default:
+		v.atSchedule(s, "on_node_loss", "unknown on_node_loss %q (want skip or rerun)", s.OnNodeLoss)
+		return
+	}
+	switch {
+	case s.HintValue == hints.NodeLocal:
+		v.atSchedule(s, "on_node_loss", "on_node_loss = \"rerun\" needs a locked schedule: node_local runs have no lock whose lease tells that their node died")
+	case l.Backend == BackendNone:
+		v.atSchedule(s, "on_node_loss", "on_node_loss = \"rerun\" needs a lock backend: set [locking] backend (redis or pg; memory on a single node)")
+	case s.Overlap == OverlapAllow:
+		v.atSchedule(s, "on_node_loss", "on_node_loss = \"rerun\" needs the schedule's lock: use overlap skip, queue or replace, not allow")
+	}
 }
 
 // group checks s's group keys against the declared groups and sets

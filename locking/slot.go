@@ -61,3 +61,14 @@ func TryLockSlot(ctx context.Context, l TryLocker, group string, k, first int, t
 	}
 	return nil, -1, nil
 }
+
+// RerunKeyPrefix begins every re-run marker's key (on_node_loss =
+// "rerun", internal/agent): a lock taken once per lost run, never
+// released, that lets one node re-run it. Schedule ids may not begin
+// with it (config).
+const RerunKeyPrefix = "bext-rerun:"
+
+// RerunKey is the re-run marker of schedule's run of tick.
+func RerunKey(schedule string, tick time.Time) string {
+	return RerunKeyPrefix + schedule + "@" + tick.UTC().Format(time.RFC3339Nano)
+}

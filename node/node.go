@@ -439,6 +439,26 @@ type agentHashes struct {
 	fields *ops.FieldHashes
 }
 
+// rerunWindow is how late after its tick a lost run of s may be re-run:
+// the tick's catch-up window (by default one period, measured from now).
+func rerunWindow(c *config.Schedule, s scheduler.Schedule) time.Duration {
+	switch w := c.Catchup(); w {
+	case config.NoCatchup:
+		return 0
+	case 0:
+		if s.Spec == nil {
+			return 0
+		}
+		next := s.Spec.Next(time.Now())
+		if after := s.Spec.Next(next); !next.IsZero() && !after.IsZero() {
+			return after.Sub(next)
+		}
+		return 0
+	default:
+		return w
+	}
+}
+
 // hashSchedules starts hashing schedules, which must not change until the
 // function it returns, which waits for the hashes, has returned.
 func hashSchedules(schedules []scheduler.Schedule) func() agentHashes {
@@ -467,6 +487,10 @@ func setAgentHashes(ag *agent.Agent, cfg *config.Config, schedules []scheduler.S
 			Elsewhere:          !scheduler.Matches(s.Nodes, cfg.Tags),
 			TTL:                scheduler.LockTTL(exp, s.Jitter, margin, 0),
 			PauseAfterFailures: s.PauseAfterFailures,
+		}
+		// Schedules holds one schedule per [[scheduled]], in order.
+		if i < len(cfg.Scheduled) && cfg.Scheduled[i].ID == s.ID && cfg.Scheduled[i].OnNodeLoss == config.OnNodeLossRerun {
+			defs[i].Rerun, defs[i].RerunWindow = true, rerunWindow(&cfg.Scheduled[i], s)
 		}
 	}
 	ag.SetSchedules(defs, h.byID, ops.ConfigHash(h.byID))

@@ -42,6 +42,10 @@ type Manual struct {
 	// Backfill marks a backfilled tick: Tick is one of the schedule's
 	// own ticks, run again.
 	Backfill bool
+	// Rerun, when set, makes the run the re-run of a run whose node died
+	// (on_node_loss = "rerun", internal/agent): RunID and Tick are the lost
+	// run's, and the run is that run's next attempt, not a manual one.
+	Rerun *Rerun
 	// GiveBack, when set, gives the take back to the cluster
 	// (cluster.Store.GiveBack, resent while its answer is not definite)
 	// when the run ends with its job never started: its confirming
@@ -50,6 +54,16 @@ type Manual struct {
 	// the run's worker, and returns once the take was given back or
 	// given up.
 	GiveBack func()
+}
+
+// Rerun is what a re-run carries of the run it re-runs.
+type Rerun struct {
+	// Attempt is the re-run's first attempt's number (BEXT_ATTEMPT): the
+	// lost run's last one plus one.
+	Attempt int
+	// Start is the lost run's start: the re-run is recorded as that run
+	// (its start, its run id), whose provisional record it replaces.
+	Start time.Time
 }
 
 // Errors of RunManual.
@@ -114,7 +128,7 @@ func (s *Scheduler) runManual(t *tick) {
 	if err := s.confirmTake(l); err != nil {
 		unconfirmed = true
 		out = runOutcome{result: ResultLockLost, start: s.clock.Now(), err: err}
-		s.reportRan(t, out, ran{runID: t.runID(), manual: true, fence: l.h.Fence()})
+		s.reportRan(t, out, ran{runID: t.runID(), manual: m.Rerun == nil, fence: l.h.Fence()})
 	} else if noSlot = !s.manualSlot(t, l); noSlot {
 		// Its concurrency group is full: given back below, the manual run
 		// waits in its queue for a slot (the next poll, or another node).

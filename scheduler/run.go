@@ -73,7 +73,17 @@ func (s *Scheduler) reportRan(t *tick, out runOutcome, r ran) {
 // runAttempts is runJob up to step 8: the job and its retries.
 func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	def := t.def
-	jt := Tick{ScheduleID: def.ID, Time: t.at, NodeID: s.opts.NodeID, Manual: t.manual != nil,
+	// A re-run (on_node_loss = "rerun") is the lost run's next attempt,
+	// recorded as that run: not manual, its attempts numbered on.
+	var rerun *Rerun
+	if t.manual != nil {
+		rerun = t.manual.Rerun
+	}
+	firstAttempt := 1
+	if rerun != nil {
+		firstAttempt = max(rerun.Attempt, 2)
+	}
+	jt := Tick{ScheduleID: def.ID, Time: t.at, NodeID: s.opts.NodeID, Manual: t.manual != nil && rerun == nil,
 		RunID: t.runID(), PrevTime: cronspec.Prev(def.Spec, t.at.Add(-time.Nanosecond), t.window(s)+time.Hour)}
 	jt.LastSuccessTime = s.lastSuccess(t)
 	var fence int64
@@ -97,6 +107,9 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	var started time.Time
 	if s.startObs != nil || s.tracer != nil {
 		started = s.clock.Now()
+		if rerun != nil && !rerun.Start.IsZero() {
+			started = rerun.Start // its records name the lost run's start
+		}
 		rs := RunStart{Schedule: def.ID, Tick: t.at, Node: s.opts.NodeID, RunID: jt.RunID, Manual: jt.Manual,
 			Start: started, Fence: fence, By: t.by(), Lateness: t.lateness}
 		if s.tracer != nil {
@@ -110,18 +123,18 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 	var out runOutcome
 	var first time.Time // the first attempt's start
 	overran := false
-	for attempt := 1; ; attempt++ {
+	for attempt := firstAttempt; ; attempt++ {
 		jt.Attempt = attempt
-		if attempt > 1 && s.attemptObs != nil {
+		if attempt > firstAttempt && s.attemptObs != nil {
 			s.attemptObs.AttemptStarted(jt.RunID, attempt)
 		}
 		out = s.attempt(t, l, jt)
 		out.attempts = attempt
-		if attempt == 1 {
+		if attempt == firstAttempt {
 			first = out.start
 		}
 		overran = overran || out.overrun
-		if out.result != ResultFailure || attempt > def.Retries {
+		if out.result != ResultFailure || attempt-firstAttempt >= def.Retries {
 			break
 		}
 		s.log.Info("run failed: retrying within the tick", slog.String("schedule", def.ID),

@@ -49,6 +49,10 @@ type Schedule struct {
 	// Elsewhere: the schedule targets nodes whose tags this node lacks;
 	// it takes none of its manual run requests.
 	Elsewhere bool
+	// Rerun: on_node_loss = "rerun"; a run of it whose node died is run
+	// again here (rerun.go) while its tick is within RerunWindow.
+	Rerun       bool
+	RerunWindow time.Duration
 }
 
 // Options configure an Agent.
@@ -72,6 +76,7 @@ type Options struct {
 	Logger *slog.Logger
 
 	AnnounceEvery time.Duration // default 5s; a node expires after 3 of them
+	RerunEvery    time.Duration // default 1s: how often lost runs are looked for (on_node_loss = "rerun")
 	PollEvery     time.Duration // default 1s: how soon a trigger is picked up
 	FlushEvery    time.Duration // default 250ms: how long a run record may wait
 
@@ -169,6 +174,9 @@ func New(b Backend, run Runner, opts Options) *Agent {
 	if opts.PollEvery <= 0 {
 		opts.PollEvery = time.Second
 	}
+	if opts.RerunEvery <= 0 {
+		opts.RerunEvery = time.Second
+	}
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = 250 * time.Millisecond
 	}
@@ -229,7 +237,7 @@ func compact(s []Schedule, hashes map[string]string) ([]Schedule, *Schedule) {
 		if _, ok := hashes[sc.ID]; !ok {
 			return s, nil
 		}
-		if sc.PauseAfterFailures == 0 && !sc.Elsewhere {
+		if sc.PauseAfterFailures == 0 && !sc.Elsewhere && !sc.Rerun {
 			ttls[sc.TTL]++
 		}
 	}
@@ -245,7 +253,7 @@ func compact(s []Schedule, hashes map[string]string) ([]Schedule, *Schedule) {
 	}
 	var rest []Schedule
 	for _, sc := range s {
-		if sc.TTL != common.TTL || sc.PauseAfterFailures != 0 || sc.Elsewhere {
+		if sc.TTL != common.TTL || sc.PauseAfterFailures != 0 || sc.Elsewhere || sc.Rerun {
 			rest = append(rest, sc)
 		}
 	}
@@ -378,6 +386,8 @@ func (a *Agent) Run(ctx context.Context, runsEnded <-chan struct{}) {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); a.replacing(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); a.every(ctx, a.opts.RerunEvery, a.rerunLost) }()
 	go func() { defer wg.Done(); a.recordLoop(context.WithoutCancel(ctx), runsEnded) }()
 	if a.opts.Audit != nil && a.opts.Lost != nil {
 		wg.Add(1)

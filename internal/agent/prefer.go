@@ -11,17 +11,20 @@ import (
 // liveNodes is one reading of the node registry.
 type liveNodes struct {
 	peers *rendezvous.Peers
-	at    time.Time // when it was read (Options.Now)
+	at    time.Time       // when it was read (Options.Now)
+	ids   map[string]bool // the live nodes' ids (rerun.go)
 }
 
 // setLive keeps the live nodes the announce just read: the registry the
 // scheduler ranks this node in for each tick (Preferrer).
 func (a *Agent) setLive(nodes []cluster.Node) {
 	ids := make([]string, len(nodes))
+	set := make(map[string]bool, len(nodes))
 	for i, n := range nodes {
 		ids[i] = n.NodeID
+		set[n.NodeID] = true
 	}
-	a.live.Store(&liveNodes{peers: rendezvous.New(a.opts.NodeID, ids), at: a.opts.Now()})
+	a.live.Store(&liveNodes{peers: rendezvous.New(a.opts.NodeID, ids), at: a.opts.Now(), ids: set})
 }
 
 // Preferrer returns the agent as the scheduler's scheduler.Preferrer: it

@@ -286,7 +286,7 @@ func (c *cluster) startLife(n nodePlan, k int) *lifeState {
 		NodeID: n.id, Tags: n.tags, Locker: l.link.locker(), Backend: hints.Distributed,
 		MaxClockSkew: maxSkew, SafetyMargin: safetyMargin, ShutdownGrace: shutdownGrace,
 		Clock: clock, NetClock: netClock, Observer: &observer{c: c, lf: l},
-		Rand: func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
+		Rand:        func(n int64) int64 { rmu.Lock(); defer rmu.Unlock(); return rr.Int64N(n) },
 		ReplaceRuns: c.replaceRuns,
 	}, scheds)
 	if err != nil {

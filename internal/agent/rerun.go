@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bext-dev/bext-scheduler/cluster"
+	"github.com/bext-dev/bext-scheduler/locking"
+	"github.com/bext-dev/bext-scheduler/scheduler"
+)
+
+// on_node_loss = "rerun" (DESIGN.md "Re-running a lost run"). A run
+// whose node died stays in history as its provisional record (result
+// running, its node's id). Every RerunEvery, the live node first in a
+// rerun schedule's rendezvous order looks at the schedule's newest
+// record; when it is such a record of a node no longer in the registry,
+// within the tick's re-run window, it re-runs it:
+//
+//  1. it takes the schedule's lock (a plain try-lock, the schedule's TTL):
+//     held, the dead node's lease still lives (or a run of the schedule
+//     goes on), and it tries again next time;
+//  2. it takes the run's re-run marker, a lock of its own
+//     (locking.RerunKey: schedule and tick) that lives past the tick's window
+//     and is never released: the one taker of the marker re-runs, so a
+//     lost run is re-run at most once, whoever looks, however often;
+//  3. it reads the record again (the node may have been gone from the
+//     registry only for a while, and recorded the run's end since);
+//  4. it hands the run to the scheduler as a manual run carrying Rerun:
+//     the same tick and run id, its attempts numbered on from the lost
+//     one's, recorded as that run (its start), so that its final record
+//     replaces the provisional one.
+
+// rerunSchedules returns the node's schedules with on_node_loss = "rerun"
+// that it runs (compact keeps them all in a.schedules).
+func (a *Agent) rerunSchedules() []Schedule {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Schedule
+	for _, sc := range a.schedules {
+		if sc.Rerun && !sc.Elsewhere {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// rerunLost looks for the lost runs of the rerun schedules this node
+// watches, and re-runs each it may.
+func (a *Agent) rerunLost(ctx context.Context) {
+	live := a.live.Load()
+	if live == nil {
+		return // no registry read yet: every node would look dead
+	}
+	var mine []string
+	byID := map[string]Schedule{}
+	for _, sc := range a.rerunSchedules() {
+		if rank, _ := live.peers.Rank(sc.ID, time.Time{}); rank == 0 {
+			mine = append(mine, sc.ID)
+			byID[sc.ID] = sc
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	last, err := a.b.LastRuns(ctx, mine)
+	if err != nil {
+		a.log.Debug("looking for lost runs failed", slog.Any("error", err))
+		return
+	}
+	now := a.opts.Now()
+	for id, r := range last {
+		sc := byID[id]
+		// A node missing from a registry read less than an announce
+		// period after its run started may only not have announced yet
+		// (both just started); one read later is gone.
+		if r.Result != cluster.ResultRunning || r.Node == a.opts.NodeID || live.ids[r.Node] ||
+			live.at.Before(r.StartedAt.Add(a.opts.AnnounceEvery)) || now.Sub(r.Tick) > sc.RerunWindow || r.RunID == "" {
+			continue
+		}
+		a.rerun(ctx, sc, r, now)
+	}
+}
+
+// rerun re-runs lost run r of sc (steps 1 to 4 above), if it may.
+func (a *Agent) rerun(ctx context.Context, sc Schedule, r cluster.Run, now time.Time) {
+	tl, ok := a.b.(locking.TryLocker)
+	if !ok {
+		return
+	}
+	log := a.log.With(slog.String("schedule", sc.ID), slog.String("tick", r.Tick.UTC().Format(time.RFC3339)),
+		slog.String("run_id", r.RunID), slog.String("lost_on", r.Node))
+	sent := a.opts.Now()
+	h, err := tl.TryLock(ctx, sc.ID, sc.TTL)
+	if err != nil || h == nil {
+		if err != nil {
+			log.Warn("re-running a lost run: taking the schedule's lock failed", slog.Any("error", err))
+		}
+		return // held: the dead node's lease lives, or a run goes on
+	}
+	release := func(why string) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := a.b.Release(rctx, h); err != nil {
+			log.Warn("re-running a lost run: releasing the schedule's lock failed", slog.String("why", why), slog.Any("error", err))
+		}
+	}
+	// The marker outlives the tick's window on every node's clock: no
+	// node re-runs the run after it expired.
+	marker, err := tl.TryLock(ctx, locking.RerunKey(sc.ID, r.Tick), max(r.Tick.Add(sc.RerunWindow).Sub(now), 0)+sc.TTL+time.Minute)
+	if err != nil || marker == nil {
+		if err != nil {
+			log.Warn("re-running a lost run: taking its re-run marker failed", slog.Any("error", err))
+		}
+		release("the run was re-run already") // or is being
+		return
+	}
+	last, err := a.b.LastRuns(ctx, []string{sc.ID})
+	if cur, ok := last[sc.ID]; err != nil || !ok || cur.RunID != r.RunID || cur.Result != cluster.ResultRunning {
+		// Its node recorded the run's end after all (or a newer run came):
+		// nothing lost. The marker stays: the run is not lost again.
+		release("the run is not lost")
+		return
+	}
+	attempt := max(r.Attempts, 1) + 1
+	err = a.run.RunManual(scheduler.Manual{ID: sc.ID, Tick: r.Tick, RunID: r.RunID, Handle: h, Sent: sent,
+		By:    fmt.Sprintf("rerun: node %s was lost", r.Node),
+		Rerun: &scheduler.Rerun{Attempt: attempt, Start: r.StartedAt}})
+	if err != nil {
+		log.Warn("re-running a lost run: the scheduler refused it", slog.Any("error", err))
+		release("the scheduler refused the re-run")
+		return
+	}
+	log.Warn("re-running a run whose node was lost", slog.Int("attempt", attempt))
+}
