@@ -104,3 +104,47 @@ command = ["x"]
 		})
 	}
 }
+
+// on_node_loss: skip (default) or rerun, which needs the schedule's own
+// lock (a backend, a locked hint, not overlap = "allow"); ids may not
+// take the re-run markers' prefix.
+func TestOnNodeLossKey(t *testing.T) {
+	c := mustLoad(t, write(t, t.TempDir(), "b.toml", `
+[locking]
+backend = "memory"
+
+[[scheduled]]
+id = "billing"
+cron = "@hourly"
+hint = "require_global"
+on_node_loss = "rerun"
+overlap = "queue"
+command = ["x"]
+
+[[scheduled]]
+id = "plain"
+cron = "@hourly"
+command = ["x"]
+`))
+	if got := schedule(t, c, "billing").OnNodeLoss; got != OnNodeLossRerun {
+		t.Errorf("billing's on_node_loss = %q", got)
+	}
+	if got := schedule(t, c, "plain").OnNodeLoss; got != "" {
+		t.Errorf("plain's on_node_loss = %q, want unset (skip)", got)
+	}
+	mem := "[locking]\nbackend = \"memory\"\n"
+	for _, tc := range []struct {
+		name, in, want string
+		line           int
+	}{
+		{"unknown", mem + job + "command = [\"x\"]\non_node_loss = \"retry\"\n", `schedule "j": unknown on_node_loss "retry" (want skip or rerun)`, 7},
+		{"node_local", mem + job + "command = [\"x\"]\nhint = \"node_local\"\non_node_loss = \"rerun\"\n", `on_node_loss = "rerun" needs a locked schedule`, 8},
+		{"no backend", job + "command = [\"x\"]\non_node_loss = \"rerun\"\n", `on_node_loss = "rerun" needs a lock backend`, 5},
+		{"overlap allow", mem + job + "command = [\"x\"]\noverlap = \"allow\"\non_node_loss = \"rerun\"\n", `use overlap skip, queue or replace, not allow`, 8},
+		{"marker prefix id", mem + "[[scheduled]]\nid = \"bext-rerun:x\"\ncron = \"@daily\"\ncommand = [\"x\"]\n", `begins with "bext-rerun:"`, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantProblem(t, tc.in, tc.want, tc.line)
+		})
+	}
+}

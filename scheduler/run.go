@@ -166,6 +166,9 @@ func (s *Scheduler) runAttempts(t *tick, l *lease) (runOutcome, ran) {
 		if !started.IsZero() {
 			out.start = started
 		}
+		if rerun != nil && !rerun.Start.IsZero() {
+			out.start = rerun.Start // recorded as the lost run
+		}
 		out.dur, out.overrun = end.Sub(out.start), overran
 	}
 	if out.start.IsZero() {
