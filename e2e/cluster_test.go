@@ -44,6 +44,7 @@ type Spec struct {
 	ShutdownGrace   time.Duration   // default 5s
 	CatchupWindow   time.Duration   // the global schedule's catchup_window (default: one period)
 	OpTimeout       time.Duration   // the backend's op_timeout (default: Backend.Section's)
+	OnNodeLoss      string          // the global schedule's on_node_loss (default: the config's, skip)
 	// GroupSchedules adds that many require_global every-second schedules
 	// ("grp-1", ...) in concurrency group "g" of max_running GroupMax,
 	// each run lasting GroupSleep.
@@ -123,6 +124,9 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 	}
 	if spec.CatchupWindow > 0 {
 		extra += fmt.Sprintf("catchup_window = %q\n", spec.CatchupWindow.String())
+	}
+	if spec.OnNodeLoss != "" {
+		extra += fmt.Sprintf("on_node_loss = %q\n", spec.OnNodeLoss)
 	}
 	cfg := fmt.Sprintf(`shutdown_grace = %q
 [log]
