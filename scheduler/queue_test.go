@@ -60,6 +60,22 @@ func queued(sc scheduler.Schedule) scheduler.Schedule {
 	return sc
 }
 
+// secondTickDuringFirstRun runs sc (every minute) with a gate job: its
+// 00:01 run starts and holds, then 00:02 fires. It returns the harness,
+// the job and the first run.
+func secondTickDuringFirstRun(t *testing.T, sc scheduler.Schedule) (*harness, *gateJob, gateRun) {
+	t.Helper()
+	j := newGateJob()
+	sc.Job = j
+	h := newHarness(t, scheduler.Options{}, sc).start()
+	h.loopParked()
+	h.clock.Advance(time.Minute) // 00:01 runs
+	first := j.next(t)
+	h.loopParked()
+	h.clock.Advance(time.Minute) // 00:02 fires
+	return h, j, first
+}
+
 // overlap = "queue", on one node: the tick that fires while the previous
 // run goes on waits for it and starts as soon as it ends, with its own
 // tick time; a further tick while one waits is skipped as still_running.
@@ -67,13 +83,7 @@ func queued(sc scheduler.Schedule) scheduler.Schedule {
 func TestQueueRunsTheWaitingTickWhenTheRunEnds(t *testing.T) {
 	for _, hint := range []hints.Hint{hints.RequireGlobal, hints.NodeLocal} {
 		t.Run(string(hint), func(t *testing.T) {
-			j := newGateJob()
-			h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hint, j))).start()
-			h.loopParked()
-			h.clock.Advance(time.Minute) // 00:01 runs
-			first := j.next(t)
-			h.loopParked()
-			h.clock.Advance(time.Minute) // 00:02 waits
+			h, j, first := secondTickDuringFirstRun(t, queued(sched("q", everyMinute, hint, nil))) // 00:02 waits
 			h.loopParked()
 			h.clock.Advance(time.Minute) // 00:03 is skipped: 00:02 waits already
 			sk := h.rec.waitSkips(t, 1)
@@ -203,13 +213,7 @@ func replacing(sc scheduler.Schedule) scheduler.Schedule {
 func TestReplaceStopsTheRunAndRuns(t *testing.T) {
 	for _, hint := range []hints.Hint{hints.RequireGlobal, hints.NodeLocal} {
 		t.Run(string(hint), func(t *testing.T) {
-			j := newGateJob()
-			h := newHarness(t, scheduler.Options{}, replacing(sched("r", everyMinute, hint, j))).start()
-			h.loopParked()
-			h.clock.Advance(time.Minute) // 00:01 runs
-			first := j.next(t)
-			h.loopParked()
-			h.clock.Advance(time.Minute) // 00:02 replaces it
+			h, j, first := secondTickDuringFirstRun(t, replacing(sched("r", everyMinute, hint, nil))) // 00:02 replaces it
 			second := j.next(t)
 			if want := t0.Add(2 * time.Minute); !second.tick.Time.Equal(want) {
 				t.Fatalf("the replacing run's tick %v, want %v", second.tick.Time, want)
