@@ -84,53 +84,93 @@ func (a *Agent) rerunLost(ctx context.Context) {
 }
 
 // rerun re-runs lost run r of sc (steps 1 to 4 above), if it may.
-func (a *Agent) rerun(ctx context.Context, sc Schedule, r cluster.Run, now time.Time) {
+func (a *Agent) rerun(ctx context.Context, sc Schedule, r cluster.Run, _ time.Time) {
 	tl, ok := a.b.(locking.TryLocker)
 	if !ok {
 		return
 	}
-	log := a.log.With(slog.String("schedule", sc.ID), slog.String("tick", r.Tick.UTC().Format(time.RFC3339)),
+	Rerun(ctx, RerunDeps{
+		Locker: struct {
+			locking.TryLocker
+			releaser
+		}{tl, a.b},
+		LastRun: func(ctx context.Context, id string) (cluster.Run, bool, error) {
+			last, err := a.b.LastRuns(ctx, []string{id})
+			r, ok := last[id]
+			return r, ok, err
+		},
+		Runner: a.run, Now: a.opts.Now, Log: a.log,
+	}, sc, r)
+}
+
+type releaser interface {
+	Release(ctx context.Context, h *locking.Handle) error
+}
+
+// RerunDeps is what re-running a lost run needs: the lock backend (the
+// agent's; a simulated node's link), the schedule's newest record in
+// history, the scheduler, a clock and a logger.
+type RerunDeps struct {
+	Locker interface {
+		locking.TryLocker
+		releaser
+	}
+	LastRun func(ctx context.Context, schedule string) (cluster.Run, bool, error)
+	Runner  Runner
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
+// Rerun re-runs lost run r of sc (steps 2 to 4 above: the schedule's
+// lock, the re-run marker, the record read again, the scheduler) if it
+// may, and reports whether it handed the run to the scheduler. The
+// caller checked step 1 (r is a provisional record of a node gone from
+// the registry, its tick within sc's window).
+func Rerun(ctx context.Context, d RerunDeps, sc Schedule, r cluster.Run) bool {
+	log := d.Log.With(slog.String("schedule", sc.ID), slog.String("tick", r.Tick.UTC().Format(time.RFC3339)),
 		slog.String("run_id", r.RunID), slog.String("lost_on", r.Node))
-	sent := a.opts.Now()
-	h, err := tl.TryLock(ctx, sc.ID, sc.TTL)
+	sent := d.Now()
+	h, err := d.Locker.TryLock(ctx, sc.ID, sc.TTL)
 	if err != nil || h == nil {
 		if err != nil {
 			log.Warn("re-running a lost run: taking the schedule's lock failed", slog.Any("error", err))
 		}
-		return // held: the dead node's lease lives, or a run goes on
+		return false // held: the dead node's lease lives, or a run goes on
 	}
 	release := func(why string) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if err := a.b.Release(rctx, h); err != nil {
+		if err := d.Locker.Release(rctx, h); err != nil {
 			log.Warn("re-running a lost run: releasing the schedule's lock failed", slog.String("why", why), slog.Any("error", err))
 		}
 	}
 	// The marker outlives the tick's window on every node's clock: no
 	// node re-runs the run after it expired.
-	marker, err := tl.TryLock(ctx, locking.RerunKey(sc.ID, r.Tick), max(r.Tick.Add(sc.RerunWindow).Sub(now), 0)+sc.TTL+time.Minute)
+	ttl := max(r.Tick.Add(sc.RerunWindow).Sub(sent), 0) + sc.TTL + time.Minute
+	marker, err := d.Locker.TryLock(ctx, locking.RerunKey(sc.ID, r.Tick), ttl)
 	if err != nil || marker == nil {
 		if err != nil {
 			log.Warn("re-running a lost run: taking its re-run marker failed", slog.Any("error", err))
 		}
-		release("the run was re-run already") // or is being
-		return
+		release("the run was re-run already") // or is being; or the marker's answer was lost: not re-run
+		return false
 	}
-	last, err := a.b.LastRuns(ctx, []string{sc.ID})
-	if cur, ok := last[sc.ID]; err != nil || !ok || cur.RunID != r.RunID || cur.Result != cluster.ResultRunning {
+	cur, ok, err := d.LastRun(ctx, sc.ID)
+	if err != nil || !ok || cur.RunID != r.RunID || cur.Result != cluster.ResultRunning {
 		// Its node recorded the run's end after all (or a newer run came):
 		// nothing lost. The marker stays: the run is not lost again.
 		release("the run is not lost")
-		return
+		return false
 	}
 	attempt := max(r.Attempts, 1) + 1
-	err = a.run.RunManual(scheduler.Manual{ID: sc.ID, Tick: r.Tick, RunID: r.RunID, Handle: h, Sent: sent,
+	err = d.Runner.RunManual(scheduler.Manual{ID: sc.ID, Tick: r.Tick, RunID: r.RunID, Handle: h, Sent: sent,
 		By:    fmt.Sprintf("rerun: node %s was lost", r.Node),
 		Rerun: &scheduler.Rerun{Attempt: attempt, Start: r.StartedAt}})
 	if err != nil {
 		log.Warn("re-running a lost run: the scheduler refused it", slog.Any("error", err))
 		release("the scheduler refused the re-run")
-		return
+		return false
 	}
 	log.Warn("re-running a run whose node was lost", slog.Int("attempt", attempt))
+	return true
 }

@@ -89,6 +89,7 @@ func (c *cluster) lapseAll() {
 // Invariant names.
 const (
 	invTwice    = "1 no locked tick runs twice"
+	invRerun    = "1r a lost run is re-run at most once, once its node died"
 	invGrant    = "1b a locked run runs on a grant the backend made to its node"
 	invLost     = "2 no grant lost"
 	invLiveness = "3 liveness: a tick in a healthy window runs once"
@@ -112,7 +113,10 @@ type run struct {
 	attempts    int
 	lastFailed  bool // its last attempt failed: a retry may have been due
 	manual      bool // a trigger's or backfill's run (keyed by its run id)
-	refused     bool // the fenced store refused a write of one of its attempts
+	// firstAttempt is its first attempt's number: above 1 for a re-run of
+	// a lost run (on_node_loss = "rerun", rerun.go).
+	firstAttempt int
+	refused      bool // the fenced store refused a write of one of its attempts
 }
 
 func (r run) String() string {
@@ -132,7 +136,7 @@ func runs(atts []attempt) []run {
 		r, ok := byID[id]
 		if !ok {
 			r = &run{sched: a.sched, node: a.node, life: a.life, tick: a.tick, runID: a.runID,
-				fence: a.fence, start: a.start, manual: a.manual}
+				fence: a.fence, start: a.start, manual: a.manual, firstAttempt: a.attempt}
 			byID[id] = r
 			order = append(order, id)
 		}
@@ -249,6 +253,16 @@ func (c *cluster) checkTwice(all []run) []violation {
 			continue
 		}
 		k := st{r.sched, r.tick}
+		if !r.manual && r.firstAttempt > 1 {
+			// A re-run (on_node_loss = "rerun"): on the schedule's lock,
+			// not a grant; its tick's run before it must be of the same run
+			// id, on a life that crashed, and re-run once.
+			if v, ok := c.checkRerun(r, seen[k]); ok {
+				vs = append(vs, v)
+			}
+			seen[k] = append(seen[k], r)
+			continue
+		}
 		if r.manual {
 			// A manual run is not a scheduled tick's: a trigger's tick is
 			// any time, a backfill's runs a decided tick again. Each runs
@@ -268,6 +282,55 @@ func (c *cluster) checkTwice(all []run) []violation {
 		}
 	}
 	return vs
+}
+
+// checkRerun is invariant 1r for re-run r of a lost run, given the runs
+// of its tick before it: the run it re-runs (same run id, another life)
+// was lost to its node's crash (killed by it, or ended just before it
+// with its record never written: history says lost, and an idempotent
+// job tells by its run id), and no other re-run of it came before.
+func (c *cluster) checkRerun(r run, before []run) (violation, bool) {
+	sp := c.sched(r.sched)
+	if !sp.rerun {
+		return violation{inv: invRerun, at: r.start, msg: fmt.Sprintf("a re-run of a schedule without on_node_loss = \"rerun\": %v", r)}, true
+	}
+	var lost []run
+	for _, p := range before {
+		if p.runID == r.runID {
+			lost = append(lost, p)
+		}
+	}
+	switch {
+	case len(lost) == 0:
+		return violation{inv: invRerun, at: r.start, msg: fmt.Sprintf("a re-run of no run: %v", r)}, true
+	case len(lost) > 1:
+		return violation{inv: invRerun, at: r.start, msg: fmt.Sprintf("re-run again:\n    %v\n    %v", lost[len(lost)-1], r)}, true
+	case !lost[0].killed && !c.lostToCrash(lost[0]):
+		return violation{inv: invRerun, at: r.start, msg: fmt.Sprintf("a re-run of a run that was not lost:\n    %v\n    %v", lost[0], r)}, true
+	}
+	return violation{}, false
+}
+
+// lostToCrash reports whether run r's life crashed and history holds no
+// record of r from it.
+func (c *cluster) lostToCrash(r run) bool {
+	c.ledger.mu.Lock()
+	defer c.ledger.mu.Unlock()
+	crashed := false
+	for _, l := range c.lives {
+		if l.node == r.node && l.life == r.life {
+			crashed = l.crashed
+		}
+	}
+	if !crashed {
+		return false
+	}
+	for _, h := range c.history {
+		if h.RunID == r.runID && h.Node == r.node && h.life == r.life {
+			return false
+		}
+	}
+	return true
 }
 
 // twice reports the violation of invariant 1 that runs a and b of one

@@ -36,6 +36,8 @@ type cluster struct {
 	// starts the nodes wrote (scheduler.SkipObserver, RunStartObserver).
 	skipRecs []skipRec
 	starts   []startRec
+	// nextRerun is when the harness looks for lost runs next (rerun.go).
+	nextRerun time.Time
 	// running is ledger.mu's: the runs going on, by run id, for the
 	// cluster's side of overlap = "replace" (replaceRuns).
 	running map[string]runningRun

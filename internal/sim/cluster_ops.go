@@ -86,6 +86,7 @@ type acceptedBackfill struct {
 
 type opStats struct {
 	reloads, triggers, backfills, refused, undecided, lostTakes int
+	reruns                                                      int // lost runs re-run (rerun.go)
 }
 
 func (s *opStats) add(o opStats) {
@@ -95,11 +96,12 @@ func (s *opStats) add(o opStats) {
 	s.refused += o.refused
 	s.undecided += o.undecided
 	s.lostTakes += o.lostTakes
+	s.reruns += o.reruns
 }
 
 func (s opStats) String() string {
-	return fmt.Sprintf("%d reloads, %d triggers and %d backfills accepted (%d refused, %d of them undecided backfills; %d takes lost)",
-		s.reloads, s.triggers, s.backfills, s.refused, s.undecided, s.lostTakes)
+	return fmt.Sprintf("%d reloads, %d triggers and %d backfills accepted (%d refused, %d of them undecided backfills; %d takes lost); %d lost runs re-run",
+		s.reloads, s.triggers, s.backfills, s.refused, s.undecided, s.lostTakes, s.reruns)
 }
 
 // untilNextOp shortens d so that the clock stops at the next action.
@@ -117,6 +119,7 @@ func (c *cluster) untilNextOp(now time.Time, d time.Duration) time.Duration {
 func (c *cluster) operateOps(now time.Time) {
 	c.operateFreezes(now)
 	c.handOver(now)
+	c.rerunLost(now)
 	for _, op := range c.plan.ops {
 		if !op.at.Equal(now) {
 			continue

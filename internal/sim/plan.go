@@ -55,6 +55,8 @@ type schedPlan struct {
 	// ignoreTerm: the job goes on for killGrace after its context ends
 	// (workload.go).
 	ignoreTerm bool
+	// rerun: on_node_loss = "rerun" (rerun.go).
+	rerun bool
 }
 
 // nodePlan is one node id over the whole run: its incarnations, each a
@@ -129,6 +131,7 @@ func newPlan(seed uint64) *plan {
 	for i := range 2 + r.IntN(4) {
 		p.scheds = append(p.scheds, drawSchedule(r, i))
 	}
+	p.drawReruns(rand.New(rand.NewPCG(seed, 0x4e4e)))
 	calm := r.IntN(10) == 0 // a tenth of the seeds: no faults at all
 	for i := range 3 + r.IntN(3) {
 		p.nodes = append(p.nodes, p.drawNode(r, i, calm))

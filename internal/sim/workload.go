@@ -108,6 +108,9 @@ func (s schedPlan) workloadString() string {
 	if s.ignoreTerm {
 		out += " ignores SIGTERM"
 	}
+	if s.rerun {
+		out += " on_node_loss rerun"
+	}
 	if len(s.Nodes) > 0 {
 		out += fmt.Sprintf(" nodes %q", s.Nodes)
 	}
