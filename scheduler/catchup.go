@@ -307,13 +307,17 @@ func (s *Scheduler) submitTries(acts []action) {
 	if len(acts) == 0 {
 		return
 	}
-	b := s.newBurst(acts)
+	tries := acts[:0:0]
 	for _, a := range acts {
-		t := a.t
-		if t.step == stepRequeue {
-			s.work.Submit(t) // a tick that waited for its schedule's run (queue.go)
-			continue
+		if a.t.step == stepRequeue {
+			s.work.Submit(a.t) // a tick that waited for its schedule's run (queue.go)
+		} else {
+			tries = append(tries, a)
 		}
+	}
+	b := s.newBurst(tries)
+	for _, a := range tries {
+		t := a.t
 		t.burst = b
 		s.log.Debug("catch-up: trying a tick this node has not seen decided", slog.String("schedule", t.def.ID),
 			slog.String("tick", t.at.Format(time.RFC3339)), slog.Duration("late", t.lateness))

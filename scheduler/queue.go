@@ -43,18 +43,30 @@ func (s *Scheduler) park(t *tick) bool {
 	if left <= 0 {
 		return false
 	}
-	if !s.parkLocked(t, left) {
+	if !s.reserve(t) {
 		return false
 	}
 	if t.def.Overlap == OverlapReplace {
+		// Before the timer is armed, while t is still only this
+		// worker's: once armed, a wake may hand it to another.
 		s.replace(t) // outside s.mu: it cancels runs, and logs
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || t.st.removed || t.st.queue != t {
+		return false // the node began to stop meanwhile: skipped now
+	}
+	// The answer was decided: the next ask is a new request, with a
+	// token of its own, not a resend of this one.
+	t.resend = nil
+	t.step = stepRequeue
+	t.queued.timer = s.clock.AfterFunc(min(queueRetry, left), func() { s.work.Submit(t) })
 	return true
 }
 
-// parkLocked is park's part under s.mu: it takes st's waiting place and
-// arms t's next try, unless it may not wait.
-func (s *Scheduler) parkLocked(t *tick, left time.Duration) bool {
+// reserve takes t's schedule's waiting place for t, unless another tick
+// holds it or the node is stopping.
+func (s *Scheduler) reserve(t *tick) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := t.st
@@ -66,11 +78,6 @@ func (s *Scheduler) parkLocked(t *tick, left time.Duration) bool {
 		t.queued = &queueWait{}
 	}
 	t.queued.tries++
-	// The answer was decided: the next ask is a new request, with a
-	// token of its own, not a resend of this one.
-	t.resend = nil
-	t.step = stepRequeue
-	t.queued.timer = s.clock.AfterFunc(min(queueRetry, left), func() { s.work.Submit(t) })
 	return true
 }
 
@@ -130,6 +137,9 @@ func (s *Scheduler) retryQueued(t *tick) bool {
 		s.runLocal(t)
 		return false
 	}
+	// Its try is bounded as a fired tick's first try is (its burst's
+	// context: the TTL, and the shutdown grace), by a burst of its own.
+	t.burst = s.newBurst([]action{{t: t}})
 	return s.ask(t)
 }
 
@@ -189,7 +199,7 @@ func (def *compiled) waits() bool {
 // next heartbeat, and ReplaceRuns names each run once.
 func (s *Scheduler) replace(t *tick) {
 	for _, id := range s.runs.runsBefore(t.st.id, t.at) {
-		if s.ReplaceRun(id) {
+		if s.stopRun(id, errReplaced, false) {
 			s.log.Info("run replaced by a later tick of its schedule", slog.String("schedule", t.def.ID),
 				slog.String("run_id", id), slog.String("tick", t.at.Format(time.RFC3339)))
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bext-dev/bext-scheduler/hints"
+	"github.com/bext-dev/bext-scheduler/locking"
 	"github.com/bext-dev/bext-scheduler/scheduler"
 )
 
@@ -275,4 +276,63 @@ func TestReplaceAsksTheClusterToStopAnotherNodesRun(t *testing.T) {
 	}
 	close(r.gate)
 	h.rec.waitRuns(t, 1)
+}
+
+// A waiting tick whose tick another node ran meanwhile (its try answered
+// done, not contended) stops waiting at once, skipped: it no longer holds
+// its schedule's waiting place, so the next tick asks as usual (before,
+// it waited on, asking every second, and made every later tick skip
+// still_running until its window ended).
+func TestQueueWaitEndsWhenTheTickRanElsewhere(t *testing.T) {
+	j := newGateJob()
+	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
+	ctx := context.Background()
+	held, err := h.peer.TryLock(ctx, "q", time.Hour)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock: %v, %v", held, err)
+	}
+	h.loopParked()
+	h.clock.Advance(time.Minute)       // 00:01 asks, contended: waits
+	h.advanceWhenArmed(2, time.Second) // contended again
+	armed(t, h, 2)                     // and waiting again
+	if err := h.peer.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := h.peer.TryLockTick(ctx, locking.TickRequest{Key: "q", Tick: t0.Add(time.Minute), TTL: time.Minute,
+		MaxSkew: time.Second, Window: 5 * time.Minute})
+	if err != nil || ans.Verdict != locking.TickGranted {
+		t.Fatalf("the peer's try-lock-tick of 00:01: %v, %v", ans.Verdict, err)
+	}
+	if err := h.peer.Release(ctx, ans.Handle); err != nil { // its run ended
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Second) // answered done
+	if sk := h.rec.waitSkips(t, 1); sk[0].reason != scheduler.SkipContended || !sk[0].tick.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("skips %+v, want 00:01 contended", sk)
+	}
+	h.idle()
+	tries, _, _ := h.locker.counts()
+	h.clock.Advance(10 * time.Second)
+	h.idle()
+	if n, _, _ := h.locker.counts(); n != tries {
+		t.Errorf("00:01 asked %d more times after it was run elsewhere", n-tries)
+	}
+	h.loopParked()
+	h.clock.Advance(50 * time.Second) // 00:02 runs: nothing waits
+	r := j.next(t)
+	if !r.tick.Time.Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("ran %v, want 00:02", r.tick.Time)
+	}
+	close(r.gate)
+	h.rec.waitRuns(t, 1)
+}
+
+// armed waits until n timers of h's clock are armed.
+func armed(t *testing.T, h *harness, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := h.clock.BlockUntilArmed(ctx, n); err != nil {
+		t.Fatalf("%d timers never armed: %v", n, err)
+	}
 }

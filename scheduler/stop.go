@@ -34,16 +34,20 @@ type stops struct {
 // between two of those states (an attempt about to start) is still
 // stopped, by the mark that every attempt reads once registered; the mark
 // is forgotten when the run ends.
-func (s *Scheduler) StopRun(runID string) bool { return s.stopRun(runID, errStopped) }
+func (s *Scheduler) StopRun(runID string) bool { return s.stopRun(runID, errStopped, true) }
 
 // ReplaceRun is StopRun for a run replaced by a later tick of its
 // schedule (overlap = "replace", asked by the node of that tick): the run
 // is recorded replaced, not cancelled.
-func (s *Scheduler) ReplaceRun(runID string) bool { return s.stopRun(runID, errReplaced) }
+func (s *Scheduler) ReplaceRun(runID string) bool { return s.stopRun(runID, errReplaced, false) }
 
 // stopRun stops run runID with cause (errStopped, errReplaced); the first
-// cause asked is kept.
-func (s *Scheduler) stopRun(runID string, cause error) bool {
+// cause asked is kept. keep keeps the mark of a run found neither running
+// nor between attempts, for an attempt about to register (an operator's
+// stop names a run announced as running); a replace does not keep it: it
+// asks again at its tick's next try, and a mark kept for a run that had
+// ended would never be forgotten.
+func (s *Scheduler) stopRun(runID string, cause error, keep bool) bool {
 	if runID == "" {
 		return false
 	}
@@ -51,7 +55,8 @@ func (s *Scheduler) stopRun(runID string, cause error) bool {
 	if s.stops.ids == nil {
 		s.stops.ids = map[string]error{}
 	}
-	if s.stops.ids[runID] == nil {
+	added := s.stops.ids[runID] == nil
+	if added {
 		s.stops.ids[runID] = cause
 		s.stops.pending.Add(1)
 	}
@@ -60,7 +65,11 @@ func (s *Scheduler) stopRun(runID string, cause error) bool {
 	// The mark first, then the walk: an attempt registered after the walk
 	// reads the mark (attempt), one registered before is found.
 	found := s.runs.cancelRun(runID, cause)
-	return s.inBackoff(runID) || found
+	found = s.inBackoff(runID) || found
+	if !found && !keep && added {
+		s.stopDone(runID)
+	}
+	return found
 }
 
 // stopAsked reports whether runID was asked to stop.

@@ -422,7 +422,7 @@ func (s *Scheduler) locked(t *tick, granted bool, why SkipReason) bool {
 		return false
 	}
 	s.advance(t, tickGranted)
-	if t.queued != nil || t.st.queue == t {
+	if t.def.waits() {
 		// Granted: it no longer waits, and the next tick may.
 		s.mu.Lock()
 		s.unqueueLocked(t)
@@ -690,6 +690,9 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 	if t.resend != nil {
 		t.resend.cancel()
 	}
+	// Only a contended answer makes a queued tick wait on (queue.go): a
+	// tick that waited and is now answered done was run elsewhere.
+	t.heldElsewhere = false
 	st, def := t.st, t.def
 	if err != nil {
 		var ahead *locking.AheadError

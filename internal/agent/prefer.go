@@ -12,17 +12,19 @@ import (
 type liveNodes struct {
 	peers *rendezvous.Peers
 	at    time.Time       // when it was read (Options.Now)
-	ids   map[string]bool // the live nodes' ids (rerun.go)
+	// ids holds the live nodes' ids, each with its announced start
+	// (rerun.go: a node that restarted since a run began lost that run).
+	ids map[string]time.Time
 }
 
 // setLive keeps the live nodes the announce just read: the registry the
 // scheduler ranks this node in for each tick (Preferrer).
 func (a *Agent) setLive(nodes []cluster.Node) {
 	ids := make([]string, len(nodes))
-	set := make(map[string]bool, len(nodes))
+	set := make(map[string]time.Time, len(nodes))
 	for i, n := range nodes {
 		ids[i] = n.NodeID
-		set[n.NodeID] = true
+		set[n.NodeID] = n.StartedAt
 	}
 	a.live.Store(&liveNodes{peers: rendezvous.New(a.opts.NodeID, ids), at: a.opts.Now(), ids: set})
 }

@@ -74,10 +74,18 @@ func (a *Agent) rerunLost(ctx context.Context) {
 		sc := byID[id]
 		// A node missing from a registry read less than an announce
 		// period after its run started may only not have announced yet
-		// (both just started); one read later is gone.
-		if r.Result != cluster.ResultRunning || r.Node == a.opts.NodeID || live.ids[r.Node] ||
-			live.at.Before(r.StartedAt.Add(a.opts.AnnounceEvery)) || now.Sub(r.Tick) > sc.RerunWindow || r.RunID == "" {
+		// (both just started); one read later is gone. A node live again
+		// under the same id (restarted by its supervisor: this one,
+		// maybe) that started after the run began lost it all the same.
+		if r.Result != cluster.ResultRunning || live.at.Before(r.StartedAt.Add(a.opts.AnnounceEvery)) ||
+			now.Sub(r.Tick) > sc.RerunWindow || r.RunID == "" {
 			continue
+		}
+		if started, ok := live.ids[r.Node]; ok && !started.After(r.StartedAt) {
+			continue // its node lives, and ran it: not lost
+		}
+		if r.Node == a.opts.NodeID && !a.opts.StartedAt.After(r.StartedAt) {
+			continue // this process's own run
 		}
 		a.rerun(ctx, sc, r, now)
 	}
@@ -155,11 +163,22 @@ func Rerun(ctx context.Context, d RerunDeps, sc Schedule, r cluster.Run) bool {
 		release("the run was re-run already") // or is being; or the marker's answer was lost: not re-run
 		return false
 	}
+	// From here, a re-run not handed to the scheduler gives the marker
+	// back before the schedule's lock, which it still holds: no node can
+	// have taken either meanwhile, and a later look may re-run the run.
+	giveUp := func(why string) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := d.Locker.Release(rctx, marker); err != nil {
+			log.Warn("re-running a lost run: giving its re-run marker back failed", slog.String("why", why), slog.Any("error", err))
+		}
+		release(why)
+	}
 	cur, ok, err := d.LastRun(ctx, sc.ID)
 	if err != nil || !ok || cur.RunID != r.RunID || cur.Result != cluster.ResultRunning {
-		// Its node recorded the run's end after all (or a newer run came):
-		// nothing lost. The marker stays: the run is not lost again.
-		release("the run is not lost")
+		// Its node recorded the run's end after all (or a newer run came),
+		// or history did not answer: not re-run now.
+		giveUp("the run is not lost, or history did not answer")
 		return false
 	}
 	attempt := max(r.Attempts, 1) + 1
@@ -168,7 +187,7 @@ func Rerun(ctx context.Context, d RerunDeps, sc Schedule, r cluster.Run) bool {
 		Rerun: &scheduler.Rerun{Attempt: attempt, Start: r.StartedAt}})
 	if err != nil {
 		log.Warn("re-running a lost run: the scheduler refused it", slog.Any("error", err))
-		release("the scheduler refused the re-run")
+		giveUp("the scheduler refused the re-run")
 		return false
 	}
 	log.Warn("re-running a run whose node was lost", slog.Int("attempt", attempt))

@@ -113,3 +113,44 @@ func TestRerunLostRunOnce(t *testing.T) {
 		t.Fatalf("re-run %+v (rerun %+v), want run-1 of s at its tick, attempt 2, from its start, under the schedule's lock", m, m.Rerun)
 	}
 }
+
+// A node restarted under the same id (its supervisor brought it back
+// before the registry forgot it) lost the run its previous process had
+// going: the run is re-run, here by the restarted node itself. A run that
+// began after the node's start is its own and is left alone.
+func TestRerunAfterARestartUnderTheSameID(t *testing.T) {
+	mem := memory.New()
+	ctx := context.Background()
+	now := time.Now()
+	lost := cluster.Run{Schedule: "s", Tick: now.Add(-10 * time.Second).Truncate(time.Second), Node: "a",
+		Result: cluster.ResultRunning, StartedAt: now.Add(-9 * time.Second), RunID: "run-old"}
+	mine := cluster.Run{Schedule: "m", Tick: now.Add(-time.Second).Truncate(time.Second), Node: "a",
+		Result: cluster.ResultRunning, StartedAt: now.Add(time.Second), RunID: "run-mine"}
+	if err := mem.RecordRuns(ctx, []cluster.Run{lost, mine}, 10); err != nil {
+		t.Fatal(err)
+	}
+	runner := &rerunRunner{got: make(chan struct{}, 100)}
+	peer := mem.Peer("a")
+	ag := agent.New(peer, nodeRunner{runner, peer}, agent.Options{NodeID: "a", StartedAt: now, AnnounceEvery: 20 * time.Millisecond,
+		RerunEvery: 10 * time.Millisecond, FlushEvery: time.Millisecond})
+	ag.SetSchedules([]agent.Schedule{{ID: "s", TTL: time.Minute, Rerun: true, RerunWindow: time.Minute},
+		{ID: "m", TTL: time.Minute, Rerun: true, RerunWindow: time.Minute}}, nil, "h")
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); ag.Run(runCtx, nil) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-runner.got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run of the node's previous process was never re-run")
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // proving an absence: nothing to be told by
+	}
+	runner.mu.Lock()
+	defer runner.mu.Unlock()
+	if len(runner.runs) != 1 || runner.runs[0].RunID != "run-old" {
+		t.Fatalf("re-runs %d (the first %+v), want run-old only", len(runner.runs), runner.runs[0])
+	}
+}
