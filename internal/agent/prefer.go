@@ -11,7 +11,7 @@ import (
 // liveNodes is one reading of the node registry.
 type liveNodes struct {
 	peers *rendezvous.Peers
-	at    time.Time       // when it was read (Options.Now)
+	at    time.Time // when it was read (Options.Now)
 	// ids holds the live nodes' ids, each with its announced start
 	// (rerun.go: a node that restarted since a run began lost that run).
 	ids map[string]time.Time
