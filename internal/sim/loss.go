@@ -173,6 +173,16 @@ func (p *plan) lostLocks(from, to time.Time) bool {
 func (c *cluster) overlapAfterLoss(a, b run) bool {
 	ga, okA := c.grantOf(a)
 	gb, okB := c.grantOf(b)
+	// A re-run of a lost run (rerun.go) holds the schedule's lock from a
+	// plain try-lock, not a grant: its lock was taken before its start,
+	// under its fence (seed 31090: a re-run's lock lost in a backend
+	// restart, the next tick granted beside it).
+	if r := a; !okA && !r.manual && r.firstAttempt > 1 {
+		ga, okA = grant{at: r.start, fence: r.fence}, true
+	}
+	if r := b; !okB && !r.manual && r.firstAttempt > 1 {
+		gb, okB = grant{at: r.start, fence: r.fence}, true
+	}
 	if gb.at.Before(ga.at) {
 		ga, gb = gb, ga
 	}
