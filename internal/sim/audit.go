@@ -57,7 +57,9 @@ type verdict struct {
 	dup       bool      // a duplicated call's late copy (link_dup.go): heard by no one
 	token     string    // a grant's
 	// again: a grant answered from the record of an earlier grant of its
-	// token (a resend's), which decides nothing and leaves the mark alone.
+	// token (a resend's), or a paused or missed verdict from the record of
+	// its request's first attempt: it decides nothing and leaves the mark
+	// alone.
 	again bool
 }
 
@@ -87,12 +89,22 @@ func (l *link) logVerdict(r locking.TickRequest, ans locking.TickAnswer, err err
 	}
 	cl := &l.c.verdicts
 	cl.mu.Lock()
+	if cl.granted == nil {
+		cl.granted = map[string]bool{}
+	}
 	if v.token != "" {
-		if cl.granted == nil {
-			cl.granted = map[string]bool{}
-		}
 		v.again = cl.granted[v.token]
 		cl.granted[v.token] = true
+	}
+	if (ans.Verdict == locking.TickPaused || ans.Verdict == locking.TickMissed) && r.Token != "" {
+		// A resend answered paused or missed from the record of its first
+		// attempt's verdict (the lock contract's paused/missed records)
+		// decides nothing again either (seed 32814: a missed verdict of
+		// +43s answered again to a resend at +52s, after the marks were
+		// forgotten at +49.2s, read as the first raise after the loss).
+		k := "pm/" + r.Key + "/" + r.Token
+		v.again = cl.granted[k]
+		cl.granted[k] = true
 	}
 	cl.vs = append(cl.vs, v)
 	cl.mu.Unlock()
