@@ -131,6 +131,10 @@ var triagedSeeds = []uint64{
 	603428, // two polls of one request on one life drew the same take tokens: a backfill's take answered twice, run twice
 	2990,   // invariant 8: a resend answered from its grant's record after a loss of the marks taken for a step
 	766,    // invariant 8: paused, its reply lost, its node crashed before a resend was answered
+	// invariant 8: a missed verdict answered again to a resend after a loss
+	// of the marks taken for a step (the checker's, as 2990)
+	7251, 32814,
+	31090, // invariant 6: a re-run's lock lost in a backend restart, the next tick granted beside it (the checker's)
 }
 
 func TestSimTriagedSeeds(t *testing.T) {
