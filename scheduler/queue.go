@@ -27,7 +27,6 @@ const queueRetry = time.Second
 // queueWait is a tick waiting for its schedule's run in progress.
 type queueWait struct {
 	timer Timer // its next try; under s.mu
-	tries int   // how many times it asked and was answered contended
 }
 
 // park makes tick t, answered contended (or a node-local tick finding
@@ -77,7 +76,6 @@ func (s *Scheduler) reserve(t *tick) bool {
 	if t.queued == nil {
 		t.queued = &queueWait{}
 	}
-	t.queued.tries++
 	return true
 }
 

@@ -114,10 +114,7 @@ func TestQueueRunsTheWaitingTickWhenTheRunEnds(t *testing.T) {
 func TestQueueWaitsForAnotherNodesRun(t *testing.T) {
 	j := newGateJob()
 	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
-	held, err := h.peer.TryLock(context.Background(), "q", time.Hour)
-	if err != nil || held == nil {
-		t.Fatalf("the peer's lock: %v, %v", held, err)
-	}
+	held := peerHolds(t, h, "q", time.Hour)
 	h.loopParked()
 	h.clock.Advance(time.Minute)
 	for range 5 { // five tries, contended each
@@ -149,10 +146,7 @@ func TestQueueGivesUpAtTheWindowsEnd(t *testing.T) {
 	sc := queued(sched("q", "0 * * * *", hints.RequireGlobal, j))
 	sc.CatchupWindow = 10 * time.Second
 	h := newHarness(t, scheduler.Options{}, sc).start()
-	held, err := h.peer.TryLock(context.Background(), "q", 2*time.Hour)
-	if err != nil || held == nil {
-		t.Fatalf("the peer's lock: %v, %v", held, err)
-	}
+	peerHolds(t, h, "q", 2*time.Hour)
 	h.loopParked()
 	h.clock.Advance(time.Hour)
 	for range 10 {
@@ -180,10 +174,7 @@ func TestQueueGivesUpAtTheWindowsEnd(t *testing.T) {
 func TestQueueWaitEndsAtShutdown(t *testing.T) {
 	j := newGateJob()
 	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
-	held, err := h.peer.TryLock(context.Background(), "q", time.Hour)
-	if err != nil || held == nil {
-		t.Fatalf("the peer's lock: %v, %v", held, err)
-	}
+	peerHolds(t, h, "q", time.Hour)
 	h.loopParked()
 	h.clock.Advance(time.Minute)
 	h.advanceWhenArmed(2, time.Second) // waiting, its second try armed
@@ -248,10 +239,7 @@ func TestReplaceAsksTheClusterToStopAnotherNodesRun(t *testing.T) {
 		}
 	}}
 	h := newHarness(t, opts, replacing(sched("r", everyMinute, hints.RequireGlobal, j))).start()
-	held, err := h.peer.TryLock(context.Background(), "r", time.Hour)
-	if err != nil || held == nil {
-		t.Fatalf("the peer's lock: %v, %v", held, err)
-	}
+	held := peerHolds(t, h, "r", time.Hour)
 	h.loopParked()
 	h.clock.Advance(time.Minute)
 	for i := range 2 {
@@ -287,10 +275,7 @@ func TestQueueWaitEndsWhenTheTickRanElsewhere(t *testing.T) {
 	j := newGateJob()
 	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
 	ctx := context.Background()
-	held, err := h.peer.TryLock(ctx, "q", time.Hour)
-	if err != nil || held == nil {
-		t.Fatalf("the peer's lock: %v, %v", held, err)
-	}
+	held := peerHolds(t, h, "q", time.Hour)
 	h.loopParked()
 	h.clock.Advance(time.Minute)       // 00:01 asks, contended: waits
 	h.advanceWhenArmed(2, time.Second) // contended again
@@ -335,4 +320,15 @@ func armed(t *testing.T, h *harness, n int) {
 	if err := h.clock.BlockUntilArmed(ctx, n); err != nil {
 		t.Fatalf("%d timers never armed: %v", n, err)
 	}
+}
+
+// peerHolds has h's peer (another node) take key for ttl, as a run of
+// the schedule there holds it, and returns its handle.
+func peerHolds(t *testing.T, h *harness, key string, ttl time.Duration) *locking.Handle {
+	t.Helper()
+	held, err := h.peer.TryLock(context.Background(), key, ttl)
+	if err != nil || held == nil {
+		t.Fatalf("the peer's lock of %q: %v, %v", key, held, err)
+	}
+	return held
 }

@@ -87,12 +87,12 @@ func (a *Agent) rerunLost(ctx context.Context) {
 		if r.Node == a.opts.NodeID && !a.opts.StartedAt.After(r.StartedAt) {
 			continue // this process's own run
 		}
-		a.rerun(ctx, sc, r, now)
+		a.rerun(ctx, sc, r)
 	}
 }
 
 // rerun re-runs lost run r of sc (steps 1 to 4 above), if it may.
-func (a *Agent) rerun(ctx context.Context, sc Schedule, r cluster.Run, _ time.Time) {
+func (a *Agent) rerun(ctx context.Context, sc Schedule, r cluster.Run) {
 	tl, ok := a.b.(locking.TryLocker)
 	if !ok {
 		return
