@@ -744,6 +744,14 @@ func (s *Scheduler) lockAnswer(t *tick, ans locking.TickAnswer, err error, befor
 		if ans.Verdict != locking.TickContended {
 			st.decided.raise(t.at) // done, missed, paused: the mark is at T or past it
 		}
+		if ans.Verdict == locking.TickMissed || ans.Verdict == locking.TickPaused {
+			// T itself is accounted for above; the ticks the step raised
+			// the mark over (its Before) are not, and no other node asked
+			// for them: recorded stopped, as for a step heard in time
+			// (sim seeds 30769, 41836: missed heard 13s after the first
+			// send, the gap recorded by no one, audit found it lost).
+			s.recordGap(t, ans.Before)
+		}
 		return false, SkipBackendError
 	}
 
