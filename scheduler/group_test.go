@@ -203,7 +203,7 @@ func TestGroupWaitOutlivesItsLease(t *testing.T) {
 	// comes before the lease deadline.
 	driveUntilStarted(t, h, second, h.clock.Now().Add(time.Minute))
 	for range 12 {
-		h.advanceWhenArmed(2, 5*time.Second) // the loop's timer, the run's watch
+		h.advanceWhenRenewed(2, 5*time.Second) // the loop's timer, the run's watch
 	}
 	select {
 	case err := <-second.ended:

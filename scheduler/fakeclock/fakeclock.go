@@ -17,7 +17,8 @@ type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
 	armed   []*Timer      // active timers, in no particular order
-	changed chan struct{} // closed when armed changes; nil when no one waits
+	running int           // AfterFunc functions started and not returned
+	changed chan struct{} // closed when armed or running changes; nil when no one waits
 }
 
 var _ scheduler.Clock = (*Clock)(nil)
@@ -84,9 +85,24 @@ func (c *Clock) Armed() int {
 // BlockUntilArmed waits until at least n timers are waiting to fire, or ctx
 // ends (then it returns ctx's error).
 func (c *Clock) BlockUntilArmed(ctx context.Context, n int) error {
+	return c.block(ctx, func() bool { return len(c.armed) >= n })
+}
+
+// BlockUntilSettled waits until at least n timers are waiting to fire and
+// every AfterFunc function the clock started has returned, or ctx ends.
+// Armed timers alone do not say that the work a timer fired is over when
+// that work re-arms its timer before it does the rest (a run's watch
+// re-arms, then renews): a test that moves the clock on meanwhile races
+// the work it fired.
+func (c *Clock) BlockUntilSettled(ctx context.Context, n int) error {
+	return c.block(ctx, func() bool { return len(c.armed) >= n && c.running == 0 })
+}
+
+// block waits until ok, called with c.mu held, is true.
+func (c *Clock) block(ctx context.Context, ok func() bool) error {
 	for {
 		c.mu.Lock()
-		if len(c.armed) >= n {
+		if ok() {
 			c.mu.Unlock()
 			return nil
 		}
@@ -140,7 +156,15 @@ type Timer struct {
 // channel (which holds one value, as time.Timer's) or starts its function.
 func (t *Timer) fireLocked() {
 	if t.fn != nil {
-		go t.fn()
+		c := t.c
+		c.running++
+		go func() {
+			t.fn()
+			c.mu.Lock()
+			c.running--
+			c.notify()
+			c.mu.Unlock()
+		}()
 		return
 	}
 	select {

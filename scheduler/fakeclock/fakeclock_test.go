@@ -128,3 +128,35 @@ func TestAfterFuncCallsOnceWhenDueAndStopPreventsIt(t *testing.T) {
 		t.Errorf("f ran at %v after Reset(0), want now", got)
 	}
 }
+
+// BlockUntilSettled waits for the functions AfterFunc started as well as
+// for armed timers: a function that re-arms its timer and then goes on
+// working (a run's watch renewing) leaves the clock armed but not settled.
+func TestBlockUntilSettledWaitsForAfterFuncs(t *testing.T) {
+	c := fakeclock.New(start)
+	rearmed, finish, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var tm interface{ Reset(time.Duration) bool }
+	tm = c.AfterFunc(time.Second, func() {
+		tm.Reset(time.Second) // armed again, then the rest of the work
+		close(rearmed)
+		<-finish
+		close(finished)
+	})
+	c.Advance(time.Second)
+	<-rearmed
+	if c.Armed() != 1 {
+		t.Fatalf("Armed = %d once f re-armed its timer, want 1", c.Armed())
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.BlockUntilSettled(short, 1); err == nil {
+		t.Fatal("BlockUntilSettled returned while f was still running")
+	}
+	close(finish)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := c.BlockUntilSettled(ctx, 1); err != nil {
+		t.Fatalf("BlockUntilSettled after f returned: %v", err)
+	}
+	<-finished
+}
