@@ -95,10 +95,8 @@ func (c *opsCluster) start(id, cfg string, args ...string) *opsNode {
 	if cfg == "" {
 		cfg = c.cfg
 	}
-	// A -race binary sleeps 1s at exit (GORACE atexit_sleep_ms), and each
-	// command job runs under a re-executed copy of it (the supervisor):
-	// without this every run would last a second more.
-	p := proctest.Start(c.t, bin, append([]string{"GORACE=atexit_sleep_ms=0"}, c.env...), append([]string{"run", "--config", cfg, "--node-id", id, "--listen", "127.0.0.1:0"}, args...)...)
+	// nodeBin: not -race (see main_test.go).
+	p := proctest.Start(c.t, nodeBin, c.env, append([]string{"run", "--config", cfg, "--node-id", id, "--listen", "127.0.0.1:0"}, args...)...)
 	m := p.WaitLog(addrRE, 60*time.Second)
 	n := &opsNode{id: id, p: p, addr: m[1]}
 	c.nodes[id] = n

@@ -17,21 +17,28 @@ import (
 	"github.com/bext-dev/bext-scheduler/internal/proctest"
 )
 
-var bin string
+// bin is the binary under test, built with -race: the CLI tests and the
+// single-node tests run it, so the node's own code is race-checked in a
+// real process. nodeBin is built without -race (and with the test hooks,
+// unset): the cluster tests' nodes (opsCluster) run it. Three -race nodes
+// per cluster test, each re-executing itself as the supervisor of a job
+// every second, were what kept this package's tests one or two at a
+// time: beside the Postgres package's tests they starved the shared
+// server's connection starts and a node's renewal. The packages the
+// cluster paths run (agent, scheduler, the backends) are race-tested by
+// their own tests, as e2e's nodes are.
+var bin, nodeBin string
 
 // testParallel is how many tests run at once unless -parallel says
 // otherwise. Most of this package's tests start node processes and wait
 // for wall-clock ticks, so GOMAXPROCS (go test's default) would leave the
 // machine idle; every test has its own key prefix, Postgres namespace and
-// directory, so they never see each other's state. Not more: each cluster
-// test runs three -race nodes, and beside the Postgres package's tests 4 at
-// a time starved the shared server's connection starts past their timeout,
-// and at 3 a Postgres node's renewal past its lease (lock_lost).
-const testParallel = 2
+// directory, so they never see each other's state.
+const testParallel = 6
 
 func TestMain(m *testing.M) {
 	proctest.DefaultParallel(testParallel)
-	proctest.Main(m, &bin)
+	proctest.Main(m, &bin, &nodeBin)
 }
 
 func writeFile(t *testing.T, dir, name, body string) string {

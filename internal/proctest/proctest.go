@@ -84,8 +84,12 @@ func DefaultParallel(n int) {
 
 // Main is a TestMain for packages that test the built binary: it builds
 // it into a temporary directory, sets *bin, runs the tests, and fails the
-// run if goroutines leaked.
-func Main(m *testing.M, bin *string) {
+// run if goroutines leaked. timed, when given, is set to BuildTimed's
+// binary (with the test hooks, as e2e's, so the two share the build
+// cache), in a directory of its own: for tests whose clusters time
+// every-second schedules, where a -race node costs the CPU that other
+// tests running beside them need.
+func Main(m *testing.M, bin *string, timed ...*string) {
 	dir, err := os.MkdirTemp("", "bext-bin-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -95,6 +99,16 @@ func Main(m *testing.M, bin *string) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	for i, p := range timed {
+		sub := filepath.Join(dir, "timed"+strconv.Itoa(i))
+		if err = os.Mkdir(sub, 0o755); err == nil {
+			*p, err = BuildTimed(sub, TestHooksTag)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
