@@ -110,6 +110,13 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 		spec.ShutdownGrace = 5 * time.Second
 	}
 	dir := t.TempDir()
+	// Registered after TempDir, so it runs after the nodes' own cleanups
+	// killed them and before the directory is removed: a job a dead node
+	// left behind (its supervisor's parent-death signal still on its way)
+	// may yet write its ledger record, and RemoveAll then failed the test
+	// ("directory not empty", TestQueueRunsWaitingTicksOnce in a CI
+	// rehearsal with the clusters six at a time).
+	t.Cleanup(func() { killJobsIn(t, dir) })
 	c := &Cluster{t: t, Spec: spec, Backend: b, Res: ledger.Resource{Dir: dir},
 		config: filepath.Join(dir, "bext.config.toml")}
 	job := func(sleep time.Duration) string {

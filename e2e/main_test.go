@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -122,6 +124,56 @@ func jobGroups(pid int) []int {
 			out = append(out, g)
 		}
 		queue = append(queue, children[id]...)
+	}
+	return out
+}
+
+// killJobsIn kills every process that has dir as an argument (the ledger
+// jobs of a cluster, and their supervisors, once the nodes are dead) and
+// waits until none is left. They are no children of the test's, so
+// nothing tells it when they are gone: it reads /proc again every 10ms,
+// for at most 10s.
+func killJobsIn(t testing.TB, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pids := procsWithArg(dir)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes %v still run in %s 10s after SIGKILL", pids, dir)
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// procsWithArg returns the processes with arg among their arguments,
+// zombies left out (killed, not yet reaped by whoever adopted them).
+func procsWithArg(arg string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 { // gone, or a zombie (empty cmdline)
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == arg {
+				out = append(out, pid)
+				break
+			}
+		}
 	}
 	return out
 }
