@@ -226,10 +226,13 @@ func TestOverrunKeepsLockByRenewal(t *testing.T) {
 		// the job can tell it started before the watch is armed, and a
 		// step taken then was lost: the watch armed from the later time,
 		// and the renewal waited for a step that never came (seen in CI).
-		h.advanceWhenArmed(2, every)
+		// And only once the last step's renewal returned: a step taken
+		// while it was in flight let the lease deadline pass before the
+		// lease was extended (lock_lost, seen in a CI rehearsal).
+		h.advanceWhenRenewed(2, every)
 		h.locker.wait(t, "a renewal", func() bool { _, r, _ := h.locker.counts(); return r >= i })
 	}
-	h.clock.Advance(12*time.Second - 4*every)
+	h.advanceWhenRenewed(2, 12*time.Second-4*every)
 	h.logs.waitFor(t, slog.LevelWarn, "run overran its expected runtime; the lock is kept by renewal")
 	if who := h.heldBy("slow"); who != "node-a" {
 		t.Fatalf("overrunning job's lock held by %q, want node-a", who)
