@@ -43,7 +43,7 @@ TESTREPORT = $(GO) run ./scripts/testreport
 # says (PARALLEL="-parallel 1" runs one at a time, as CI did before issue
 # 31). The packages set it where their tests wait rather than compute:
 # the CLI tests 6 (cmd/bext-scheduler, proctest.DefaultParallel), e2e's
-# clusters 6; the rest GOMAXPROCS.
+# clusters 5; the rest GOMAXPROCS.
 PARALLEL ?=
 # How many packages' test binaries run at once in the package step. Most
 # of its time is waiting (wall-clock ticks, servers, node processes): at
@@ -63,7 +63,7 @@ test: test-services ## the whole suite, with -race, against the real Redis and P
 	$(MAKE) --no-print-directory test-chart
 	@echo "== $$(date +%T) e2e"
 	@# The cluster scenarios: 3-node clusters timing every-second
-	@# schedules (6 at a time: e2e's own -parallel), each on backends of
+	@# schedules (5 at a time: e2e's own -parallel), each on backends of
 	@# its own; after the packages, whose -race tests would starve the
 	@# nodes of the 2 cores. The node binary is not race-built, for the
 	@# same reason. The browser tests (e2e/browser) run beside them.

@@ -36,7 +36,7 @@ type Spec struct {
 	SafetyMargin    time.Duration   // default 1s
 	MaxClockSkew    time.Duration   // default 500ms
 	Offsets         []time.Duration // BEXT_TEST_CLOCK_OFFSET per node, by index
-	LogLevel        string          // default debug (BackendErrors reads the debug lines)
+	LogLevel        string          // default debug (SkippedTicks reads the debug lines)
 	Manual          bool            // the test starts the nodes itself (Node.Start)
 	Cron            string          // the global schedule's (default every second)
 	Overlap         string          // the global schedule's overlap (default: the config's, skip)
@@ -100,7 +100,7 @@ func startCluster(t testing.TB, b *Backend, spec Spec) *Cluster {
 	}
 	if spec.LogLevel == "" {
 		// A tick skipped as backend_error is logged at debug (one warning
-		// per outage at info): BackendErrors needs the debug lines.
+		// per outage at info): SkippedTicks needs the debug lines.
 		spec.LogLevel = "debug"
 	}
 	if spec.Cron == "" {
@@ -230,31 +230,6 @@ func (n *Node) Start() {
 	n.proc, n.addr = p, m[1]
 	n.procs = append(n.procs, p)
 	n.mu.Unlock()
-}
-
-// backendErrorRe matches a node's log line for a global tick skipped as
-// backend_error (the backend failed or answered too late).
-var backendErrorRe = regexp.MustCompile(`msg="tick skipped".* schedule=` + globalID + ` .*outcome=backend_error`)
-
-// BackendErrors counts the global ticks every process of every node has
-// logged as skipped for backend_error: a tick missed without a fault is
-// acceptable only when some node reported why (an overloaded machine makes
-// the backend answer late, and a late lock does not run its tick).
-func (c *Cluster) BackendErrors() int {
-	count := 0
-	for _, n := range c.Nodes() {
-		n.mu.Lock()
-		procs := append([]*proctest.Node(nil), n.procs...)
-		n.mu.Unlock()
-		for _, p := range procs {
-			for _, l := range strings.Split(p.Log(), "\n") {
-				if backendErrorRe.MatchString(l) {
-					count++
-				}
-			}
-		}
-	}
-	return count
 }
 
 // skipRe matches a node's log line for a global tick skipped, with the

@@ -208,11 +208,25 @@ func (c *Cluster) globalRuns() []ledger.Run {
 func noMisses(t *testing.T, c *Cluster, rep ledger.Report) {
 	t.Helper()
 	skipped := c.SkippedTicks("backend_error", "missed")
+	behind := c.SkippedTicks("still_running")
 	var lost, excused []string
 	for _, tick := range rep.MissedTicks {
-		if why := skipped[tick.Unix()]; len(why) > 0 {
+		u := tick.Unix()
+		if why := skipped[u]; len(why) > 0 {
 			excused = append(excused, fmt.Sprintf("%s (%s)", tick.UTC().Format("15:04:05"), strings.Join(why, ", ")))
 			continue
+		}
+		// A tick skipped still_running while the tick before it was
+		// still being asked for, on a backend too slow to answer within
+		// the op timeout (1-2s, then one resend): the same failure's cost
+		// (TestBackendDoneWhen.../pg in a CI rehearsal: tick :54 timed out
+		// on every node, :55 and :56 were skipped behind it).
+		if why := behind[u]; len(why) > 0 {
+			if f := failedBefore(skipped, u, 3); f != 0 {
+				excused = append(excused, fmt.Sprintf("%s (%s, behind the failed tick %s)", tick.UTC().Format("15:04:05"),
+					strings.Join(why, ", "), time.Unix(f, 0).UTC().Format("15:04:05")))
+				continue
+			}
 		}
 		lost = append(lost, tick.UTC().Format("15:04:05"))
 	}
@@ -221,9 +235,20 @@ func noMisses(t *testing.T, c *Cluster, rep ledger.Report) {
 			len(excused), strings.Join(excused, "; "))
 	}
 	if len(lost) > 0 {
-		t.Errorf("%d of %d ticks never ran, with no backend_error or missed skip logged for them: %s",
+		t.Errorf("%d of %d ticks never ran, with no backend_error or missed skip logged for them or for a tick up to 3s before: %s",
 			len(lost), rep.Ticks, strings.Join(lost, ", "))
 	}
+}
+
+// failedBefore returns the latest of the ticks in failed that fell within
+// the secs seconds before u (Unix seconds), or 0.
+func failedBefore(failed map[int64][]string, u int64, secs int64) int64 {
+	for f := u - 1; f >= u-secs; f-- {
+		if len(failed[f]) > 0 {
+			return f
+		}
+	}
+	return 0
 }
 
 // fencesRise fails t unless every run that changed the holder (a node

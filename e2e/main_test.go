@@ -27,8 +27,9 @@ var bextBin, ledgerJob string
 // 2-core machine made the jobs overrun their second and the private
 // servers' replies time out; built without -race (BuildTimed), 8 passed
 // in 110 s of the package's run, against 320 s at 3 (issue 31), with a
-// load average near 14. 6 leaves a margin.
-const clusterParallel = 6
+// load average near 14; at 6, in CI rehearsals, the shared Postgres
+// server now and then answered a try-lock-tick past its op timeout. 5.
+const clusterParallel = 5
 
 func TestMain(m *testing.M) {
 	proctest.DefaultParallel(clusterParallel)

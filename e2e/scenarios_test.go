@@ -69,11 +69,7 @@ func TestBackendDoneWhen_ThreeNodesRunEachTickOnceOthersContended(t *testing.T) 
 
 		rep := check(t, c, window(from, to))
 		noDoubles(t, rep)
-		if be := c.BackendErrors(); rep.Missed > be {
-			t.Errorf("%d of %d ticks missed with no fault and only %d backend_error skips logged; want none", rep.Missed, rep.Ticks, be)
-		} else if rep.Missed > 0 {
-			t.Logf("%d ticks missed, explained by %d backend_error skips (a loaded machine)", rep.Missed, be)
-		}
+		noMisses(t, c, rep) // but those a backend too slow to answer explains
 		ran := ledger.NodesOf(c.Records(), globalID)
 		for _, n := range c.Nodes() {
 			d := n.Counter("bext_scheduler_ticks_skipped_total", "schedule", globalID, "reason", "contended") - before[n.ID]
