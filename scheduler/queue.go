@@ -59,7 +59,11 @@ func (s *Scheduler) park(t *tick) bool {
 	// token of its own, not a resend of this one.
 	t.resend = nil
 	t.step = stepRequeue
-	t.queued.timer = s.clock.AfterFunc(min(queueRetry, left), func() { s.work.Submit(t) })
+	d := min(queueRetry, left)
+	if t.st.queueWoken {
+		t.st.queueWoken, d = false, 0
+	}
+	t.queued.timer = s.clock.AfterFunc(d, func() { s.work.Submit(t) })
 	return true
 }
 
@@ -84,7 +88,16 @@ func (s *Scheduler) reserve(t *tick) bool {
 // s.mu; the tick returned is submitted by the caller once it lets go.
 func (s *Scheduler) wakeQueuedLocked(st *schedState) *tick {
 	t := st.queue
-	if t == nil || t.queued == nil || t.queued.timer == nil {
+	if t == nil {
+		return nil
+	}
+	if t.queued == nil || t.queued.timer == nil {
+		// Trying, or not parked yet (it took the place when it fired,
+		// or replace has just stopped the run it waits for): park arms
+		// its next try at once. Unheard, the tick waited queueRetry for
+		// a run that had ended (TestQueueRunsTheWaitingTickWhenTheRunEnds
+		// and TestReplaceStopsTheRunAndRuns, a few runs in 300).
+		st.queueWoken = true
 		return nil
 	}
 	tm := t.queued.timer
@@ -101,7 +114,7 @@ func (s *Scheduler) unqueueLocked(t *tick) {
 	if t.st.queue != t {
 		return
 	}
-	t.st.queue = nil
+	t.st.queue, t.st.queueWoken = nil, false
 	if t.queued != nil && t.queued.timer != nil {
 		t.queued.timer.Stop()
 		t.queued.timer = nil

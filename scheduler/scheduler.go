@@ -349,6 +349,10 @@ type schedState struct {
 	// returned and was giving its lock back; it is asked for once they
 	// have (release.go).
 	waiting bool
+	// queueWoken: a run of it ended here while its waiting tick (queue)
+	// had no timer armed, because it was trying or had not parked yet;
+	// park then arms its next try at once, not a queueRetry later.
+	queueWoken bool
 	// queue is its tick that waits for the run in progress (overlap =
 	// "queue", queue.go): at most one per schedule on a node. Under s.mu.
 	queue *tick
