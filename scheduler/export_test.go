@@ -69,3 +69,11 @@ const (
 // A tick that breaks its life's order (ended twice, moved back) fails the
 // test that made it, loudly, where production logs and refuses the step.
 func init() { tickMisstep = func(msg string) { panic(msg) } }
+
+// Inflight is how many ticks are in flight on the scheduler (fired and
+// not ended).
+func (s *Scheduler) Inflight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.inflight)
+}

@@ -219,6 +219,9 @@ type faulty struct {
 	mu     sync.Mutex
 	tryErr error  // TryLockTick returns it instead of asking inner
 	onTry  func() // runs inside TryLockTick, before inner answers
+	// afterTry runs inside TryLockTick once inner has answered, before
+	// the answer is returned.
+	afterTry func()
 	// deaf: TryLockTick answers whatever its context says meanwhile, as a
 	// request already on the wire does.
 	deaf     bool
@@ -236,7 +239,7 @@ func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	f.mu.Lock()
 	f.tries++
 	f.reqs = append(f.reqs, req)
-	err, hook, deaf := f.tryErr, f.onTry, f.deaf
+	err, hook, deaf, after := f.tryErr, f.onTry, f.deaf, f.afterTry
 	f.mu.Unlock()
 	defer f.broadcast()
 	if hook != nil {
@@ -248,7 +251,11 @@ func (f *faulty) TryLockTick(ctx context.Context, req locking.TickRequest) (lock
 	if deaf {
 		ctx = context.WithoutCancel(ctx)
 	}
-	return f.inner.TryLockTick(ctx, req)
+	ans, err := f.inner.TryLockTick(ctx, req)
+	if after != nil {
+		after()
+	}
+	return ans, err
 }
 
 func (f *faulty) InitMarks(ctx context.Context, keys []string) error {

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,4 +332,40 @@ func peerHolds(t *testing.T, h *harness, key string, ttl time.Duration) *locking
 		t.Fatalf("the peer's lock of %q: %v, %v", key, held, err)
 	}
 	return held
+}
+
+// A run that ends while the tick waiting for it is not parked yet (its
+// try was answered contended and has not come back) still wakes it: the
+// tick runs at once, with no clock step, not a queueRetry later. Here the
+// try's answer is held until the run it found has wholly ended (only the
+// waiting tick still in flight). Before, the end found no timer to stop
+// and the tick waited a second for a run that was over.
+func TestQueueWakeBeforeParkIsNotLost(t *testing.T) {
+	j := newGateJob()
+	h := newHarness(t, scheduler.Options{}, queued(sched("q", everyMinute, hints.RequireGlobal, j))).start()
+	h.loopParked()
+	h.clock.Advance(time.Minute) // 00:01 runs
+	first := j.next(t)
+	var once sync.Once
+	h.locker.mu.Lock()
+	h.locker.afterTry = func() {
+		once.Do(func() {
+			close(first.gate)
+			for deadline := time.Now().Add(waitTimeout); h.s.Inflight() > 1; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("00:01 never ended")
+					return
+				}
+			}
+		})
+	}
+	h.locker.mu.Unlock()
+	h.loopParked()
+	h.clock.Advance(time.Minute) // 00:02: contended, answered once 00:01 has ended
+	second := j.next(t)
+	if want := t0.Add(2 * time.Minute); !second.tick.Time.Equal(want) {
+		t.Fatalf("the waiting run's tick %v, want %v", second.tick.Time, want)
+	}
+	close(second.gate)
+	h.rec.waitRuns(t, 2)
 }
