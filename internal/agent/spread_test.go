@@ -135,7 +135,6 @@ func (r *readyWatcher) WatchTicks(ctx context.Context, w locking.TickWatch) erro
 // wrapping each node's Locker, stay near one try-lock-tick per tick plus
 // the release after the run.
 func TestSpreadFiveNodesOnRedis(t *testing.T) {
-	t.Parallel() // 24s of real time each, mostly waiting: the two side by side
 	if testing.Short() {
 		t.Skip("runs 24s of real time")
 	}
@@ -160,7 +159,6 @@ func TestSpreadFiveNodesOnRedis(t *testing.T) {
 // preferred nodes' marks arrive after the 100 ms handoff delay and a
 // second node asks (and is answered done).
 func TestSpreadFiveNodesOnPostgres(t *testing.T) {
-	t.Parallel() // 24s of real time each, mostly waiting: the two side by side
 	if testing.Short() {
 		t.Skip("runs 24s of real time")
 	}
